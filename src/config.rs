@@ -1,0 +1,259 @@
+//! Store configuration: a builder whose setters name their defaults.
+
+use crate::clock::{duration_ms, Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::io::{StdStorage, Storage};
+use crate::record;
+use crate::segment::header::HEADER_BYTES;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a call that changed the store returns, relative to stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Each record is written to the operating system before the call
+    /// returns, without fsync. Survives a crash of the process, not a power
+    /// cut or kernel crash. [`crate::Store::sync`] flushes on demand.
+    Buffered,
+    /// The call returns only after its record is on stable storage (fsync).
+    /// Concurrent writers of a shard share one fsync. Answers that depend on
+    /// a record written by another caller also wait until that record is
+    /// durable, so nobody is told about a state that a power cut could undo.
+    /// Survives a process crash and a power cut. The default.
+    #[default]
+    Sync,
+}
+
+/// How a store is opened.
+///
+/// # Examples
+///
+/// ```
+/// use idemkv::{Config, Durability};
+/// use std::time::Duration;
+///
+/// let config = Config::new()
+///     .shards(8)
+///     .durability(Durability::Buffered)
+///     .default_lease(Duration::from_secs(10))
+///     .default_ttl(Duration::from_secs(48 * 3600));
+/// assert_eq!(config.shard_count(), 8);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) shards: u32,
+    pub(crate) durability: Durability,
+    pub(crate) lease_ms: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) segment_bytes: u64,
+    pub(crate) key_bytes_max: usize,
+    pub(crate) scope_bytes_max: usize,
+    pub(crate) response_bytes_max: usize,
+    pub(crate) duration_ms_max: u64,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) storage: Arc<dyn Storage>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            shards: 16,
+            durability: Durability::Sync,
+            lease_ms: 30_000,
+            ttl_ms: 24 * 3600 * 1000,
+            segment_bytes: 64 << 20,
+            key_bytes_max: 255,
+            scope_bytes_max: 255,
+            response_bytes_max: 1 << 20,
+            duration_ms_max: 365 * 24 * 3600 * 1000,
+            clock: Arc::new(SystemClock),
+            storage: Arc::new(StdStorage),
+        }
+    }
+}
+
+/// The largest shard count a store may have.
+pub const SHARDS_MAX: u32 = 1024;
+/// The largest key, scope length a configuration may allow (the on-disk
+/// length fields are `u16`).
+pub const KEY_BYTES_LIMIT: usize = u16::MAX as usize;
+
+impl Config {
+    /// The defaults: 16 shards, [`Durability::Sync`], lease 30 s, TTL 24 h,
+    /// 64 MiB segments, keys of 1..=255 bytes, scopes of 0..=255 bytes,
+    /// responses up to 1 MiB, the system clock and file system.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Shard count, a power of two in `1..=1024`, fixed when the store is
+    /// created. Default 16.
+    #[must_use]
+    pub fn shards(mut self, shards: u32) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Durability mode. Default [`Durability::Sync`].
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Lease given to a claim that does not set one. Default 30 s.
+    #[must_use]
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.lease_ms = duration_ms(lease);
+        self
+    }
+
+    /// TTL, counted from completion, for a claim that does not set one.
+    /// Default 24 h.
+    #[must_use]
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl_ms = duration_ms(ttl);
+        self
+    }
+
+    /// Size at which a shard's active segment is sealed and a new one begun.
+    /// Default 64 MiB; at least 4 KiB, at most 4 GiB, and large enough for
+    /// one record of the largest key, scope and response.
+    #[must_use]
+    pub fn segment_bytes(mut self, segment_bytes: u64) -> Self {
+        self.segment_bytes = segment_bytes;
+        self
+    }
+
+    /// Longest key accepted. Default 255 bytes, at most 65 535.
+    #[must_use]
+    pub fn key_bytes_max(mut self, max: usize) -> Self {
+        self.key_bytes_max = max;
+        self
+    }
+
+    /// Longest scope accepted. Default 255 bytes, at most 65 535.
+    #[must_use]
+    pub fn scope_bytes_max(mut self, max: usize) -> Self {
+        self.scope_bytes_max = max;
+        self
+    }
+
+    /// Largest response accepted by complete / fail. Default 1 MiB.
+    #[must_use]
+    pub fn response_bytes_max(mut self, max: usize) -> Self {
+        self.response_bytes_max = max;
+        self
+    }
+
+    /// Longest lease or TTL accepted. Default 365 days.
+    #[must_use]
+    pub fn duration_max(mut self, max: Duration) -> Self {
+        self.duration_ms_max = duration_ms(max);
+        self
+    }
+
+    /// Source of time. Default [`SystemClock`]; tests use
+    /// [`crate::ManualClock`].
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// File layer. Default [`StdStorage`]; tests inject faults here.
+    #[must_use]
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// The configured shard count.
+    #[must_use]
+    pub fn shard_count(&self) -> u32 {
+        self.shards
+    }
+
+    /// Checks every value, as [`crate::Store::open`] does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first value out of range.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Err(Error::InvalidConfig(reason));
+        if !self.shards.is_power_of_two() || self.shards > SHARDS_MAX {
+            return invalid(format!(
+                "shards must be a power of two in 1..={SHARDS_MAX}, got {}",
+                self.shards
+            ));
+        }
+        if self.key_bytes_max == 0 || self.key_bytes_max > KEY_BYTES_LIMIT {
+            return invalid(format!("key_bytes_max must be in 1..={KEY_BYTES_LIMIT}"));
+        }
+        if self.scope_bytes_max > KEY_BYTES_LIMIT {
+            return invalid(format!("scope_bytes_max must be at most {KEY_BYTES_LIMIT}"));
+        }
+        if self.duration_ms_max == 0 {
+            return invalid("duration_max must not be zero".into());
+        }
+        for (name, ms) in [
+            ("default_lease", self.lease_ms),
+            ("default_ttl", self.ttl_ms),
+        ] {
+            if ms == 0 || ms > self.duration_ms_max {
+                return invalid(format!("{name} must be in 1 ms..=duration_max"));
+            }
+        }
+        if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
+            return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
+        }
+        let record_max = record::frame_bytes(
+            self.scope_bytes_max,
+            self.key_bytes_max,
+            self.response_bytes_max,
+        );
+        if HEADER_BYTES as u64 + record_max > self.segment_bytes {
+            return invalid(format!(
+                "segment_bytes {} cannot hold one record of the largest scope, key and response ({record_max} bytes)",
+                self.segment_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::new().validate().expect("defaults");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let cases = [
+            Config::new().shards(3),
+            Config::new().shards(0),
+            Config::new().shards(2048),
+            Config::new().key_bytes_max(0),
+            Config::new().key_bytes_max(70_000),
+            Config::new().scope_bytes_max(70_000),
+            Config::new().default_lease(Duration::ZERO),
+            Config::new().default_ttl(Duration::ZERO),
+            Config::new().default_ttl(Duration::from_secs(400 * 24 * 3600)),
+            Config::new().segment_bytes(100),
+            Config::new()
+                .segment_bytes(1 << 20)
+                .response_bytes_max(1 << 20),
+        ];
+        for config in cases {
+            assert!(
+                matches!(config.validate(), Err(Error::InvalidConfig(_))),
+                "accepted {config:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The crate's one error type.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong in idemkv.
+///
+/// Variants are structured so that callers can react to them (an HTTP layer
+/// maps [`Error::LeaseLost`] to 412, the limits to 400, ...). I/O failures keep
+/// their [`std::io::Error`] as [`std::error::Error::source`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("I/O error during {operation} on {}: {source}", path.display())]
+    Io {
+        /// What the store was doing (`"write"`, `"fsync"`, `"open"`, ...).
+        operation: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Stored bytes failed a check (CRC, magic, length, field value).
+    #[error("corruption in {} at offset {offset}: {reason}", file.display())]
+    Corruption {
+        /// The damaged file.
+        file: PathBuf,
+        /// Byte offset of the damaged frame or header within `file`.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The directory exists and is not empty but holds no idemkv manifest.
+    #[error("{} is not an idemkv store (no MANIFEST, directory not empty)", path.display())]
+    NotAStore {
+        /// The directory that was opened.
+        path: PathBuf,
+    },
+    /// A file was written by a format version this build does not know.
+    #[error("{} has format version {found}, this build reads up to {supported}", file.display())]
+    UnsupportedFormatVersion {
+        /// The file with the unknown version.
+        file: PathBuf,
+        /// The version found on disk.
+        found: u8,
+        /// The newest version this build reads.
+        supported: u8,
+    },
+    /// Another handle (in this process or another) has the directory open.
+    #[error("{} is locked by another open store", path.display())]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The store was created with another shard count than the one configured.
+    #[error("store has {on_disk} shards, the configuration asks for {configured}")]
+    ShardCountMismatch {
+        /// The shard count in the manifest.
+        on_disk: u32,
+        /// The shard count in [`crate::Config`].
+        configured: u32,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The key is empty.
+    #[error("the key is empty")]
+    KeyEmpty,
+    /// The key is longer than [`crate::Config::key_bytes_max`].
+    #[error("the key has {len} bytes, the limit is {max}")]
+    KeyTooLong {
+        /// Length of the key given.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// The scope is longer than [`crate::Config::scope_bytes_max`].
+    #[error("the scope has {len} bytes, the limit is {max}")]
+    ScopeTooLong {
+        /// Length of the scope given.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// The response is larger than [`crate::Config::response_bytes_max`].
+    #[error("the response has {len} bytes, the limit is {max}")]
+    ResponseTooLarge {
+        /// Length of the response given.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A lease or TTL duration is zero or too large.
+    #[error("invalid {what} duration: {reason}")]
+    InvalidDuration {
+        /// `"lease"`, `"ttl"` or `"renewal"`.
+        what: &'static str,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The fencing token no longer matches the record: the lease expired and
+    /// the key was reclaimed, released, removed or already finished.
+    #[error("lease lost: token {token} no longer holds this key")]
+    LeaseLost {
+        /// The stale token that was presented.
+        token: u64,
+    },
+    /// An earlier write or fsync on this shard failed; the shard refuses
+    /// further work until the store is reopened, because an fsync that failed
+    /// cannot be retried into success.
+    #[error("shard {shard} refuses work after an earlier I/O failure; reopen the store")]
+    Poisoned {
+        /// The shard that failed.
+        shard: u32,
+    },
+    /// The store was closed.
+    #[error("the store is closed")]
+    Closed,
+    /// Two different `(scope, key)` pairs hashed to the same 128-bit index
+    /// key. With a random per-store `SipHash` key this has probability about
+    /// 2^-100 even for billions of keys; it is reported rather than allowed
+    /// to mix two keys' records.
+    #[error("index hash collision between two distinct keys")]
+    KeyHashCollision,
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(operation: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            operation,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corruption(
+        file: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The in-memory index of a shard: what a claim decision needs, keyed by a
+//! 128-bit keyed hash of `(scope, key)`. Keys, fingerprints and responses
+//! stay in the log; a hit reads its record back and checks the full key.
+
+use crate::record::State;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Where the newest record of a live key is, and what a claim decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// LSN of the newest record (durability waits compare against it).
+    pub lsn: u64,
+    /// Fencing token of the current or last holder.
+    pub token: u64,
+    /// Lease end (Processing) or expiry (Completed / Failed), in ms.
+    pub deadline_ms: u64,
+    pub segment: u32,
+    pub offset: u32,
+    pub frame_len: u32,
+    pub attempt: u32,
+    pub state: State,
+}
+
+impl Entry {
+    /// A Completed or Failed record whose TTL has passed reads as absent.
+    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
+        self.state.is_terminal() && self.deadline_ms <= now_ms
+    }
+}
+
+/// The keys are already uniform hashes; hashing them again is waste.
+#[derive(Default)]
+pub(crate) struct PassThroughHasher(u64);
+
+impl Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u128 keys are hashed here; this path folds arbitrary input
+        // for completeness.
+        for chunk in bytes.chunks(8) {
+            let mut raw = [0u8; 8];
+            raw[..chunk.len()].copy_from_slice(chunk);
+            self.0 ^= u64::from_le_bytes(raw);
+        }
+    }
+
+    fn write_u128(&mut self, value: u128) {
+        // Truncation keeps the low half, which is uniform.
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the low 64 bits of a uniform hash"
+        )]
+        let low = value as u64;
+        self.0 = low;
+    }
+}
+
+/// A shard's index.
+pub(crate) type Index = HashMap<u128, Entry, BuildHasherDefault<PassThroughHasher>>;
+
+/// The keyed hash that places `(scope, key)` in a shard and in the index.
+/// SipHash-1-3 with the store's random 128-bit key (from the manifest), so
+/// clients cannot choose keys that collide.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyHasher {
+    key: [u64; 2],
+}
+
+impl KeyHasher {
+    pub(crate) fn new(key: [u64; 2]) -> Self {
+        KeyHasher { key }
+    }
+
+    /// The 128-bit index key; the scope's length goes first so that
+    /// `("ab", "c")` and `("a", "bc")` differ.
+    pub(crate) fn hash(&self, scope: &[u8], key: &[u8]) -> u128 {
+        use siphasher::sip128::{Hasher128, SipHasher13};
+        let mut hasher = SipHasher13::new_with_keys(self.key[0], self.key[1]);
+        hasher.write(&(scope.len() as u64).to_le_bytes());
+        hasher.write(scope);
+        hasher.write(key);
+        hasher.finish128().as_u128()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_boundary_matters() {
+        let hasher = KeyHasher::new([1, 2]);
+        assert_ne!(hasher.hash(b"ab", b"c"), hasher.hash(b"a", b"bc"));
+        assert_eq!(hasher.hash(b"a", b"bc"), hasher.hash(b"a", b"bc"));
+        assert_ne!(
+            KeyHasher::new([1, 3]).hash(b"a", b"bc"),
+            hasher.hash(b"a", b"bc")
+        );
+    }
+
+    #[test]
+    fn expiry_only_for_terminal_states() {
+        let mut entry = Entry {
+            lsn: 1,
+            token: 1,
+            deadline_ms: 10,
+            segment: 1,
+            offset: 32,
+            frame_len: 100,
+            attempt: 1,
+            state: State::Processing,
+        };
+        assert!(!entry.is_expired(20));
+        entry.state = State::Completed;
+        assert!(!entry.is_expired(9));
+        assert!(entry.is_expired(10));
+    }
+}

@@ -1,0 +1,179 @@
+//! The file layer: every byte the store reads or writes goes through
+//! [`Storage`] and [`StorageFile`], so tests can inject faults (a failed or
+//! short write, a failed fsync, a full disk) without `cfg(test)` switches.
+
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One open file, addressed by offset (no shared cursor, so readers and the
+/// writer never race on a seek position).
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "a file length, not a collection"
+)]
+pub trait StorageFile: Send + Sync + Debug {
+    /// Fills `buf` from `offset`; a file shorter than that is an
+    /// [`io::ErrorKind::UnexpectedEof`] error.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Writes all of `buf` at `offset`.
+    ///
+    /// # Errors
+    /// The operating system's error; part of `buf` may have been written.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Truncates or extends the file.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// The file's length in bytes.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Makes the file's data and metadata durable (`fsync`).
+    ///
+    /// # Errors
+    /// The operating system's error. After a failed sync the state of the
+    /// written data is unknown.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// The directory operations the store needs.
+pub trait Storage: Send + Sync + Debug {
+    /// Opens a file for reading and writing, creating it if `create` is set.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>>;
+
+    /// Creates a directory and its parents.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+
+    /// The entries of a directory (full paths, any order).
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+
+    /// Renames a file atomically.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Deletes a file.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Makes a directory's entries durable (fsync of the directory).
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+}
+
+/// [`Storage`] on the real file system (the default).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdStorage;
+
+#[derive(Debug)]
+struct StdFile(File);
+
+impl StorageFile for StdFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+}
+
+impl Storage for StdStorage {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(Arc::new(StdFile(file)))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        fs::read_dir(path)?
+            .map(|entry| entry.map(|entry| entry.path()))
+            .collect()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn std_file_round_trip() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let file = StdStorage.open(&path, true).expect("open");
+        file.write_all_at(b"hello", 3).expect("write");
+        assert_eq!(file.len().expect("len"), 8);
+        let mut buf = [0u8; 5];
+        file.read_exact_at(&mut buf, 3).expect("read");
+        assert_eq!(&buf, b"hello");
+        let mut past_end = [0u8; 4];
+        let error = file
+            .read_exact_at(&mut past_end, 6)
+            .expect_err("short read");
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+        file.set_len(2).expect("truncate");
+        file.sync().expect("sync");
+        assert_eq!(file.len().expect("len"), 2);
+        StdStorage.sync_dir(dir.path()).expect("sync dir");
+        assert_eq!(StdStorage.read_dir(dir.path()).expect("ls"), vec![path]);
+    }
+}

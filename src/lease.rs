@@ -1,0 +1,206 @@
+//! The lease: the only way to finish a claim.
+
+use crate::claim::LeaseToken;
+use crate::error::Result;
+use crate::stats::bump;
+use crate::store::Store;
+use std::fmt;
+use std::time::Duration;
+
+/// The right to execute a claimed request, fenced by a token.
+///
+/// Finish it with [`complete`](Lease::complete), [`fail`](Lease::fail) or
+/// [`release`](Lease::release). A lease dropped unfinished leaves the record
+/// Processing until the lease ends — refusing retries is safer than running
+/// the side effect twice — and is counted in
+/// [`Stats::abandoned_leases`](crate::Stats::abandoned_leases).
+///
+/// # Examples
+///
+/// ```
+/// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path(), Config::new())?;
+/// let request = ClaimRequest::new("job-1", Fingerprint::of(b"resize image 7"));
+/// if let Claim::Acquired(lease) = store.claim(&request)? {
+///     // Hand the work to a background job: 202 Accepted now, result later.
+///     let token = lease.into_token();
+///     store.complete(&token, b"done")?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Lease {
+    pub(crate) store: Store,
+    pub(crate) hash: u128,
+    pub(crate) scope: Vec<u8>,
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: u64,
+    pub(crate) attempt: u32,
+    pub(crate) recovered: bool,
+    pub(crate) deadline_ms: u64,
+    pub(crate) finished: bool,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("Lease")
+            .field("scope", &String::from_utf8_lossy(&self.scope))
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("token", &self.token)
+            .field("attempt", &self.attempt)
+            .field("recovered", &self.recovered)
+            .field("deadline_ms", &self.deadline_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// The fencing token: every transition checks it.
+    #[must_use]
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// 1 for the first holder, one more for each takeover.
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether this lease took over from a holder whose lease expired. The
+    /// old holder may have half-run: check the domain state before
+    /// executing again.
+    #[must_use]
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// When the lease ends (ms since the epoch, on the store's clock).
+    #[must_use]
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms
+    }
+
+    /// The scope of the claimed key.
+    #[must_use]
+    pub fn scope(&self) -> &[u8] {
+        &self.scope
+    }
+
+    /// The claimed key.
+    #[must_use]
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Stores `response` as the replayed answer (Completed).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease expired and
+    /// the key was reclaimed (or was released or removed);
+    /// [`Error::ResponseTooLarge`](crate::Error::ResponseTooLarge); I/O
+    /// errors. The lease is spent either way; after an I/O error the record
+    /// stays Processing until the lease ends and the lease counts as abandoned.
+    pub fn complete(mut self, response: &[u8]) -> Result<()> {
+        let outcome = self
+            .store
+            .complete_hashed(self.hash, &self.token_ref(), response);
+        self.settle(&outcome);
+        outcome
+    }
+
+    /// Stores `response` as a terminal failure that is replayed (Failed),
+    /// e.g. "card declined".
+    ///
+    /// # Errors
+    /// As [`complete`](Lease::complete).
+    pub fn fail(mut self, response: &[u8]) -> Result<()> {
+        let outcome = self
+            .store
+            .fail_hashed(self.hash, &self.token_ref(), response);
+        self.settle(&outcome);
+        outcome
+    }
+
+    /// Makes the key absent again: nothing happened, a corrected retry may run.
+    ///
+    /// # Errors
+    /// As [`complete`](Lease::complete).
+    pub fn release(mut self) -> Result<()> {
+        let outcome = self.store.release_hashed(self.hash, &self.token_ref());
+        self.settle(&outcome);
+        outcome
+    }
+
+    /// Extends the lease so it ends at least `extend` from now (it never
+    /// shortens it).
+    ///
+    /// # Errors
+    /// As [`complete`](Lease::complete), and
+    /// [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a zero
+    /// or too long `extend`.
+    pub fn renew(&mut self, extend: Duration) -> Result<()> {
+        let outcome = self
+            .store
+            .renew_hashed(self.hash, &self.token_ref(), extend);
+        match outcome {
+            Ok(deadline_ms) => {
+                self.deadline_ms = deadline_ms;
+                Ok(())
+            }
+            Err(error) => {
+                if matches!(error, crate::Error::LeaseLost { .. }) {
+                    self.finished = true;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Turns the lease into a plain token to finish later, from anywhere in
+    /// the process, with [`Store::complete`], [`Store::fail`],
+    /// [`Store::release`] or [`Store::renew`]. Not counted as abandoned.
+    #[must_use]
+    pub fn into_token(mut self) -> LeaseToken {
+        self.finished = true;
+        LeaseToken {
+            scope: std::mem::take(&mut self.scope),
+            key: std::mem::take(&mut self.key),
+            token: self.token,
+        }
+    }
+
+    fn token_ref(&self) -> crate::store::TokenRef<'_> {
+        crate::store::TokenRef {
+            scope: &self.scope,
+            key: &self.key,
+            token: self.token,
+        }
+    }
+
+    /// After a finishing call: the lease is spent unless the call failed in a
+    /// way that can be retried.
+    fn settle(&mut self, outcome: &Result<()>) {
+        let retryable = matches!(
+            outcome,
+            Err(crate::Error::Io { .. } | crate::Error::ResponseTooLarge { .. })
+        );
+        self.finished = !retryable;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.finished {
+            bump(
+                &self
+                    .store
+                    .shard_of_hash(self.hash)
+                    .counters
+                    .abandoned_leases,
+            );
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Recovery at open: rebuild a shard's index from its segments, cut a torn
+//! tail off the active segment, refuse damage anywhere else.
+
+use crate::error::{Error, Result};
+use crate::index::{Entry, Index, KeyHasher};
+use crate::io::{Storage, StorageFile};
+use crate::record::{self, Kind};
+use crate::segment::header::HEADER_BYTES;
+use crate::segment::{self, scanner};
+use crate::shard::{create_segment, ActiveSegment, ShardState};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A shard rebuilt from disk.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub state: ShardState,
+    pub torn_tail_bytes: u64,
+    pub expired: u64,
+}
+
+/// The segments of a shard folder, oldest first.
+pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let mut segments: Vec<(u32, PathBuf)> = storage
+        .read_dir(dir)
+        .map_err(|error| Error::io("list", dir, error))?
+        .into_iter()
+        .filter_map(|path| segment::parse_segment_name(&path).map(|id| (id, path)))
+        .collect();
+    segments.sort_unstable_by_key(|(id, _)| *id);
+    Ok(segments)
+}
+
+fn open_file(storage: &dyn Storage, path: &Path) -> Result<(Arc<dyn StorageFile>, u64)> {
+    let file = storage
+        .open(path, false)
+        .map_err(|error| Error::io("open", path, error))?;
+    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+    Ok((file, len))
+}
+
+/// Rebuilds shard `shard` in folder `dir`, creating it if new.
+pub(crate) fn recover_shard(
+    storage: &dyn Storage,
+    dir: &Path,
+    shard: u32,
+    hasher: &KeyHasher,
+    clock_now_ms: u64,
+) -> Result<Recovered> {
+    storage
+        .create_dir_all(dir)
+        .map_err(|error| Error::io("create", dir, error))?;
+    let mut segments = list_segments(storage, dir)?;
+    drop_torn_creation(storage, dir, &mut segments)?;
+    if segments.is_empty() {
+        let file = create_segment(storage, dir, shard, 1, 1)?;
+        let active = ActiveSegment {
+            id: 1,
+            file,
+            end: HEADER_BYTES as u64,
+        };
+        let state = ShardState::new(Index::default(), active, BTreeMap::new(), 1, clock_now_ms);
+        return Ok(Recovered {
+            state,
+            torn_tail_bytes: 0,
+            expired: 0,
+        });
+    }
+    let mut replay = Replay {
+        hasher,
+        index: Index::default(),
+        tombstones: HashMap::new(),
+        max_lsn: 0,
+        max_updated_ms: 0,
+    };
+    let mut lsn_floor = 1;
+    let mut torn_tail_bytes = 0;
+    let mut files = BTreeMap::new();
+    let last = segments.len() - 1;
+    let mut active_end = 0;
+    for (position, (id, path)) in segments.iter().enumerate() {
+        let (file, len) = open_file(storage, path)?;
+        if len > u64::from(u32::MAX) {
+            return Err(Error::corruption(path, 0, "segment larger than 4 GiB"));
+        }
+        let mut bytes = vec![
+            0u8;
+            usize::try_from(len).map_err(|_| Error::corruption(
+                path,
+                0,
+                "segment too large"
+            ))?
+        ];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|error| Error::io("read", path, error))?;
+        let active = position == last;
+        let scan = scanner::scan(path, &bytes, active, |frame| {
+            replay.apply(*id, &frame);
+            Ok(())
+        })?;
+        if scan.header.shard != shard || scan.header.segment != *id {
+            return Err(Error::corruption(
+                path,
+                0,
+                "segment header names another shard or segment",
+            ));
+        }
+        lsn_floor = lsn_floor.max(scan.header.lsn_floor);
+        if active && scan.valid_end < len {
+            file.set_len(scan.valid_end)
+                .and_then(|()| file.sync())
+                .map_err(|error| Error::io("truncate", path, error))?;
+            torn_tail_bytes = len - scan.valid_end;
+        }
+        active_end = scan.valid_end;
+        files.insert(*id, file);
+    }
+    let now_floor_ms = clock_now_ms.max(replay.max_updated_ms);
+    let before = replay.index.len();
+    replay
+        .index
+        .retain(|_, entry| !entry.is_expired(now_floor_ms));
+    let expired = (before - replay.index.len()) as u64;
+    let (active_id, active_file) = files
+        .pop_last()
+        .ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
+    let active = ActiveSegment {
+        id: active_id,
+        file: active_file,
+        end: active_end,
+    };
+    let next_lsn = lsn_floor.max(replay.max_lsn + 1);
+    let state = ShardState::new(replay.index, active, files, next_lsn, now_floor_ms);
+    Ok(Recovered {
+        state,
+        torn_tail_bytes,
+        expired,
+    })
+}
+
+/// A crash while a segment was being created can leave a newest segment
+/// shorter than its header, which never held a record: delete it.
+fn drop_torn_creation(
+    storage: &dyn Storage,
+    dir: &Path,
+    segments: &mut Vec<(u32, PathBuf)>,
+) -> Result<()> {
+    let Some((_, path)) = segments.last() else {
+        return Ok(());
+    };
+    let (_, len) = open_file(storage, path)?;
+    if len < HEADER_BYTES as u64 {
+        storage
+            .remove_file(path)
+            .map_err(|error| Error::io("remove", path, error))?;
+        storage
+            .sync_dir(dir)
+            .map_err(|error| Error::io("fsync", dir, error))?;
+        segments.pop();
+    }
+    Ok(())
+}
+
+/// The index being rebuilt. Frames are applied newest-LSN-wins, so the
+/// result does not depend on the order segments are read in.
+struct Replay<'a> {
+    hasher: &'a KeyHasher,
+    index: Index,
+    tombstones: HashMap<u128, u64>,
+    max_lsn: u64,
+    max_updated_ms: u64,
+}
+
+impl Replay<'_> {
+    fn apply(&mut self, segment: u32, frame: &scanner::Frame<'_>) {
+        let header = &frame.header;
+        self.max_lsn = self.max_lsn.max(header.lsn);
+        self.max_updated_ms = self.max_updated_ms.max(header.updated_ms);
+        let (scope, key, _) = record::body(header, frame.bytes);
+        let hash = self.hasher.hash(scope, key);
+        let newest = self
+            .index
+            .get(&hash)
+            .map(|entry| entry.lsn)
+            .max(self.tombstones.get(&hash).copied())
+            .unwrap_or(0);
+        if header.lsn <= newest {
+            return;
+        }
+        match header.kind {
+            Kind::Put(state) => {
+                self.tombstones.remove(&hash);
+                let entry = Entry {
+                    lsn: header.lsn,
+                    token: header.token,
+                    deadline_ms: header.deadline_ms,
+                    segment,
+                    offset: u32::try_from(frame.offset).expect("segment length checked"),
+                    frame_len: u32::try_from(frame.bytes.len()).expect("segment length checked"),
+                    attempt: header.attempt,
+                    state,
+                };
+                self.index.insert(hash, entry);
+            }
+            Kind::Tombstone => {
+                self.index.remove(&hash);
+                self.tombstones.insert(hash, header.lsn);
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Segments: the append-only files of a shard's log.
+//!
+//! A shard's folder `shard-NNNN/` holds files `NNNNNNNNNN.seg`, named by a
+//! segment id that only grows. The newest is the active segment, the only
+//! one written; the others are sealed (fsynced when sealed, never written
+//! again).
+
+pub(crate) mod header;
+pub(crate) mod scanner;
+
+use std::path::{Path, PathBuf};
+
+/// File-name suffix of a segment.
+pub(crate) const SUFFIX: &str = ".seg";
+
+/// The folder of shard `shard` inside the store directory.
+pub(crate) fn shard_dir(store_dir: &Path, shard: u32) -> PathBuf {
+    store_dir.join(format!("shard-{shard:04}"))
+}
+
+/// The file of segment `segment` inside a shard folder.
+pub(crate) fn segment_path(shard_dir: &Path, segment: u32) -> PathBuf {
+    shard_dir.join(format!("{segment:010}{SUFFIX}"))
+}
+
+/// The segment id of a file name, if it names a segment.
+pub(crate) fn parse_segment_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    let digits = name.strip_suffix(SUFFIX)?;
+    if digits.len() != 10 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let dir = shard_dir(Path::new("/s"), 7);
+        assert_eq!(dir, Path::new("/s/shard-0007"));
+        let path = segment_path(&dir, 42);
+        assert_eq!(parse_segment_name(&path), Some(42));
+        assert_eq!(parse_segment_name(Path::new("/s/42.seg")), None);
+        assert_eq!(parse_segment_name(Path::new("/s/00000000x1.seg")), None);
+        assert_eq!(parse_segment_name(Path::new("/s/0000000001.tmp")), None);
+    }
+}

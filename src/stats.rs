@@ -1,0 +1,111 @@
+//! Counters, kept per shard (no shared cache line on the hot path) and
+//! summed by [`crate::Store::stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of the store's counters since it was opened.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = idemkv::Store::open(dir.path(), idemkv::Config::new())?;
+/// assert_eq!(store.stats().claims, 0);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Calls of claim (each round of `claim_wait` counts).
+    pub claims: u64,
+    /// Claims answered `Acquired` (fresh and recovered).
+    pub acquired: u64,
+    /// Claims answered `Replay`.
+    pub replays: u64,
+    /// Claims answered `InProgress`.
+    pub in_progress: u64,
+    /// Claims answered `Mismatch`.
+    pub mismatches: u64,
+    /// Claims that took over a Processing record whose lease had expired.
+    pub recovered: u64,
+    /// Finishing calls refused with `LeaseLost`.
+    pub lease_lost: u64,
+    /// Leases completed.
+    pub completions: u64,
+    /// Leases failed.
+    pub failures: u64,
+    /// Leases released.
+    pub releases: u64,
+    /// Leases renewed.
+    pub renewals: u64,
+    /// Leases dropped without being finished or turned into a token.
+    pub abandoned_leases: u64,
+    /// Records removed with `remove`.
+    pub removes: u64,
+    /// Completed or Failed records found past their TTL (at a read or at open).
+    pub expirations: u64,
+    /// Compaction passes run.
+    pub compaction_runs: u64,
+    /// Bytes reclaimed by compaction.
+    pub compaction_bytes_reclaimed: u64,
+    /// Records appended to the log.
+    pub records_written: u64,
+    /// Bytes appended to the log.
+    pub bytes_written: u64,
+    /// fsync calls on segment files.
+    pub fsyncs: u64,
+    /// Records made durable by those fsyncs (records per fsync =
+    /// `records_synced / fsyncs`).
+    pub records_synced: u64,
+    /// Bytes of torn tail cut from active segments at open.
+    pub torn_tail_bytes_cut: u64,
+    /// Live records (Processing, Completed, Failed) in the index now,
+    /// including expired ones not yet dropped.
+    pub live_records: u64,
+}
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Atomic counters of one shard.
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn add_to(&self, stats: &mut Stats) {
+                $(stats.$name += self.$name.load(Ordering::Relaxed);)*
+            }
+        }
+    };
+}
+
+counters!(
+    claims,
+    acquired,
+    replays,
+    in_progress,
+    mismatches,
+    recovered,
+    lease_lost,
+    completions,
+    failures,
+    releases,
+    renewals,
+    abandoned_leases,
+    removes,
+    expirations,
+    compaction_runs,
+    compaction_bytes_reclaimed,
+    records_written,
+    bytes_written,
+    fsyncs,
+    records_synced,
+    torn_tail_bytes_cut,
+);
+
+/// Adds one to a counter.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,600 @@
+//! The store: a directory of shards behind one cheap, cloneable handle.
+
+use crate::claim::{Claim, ClaimRequest, LeaseToken, Record};
+use crate::config::{Config, Durability};
+use crate::error::{Error, Result};
+use crate::index::KeyHasher;
+use crate::lease::Lease;
+use crate::manifest::{self, Manifest};
+use crate::recovery::recover_shard;
+use crate::segment;
+use crate::shard::{ClaimParams, Finish, KeyRef, Outcome, Shard};
+use crate::stats::Stats;
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Name of the advisory lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// The longest a `claim_wait` sleeps between looks at the key, so that a
+/// lease that ends by the clock (not by a finish) is noticed promptly.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// An open idempotency store. Cheap to clone; all clones share the same
+/// shards. `Send + Sync`: use it from as many threads as you like.
+///
+/// # Examples
+///
+/// ```
+/// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path(), Config::new())?;
+/// let fingerprint = Fingerprint::builder().part(b"POST").part(b"/payments").part(b"amount=10").finish();
+/// let request = ClaimRequest::new("key-1", fingerprint).scope("tenant-a");
+///
+/// match store.claim(&request)? {
+///     Claim::Acquired(lease) => lease.complete(b"201 charged")?,
+///     other => panic!("a new key is acquired, got {other:?}"),
+/// }
+/// // A retry gets the first answer back.
+/// let Claim::Replay(record) = store.claim(&request)? else { panic!("not a replay") };
+/// assert_eq!(record.response, b"201 charged");
+/// // The same key with another request is refused.
+/// let other = ClaimRequest::new("key-1", Fingerprint::of(b"something else")).scope("tenant-a");
+/// assert!(matches!(store.claim(&other)?, Claim::Mismatch));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    config: Config,
+    hasher: KeyHasher,
+    shards: Box<[Shard]>,
+    lock_file: Mutex<Option<File>>,
+}
+
+/// A borrowed `(scope, key, token)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenRef<'a> {
+    pub scope: &'a [u8],
+    pub key: &'a [u8],
+    pub token: u64,
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it (and the directory) if new.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`]; [`Error::NotAStore`] for a non-empty
+    /// directory without a manifest; [`Error::Locked`] when another handle
+    /// has it open; [`Error::ShardCountMismatch`];
+    /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
+    /// file and offset of damage that is not a torn tail; I/O errors.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let storage = Arc::clone(&config.storage);
+        storage
+            .create_dir_all(&dir)
+            .map_err(|error| Error::io("create", &dir, error))?;
+        refuse_foreign_directory(&*storage, &dir)?;
+        let lock_file = lock_directory(&dir)?;
+        let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
+            manifest
+        } else {
+            let manifest = Manifest::new(config.shards);
+            manifest.store(&*storage, &dir)?;
+            manifest
+        };
+        if manifest.shards != config.shards {
+            return Err(Error::ShardCountMismatch {
+                on_disk: manifest.shards,
+                configured: config.shards,
+            });
+        }
+        let hasher = KeyHasher::new(manifest.hash_key);
+        let mut shards = Vec::with_capacity(manifest.shards as usize);
+        for id in 0..manifest.shards {
+            let shard_dir = segment::shard_dir(&dir, id);
+            let recovered =
+                recover_shard(&*storage, &shard_dir, id, &hasher, config.clock.now_ms())?;
+            let shard = Shard::new(
+                id,
+                shard_dir,
+                Arc::clone(&storage),
+                Arc::clone(&config.clock),
+                config.segment_bytes,
+                recovered.state,
+            );
+            shard
+                .counters
+                .torn_tail_bytes_cut
+                .store(recovered.torn_tail_bytes, Ordering::Relaxed);
+            shard
+                .counters
+                .expirations
+                .store(recovered.expired, Ordering::Relaxed);
+            shards.push(shard);
+        }
+        storage
+            .sync_dir(&dir)
+            .map_err(|error| Error::io("fsync", &dir, error))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                dir,
+                config,
+                hasher,
+                shards: shards.into_boxed_slice(),
+                lock_file: Mutex::new(Some(lock_file)),
+            }),
+        })
+    }
+
+    /// Claims `(scope, key)` atomically: the answer is one row of the table
+    /// in the crate docs.
+    ///
+    /// # Errors
+    /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`],
+    /// [`Error::InvalidDuration`] for the request; [`Error::Closed`],
+    /// [`Error::Poisoned`], [`Error::Corruption`] and I/O errors. An error
+    /// changes nothing.
+    pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        self.claim_traced(request).map(|(claim, _, _)| claim)
+    }
+
+    /// The claim answer, the index hash, and the LSN the answer rests on.
+    fn claim_traced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
+        self.check_key(request.scope, request.key)?;
+        let params = ClaimParams {
+            fingerprint: request.fingerprint,
+            lease_ms: self.check_duration("lease", request.lease, self.inner.config.lease_ms)?,
+            ttl_ms: self.check_duration("ttl", request.ttl, self.inner.config.ttl_ms)?,
+        };
+        let key = self.key_ref(request.scope, request.key);
+        let shard = self.shard_of_hash(key.hash);
+        let (outcome, lsn) = shard.claim(&key, &params)?;
+        self.wait_durable(shard, lsn)?;
+        let claim = match outcome {
+            Outcome::Acquired {
+                token,
+                attempt,
+                recovered,
+                lease_deadline_ms,
+            } => Claim::Acquired(Lease {
+                store: self.clone(),
+                hash: key.hash,
+                scope: request.scope.to_vec(),
+                key: request.key.to_vec(),
+                token,
+                attempt,
+                recovered,
+                deadline_ms: lease_deadline_ms,
+                finished: false,
+            }),
+            Outcome::Replay(record) => Claim::Replay(record),
+            Outcome::InProgress {
+                retry_after_ms,
+                attempt,
+            } => Claim::InProgress {
+                retry_after: Duration::from_millis(retry_after_ms),
+                attempt,
+            },
+            Outcome::Mismatch => Claim::Mismatch,
+        };
+        Ok((claim, key.hash, lsn))
+    }
+
+    /// Like [`claim`](Store::claim), but while the key is in progress it
+    /// waits, up to `timeout`, for the holder to finish and then answers
+    /// with the final state (HTTP `Prefer: wait`). After `timeout` it answers
+    /// `InProgress`.
+    ///
+    /// # Errors
+    /// As [`claim`](Store::claim).
+    pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
+        let start = Instant::now();
+        loop {
+            let (claim, hash, lsn) = self.claim_traced(request)?;
+            let Claim::InProgress { retry_after, .. } = claim else {
+                return Ok(claim);
+            };
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return Ok(claim);
+            }
+            let pause = timeout
+                .saturating_sub(elapsed)
+                .min(retry_after)
+                .min(WAIT_POLL);
+            self.shard_of_hash(hash).wait_finished(hash, lsn, pause);
+        }
+    }
+
+    /// The live record of `(scope, key)`, `None` if absent or expired.
+    ///
+    /// # Errors
+    /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
+    pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        self.check_key(scope, key)?;
+        let key = self.key_ref(scope, key);
+        let shard = self.shard_of_hash(key.hash);
+        let Some((record, lsn)) = shard.get(&key)? else {
+            return Ok(None);
+        };
+        self.wait_durable(shard, lsn)?;
+        Ok(Some(record))
+    }
+
+    /// Removes `(scope, key)` whatever its state (an admin operation). A
+    /// holder of the key then gets [`Error::LeaseLost`]. Returns whether a
+    /// live record was removed.
+    ///
+    /// # Errors
+    /// As [`get`](Store::get).
+    pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.check_key(scope, key)?;
+        let key = self.key_ref(scope, key);
+        let shard = self.shard_of_hash(key.hash);
+        let (removed, lsn) = shard.remove(&key)?;
+        self.wait_durable(shard, lsn)?;
+        Ok(removed)
+    }
+
+    /// Completes the lease `token` (see [`Lease::complete`]).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the token no longer holds the key;
+    /// [`Error::ResponseTooLarge`]; the key errors of
+    /// [`claim`](Store::claim); I/O errors.
+    pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        let token = Self::token_ref(token);
+        self.check_key(token.scope, token.key)?;
+        self.complete_hashed(
+            self.inner.hasher.hash(token.scope, token.key),
+            &token,
+            response,
+        )
+    }
+
+    /// Fails the lease `token` with a replayed terminal response (see
+    /// [`Lease::fail`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete).
+    pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        let token = Self::token_ref(token);
+        self.check_key(token.scope, token.key)?;
+        self.fail_hashed(
+            self.inner.hasher.hash(token.scope, token.key),
+            &token,
+            response,
+        )
+    }
+
+    /// Releases the lease `token`: the key becomes absent (see
+    /// [`Lease::release`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete).
+    pub fn release(&self, token: &LeaseToken) -> Result<()> {
+        let token = Self::token_ref(token);
+        self.check_key(token.scope, token.key)?;
+        self.release_hashed(self.inner.hasher.hash(token.scope, token.key), &token)
+    }
+
+    /// Renews the lease `token` so that it ends at least `extend` from now.
+    /// Returns the new lease end in ms since the epoch.
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
+    pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
+        let token = Self::token_ref(token);
+        self.check_key(token.scope, token.key)?;
+        self.renew_hashed(
+            self.inner.hasher.hash(token.scope, token.key),
+            &token,
+            extend,
+        )
+    }
+
+    /// Iterates over the live records of every shard (inspection; not a
+    /// snapshot: records that change while it runs may or may not be seen).
+    #[must_use]
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            store: self,
+            shard: 0,
+            hashes: Vec::new().into_iter(),
+            started: false,
+        }
+    }
+
+    /// Makes everything written so far durable (fsync of every shard).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] or the fsync's I/O error.
+    pub fn sync(&self) -> Result<()> {
+        for shard in &*self.inner.shards {
+            shard.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// The counters since open.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        for shard in &*self.inner.shards {
+            shard.counters.add_to(&mut stats);
+            stats.live_records += shard.len() as u64;
+        }
+        stats
+    }
+
+    /// Closes the store: refuses further calls on every clone, makes
+    /// everything durable and releases the directory lock. Dropping the last
+    /// clone also releases the lock (without the final fsync).
+    ///
+    /// # Errors
+    /// The first fsync error; the lock is released regardless.
+    pub fn close(self) -> Result<()> {
+        for shard in &*self.inner.shards {
+            shard.close();
+        }
+        let synced = self.sync();
+        self.inner.lock_file.lock().take();
+        synced
+    }
+
+    /// The store directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> u32 {
+        self.inner.config.shards
+    }
+
+    pub(crate) fn complete_hashed(
+        &self,
+        hash: u128,
+        token: &TokenRef<'_>,
+        response: &[u8],
+    ) -> Result<()> {
+        self.check_response(response)?;
+        self.finish(hash, token, Finish::Complete(response))
+    }
+
+    pub(crate) fn fail_hashed(
+        &self,
+        hash: u128,
+        token: &TokenRef<'_>,
+        response: &[u8],
+    ) -> Result<()> {
+        self.check_response(response)?;
+        self.finish(hash, token, Finish::Fail(response))
+    }
+
+    pub(crate) fn release_hashed(&self, hash: u128, token: &TokenRef<'_>) -> Result<()> {
+        self.finish(hash, token, Finish::Release)
+    }
+
+    pub(crate) fn renew_hashed(
+        &self,
+        hash: u128,
+        token: &TokenRef<'_>,
+        extend: Duration,
+    ) -> Result<u64> {
+        let extend_ms = self.check_duration("renewal", Some(extend), 0)?;
+        let key = KeyRef {
+            hash,
+            scope: token.scope,
+            key: token.key,
+        };
+        let shard = self.shard_of_hash(hash);
+        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms)?;
+        self.wait_durable(shard, lsn)?;
+        Ok(deadline_ms)
+    }
+
+    fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
+        let key = KeyRef {
+            hash,
+            scope: token.scope,
+            key: token.key,
+        };
+        let shard = self.shard_of_hash(hash);
+        let lsn = shard.finish(&key, token.token, finish)?;
+        self.wait_durable(shard, lsn)
+    }
+
+    pub(crate) fn shard_of_hash(&self, hash: u128) -> &Shard {
+        // The top bits choose the shard; the index's hash map uses the low
+        // 64, so the two stay independent.
+        let top = usize::try_from(hash >> 96).expect("32 bits fit in usize");
+        &self.inner.shards[top & (self.inner.shards.len() - 1)]
+    }
+
+    fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> KeyRef<'a> {
+        KeyRef {
+            hash: self.inner.hasher.hash(scope, key),
+            scope,
+            key,
+        }
+    }
+
+    fn token_ref(token: &LeaseToken) -> TokenRef<'_> {
+        TokenRef {
+            scope: &token.scope,
+            key: &token.key,
+            token: token.token,
+        }
+    }
+
+    fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
+        match self.inner.config.durability {
+            Durability::Sync => shard.sync_to(lsn),
+            Durability::Buffered => Ok(()),
+        }
+    }
+
+    fn check_key(&self, scope: &[u8], key: &[u8]) -> Result<()> {
+        let config = &self.inner.config;
+        if key.is_empty() {
+            return Err(Error::KeyEmpty);
+        }
+        if key.len() > config.key_bytes_max {
+            return Err(Error::KeyTooLong {
+                len: key.len(),
+                max: config.key_bytes_max,
+            });
+        }
+        if scope.len() > config.scope_bytes_max {
+            return Err(Error::ScopeTooLong {
+                len: scope.len(),
+                max: config.scope_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_response(&self, response: &[u8]) -> Result<()> {
+        let max = self.inner.config.response_bytes_max;
+        if response.len() > max {
+            return Err(Error::ResponseTooLarge {
+                len: response.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_duration(
+        &self,
+        what: &'static str,
+        duration: Option<Duration>,
+        default_ms: u64,
+    ) -> Result<u64> {
+        let Some(duration) = duration else {
+            return Ok(default_ms);
+        };
+        if duration.is_zero() {
+            return Err(Error::InvalidDuration {
+                what,
+                reason: "must not be zero",
+            });
+        }
+        let ms = crate::clock::duration_ms(duration);
+        if ms > self.inner.config.duration_ms_max {
+            return Err(Error::InvalidDuration {
+                what,
+                reason: "longer than the configured duration_max",
+            });
+        }
+        Ok(ms)
+    }
+}
+
+/// A directory that holds files but no manifest belongs to something else:
+/// never write into it. A crash during creation can leave only the lock file
+/// and a temporary manifest, which count as empty.
+fn refuse_foreign_directory(storage: &dyn crate::io::Storage, dir: &Path) -> Result<()> {
+    if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
+        return Ok(());
+    }
+    let entries = storage
+        .read_dir(dir)
+        .map_err(|error| Error::io("list", dir, error))?;
+    let foreign = entries.iter().any(|path| {
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or("");
+        name != LOCK_FILE_NAME && name != manifest::TEMP_NAME
+    });
+    if foreign {
+        return Err(Error::NotAStore {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Takes the advisory lock that keeps a second open (in this process or
+/// another) out of the directory.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|error| Error::io("open", &path, error))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked { path }),
+        Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
+    }
+}
+
+impl<'a> IntoIterator for &'a Store {
+    type Item = Result<Record>;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over live records, from [`Store::iter`].
+#[derive(Debug)]
+pub struct Iter<'a> {
+    store: &'a Store,
+    shard: usize,
+    hashes: std::vec::IntoIter<u128>,
+    started: bool,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let shards = &self.store.inner.shards;
+        loop {
+            if let Some(hash) = self.hashes.next() {
+                match shards[self.shard].get_by_hash(hash) {
+                    Ok(Some((record, _))) => return Some(Ok(record)),
+                    Ok(None) => continue,
+                    Err(error) => return Some(Err(error)),
+                }
+            }
+            if self.started {
+                self.shard += 1;
+            }
+            self.started = true;
+            let shard = shards.get(self.shard)?;
+            match shard.hashes() {
+                Ok(hashes) => self.hashes = hashes.into_iter(),
+                Err(error) => {
+                    self.shard = shards.len();
+                    return Some(Err(error));
+                }
+            }
+        }
+    }
+}
