@@ -34,13 +34,7 @@ impl<'a> ClaimRequest<'a> {
     /// and TTL.
     #[must_use]
     pub fn new<K: AsRef<[u8]> + ?Sized>(key: &'a K, fingerprint: Fingerprint) -> Self {
-        ClaimRequest {
-            scope: &[],
-            key: key.as_ref(),
-            fingerprint,
-            lease: None,
-            ttl: None,
-        }
+        ClaimRequest { scope: &[], key: key.as_ref(), fingerprint, lease: None, ttl: None }
     }
 
     /// The tenant or API consumer; equal keys in different scopes never

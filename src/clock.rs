@@ -9,10 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// The store reads time only through this trait, so tests (yours and ours)
 /// can move time without sleeping. The store never trusts a clock to be
-/// monotonic: each shard keeps the largest value it has seen (and the largest
-/// timestamp found in its log at open), so a wall clock that jumps backwards
-/// makes time stand still instead of reviving expired records or shortening
-/// leases.
+/// monotonic: each shard keeps the largest value it has seen, so a wall clock
+/// that jumps backwards makes time stand still instead of reviving expired
+/// records or letting a lease run out early. After a restart the floor is the
+/// newest timestamp written to any shard's log (reads write nothing), so a
+/// clock set back across a restart can show a Completed record again that
+/// had expired after the last write; it can never shorten a lease.
 ///
 /// # Examples
 ///
@@ -39,9 +41,7 @@ impl Clock for SystemClock {
         // keeps time from going backwards anyway.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| {
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
+            .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 }
 
@@ -69,9 +69,7 @@ impl ManualClock {
     /// A clock that reads `now_ms` until moved.
     #[must_use]
     pub fn new(now_ms: u64) -> Self {
-        ManualClock {
-            now_ms: Arc::new(AtomicU64::new(now_ms)),
-        }
+        ManualClock { now_ms: Arc::new(AtomicU64::new(now_ms)) }
     }
 
     /// Moves time forward by `by` (saturating).
@@ -80,10 +78,7 @@ impl ManualClock {
         let mut current = self.now_ms.load(Ordering::SeqCst);
         loop {
             let next = current.saturating_add(by_ms);
-            match self
-                .now_ms
-                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match self.now_ms.compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return,
                 Err(seen) => current = seen,
             }

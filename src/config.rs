@@ -183,10 +183,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidConfig(reason));
         if !self.shards.is_power_of_two() || self.shards > SHARDS_MAX {
-            return invalid(format!(
-                "shards must be a power of two in 1..={SHARDS_MAX}, got {}",
-                self.shards
-            ));
+            return invalid(format!("shards must be a power of two in 1..={SHARDS_MAX}, got {}", self.shards));
         }
         if self.key_bytes_max == 0 || self.key_bytes_max > KEY_BYTES_LIMIT {
             return invalid(format!("key_bytes_max must be in 1..={KEY_BYTES_LIMIT}"));
@@ -197,10 +194,7 @@ impl Config {
         if self.duration_ms_max == 0 {
             return invalid("duration_max must not be zero".into());
         }
-        for (name, ms) in [
-            ("default_lease", self.lease_ms),
-            ("default_ttl", self.ttl_ms),
-        ] {
+        for (name, ms) in [("default_lease", self.lease_ms), ("default_ttl", self.ttl_ms)] {
             if ms == 0 || ms > self.duration_ms_max {
                 return invalid(format!("{name} must be in 1 ms..=duration_max"));
             }
@@ -208,11 +202,7 @@ impl Config {
         if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
             return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
         }
-        let record_max = record::frame_bytes(
-            self.scope_bytes_max,
-            self.key_bytes_max,
-            self.response_bytes_max,
-        );
+        let record_max = record::frame_bytes(self.scope_bytes_max, self.key_bytes_max, self.response_bytes_max);
         if HEADER_BYTES as u64 + record_max > self.segment_bytes {
             return invalid(format!(
                 "segment_bytes {} cannot hold one record of the largest scope, key and response ({record_max} bytes)",
@@ -245,15 +235,10 @@ mod tests {
             Config::new().default_ttl(Duration::ZERO),
             Config::new().default_ttl(Duration::from_secs(400 * 24 * 3600)),
             Config::new().segment_bytes(100),
-            Config::new()
-                .segment_bytes(1 << 20)
-                .response_bytes_max(1 << 20),
+            Config::new().segment_bytes(1 << 20).response_bytes_max(1 << 20),
         ];
         for config in cases {
-            assert!(
-                matches!(config.validate(), Err(Error::InvalidConfig(_))),
-                "accepted {config:?}"
-            );
+            assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "accepted {config:?}");
         }
     }
 }

@@ -131,22 +131,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(operation: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io {
-            operation,
-            path: path.into(),
-            source,
-        }
+        Error::Io { operation, path: path.into(), source }
     }
 
-    pub(crate) fn corruption(
-        file: impl Into<PathBuf>,
-        offset: u64,
-        reason: impl Into<String>,
-    ) -> Self {
-        Error::Corruption {
-            file: file.into(),
-            offset,
-            reason: reason.into(),
-        }
+    pub(crate) fn corruption(file: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corruption { file: file.into(), offset, reason: reason.into() }
     }
 }

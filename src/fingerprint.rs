@@ -81,9 +81,7 @@ pub struct FingerprintBuilder {
 
 impl fmt::Debug for FingerprintBuilder {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter
-            .debug_struct("FingerprintBuilder")
-            .finish_non_exhaustive()
+        formatter.debug_struct("FingerprintBuilder").finish_non_exhaustive()
     }
 }
 

@@ -38,10 +38,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        assert_eq!(
-            FormatVersion::try_from(u8::from(FormatVersion::CURRENT)),
-            Ok(FormatVersion::CURRENT)
-        );
+        assert_eq!(FormatVersion::try_from(u8::from(FormatVersion::CURRENT)), Ok(FormatVersion::CURRENT));
         assert_eq!(FormatVersion::try_from(0), Err(0));
         assert_eq!(FormatVersion::try_from(2), Err(2));
     }

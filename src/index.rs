@@ -50,10 +50,7 @@ impl Hasher for PassThroughHasher {
 
     fn write_u128(&mut self, value: u128) {
         // Truncation keeps the low half, which is uniform.
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "the low 64 bits of a uniform hash"
-        )]
+        #[expect(clippy::cast_possible_truncation, reason = "the low 64 bits of a uniform hash")]
         let low = value as u64;
         self.0 = low;
     }
@@ -96,10 +93,7 @@ mod tests {
         let hasher = KeyHasher::new([1, 2]);
         assert_ne!(hasher.hash(b"ab", b"c"), hasher.hash(b"a", b"bc"));
         assert_eq!(hasher.hash(b"a", b"bc"), hasher.hash(b"a", b"bc"));
-        assert_ne!(
-            KeyHasher::new([1, 3]).hash(b"a", b"bc"),
-            hasher.hash(b"a", b"bc")
-        );
+        assert_ne!(KeyHasher::new([1, 3]).hash(b"a", b"bc"), hasher.hash(b"a", b"bc"));
     }
 
     #[test]

@@ -11,10 +11,7 @@ use std::sync::Arc;
 
 /// One open file, addressed by offset (no shared cursor, so readers and the
 /// writer never race on a seek position).
-#[expect(
-    clippy::len_without_is_empty,
-    reason = "a file length, not a collection"
-)]
+#[expect(clippy::len_without_is_empty, reason = "a file length, not a collection")]
 pub trait StorageFile: Send + Sync + Debug {
     /// Fills `buf` from `offset`; a file shorter than that is an
     /// [`io::ErrorKind::UnexpectedEof`] error.
@@ -119,12 +116,7 @@ impl StorageFile for StdFile {
 
 impl Storage for StdStorage {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path)?;
         Ok(Arc::new(StdFile(file)))
     }
 
@@ -133,9 +125,7 @@ impl Storage for StdStorage {
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        fs::read_dir(path)?
-            .map(|entry| entry.map(|entry| entry.path()))
-            .collect()
+        fs::read_dir(path)?.map(|entry| entry.map(|entry| entry.path())).collect()
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -166,9 +156,7 @@ mod tests {
         file.read_exact_at(&mut buf, 3).expect("read");
         assert_eq!(&buf, b"hello");
         let mut past_end = [0u8; 4];
-        let error = file
-            .read_exact_at(&mut past_end, 6)
-            .expect_err("short read");
+        let error = file.read_exact_at(&mut past_end, 6).expect_err("short read");
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
         file.set_len(2).expect("truncate");
         file.sync().expect("sync");

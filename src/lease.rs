@@ -104,9 +104,7 @@ impl Lease {
     /// errors. The lease is spent either way; after an I/O error the record
     /// stays Processing until the lease ends and the lease counts as abandoned.
     pub fn complete(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self
-            .store
-            .complete_hashed(self.hash, &self.token_ref(), response);
+        let outcome = self.store.complete_hashed(self.hash, &self.token_ref(), response);
         self.settle(&outcome);
         outcome
     }
@@ -117,9 +115,7 @@ impl Lease {
     /// # Errors
     /// As [`complete`](Lease::complete).
     pub fn fail(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self
-            .store
-            .fail_hashed(self.hash, &self.token_ref(), response);
+        let outcome = self.store.fail_hashed(self.hash, &self.token_ref(), response);
         self.settle(&outcome);
         outcome
     }
@@ -142,9 +138,7 @@ impl Lease {
     /// [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a zero
     /// or too long `extend`.
     pub fn renew(&mut self, extend: Duration) -> Result<()> {
-        let outcome = self
-            .store
-            .renew_hashed(self.hash, &self.token_ref(), extend);
+        let outcome = self.store.renew_hashed(self.hash, &self.token_ref(), extend);
         match outcome {
             Ok(deadline_ms) => {
                 self.deadline_ms = deadline_ms;
@@ -165,28 +159,17 @@ impl Lease {
     #[must_use]
     pub fn into_token(mut self) -> LeaseToken {
         self.finished = true;
-        LeaseToken {
-            scope: std::mem::take(&mut self.scope),
-            key: std::mem::take(&mut self.key),
-            token: self.token,
-        }
+        LeaseToken { scope: std::mem::take(&mut self.scope), key: std::mem::take(&mut self.key), token: self.token }
     }
 
     fn token_ref(&self) -> crate::store::TokenRef<'_> {
-        crate::store::TokenRef {
-            scope: &self.scope,
-            key: &self.key,
-            token: self.token,
-        }
+        crate::store::TokenRef { scope: &self.scope, key: &self.key, token: self.token }
     }
 
     /// After a finishing call: the lease is spent unless the call failed in a
     /// way that can be retried.
     fn settle(&mut self, outcome: &Result<()>) {
-        let retryable = matches!(
-            outcome,
-            Err(crate::Error::Io { .. } | crate::Error::ResponseTooLarge { .. })
-        );
+        let retryable = matches!(outcome, Err(crate::Error::Io { .. } | crate::Error::ResponseTooLarge { .. }));
         self.finished = !retryable;
     }
 }
@@ -194,13 +177,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.finished {
-            bump(
-                &self
-                    .store
-                    .shard_of_hash(self.hash)
-                    .counters
-                    .abandoned_leases,
-            );
+            bump(&self.store.shard_of_hash(self.hash).counters.abandoned_leases);
         }
     }
 }

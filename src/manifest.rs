@@ -50,10 +50,7 @@ impl Manifest {
             hasher.write_u64(0x6964_656d_6b76);
             hasher.finish()
         };
-        Manifest {
-            shards,
-            hash_key: [random(), random()],
-        }
+        Manifest { shards, hash_key: [random(), random()] }
     }
 
     pub(crate) fn encode(&self) -> [u8; MANIFEST_BYTES] {
@@ -79,26 +76,16 @@ impl Manifest {
         if crc32fast::hash(&bytes[..OFFSET_CRC]) != read_u32(bytes, OFFSET_CRC) {
             return Err(corrupt("manifest CRC mismatch"));
         }
-        FormatVersion::try_from(bytes[OFFSET_VERSION]).map_err(|found| {
-            Error::UnsupportedFormatVersion {
-                file: path.to_path_buf(),
-                found,
-                supported: FormatVersion::CURRENT.into(),
-            }
+        FormatVersion::try_from(bytes[OFFSET_VERSION]).map_err(|found| Error::UnsupportedFormatVersion {
+            file: path.to_path_buf(),
+            found,
+            supported: FormatVersion::CURRENT.into(),
         })?;
         let shards = read_u32(bytes, OFFSET_SHARDS);
         if !shards.is_power_of_two() || shards > SHARDS_MAX {
-            return Err(corrupt(
-                "manifest shard count is not a power of two in range",
-            ));
+            return Err(corrupt("manifest shard count is not a power of two in range"));
         }
-        Ok(Manifest {
-            shards,
-            hash_key: [
-                read_u64(bytes, OFFSET_HASH_KEY),
-                read_u64(bytes, OFFSET_HASH_KEY + 8),
-            ],
-        })
+        Ok(Manifest { shards, hash_key: [read_u64(bytes, OFFSET_HASH_KEY), read_u64(bytes, OFFSET_HASH_KEY + 8)] })
     }
 
     /// Reads the manifest of `dir`, `None` if there is none.
@@ -109,15 +96,12 @@ impl Manifest {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(Error::io("open", path, error)),
         };
-        let len = file
-            .len()
-            .map_err(|error| Error::io("stat", &path, error))?;
+        let len = file.len().map_err(|error| Error::io("stat", &path, error))?;
         if len != MANIFEST_BYTES as u64 {
             return Err(Error::corruption(&path, 0, "manifest has the wrong length"));
         }
         let mut bytes = [0u8; MANIFEST_BYTES];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|error| Error::io("read", &path, error))?;
+        file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", &path, error))?;
         Self::decode(&path, &bytes).map(Some)
     }
 
@@ -125,21 +109,12 @@ impl Manifest {
     pub(crate) fn store(&self, storage: &dyn Storage, dir: &Path) -> Result<()> {
         let temp = dir.join(TEMP_NAME);
         let path = dir.join(FILE_NAME);
-        let file = storage
-            .open(&temp, true)
-            .map_err(|error| Error::io("create", &temp, error))?;
-        file.set_len(0)
-            .map_err(|error| Error::io("truncate", &temp, error))?;
-        file.write_all_at(&self.encode(), 0)
-            .map_err(|error| Error::io("write", &temp, error))?;
-        file.sync()
-            .map_err(|error| Error::io("fsync", &temp, error))?;
-        storage
-            .rename(&temp, &path)
-            .map_err(|error| Error::io("rename", &temp, error))?;
-        storage
-            .sync_dir(dir)
-            .map_err(|error| Error::io("fsync", dir, error))
+        let file = storage.open(&temp, true).map_err(|error| Error::io("create", &temp, error))?;
+        file.set_len(0).map_err(|error| Error::io("truncate", &temp, error))?;
+        file.write_all_at(&self.encode(), 0).map_err(|error| Error::io("write", &temp, error))?;
+        file.sync().map_err(|error| Error::io("fsync", &temp, error))?;
+        storage.rename(&temp, &path).map_err(|error| Error::io("rename", &temp, error))?;
+        storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))
     }
 }
 
@@ -155,10 +130,7 @@ mod tests {
         let manifest = Manifest::new(8);
         assert_ne!(manifest.hash_key, Manifest::new(8).hash_key);
         manifest.store(&StdStorage, dir.path()).expect("store");
-        assert_eq!(
-            Manifest::load(&StdStorage, dir.path()).expect("load"),
-            Some(manifest)
-        );
+        assert_eq!(Manifest::load(&StdStorage, dir.path()).expect("load"), Some(manifest));
     }
 
     #[test]
@@ -167,10 +139,7 @@ mod tests {
         for byte in 0..MANIFEST_BYTES {
             let mut damaged = bytes;
             damaged[byte] ^= 0x01;
-            assert!(
-                Manifest::decode(Path::new("m"), &damaged).is_err(),
-                "flip at {byte}"
-            );
+            assert!(Manifest::decode(Path::new("m"), &damaged).is_err(), "flip at {byte}");
         }
     }
 }

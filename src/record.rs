@@ -121,21 +121,12 @@ pub(crate) enum DecodeError {
 
 /// Bytes one frame takes on disk.
 pub(crate) fn frame_bytes(scope_len: usize, key_len: usize, response_len: usize) -> u64 {
-    (FRAME_HEADER_BYTES + FIXED_BYTES) as u64
-        + scope_len as u64
-        + key_len as u64
-        + response_len as u64
+    (FRAME_HEADER_BYTES + FIXED_BYTES) as u64 + scope_len as u64 + key_len as u64 + response_len as u64
 }
 
 /// Appends one whole frame to `out`. Lengths must fit their fields, which
 /// the store checks against its limits before it gets here.
-pub(crate) fn encode(
-    header: &Header,
-    scope: &[u8],
-    key: &[u8],
-    response: &[u8],
-    out: &mut Vec<u8>,
-) {
+pub(crate) fn encode(header: &Header, scope: &[u8], key: &[u8], response: &[u8], out: &mut Vec<u8>) {
     assert_eq!(usize::from(header.scope_len), scope.len());
     assert_eq!(usize::from(header.key_len), key.len());
     assert_eq!(header.response_len as usize, response.len());
@@ -153,12 +144,7 @@ pub(crate) fn encode(
     out.extend_from_slice(&header.lsn.to_le_bytes());
     out.extend_from_slice(&header.token.to_le_bytes());
     out.extend_from_slice(header.fingerprint.as_bytes());
-    for value in [
-        header.created_ms,
-        header.updated_ms,
-        header.deadline_ms,
-        header.ttl_ms,
-    ] {
+    for value in [header.created_ms, header.updated_ms, header.deadline_ms, header.ttl_ms] {
         out.extend_from_slice(&value.to_le_bytes());
     }
     out.extend_from_slice(&header.scope_len.to_le_bytes());
@@ -186,9 +172,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), DecodeError> {
     let frame_len = declared_frame_bytes(bytes).ok_or(DecodeError::Truncated)?;
     let payload_len = frame_len - FRAME_HEADER_BYTES as u64;
     if payload_len < FIXED_BYTES as u64 {
-        return Err(DecodeError::Invalid(
-            "payload shorter than the fixed record fields",
-        ));
+        return Err(DecodeError::Invalid("payload shorter than the fixed record fields"));
     }
     let frame_len = usize::try_from(frame_len).map_err(|_| DecodeError::Truncated)?;
     let frame = bytes.get(..frame_len).ok_or(DecodeError::Truncated)?;
@@ -197,21 +181,16 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), DecodeError> {
         return Err(DecodeError::Invalid("CRC mismatch"));
     }
     let header = decode_fixed(&frame[FRAME_HEADER_BYTES..])?;
-    let variable =
-        u64::from(header.scope_len) + u64::from(header.key_len) + u64::from(header.response_len);
+    let variable = u64::from(header.scope_len) + u64::from(header.key_len) + u64::from(header.response_len);
     if FIXED_BYTES as u64 + variable != payload_len {
-        return Err(DecodeError::Invalid(
-            "field lengths disagree with the frame length",
-        ));
+        return Err(DecodeError::Invalid("field lengths disagree with the frame length"));
     }
     Ok((header, frame_len))
 }
 
 fn decode_fixed(payload: &[u8]) -> Result<Header, DecodeError> {
     let kind = match (payload[OFFSET_KIND], payload[OFFSET_STATE]) {
-        (1, state) => {
-            Kind::Put(State::from_byte(state).ok_or(DecodeError::Invalid("unknown state"))?)
-        }
+        (1, state) => Kind::Put(State::from_byte(state).ok_or(DecodeError::Invalid("unknown state"))?),
         (2, 0) => Kind::Tombstone,
         _ => return Err(DecodeError::Invalid("unknown record kind")),
     };
@@ -219,8 +198,7 @@ fn decode_fixed(payload: &[u8]) -> Result<Header, DecodeError> {
         return Err(DecodeError::Invalid("unknown flags"));
     }
     let mut fingerprint = [0u8; Fingerprint::LEN];
-    fingerprint
-        .copy_from_slice(&payload[OFFSET_FINGERPRINT..OFFSET_FINGERPRINT + Fingerprint::LEN]);
+    fingerprint.copy_from_slice(&payload[OFFSET_FINGERPRINT..OFFSET_FINGERPRINT + Fingerprint::LEN]);
     let header = Header {
         kind,
         recovered: payload[OFFSET_FLAGS] == 1,
@@ -248,11 +226,7 @@ pub(crate) fn body<'a>(header: &Header, frame: &'a [u8]) -> (&'a [u8], &'a [u8],
     let key_start = scope_start + usize::from(header.scope_len);
     let response_start = key_start + usize::from(header.key_len);
     let end = response_start + header.response_len as usize;
-    (
-        &frame[scope_start..key_start],
-        &frame[key_start..response_start],
-        &frame[response_start..end],
-    )
+    (&frame[scope_start..key_start], &frame[key_start..response_start], &frame[response_start..end])
 }
 
 fn read_u16(bytes: &[u8], offset: usize) -> u16 {
@@ -302,49 +276,27 @@ mod tests {
         let (decoded, len) = decode(&out).expect("decode");
         assert_eq!(decoded, header);
         assert_eq!(len, out.len());
-        assert_eq!(
-            body(&decoded, &out),
-            (&b"scope"[..], &b"key"[..], &b"body"[..])
-        );
+        assert_eq!(body(&decoded, &out), (&b"scope"[..], &b"key"[..], &b"body"[..]));
     }
 
     #[test]
     fn every_truncation_is_truncated() {
         let mut out = Vec::new();
-        encode(
-            &sample(Kind::Tombstone, b""),
-            b"scope",
-            b"key",
-            b"",
-            &mut out,
-        );
+        encode(&sample(Kind::Tombstone, b""), b"scope", b"key", b"", &mut out);
         for cut in 0..out.len() {
-            assert_eq!(
-                decode(&out[..cut]),
-                Err(DecodeError::Truncated),
-                "cut at {cut}"
-            );
+            assert_eq!(decode(&out[..cut]), Err(DecodeError::Truncated), "cut at {cut}");
         }
     }
 
     #[test]
     fn every_bit_flip_is_caught() {
         let mut out = Vec::new();
-        encode(
-            &sample(Kind::Put(State::Failed), b"xy"),
-            b"scope",
-            b"key",
-            b"xy",
-            &mut out,
-        );
+        encode(&sample(Kind::Put(State::Failed), b"xy"), b"scope", b"key", b"xy", &mut out);
         for byte in 0..out.len() {
             for bit in 0..8 {
                 let mut damaged = out.clone();
                 damaged[byte] ^= 1 << bit;
-                assert!(
-                    decode(&damaged).is_err(),
-                    "flip at byte {byte} bit {bit} accepted"
-                );
+                assert!(decode(&damaged).is_err(), "flip at byte {byte} bit {bit} accepted");
             }
         }
     }
@@ -357,9 +309,6 @@ mod tests {
         frame[8] = 9;
         let crc = crc32fast::hash(&frame[4..]);
         frame[..4].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(
-            decode(&frame),
-            Err(DecodeError::Invalid("unknown record kind"))
-        );
+        assert_eq!(decode(&frame), Err(DecodeError::Invalid("unknown record kind")));
     }
 }

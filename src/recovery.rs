@@ -17,7 +17,21 @@ use std::sync::Arc;
 pub(crate) struct Recovered {
     pub state: ShardState,
     pub torn_tail_bytes: u64,
-    pub expired: u64,
+    /// The newest time written to the shard's log.
+    pub max_updated_ms: u64,
+}
+
+impl Recovered {
+    /// Sets the shard's time floor (the newest time written to any shard,
+    /// or the clock if later) and drops the records expired by then.
+    /// Returns how many were dropped.
+    pub(crate) fn settle_time(&mut self, floor_ms: u64) -> u64 {
+        self.state.now_floor_ms = self.state.now_floor_ms.max(floor_ms);
+        let now = self.state.now_floor_ms;
+        let before = self.state.index.len();
+        self.state.index.retain(|_, entry| !entry.is_expired(now));
+        (before - self.state.index.len()) as u64
+    }
 }
 
 /// The segments of a shard folder, oldest first.
@@ -33,9 +47,7 @@ pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u3
 }
 
 fn open_file(storage: &dyn Storage, path: &Path) -> Result<(Arc<dyn StorageFile>, u64)> {
-    let file = storage
-        .open(path, false)
-        .map_err(|error| Error::io("open", path, error))?;
+    let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
     let len = file.len().map_err(|error| Error::io("stat", path, error))?;
     Ok((file, len))
 }
@@ -48,32 +60,17 @@ pub(crate) fn recover_shard(
     hasher: &KeyHasher,
     clock_now_ms: u64,
 ) -> Result<Recovered> {
-    storage
-        .create_dir_all(dir)
-        .map_err(|error| Error::io("create", dir, error))?;
+    storage.create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
     let mut segments = list_segments(storage, dir)?;
     drop_torn_creation(storage, dir, &mut segments)?;
     if segments.is_empty() {
         let file = create_segment(storage, dir, shard, 1, 1)?;
-        let active = ActiveSegment {
-            id: 1,
-            file,
-            end: HEADER_BYTES as u64,
-        };
+        let active = ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 };
         let state = ShardState::new(Index::default(), active, BTreeMap::new(), 1, clock_now_ms);
-        return Ok(Recovered {
-            state,
-            torn_tail_bytes: 0,
-            expired: 0,
-        });
+        return Ok(Recovered { state, torn_tail_bytes: 0, max_updated_ms: 0 });
     }
-    let mut replay = Replay {
-        hasher,
-        index: Index::default(),
-        tombstones: HashMap::new(),
-        max_lsn: 0,
-        max_updated_ms: 0,
-    };
+    let mut replay =
+        Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
     let mut lsn_floor = 1;
     let mut torn_tail_bytes = 0;
     let mut files = BTreeMap::new();
@@ -84,27 +81,15 @@ pub(crate) fn recover_shard(
         if len > u64::from(u32::MAX) {
             return Err(Error::corruption(path, 0, "segment larger than 4 GiB"));
         }
-        let mut bytes = vec![
-            0u8;
-            usize::try_from(len).map_err(|_| Error::corruption(
-                path,
-                0,
-                "segment too large"
-            ))?
-        ];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|error| Error::io("read", path, error))?;
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(path, 0, "segment too large"))?];
+        file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
         let active = position == last;
         let scan = scanner::scan(path, &bytes, active, |frame| {
             replay.apply(*id, &frame);
             Ok(())
         })?;
         if scan.header.shard != shard || scan.header.segment != *id {
-            return Err(Error::corruption(
-                path,
-                0,
-                "segment header names another shard or segment",
-            ));
+            return Err(Error::corruption(path, 0, "segment header names another shard or segment"));
         }
         lsn_floor = lsn_floor.max(scan.header.lsn_floor);
         if active && scan.valid_end < len {
@@ -116,47 +101,24 @@ pub(crate) fn recover_shard(
         active_end = scan.valid_end;
         files.insert(*id, file);
     }
-    let now_floor_ms = clock_now_ms.max(replay.max_updated_ms);
-    let before = replay.index.len();
-    replay
-        .index
-        .retain(|_, entry| !entry.is_expired(now_floor_ms));
-    let expired = (before - replay.index.len()) as u64;
-    let (active_id, active_file) = files
-        .pop_last()
-        .ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
-    let active = ActiveSegment {
-        id: active_id,
-        file: active_file,
-        end: active_end,
-    };
+    let max_updated_ms = replay.max_updated_ms;
+    let (active_id, active_file) = files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
+    let active = ActiveSegment { id: active_id, file: active_file, end: active_end };
     let next_lsn = lsn_floor.max(replay.max_lsn + 1);
-    let state = ShardState::new(replay.index, active, files, next_lsn, now_floor_ms);
-    Ok(Recovered {
-        state,
-        torn_tail_bytes,
-        expired,
-    })
+    let state = ShardState::new(replay.index, active, files, next_lsn, clock_now_ms);
+    Ok(Recovered { state, torn_tail_bytes, max_updated_ms })
 }
 
 /// A crash while a segment was being created can leave a newest segment
 /// shorter than its header, which never held a record: delete it.
-fn drop_torn_creation(
-    storage: &dyn Storage,
-    dir: &Path,
-    segments: &mut Vec<(u32, PathBuf)>,
-) -> Result<()> {
+fn drop_torn_creation(storage: &dyn Storage, dir: &Path, segments: &mut Vec<(u32, PathBuf)>) -> Result<()> {
     let Some((_, path)) = segments.last() else {
         return Ok(());
     };
     let (_, len) = open_file(storage, path)?;
     if len < HEADER_BYTES as u64 {
-        storage
-            .remove_file(path)
-            .map_err(|error| Error::io("remove", path, error))?;
-        storage
-            .sync_dir(dir)
-            .map_err(|error| Error::io("fsync", dir, error))?;
+        storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
+        storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
         segments.pop();
     }
     Ok(())
@@ -179,12 +141,7 @@ impl Replay<'_> {
         self.max_updated_ms = self.max_updated_ms.max(header.updated_ms);
         let (scope, key, _) = record::body(header, frame.bytes);
         let hash = self.hasher.hash(scope, key);
-        let newest = self
-            .index
-            .get(&hash)
-            .map(|entry| entry.lsn)
-            .max(self.tombstones.get(&hash).copied())
-            .unwrap_or(0);
+        let newest = self.index.get(&hash).map(|entry| entry.lsn).max(self.tombstones.get(&hash).copied()).unwrap_or(0);
         if header.lsn <= newest {
             return;
         }

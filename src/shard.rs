@@ -36,17 +36,9 @@ pub(crate) struct ClaimParams {
 /// The shard-level answer to a claim.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Acquired {
-        token: u64,
-        attempt: u32,
-        recovered: bool,
-        lease_deadline_ms: u64,
-    },
+    Acquired { token: u64, attempt: u32, recovered: bool, lease_deadline_ms: u64 },
     Replay(Record),
-    InProgress {
-        retry_after_ms: u64,
-        attempt: u32,
-    },
+    InProgress { retry_after_ms: u64, attempt: u32 },
     Mismatch,
 }
 
@@ -88,15 +80,7 @@ impl ShardState {
         next_lsn: u64,
         now_floor_ms: u64,
     ) -> Self {
-        ShardState {
-            index,
-            active,
-            sealed,
-            next_lsn,
-            now_floor_ms,
-            encode_buffer: Vec::new(),
-            read_buffer: Vec::new(),
-        }
+        ShardState { index, active, sealed, next_lsn, now_floor_ms, encode_buffer: Vec::new(), read_buffer: Vec::new() }
     }
 
     fn now_ms(&mut self, clock: &dyn Clock) -> u64 {
@@ -190,11 +174,7 @@ impl Shard {
         bump(&self.counters.claims);
         let Some(entry) = self.live_entry(&mut state, key.hash, now) else {
             let header = Self::put_header(&mut state, State::Processing, params.fingerprint, now);
-            let header = Header {
-                deadline_ms: now.saturating_add(params.lease_ms),
-                ttl_ms: params.ttl_ms,
-                ..header
-            };
+            let header = Header { deadline_ms: now.saturating_add(params.lease_ms), ttl_ms: params.ttl_ms, ..header };
             return self.acquire(&mut state, key, header);
         };
         let stored = self.load(&mut state, &entry, Some(key))?;
@@ -205,16 +185,12 @@ impl Shard {
         match entry.state {
             State::Processing if entry.deadline_ms > now => {
                 bump(&self.counters.in_progress);
-                let outcome = Outcome::InProgress {
-                    retry_after_ms: entry.deadline_ms - now,
-                    attempt: entry.attempt,
-                };
+                let outcome = Outcome::InProgress { retry_after_ms: entry.deadline_ms - now, attempt: entry.attempt };
                 Ok((outcome, entry.lsn))
             }
             State::Processing => {
                 bump(&self.counters.recovered);
-                let header =
-                    Self::put_header(&mut state, State::Processing, params.fingerprint, now);
+                let header = Self::put_header(&mut state, State::Processing, params.fingerprint, now);
                 let header = Header {
                     recovered: true,
                     attempt: entry.attempt.saturating_add(1),
@@ -239,12 +215,7 @@ impl Shard {
         }
     }
 
-    fn acquire(
-        &self,
-        state: &mut ShardState,
-        key: &KeyRef<'_>,
-        header: Header,
-    ) -> Result<(Outcome, u64)> {
+    fn acquire(&self, state: &mut ShardState, key: &KeyRef<'_>, header: Header) -> Result<(Outcome, u64)> {
         self.write(state, key, &header, &[])?;
         bump(&self.counters.acquired);
         let outcome = Outcome::Acquired {
@@ -257,12 +228,7 @@ impl Shard {
     }
 
     /// A fresh header for a new record at the next LSN; the token is the LSN.
-    fn put_header(
-        state: &mut ShardState,
-        kind: State,
-        fingerprint: Fingerprint,
-        now: u64,
-    ) -> Header {
+    fn put_header(state: &mut ShardState, kind: State, fingerprint: Fingerprint, now: u64) -> Header {
         Header {
             kind: Kind::Put(kind),
             recovered: false,
@@ -296,31 +262,16 @@ impl Shard {
         let mut state = self.lock()?;
         let now = state.now_ms(&*self.clock);
         let (entry, stored) = self.held(&mut state, key, token)?;
-        let header = Header {
-            lsn: state.next_lsn,
-            updated_ms: now,
-            ..stored
-        };
+        let header = Header { lsn: state.next_lsn, updated_ms: now, ..stored };
         let (header, response) = match finish {
             Finish::Complete(response) | Finish::Fail(response) => {
-                let terminal = if matches!(finish, Finish::Complete(_)) {
-                    State::Completed
-                } else {
-                    State::Failed
-                };
-                let header = Header {
-                    kind: Kind::Put(terminal),
-                    deadline_ms: now.saturating_add(stored.ttl_ms),
-                    ..header
-                };
+                let terminal = if matches!(finish, Finish::Complete(_)) { State::Completed } else { State::Failed };
+                let header =
+                    Header { kind: Kind::Put(terminal), deadline_ms: now.saturating_add(stored.ttl_ms), ..header };
                 (header, response)
             }
             Finish::Release => {
-                let header = Header {
-                    kind: Kind::Tombstone,
-                    deadline_ms: 0,
-                    ..header
-                };
+                let header = Header { kind: Kind::Tombstone, deadline_ms: 0, ..header };
                 (header, &[][..])
             }
         };
@@ -344,12 +295,7 @@ impl Shard {
         let now = state.now_ms(&*self.clock);
         let (entry, stored) = self.held(&mut state, key, token)?;
         let deadline_ms = entry.deadline_ms.max(now.saturating_add(extend_ms));
-        let header = Header {
-            lsn: state.next_lsn,
-            updated_ms: now,
-            deadline_ms,
-            ..stored
-        };
+        let header = Header { lsn: state.next_lsn, updated_ms: now, deadline_ms, ..stored };
         self.write(&mut state, key, &header, &[])?;
         bump(&self.counters.renewals);
         Ok((deadline_ms, header.lsn))
@@ -357,12 +303,7 @@ impl Shard {
 
     /// The entry and stored header of a key that `token` holds in
     /// Processing, or `LeaseLost`.
-    fn held(
-        &self,
-        state: &mut ShardState,
-        key: &KeyRef<'_>,
-        token: u64,
-    ) -> Result<(Entry, Header)> {
+    fn held(&self, state: &mut ShardState, key: &KeyRef<'_>, token: u64) -> Result<(Entry, Header)> {
         match state.index.get(&key.hash).copied() {
             Some(entry) if entry.state == State::Processing && entry.token == token => {
                 let stored = self.load(state, &entry, Some(key))?;
@@ -384,13 +325,7 @@ impl Shard {
             return Ok((false, 0));
         };
         let stored = self.load(&mut state, &entry, Some(key))?;
-        let header = Header {
-            kind: Kind::Tombstone,
-            lsn: state.next_lsn,
-            updated_ms: now,
-            deadline_ms: 0,
-            ..stored
-        };
+        let header = Header { kind: Kind::Tombstone, lsn: state.next_lsn, updated_ms: now, deadline_ms: 0, ..stored };
         self.write(&mut state, key, &header, &[])?;
         bump(&self.counters.removes);
         drop(state);
@@ -434,10 +369,8 @@ impl Shard {
     /// Processing record at `lsn`.
     pub(crate) fn wait_finished(&self, hash: u128, lsn: u64, timeout: Duration) {
         let mut state = self.state.lock();
-        let unchanged = state
-            .index
-            .get(&hash)
-            .is_some_and(|entry| entry.lsn == lsn && entry.state == State::Processing);
+        let unchanged =
+            state.index.get(&hash).is_some_and(|entry| entry.lsn == lsn && entry.state == State::Processing);
         if unchanged {
             let _timed_out = self.finished.wait_for(&mut state, timeout);
         }
@@ -445,12 +378,7 @@ impl Shard {
 
     /// Reads the record of `entry` into the read buffer and checks its CRC
     /// and, when given, that it belongs to `key`.
-    fn load(
-        &self,
-        state: &mut ShardState,
-        entry: &Entry,
-        key: Option<&KeyRef<'_>>,
-    ) -> Result<Header> {
+    fn load(&self, state: &mut ShardState, entry: &Entry, key: Option<&KeyRef<'_>>) -> Result<Header> {
         let file = if entry.segment == state.active.id {
             &state.active.file
         } else {
@@ -490,19 +418,12 @@ impl Shard {
     }
 
     /// Appends one record of `key` and points the index at it.
-    fn write(
-        &self,
-        state: &mut ShardState,
-        key: &KeyRef<'_>,
-        header: &Header,
-        response: &[u8],
-    ) -> Result<()> {
+    fn write(&self, state: &mut ShardState, key: &KeyRef<'_>, header: &Header, response: &[u8]) -> Result<()> {
         debug_assert_eq!(header.lsn, state.next_lsn);
         let header = Header {
             scope_len: u16::try_from(key.scope.len()).expect("scope length checked against limits"),
             key_len: u16::try_from(key.key.len()).expect("key length checked against limits"),
-            response_len: u32::try_from(response.len())
-                .expect("response length checked against limits"),
+            response_len: u32::try_from(response.len()).expect("response length checked against limits"),
             ..*header
         };
         let mut buffer = std::mem::take(&mut state.encode_buffer);
@@ -546,18 +467,12 @@ impl Shard {
             if state.active.file.set_len(offset).is_err() {
                 self.poison();
             }
-            return Err(Error::io(
-                "write",
-                self.segment_path(state.active.id),
-                error,
-            ));
+            return Err(Error::io("write", self.segment_path(state.active.id), error));
         }
         state.active.end += frame_len;
         self.written_lsn.store(lsn, Ordering::Release);
         bump(&self.counters.records_written);
-        self.counters
-            .bytes_written
-            .fetch_add(frame_len, Ordering::Relaxed);
+        self.counters.bytes_written.fetch_add(frame_len, Ordering::Relaxed);
         let offset = u32::try_from(offset).expect("segment_bytes is at most 4 GiB");
         let frame_len = u32::try_from(frame_len).expect("segment_bytes is at most 4 GiB");
         Ok((state.active.id, offset, frame_len))
@@ -573,23 +488,11 @@ impl Shard {
         bump(&self.counters.fsyncs);
         let synced = state.next_lsn.saturating_sub(1);
         let before = self.durable_lsn.fetch_max(synced, Ordering::AcqRel);
-        self.counters
-            .records_synced
-            .fetch_add(synced.saturating_sub(before), Ordering::Relaxed);
-        let id = state
-            .active
-            .id
-            .checked_add(1)
-            .ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
+        self.counters.records_synced.fetch_add(synced.saturating_sub(before), Ordering::Relaxed);
+        let id = state.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.id, id, state.next_lsn)?;
-        let previous = std::mem::replace(
-            &mut state.active,
-            ActiveSegment {
-                id,
-                file,
-                end: segment::header::HEADER_BYTES as u64,
-            },
-        );
+        let previous =
+            std::mem::replace(&mut state.active, ActiveSegment { id, file, end: segment::header::HEADER_BYTES as u64 });
         state.sealed.insert(previous.id, previous.file);
         Ok(())
     }
@@ -610,11 +513,7 @@ impl Shard {
         }
         let (file, segment, target) = {
             let state = self.state.lock();
-            (
-                Arc::clone(&state.active.file),
-                state.active.id,
-                self.written_lsn.load(Ordering::Acquire),
-            )
+            (Arc::clone(&state.active.file), state.active.id, self.written_lsn.load(Ordering::Acquire))
         };
         if let Err(error) = file.sync() {
             self.poison();
@@ -622,9 +521,7 @@ impl Shard {
         }
         bump(&self.counters.fsyncs);
         let before = self.durable_lsn.fetch_max(target, Ordering::AcqRel);
-        self.counters
-            .records_synced
-            .fetch_add(target.saturating_sub(before), Ordering::Relaxed);
+        self.counters.records_synced.fetch_add(target.saturating_sub(before), Ordering::Relaxed);
         Ok(())
     }
 
@@ -645,18 +542,10 @@ pub(crate) fn create_segment(
     lsn_floor: u64,
 ) -> Result<Arc<dyn StorageFile>> {
     let path = segment::segment_path(dir, segment);
-    let header = SegmentHeader {
-        shard,
-        segment,
-        lsn_floor,
-    };
-    let file = storage
-        .open(&path, true)
-        .map_err(|error| Error::io("create", &path, error))?;
-    let written = file
-        .write_all_at(&header.encode(), 0)
-        .and_then(|()| file.sync())
-        .and_then(|()| storage.sync_dir(dir));
+    let header = SegmentHeader { shard, segment, lsn_floor };
+    let file = storage.open(&path, true).map_err(|error| Error::io("create", &path, error))?;
+    let written =
+        file.write_all_at(&header.encode(), 0).and_then(|()| file.sync()).and_then(|()| storage.sync_dir(dir));
     if let Err(error) = written {
         // A half-made segment must not be mistaken for the active one; if it
         // cannot be deleted, recovery treats a segment shorter than its

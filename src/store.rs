@@ -84,9 +84,7 @@ impl Store {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let storage = Arc::clone(&config.storage);
-        storage
-            .create_dir_all(&dir)
-            .map_err(|error| Error::io("create", &dir, error))?;
+        storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
         refuse_foreign_directory(&*storage, &dir)?;
         let lock_file = lock_directory(&dir)?;
         let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
@@ -97,17 +95,20 @@ impl Store {
             manifest
         };
         if manifest.shards != config.shards {
-            return Err(Error::ShardCountMismatch {
-                on_disk: manifest.shards,
-                configured: config.shards,
-            });
+            return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured: config.shards });
         }
         let hasher = KeyHasher::new(manifest.hash_key);
-        let mut shards = Vec::with_capacity(manifest.shards as usize);
+        let now_ms = config.clock.now_ms();
+        let mut recovered = Vec::with_capacity(manifest.shards as usize);
         for id in 0..manifest.shards {
+            recovered.push(recover_shard(&*storage, &segment::shard_dir(&dir, id), id, &hasher, now_ms)?);
+        }
+        // One time floor for the whole store: the newest time any shard wrote.
+        let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
+        let mut shards = Vec::with_capacity(recovered.len());
+        for (id, mut recovered) in (0..).zip(recovered) {
+            let expired = recovered.settle_time(floor_ms);
             let shard_dir = segment::shard_dir(&dir, id);
-            let recovered =
-                recover_shard(&*storage, &shard_dir, id, &hasher, config.clock.now_ms())?;
             let shard = Shard::new(
                 id,
                 shard_dir,
@@ -116,19 +117,11 @@ impl Store {
                 config.segment_bytes,
                 recovered.state,
             );
-            shard
-                .counters
-                .torn_tail_bytes_cut
-                .store(recovered.torn_tail_bytes, Ordering::Relaxed);
-            shard
-                .counters
-                .expirations
-                .store(recovered.expired, Ordering::Relaxed);
+            shard.counters.torn_tail_bytes_cut.store(recovered.torn_tail_bytes, Ordering::Relaxed);
+            shard.counters.expirations.store(expired, Ordering::Relaxed);
             shards.push(shard);
         }
-        storage
-            .sync_dir(&dir)
-            .map_err(|error| Error::io("fsync", &dir, error))?;
+        storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 dir,
@@ -165,12 +158,7 @@ impl Store {
         let (outcome, lsn) = shard.claim(&key, &params)?;
         self.wait_durable(shard, lsn)?;
         let claim = match outcome {
-            Outcome::Acquired {
-                token,
-                attempt,
-                recovered,
-                lease_deadline_ms,
-            } => Claim::Acquired(Lease {
+            Outcome::Acquired { token, attempt, recovered, lease_deadline_ms } => Claim::Acquired(Lease {
                 store: self.clone(),
                 hash: key.hash,
                 scope: request.scope.to_vec(),
@@ -182,13 +170,9 @@ impl Store {
                 finished: false,
             }),
             Outcome::Replay(record) => Claim::Replay(record),
-            Outcome::InProgress {
-                retry_after_ms,
-                attempt,
-            } => Claim::InProgress {
-                retry_after: Duration::from_millis(retry_after_ms),
-                attempt,
-            },
+            Outcome::InProgress { retry_after_ms, attempt } => {
+                Claim::InProgress { retry_after: Duration::from_millis(retry_after_ms), attempt }
+            }
             Outcome::Mismatch => Claim::Mismatch,
         };
         Ok((claim, key.hash, lsn))
@@ -212,10 +196,7 @@ impl Store {
             if elapsed >= timeout {
                 return Ok(claim);
             }
-            let pause = timeout
-                .saturating_sub(elapsed)
-                .min(retry_after)
-                .min(WAIT_POLL);
+            let pause = timeout.saturating_sub(elapsed).min(retry_after).min(WAIT_POLL);
             self.shard_of_hash(hash).wait_finished(hash, lsn, pause);
         }
     }
@@ -260,11 +241,7 @@ impl Store {
     pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
         let token = Self::token_ref(token);
         self.check_key(token.scope, token.key)?;
-        self.complete_hashed(
-            self.inner.hasher.hash(token.scope, token.key),
-            &token,
-            response,
-        )
+        self.complete_hashed(self.inner.hasher.hash(token.scope, token.key), &token, response)
     }
 
     /// Fails the lease `token` with a replayed terminal response (see
@@ -275,11 +252,7 @@ impl Store {
     pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
         let token = Self::token_ref(token);
         self.check_key(token.scope, token.key)?;
-        self.fail_hashed(
-            self.inner.hasher.hash(token.scope, token.key),
-            &token,
-            response,
-        )
+        self.fail_hashed(self.inner.hasher.hash(token.scope, token.key), &token, response)
     }
 
     /// Releases the lease `token`: the key becomes absent (see
@@ -301,23 +274,14 @@ impl Store {
     pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
         let token = Self::token_ref(token);
         self.check_key(token.scope, token.key)?;
-        self.renew_hashed(
-            self.inner.hasher.hash(token.scope, token.key),
-            &token,
-            extend,
-        )
+        self.renew_hashed(self.inner.hasher.hash(token.scope, token.key), &token, extend)
     }
 
     /// Iterates over the live records of every shard (inspection; not a
     /// snapshot: records that change while it runs may or may not be seen).
     #[must_use]
     pub fn iter(&self) -> Iter<'_> {
-        Iter {
-            store: self,
-            shard: 0,
-            hashes: Vec::new().into_iter(),
-            started: false,
-        }
+        Iter { store: self, shard: 0, hashes: Vec::new().into_iter(), started: false }
     }
 
     /// Makes everything written so far durable (fsync of every shard).
@@ -369,22 +333,12 @@ impl Store {
         self.inner.config.shards
     }
 
-    pub(crate) fn complete_hashed(
-        &self,
-        hash: u128,
-        token: &TokenRef<'_>,
-        response: &[u8],
-    ) -> Result<()> {
+    pub(crate) fn complete_hashed(&self, hash: u128, token: &TokenRef<'_>, response: &[u8]) -> Result<()> {
         self.check_response(response)?;
         self.finish(hash, token, Finish::Complete(response))
     }
 
-    pub(crate) fn fail_hashed(
-        &self,
-        hash: u128,
-        token: &TokenRef<'_>,
-        response: &[u8],
-    ) -> Result<()> {
+    pub(crate) fn fail_hashed(&self, hash: u128, token: &TokenRef<'_>, response: &[u8]) -> Result<()> {
         self.check_response(response)?;
         self.finish(hash, token, Finish::Fail(response))
     }
@@ -393,18 +347,9 @@ impl Store {
         self.finish(hash, token, Finish::Release)
     }
 
-    pub(crate) fn renew_hashed(
-        &self,
-        hash: u128,
-        token: &TokenRef<'_>,
-        extend: Duration,
-    ) -> Result<u64> {
+    pub(crate) fn renew_hashed(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<u64> {
         let extend_ms = self.check_duration("renewal", Some(extend), 0)?;
-        let key = KeyRef {
-            hash,
-            scope: token.scope,
-            key: token.key,
-        };
+        let key = KeyRef { hash, scope: token.scope, key: token.key };
         let shard = self.shard_of_hash(hash);
         let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms)?;
         self.wait_durable(shard, lsn)?;
@@ -412,11 +357,7 @@ impl Store {
     }
 
     fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
-        let key = KeyRef {
-            hash,
-            scope: token.scope,
-            key: token.key,
-        };
+        let key = KeyRef { hash, scope: token.scope, key: token.key };
         let shard = self.shard_of_hash(hash);
         let lsn = shard.finish(&key, token.token, finish)?;
         self.wait_durable(shard, lsn)
@@ -430,19 +371,11 @@ impl Store {
     }
 
     fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> KeyRef<'a> {
-        KeyRef {
-            hash: self.inner.hasher.hash(scope, key),
-            scope,
-            key,
-        }
+        KeyRef { hash: self.inner.hasher.hash(scope, key), scope, key }
     }
 
     fn token_ref(token: &LeaseToken) -> TokenRef<'_> {
-        TokenRef {
-            scope: &token.scope,
-            key: &token.key,
-            token: token.token,
-        }
+        TokenRef { scope: &token.scope, key: &token.key, token: token.token }
     }
 
     fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
@@ -458,16 +391,10 @@ impl Store {
             return Err(Error::KeyEmpty);
         }
         if key.len() > config.key_bytes_max {
-            return Err(Error::KeyTooLong {
-                len: key.len(),
-                max: config.key_bytes_max,
-            });
+            return Err(Error::KeyTooLong { len: key.len(), max: config.key_bytes_max });
         }
         if scope.len() > config.scope_bytes_max {
-            return Err(Error::ScopeTooLong {
-                len: scope.len(),
-                max: config.scope_bytes_max,
-            });
+            return Err(Error::ScopeTooLong { len: scope.len(), max: config.scope_bytes_max });
         }
         Ok(())
     }
@@ -475,35 +402,21 @@ impl Store {
     fn check_response(&self, response: &[u8]) -> Result<()> {
         let max = self.inner.config.response_bytes_max;
         if response.len() > max {
-            return Err(Error::ResponseTooLarge {
-                len: response.len(),
-                max,
-            });
+            return Err(Error::ResponseTooLarge { len: response.len(), max });
         }
         Ok(())
     }
 
-    fn check_duration(
-        &self,
-        what: &'static str,
-        duration: Option<Duration>,
-        default_ms: u64,
-    ) -> Result<u64> {
+    fn check_duration(&self, what: &'static str, duration: Option<Duration>, default_ms: u64) -> Result<u64> {
         let Some(duration) = duration else {
             return Ok(default_ms);
         };
         if duration.is_zero() {
-            return Err(Error::InvalidDuration {
-                what,
-                reason: "must not be zero",
-            });
+            return Err(Error::InvalidDuration { what, reason: "must not be zero" });
         }
         let ms = crate::clock::duration_ms(duration);
         if ms > self.inner.config.duration_ms_max {
-            return Err(Error::InvalidDuration {
-                what,
-                reason: "longer than the configured duration_max",
-            });
+            return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
         }
         Ok(ms)
     }
@@ -516,20 +429,13 @@ fn refuse_foreign_directory(storage: &dyn crate::io::Storage, dir: &Path) -> Res
     if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
         return Ok(());
     }
-    let entries = storage
-        .read_dir(dir)
-        .map_err(|error| Error::io("list", dir, error))?;
+    let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
     let foreign = entries.iter().any(|path| {
-        let name = path
-            .file_name()
-            .and_then(|name| name.to_str())
-            .unwrap_or("");
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
         name != LOCK_FILE_NAME && name != manifest::TEMP_NAME
     });
     if foreign {
-        return Err(Error::NotAStore {
-            path: dir.to_path_buf(),
-        });
+        return Err(Error::NotAStore { path: dir.to_path_buf() });
     }
     Ok(())
 }

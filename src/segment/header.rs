@@ -54,9 +54,7 @@ impl SegmentHeader {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, HeaderError> {
-        let bytes = bytes
-            .get(..HEADER_BYTES)
-            .ok_or(HeaderError::Invalid("segment shorter than its header"))?;
+        let bytes = bytes.get(..HEADER_BYTES).ok_or(HeaderError::Invalid("segment shorter than its header"))?;
         if bytes[..8] != MAGIC {
             return Err(HeaderError::Invalid("bad segment magic"));
         }
@@ -65,9 +63,7 @@ impl SegmentHeader {
         }
         FormatVersion::try_from(bytes[OFFSET_VERSION]).map_err(HeaderError::UnsupportedVersion)?;
         if bytes[9..12] != [0, 0, 0] {
-            return Err(HeaderError::Invalid(
-                "segment header reserved bytes are not zero",
-            ));
+            return Err(HeaderError::Invalid("segment header reserved bytes are not zero"));
         }
         Ok(SegmentHeader {
             shard: read_u32(bytes, OFFSET_SHARD),
@@ -83,11 +79,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_damage() {
-        let header = SegmentHeader {
-            shard: 3,
-            segment: 9,
-            lsn_floor: 77,
-        };
+        let header = SegmentHeader { shard: 3, segment: 9, lsn_floor: 77 };
         let bytes = header.encode();
         assert_eq!(SegmentHeader::decode(&bytes), Ok(header));
         for cut in 0..HEADER_BYTES {
@@ -96,27 +88,16 @@ mod tests {
         for byte in 0..HEADER_BYTES {
             let mut damaged = bytes;
             damaged[byte] ^= 0x10;
-            assert!(
-                SegmentHeader::decode(&damaged).is_err(),
-                "flip at {byte} accepted"
-            );
+            assert!(SegmentHeader::decode(&damaged).is_err(), "flip at {byte} accepted");
         }
     }
 
     #[test]
     fn newer_version_is_named() {
-        let mut bytes = SegmentHeader {
-            shard: 0,
-            segment: 1,
-            lsn_floor: 0,
-        }
-        .encode();
+        let mut bytes = SegmentHeader { shard: 0, segment: 1, lsn_floor: 0 }.encode();
         bytes[OFFSET_VERSION] = 200;
         let crc = crc32fast::hash(&bytes[..OFFSET_CRC]);
         bytes[OFFSET_CRC..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(
-            SegmentHeader::decode(&bytes),
-            Err(HeaderError::UnsupportedVersion(200))
-        );
+        assert_eq!(SegmentHeader::decode(&bytes), Err(HeaderError::UnsupportedVersion(200)));
     }
 }

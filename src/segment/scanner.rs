@@ -67,10 +67,7 @@ pub(crate) fn scan(
             }
             Err(error) => {
                 if active && !whole_frame_after(bytes, offset + 1, last_lsn) {
-                    return Ok(Scan {
-                        header,
-                        valid_end: offset as u64,
-                    });
+                    return Ok(Scan { header, valid_end: offset as u64 });
                 }
                 let reason = match error {
                     DecodeError::Truncated => "frame runs past the end of the segment",
@@ -80,10 +77,7 @@ pub(crate) fn scan(
             }
         }
     }
-    Ok(Scan {
-        header,
-        valid_end: offset as u64,
-    })
+    Ok(Scan { header, valid_end: offset as u64 })
 }
 
 /// Whether a whole frame with an LSN above `last_lsn` starts at or after

@@ -1,0 +1,36 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Lease, ManualClock, Record, Store};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The manual clock starts here (2026-01-01), far from zero.
+pub const START_MS: u64 = 1_767_225_600_000;
+
+/// A config with a manual clock and buffered writes (fast for tests).
+pub fn config(clock: &ManualClock) -> Config {
+    Config::new().shards(4).durability(Durability::Buffered).clock(Arc::new(clock.clone()))
+}
+
+pub fn open(dir: &Path, clock: &ManualClock) -> Store {
+    Store::open(dir, config(clock)).expect("open store")
+}
+
+pub fn fingerprint(text: &str) -> Fingerprint {
+    Fingerprint::of(text.as_bytes())
+}
+
+pub fn acquire(store: &Store, request: &ClaimRequest<'_>) -> Lease {
+    match store.claim(request).expect("claim") {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
+    match store.claim(request).expect("claim") {
+        Claim::Replay(record) => record,
+        other => panic!("expected Replay, got {other:?}"),
+    }
+}

@@ -1,0 +1,89 @@
+//! TTL and lease expiry with the manual clock, and clocks that jump back.
+
+mod common;
+
+use common::{acquire, fingerprint, open, replay, START_MS};
+use idemkv::{Claim, ClaimRequest, Config, Durability, ManualClock, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn default_and_per_request_ttl_count_from_completion() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(
+        dir.path(),
+        Config::new()
+            .durability(Durability::Buffered)
+            .clock(Arc::new(clock.clone()))
+            .default_ttl(Duration::from_secs(100)),
+    )
+    .expect("open");
+    let default_ttl = ClaimRequest::new("default", fingerprint("r"));
+    let short_ttl = ClaimRequest::new("short", fingerprint("r")).ttl(Duration::from_secs(10));
+    let lease_a = acquire(&store, &default_ttl);
+    let lease_b = acquire(&store, &short_ttl);
+    clock.advance(Duration::from_secs(50)); // time spent processing does not count
+    lease_a.complete(b"a").expect("complete");
+    lease_b.complete(b"b").expect("complete");
+    assert_eq!(replay(&store, &short_ttl).deadline_ms, START_MS + 60_000);
+    clock.advance(Duration::from_millis(9_999));
+    assert_eq!(replay(&store, &short_ttl).response, b"b");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(store.get(b"", b"short").expect("get"), None);
+    assert_eq!(replay(&store, &default_ttl).response, b"a");
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(store.get(b"", b"default").expect("get"), None);
+    assert_eq!(store.iter().count(), 0);
+}
+
+#[test]
+fn expired_records_stay_expired_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let request = ClaimRequest::new("k", fingerprint("r")).ttl(Duration::from_secs(1));
+    {
+        let store = open(dir.path(), &clock);
+        acquire(&store, &request).complete(b"x").expect("complete");
+    }
+    clock.advance(Duration::from_secs(1));
+    let store = open(dir.path(), &clock);
+    assert_eq!(store.get(b"", b"k").expect("get"), None);
+    assert_eq!(store.stats().expirations, 1);
+    assert_eq!(store.stats().live_records, 0);
+}
+
+#[test]
+fn a_clock_jumping_back_never_revives_a_record_or_frees_a_lease_early() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = open(dir.path(), &clock);
+    let expired = ClaimRequest::new("expired", fingerprint("r")).ttl(Duration::from_secs(1));
+    acquire(&store, &expired).complete(b"old").expect("complete");
+    let held = ClaimRequest::new("held", fingerprint("r")).lease(Duration::from_secs(10));
+    let lease = acquire(&store, &held);
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.get(b"", b"expired").expect("get"), None);
+    // A write records the time in the log, which is the floor after a restart.
+    acquire(&store, &ClaimRequest::new("later", fingerprint("r"))).complete(b"l").expect("complete");
+    assert!(matches!(store.claim(&held).expect("claim"), Claim::InProgress { .. }));
+
+    clock.set_ms(START_MS - 3_600_000); // an hour back
+    assert_eq!(store.get(b"", b"expired").expect("get"), None, "revived by a clock jump");
+    match store.claim(&held).expect("claim") {
+        // Time stands still at the largest value seen: 8 s of lease remain.
+        Claim::InProgress { retry_after, .. } => assert_eq!(retry_after, Duration::from_secs(8)),
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    drop(store);
+    drop(lease);
+
+    // The floor survives a restart: it is the newest time written to the log.
+    let store = open(dir.path(), &clock);
+    assert_eq!(store.get(b"", b"expired").expect("get"), None);
+    assert!(matches!(store.claim(&held).expect("claim"), Claim::InProgress { .. }));
+    clock.set_ms(START_MS + 12_000);
+    let recovered = acquire(&store, &held);
+    assert!(recovered.recovered());
+    recovered.complete(b"ok").expect("complete");
+}
