@@ -100,7 +100,8 @@ pub struct Record {
     pub state: State,
     /// The fingerprint of the request that claimed the key.
     pub fingerprint: Fingerprint,
-    /// Fencing token of the current (or finishing) holder.
+    /// Fencing token of the current (or finishing) holder. Tokens of one key
+    /// only grow; tokens of keys in different shards are unrelated.
     pub token: u64,
     /// 1 for the first holder, one more for each takeover after an expired lease.
     pub attempt: u32,
