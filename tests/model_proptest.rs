@@ -1,0 +1,278 @@
+//! Random sequences of claim / complete / fail / release / renew / remove /
+//! get / clock moves / reopen, run against the store and against a plain
+//! in-memory model of DESIGN §3. Every answer and every record must agree.
+
+mod common;
+
+use common::START_MS;
+use idemkv::{
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Record, State, Store,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim { scope: u8, key: u8, fingerprint: u8, lease_ms: u64, ttl_ms: u64 },
+    Complete { slot: usize, response: Vec<u8> },
+    Fail { slot: usize, response: Vec<u8> },
+    Release { slot: usize },
+    Renew { slot: usize, extend_ms: u64 },
+    Remove { scope: u8, key: u8 },
+    Get { scope: u8, key: u8 },
+    Advance { ms: u64 },
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let name = 0u8..3;
+    // Times are multiples of 250 ms so that lease ends and expiries fall
+    // exactly on "now" often: the boundaries are where bugs hide.
+    let lease = (1u64..12).prop_map(|quarter| quarter * 250);
+    let ttl = (1u64..24).prop_map(|quarter| quarter * 250);
+    prop_oneof![
+        4 => (0u8..2, name.clone(), 0u8..2, lease.clone(), ttl)
+            .prop_map(|(scope, key, fingerprint, lease_ms, ttl_ms)| Op::Claim { scope, key, fingerprint, lease_ms, ttl_ms }),
+        2 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(slot, response)| Op::Complete { slot, response }),
+        1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(slot, response)| Op::Fail { slot, response }),
+        1 => any::<usize>().prop_map(|slot| Op::Release { slot }),
+        1 => (any::<usize>(), lease).prop_map(|(slot, extend_ms)| Op::Renew { slot, extend_ms }),
+        1 => (0u8..2, name.clone()).prop_map(|(scope, key)| Op::Remove { scope, key }),
+        1 => (0u8..2, name).prop_map(|(scope, key)| Op::Get { scope, key }),
+        2 => (0u64..16).prop_map(|quarter| Op::Advance { ms: quarter * 250 }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ModelRecord {
+    state: State,
+    fingerprint: u8,
+    token: u64,
+    attempt: u32,
+    recovered: bool,
+    deadline_ms: u64,
+    ttl_ms: u64,
+    response: Vec<u8>,
+}
+
+/// DESIGN §3 as a plain map.
+#[derive(Default)]
+struct Model {
+    records: HashMap<(u8, u8), ModelRecord>,
+    max_token: HashMap<(u8, u8), u64>,
+}
+
+impl Model {
+    fn live(&mut self, id: (u8, u8), now: u64) -> Option<&mut ModelRecord> {
+        if self.records.get(&id).is_some_and(|record| record.state != State::Processing && record.deadline_ms <= now) {
+            self.records.remove(&id);
+        }
+        self.records.get_mut(&id)
+    }
+}
+
+fn names(scope: u8, key: u8) -> (String, String) {
+    (format!("scope-{scope}"), format!("key-{key}"))
+}
+
+fn fingerprint(value: u8) -> Fingerprint {
+    Fingerprint::of(&[value])
+}
+
+fn open(dir: &Path, clock: &ManualClock) -> Store {
+    let config = Config::new().shards(2).durability(Durability::Buffered).clock(Arc::new(clock.clone()));
+    Store::open(dir, config).expect("open")
+}
+
+fn check_record(actual: &Record, expected: &ModelRecord) {
+    assert_eq!(actual.state, expected.state);
+    assert_eq!(actual.fingerprint, fingerprint(expected.fingerprint));
+    assert_eq!(actual.token, expected.token);
+    assert_eq!(actual.attempt, expected.attempt);
+    assert_eq!(actual.recovered, expected.recovered);
+    assert_eq!(actual.deadline_ms, expected.deadline_ms);
+    assert_eq!(actual.response, expected.response);
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    store: Option<Store>,
+    model: Model,
+    /// Every lease handed out, as (scope, key, token); stale ones included.
+    tokens: Vec<(u8, u8, LeaseToken)>,
+}
+
+impl Harness {
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("open")
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn run(&mut self, op: &Op) {
+        match op {
+            Op::Claim { scope, key, fingerprint: fp, lease_ms, ttl_ms } => self.claim(*scope, *key, *fp, *lease_ms, *ttl_ms),
+            Op::Complete { slot, response } => self.finish(*slot, Some((State::Completed, response))),
+            Op::Fail { slot, response } => self.finish(*slot, Some((State::Failed, response))),
+            Op::Release { slot } => self.finish(*slot, None),
+            Op::Renew { slot, extend_ms } => self.renew(*slot, *extend_ms),
+            Op::Remove { scope, key } => {
+                let (scope_name, key_name) = names(*scope, *key);
+                let now = self.now();
+                let expected = self.model.live((*scope, *key), now).is_some();
+                self.model.records.remove(&(*scope, *key));
+                let removed = self.store().remove(scope_name.as_bytes(), key_name.as_bytes()).expect("remove");
+                assert_eq!(removed, expected);
+            }
+            Op::Get { scope, key } => {
+                let (scope_name, key_name) = names(*scope, *key);
+                let now = self.now();
+                let expected = self.model.live((*scope, *key), now).cloned();
+                let actual = self.store().get(scope_name.as_bytes(), key_name.as_bytes()).expect("get");
+                match (actual, expected) {
+                    (None, None) => {}
+                    (Some(actual), Some(expected)) => check_record(&actual, &expected),
+                    (actual, expected) => panic!("get: store {actual:?}, model {expected:?}"),
+                }
+            }
+            Op::Advance { ms } => self.clock.advance(Duration::from_millis(*ms)),
+            Op::Reopen => {
+                self.store.take().expect("open").close().expect("close");
+                self.store = Some(open(self.dir.path(), &self.clock));
+            }
+        }
+    }
+
+    fn claim(&mut self, scope: u8, key: u8, fp: u8, lease_ms: u64, ttl_ms: u64) {
+        let (scope_name, key_name) = names(scope, key);
+        let request = ClaimRequest::new(&key_name, fingerprint(fp))
+            .scope(&scope_name)
+            .lease(Duration::from_millis(lease_ms))
+            .ttl(Duration::from_millis(ttl_ms));
+        let now = self.now();
+        let answer = self.store().claim(&request).expect("claim");
+        let expected = self.model.live((scope, key), now).cloned();
+        match (answer, expected) {
+            (Claim::Acquired(lease), previous) => {
+                let (attempt, recovered) = match previous {
+                    None => (1, false),
+                    Some(record) => {
+                        assert_eq!(record.fingerprint, fp, "Acquired despite another fingerprint");
+                        assert_eq!(record.state, State::Processing, "Acquired over a finished record");
+                        assert!(record.deadline_ms <= now, "Acquired while the lease is valid");
+                        (record.attempt + 1, true)
+                    }
+                };
+                assert_eq!((lease.attempt(), lease.recovered()), (attempt, recovered));
+                assert_eq!(lease.deadline_ms(), now + lease_ms);
+                let max_token = self.model.max_token.entry((scope, key)).or_insert(0);
+                assert!(lease.token() > *max_token, "token did not grow");
+                *max_token = lease.token();
+                let record = ModelRecord {
+                    state: State::Processing,
+                    fingerprint: fp,
+                    token: lease.token(),
+                    attempt,
+                    recovered,
+                    deadline_ms: now + lease_ms,
+                    ttl_ms,
+                    response: Vec::new(),
+                };
+                self.model.records.insert((scope, key), record);
+                self.tokens.push((scope, key, lease.into_token()));
+            }
+            (Claim::Mismatch, Some(record)) => assert_ne!(record.fingerprint, fp),
+            (Claim::InProgress { retry_after, attempt }, Some(record)) => {
+                assert_eq!(record.fingerprint, fp);
+                assert_eq!(record.state, State::Processing);
+                assert!(record.deadline_ms > now);
+                assert_eq!(retry_after, Duration::from_millis(record.deadline_ms - now));
+                assert_eq!(attempt, record.attempt);
+            }
+            (Claim::Replay(actual), Some(record)) => {
+                assert_eq!(record.fingerprint, fp);
+                assert_ne!(record.state, State::Processing);
+                check_record(&actual, &record);
+            }
+            (answer, expected) => panic!("claim: store {answer:?}, model {expected:?}"),
+        }
+    }
+
+    fn finish(&mut self, slot: usize, terminal: Option<(State, &Vec<u8>)>) {
+        if self.tokens.is_empty() {
+            return;
+        }
+        let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
+        let now = self.now();
+        let holds = self
+            .model
+            .live((scope, key), now)
+            .is_some_and(|record| record.state == State::Processing && record.token == token.token);
+        let outcome = match terminal {
+            Some((State::Completed, response)) => self.store().complete(&token, response),
+            Some((_, response)) => self.store().fail(&token, response),
+            None => self.store().release(&token),
+        };
+        if !holds {
+            assert!(matches!(outcome, Err(Error::LeaseLost { .. })), "stale token accepted: {outcome:?}");
+            return;
+        }
+        outcome.expect("finish by the holder");
+        match terminal {
+            Some((state, response)) => {
+                let record = self.model.records.get_mut(&(scope, key)).expect("held");
+                record.state = state;
+                record.deadline_ms = now + record.ttl_ms;
+                record.response.clone_from(response);
+            }
+            None => {
+                self.model.records.remove(&(scope, key));
+            }
+        }
+    }
+
+    fn renew(&mut self, slot: usize, extend_ms: u64) {
+        if self.tokens.is_empty() {
+            return;
+        }
+        let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
+        let now = self.now();
+        let outcome = self.store().renew(&token, Duration::from_millis(extend_ms));
+        match self.model.live((scope, key), now) {
+            Some(record) if record.state == State::Processing && record.token == token.token => {
+                record.deadline_ms = record.deadline_ms.max(now + extend_ms);
+                assert_eq!(outcome.expect("renew by the holder"), record.deadline_ms);
+            }
+            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. })), "stale renew accepted: {outcome:?}"),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::new(START_MS);
+        let store = Some(open(dir.path(), &clock));
+        let mut harness = Harness { dir, clock, store, model: Model::default(), tokens: Vec::new() };
+        for op in &ops {
+            harness.run(op);
+        }
+        // Finally every key agrees after one more reopen.
+        harness.run(&Op::Reopen);
+        for scope in 0..2 {
+            for key in 0..3 {
+                harness.run(&Op::Get { scope, key });
+            }
+        }
+    }
+}
