@@ -77,3 +77,8 @@ pub use lease::Lease;
 pub use record::State;
 pub use stats::Stats;
 pub use store::{Iter, Store, LOCK_FILE_NAME};
+
+/// The README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

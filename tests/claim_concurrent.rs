@@ -16,10 +16,13 @@ const THREADS: usize = 8;
 const ROUNDS: usize = 400;
 const LEASE_MS: u64 = 1_000;
 
+/// (token, lease start ms, lease end ms)
+type Holder = (u64, u64, u64);
+
 fn hammer(store: &Store, clock: Option<&ManualClock>) -> (u64, u64) {
     // Per key: (token, lease start, lease end) of every holder between its
     // Acquired and its finishing call, as the store reported them.
-    let holders: Arc<Mutex<HashMap<usize, Vec<(u64, u64, u64)>>>> = Arc::default();
+    let holders: Arc<Mutex<HashMap<usize, Vec<Holder>>>> = Arc::default();
     // The response whose completion returned Ok, and the first one replayed.
     let first_response: Arc<Mutex<HashMap<usize, Vec<u8>>>> = Arc::default();
     let replayed: Arc<Mutex<HashMap<usize, Vec<u8>>>> = Arc::default();
@@ -34,20 +37,21 @@ fn hammer(store: &Store, clock: Option<&ManualClock>) -> (u64, u64) {
                 for round in 0..ROUNDS {
                     let slot = (thread + round) % KEYS;
                     let key = format!("hot-{slot}");
-                    let request = ClaimRequest::new(&key, fingerprint("same request")).lease(Duration::from_millis(LEASE_MS));
+                    let request =
+                        ClaimRequest::new(&key, fingerprint("same request")).lease(Duration::from_millis(LEASE_MS));
                     match store.claim(&request).expect("claim") {
                         Claim::Acquired(lease) => {
                             // The lease starts at the store's "now". No other holder's
                             // lease may overlap it in time.
-                            let (start_ms, end_ms) = (lease.deadline_ms() - LEASE_MS, lease.deadline_ms());
+                            let (lease_start_ms, lease_end_ms) = (lease.deadline_ms() - LEASE_MS, lease.deadline_ms());
                             {
                                 let mut holders = holders.lock();
-                                let list = holders.entry(slot).or_default();
-                                for (token, other_start, other_end) in list.iter() {
-                                    let overlap = start_ms < *other_end && *other_start < end_ms;
+                                let current = holders.entry(slot).or_default();
+                                for (token, their_start_ms, their_end_ms) in current.iter() {
+                                    let overlap = lease_start_ms < *their_end_ms && *their_start_ms < lease_end_ms;
                                     assert!(!overlap, "two valid holders of {key}: {token} and {}", lease.token());
                                 }
-                                list.push((lease.token(), start_ms, end_ms));
+                                current.push((lease.token(), lease_start_ms, lease_end_ms));
                             }
                             executions.fetch_add(1, Ordering::SeqCst);
                             for _ in 0..3 {

@@ -6,6 +6,8 @@ use common::{acquire, config, fingerprint, open, START_MS};
 use idemkv::{ClaimRequest, Config, Error, LeaseToken, ManualClock, Store};
 use std::time::Duration;
 
+type Expected = fn(&Error) -> bool;
+
 fn unchanged(store: &Store, before: u64) {
     assert_eq!(store.stats().records_written, before, "a refused call wrote a record");
 }
@@ -18,7 +20,7 @@ fn bad_keys_scopes_and_durations_are_refused() {
     let fp = fingerprint("r");
     let long_key = vec![b'k'; 256];
     let long_scope = vec![b's'; 256];
-    let cases: Vec<(ClaimRequest<'_>, fn(&Error) -> bool)> = vec![
+    let cases: Vec<(ClaimRequest<'_>, Expected)> = vec![
         (ClaimRequest::new("", fp), |e| matches!(e, Error::KeyEmpty)),
         (ClaimRequest::new(&long_key, fp), |e| matches!(e, Error::KeyTooLong { len: 256, max: 255 })),
         (ClaimRequest::new("k", fp).scope(&long_scope), |e| matches!(e, Error::ScopeTooLong { len: 256, max: 255 })),

@@ -118,7 +118,9 @@ impl Harness {
 
     fn run(&mut self, op: &Op) {
         match op {
-            Op::Claim { scope, key, fingerprint: fp, lease_ms, ttl_ms } => self.claim(*scope, *key, *fp, *lease_ms, *ttl_ms),
+            Op::Claim { scope, key, fingerprint: fp, lease_ms, ttl_ms } => {
+                self.claim(*scope, *key, *fp, *lease_ms, *ttl_ms);
+            }
             Op::Complete { slot, response } => self.finish(*slot, Some((State::Completed, response))),
             Op::Fail { slot, response } => self.finish(*slot, Some((State::Failed, response))),
             Op::Release { slot } => self.finish(*slot, None),

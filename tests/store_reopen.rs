@@ -22,7 +22,7 @@ fn every_state_survives_close_and_reopen() {
     assert!(store.remove(b"s", b"removed").expect("remove"));
     let mut renewed = acquire(&store, &lease_of("renewed"));
     renewed.renew(Duration::from_secs(600)).expect("renew");
-    let renewed = renewed.into_token();
+    let _renewed_elsewhere = renewed.into_token();
     let big = vec![0xA5u8; 300_000];
     acquire(&store, &lease_of("big")).complete(&big).expect("complete");
     store.close().expect("close");
