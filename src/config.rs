@@ -23,6 +23,11 @@ pub enum Durability {
     /// Survives a process crash and a power cut. The default.
     #[default]
     Sync,
+    /// Each record is written to the operating system before the call
+    /// returns, and a background thread fsyncs every shard with unsynced
+    /// records at most this often. Survives a process crash; a power cut
+    /// loses at most the last interval of acknowledged calls.
+    Interval(Duration),
 }
 
 /// How a store is opened.
@@ -199,6 +204,11 @@ impl Config {
                 return invalid(format!("{name} must be in 1 ms..=duration_max"));
             }
         }
+        if let Durability::Interval(interval) = self.durability {
+            if interval.is_zero() {
+                return invalid("Durability::Interval must not be zero".into());
+            }
+        }
         if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
             return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
         }
@@ -236,6 +246,7 @@ mod tests {
             Config::new().default_ttl(Duration::from_secs(400 * 24 * 3600)),
             Config::new().segment_bytes(100),
             Config::new().segment_bytes(1 << 20).response_bytes_max(1 << 20),
+            Config::new().durability(Durability::Interval(Duration::ZERO)),
         ];
         for config in cases {
             assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "accepted {config:?}");

@@ -50,6 +50,7 @@
 //! # Ok(()) }
 //! ```
 
+mod background;
 mod claim;
 mod clock;
 mod config;

@@ -525,6 +525,11 @@ impl Shard {
         Ok(())
     }
 
+    /// Whether records were written that are not yet durable.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.written_lsn.load(Ordering::Acquire) > self.durable_lsn.load(Ordering::Acquire)
+    }
+
     /// Makes everything written so far durable.
     pub(crate) fn sync_all(&self) -> Result<()> {
         self.sync_to(self.written_lsn.load(Ordering::Acquire))

@@ -1,5 +1,6 @@
 //! The store: a directory of shards behind one cheap, cloneable handle.
 
+use crate::background::Worker;
 use crate::claim::{Claim, ClaimRequest, LeaseToken, Record};
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
@@ -61,6 +62,8 @@ struct Inner {
     hasher: KeyHasher,
     shards: Box<[Shard]>,
     lock_file: Mutex<Option<File>>,
+    /// Background threads (the interval flusher); stopped before close.
+    workers: Mutex<Vec<Worker>>,
 }
 
 /// A borrowed `(scope, key, token)`.
@@ -122,15 +125,38 @@ impl Store {
             shards.push(shard);
         }
         storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(Inner {
                 dir,
                 config,
                 hasher,
                 shards: shards.into_boxed_slice(),
                 lock_file: Mutex::new(Some(lock_file)),
+                workers: Mutex::new(Vec::new()),
             }),
+        };
+        if let Durability::Interval(interval) = store.inner.config.durability {
+            store.start_flusher(interval)?;
+        }
+        Ok(store)
+    }
+
+    /// Starts the thread that fsyncs dirty shards every `interval`. It holds
+    /// only a weak reference, so dropping the last handle ends it.
+    fn start_flusher(&self, interval: Duration) -> Result<()> {
+        let weak = Arc::downgrade(&self.inner);
+        let worker = Worker::spawn("idemkv-flush", interval, move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            // A failed fsync poisons its shard, which then answers every
+            // call with Error::Poisoned: the failure is not lost.
+            let _latched = sync_dirty(&inner.shards);
+            true
         })
+        .map_err(|error| Error::io("spawn flusher", &self.inner.dir, error))?;
+        self.inner.workers.lock().push(worker);
+        Ok(())
     }
 
     /// Claims `(scope, key)` atomically: the answer is one row of the table
@@ -289,10 +315,7 @@ impl Store {
     /// # Errors
     /// [`Error::Poisoned`] or the fsync's I/O error.
     pub fn sync(&self) -> Result<()> {
-        for shard in &*self.inner.shards {
-            shard.sync_all()?;
-        }
-        Ok(())
+        sync_dirty(&self.inner.shards)
     }
 
     /// The counters since open.
@@ -313,6 +336,8 @@ impl Store {
     /// # Errors
     /// The first fsync error; the lock is released regardless.
     pub fn close(self) -> Result<()> {
+        let workers = std::mem::take(&mut *self.inner.workers.lock());
+        drop(workers);
         for shard in &*self.inner.shards {
             shard.close();
         }
@@ -381,7 +406,7 @@ impl Store {
     fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
         match self.inner.config.durability {
             Durability::Sync => shard.sync_to(lsn),
-            Durability::Buffered => Ok(()),
+            Durability::Buffered | Durability::Interval(_) => Ok(()),
         }
     }
 
@@ -419,6 +444,23 @@ impl Store {
             return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
         }
         Ok(ms)
+    }
+}
+
+/// Syncs every shard with unsynced records, all in one round: the fsyncs of
+/// different shard files run at the same time, not one after another.
+fn sync_dirty(shards: &[Shard]) -> Result<()> {
+    let dirty: Vec<&Shard> = shards.iter().filter(|shard| shard.is_dirty()).collect();
+    match dirty.as_slice() {
+        [] => Ok(()),
+        [only] => only.sync_all(),
+        _ => std::thread::scope(|scope| {
+            let running: Vec<_> = dirty.iter().map(|shard| scope.spawn(|| shard.sync_all())).collect();
+            running
+                .into_iter()
+                .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        }),
     }
 }
 

@@ -9,6 +9,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod fault;
+
+pub use fault::{Fault, FaultyStorage};
+
 /// One open file, addressed by offset (no shared cursor, so readers and the
 /// writer never race on a seek position).
 #[expect(clippy::len_without_is_empty, reason = "a file length, not a collection")]
