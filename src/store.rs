@@ -458,8 +458,7 @@ fn sync_dirty(shards: &[Shard]) -> Result<()> {
             let running: Vec<_> = dirty.iter().map(|shard| scope.spawn(|| shard.sync_all())).collect();
             running
                 .into_iter()
-                .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
+                .try_for_each(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         }),
     }
 }
