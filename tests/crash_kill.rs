@@ -201,7 +201,10 @@ fn acknowledged_calls_survive_sigkill() {
         child(Path::new(&dir), round);
     }
     let rounds: u64 = std::env::var("IDEMKV_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(30);
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |elapsed| elapsed.as_nanos() as u64) | 1;
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |elapsed| elapsed.as_secs() ^ u64::from(elapsed.subsec_nanos()) << 20)
+        | 1;
     let mut random = Random(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut ledger = HashMap::new();
