@@ -100,8 +100,10 @@ pub(crate) struct Shard {
     state: Mutex<ShardState>,
     /// Signalled whenever a key leaves Processing (for `claim_wait`).
     finished: Condvar,
-    /// Held by the one caller that runs an fsync for everybody (group commit).
-    sync_lock: Mutex<()>,
+    /// Whether a caller is running the fsync for everybody (group commit).
+    sync_leader: Mutex<bool>,
+    /// Signalled when that fsync ends.
+    sync_done: Condvar,
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -131,7 +133,8 @@ impl Shard {
             segment_bytes,
             state: Mutex::new(state),
             finished: Condvar::new(),
-            sync_lock: Mutex::new(()),
+            sync_leader: Mutex::new(false),
+            sync_done: Condvar::new(),
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -497,20 +500,40 @@ impl Shard {
         Ok(())
     }
 
-    /// Makes every record up to `lsn` durable. Concurrent callers share one
-    /// fsync: the first to take `sync_lock` syncs everything written so far,
-    /// and those queued behind it find their record already covered.
+    /// Makes every record up to `lsn` durable, sharing fsyncs between
+    /// callers (group commit): one caller at a time leads and fsyncs
+    /// everything written so far; the others wait on a condition variable and
+    /// are all woken when it ends. Records written while an fsync runs ride
+    /// the next one.
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
         if self.durable_lsn.load(Ordering::Acquire) >= lsn {
             return Ok(());
         }
-        let _leader = self.sync_lock.lock();
-        if self.durable_lsn.load(Ordering::Acquire) >= lsn {
-            return Ok(());
+        let mut leading = self.sync_leader.lock();
+        loop {
+            if self.durable_lsn.load(Ordering::Acquire) >= lsn {
+                return Ok(());
+            }
+            if self.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned { shard: self.id });
+            }
+            if *leading {
+                self.sync_done.wait(&mut leading);
+                continue;
+            }
+            *leading = true;
+            drop(leading);
+            let synced = self.sync_written();
+            leading = self.sync_leader.lock();
+            *leading = false;
+            self.sync_done.notify_all();
+            synced?;
         }
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned { shard: self.id });
-        }
+    }
+
+    /// One fsync of the active segment, covering every record written
+    /// before it starts. Only the sync leader calls it.
+    fn sync_written(&self) -> Result<()> {
         let (file, segment, target) = {
             let state = self.state.lock();
             (Arc::clone(&state.active.file), state.active.id, self.written_lsn.load(Ordering::Acquire))

@@ -4,8 +4,8 @@
 //! moment (sometimes while it is still opening the store), reopens the
 //! directory and checks that nothing acknowledged was lost.
 //!
-//! Rounds share one directory, so each child also recovers from the
-//! previous kill. `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
+//! Rounds share a directory (25 at a time), so each child also recovers
+//! from the previous kill. `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
 
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, State, Store};
 use std::collections::HashMap;
@@ -206,11 +206,16 @@ fn acknowledged_calls_survive_sigkill() {
         .map_or(1, |elapsed| elapsed.as_secs() ^ u64::from(elapsed.subsec_nanos()) << 20)
         | 1;
     let mut random = Random(seed);
-    let dir = tempfile::tempdir().expect("tempdir");
+    let mut dir = tempfile::tempdir().expect("tempdir");
     let mut ledger = HashMap::new();
     let started = Instant::now();
     let mut acknowledged = 0;
     for round in 0..rounds {
+        // A fresh directory every 25 rounds keeps a long soak linear in time.
+        if round > 0 && round % 25 == 0 {
+            dir = tempfile::tempdir().expect("tempdir");
+            ledger.clear();
+        }
         // One round in five is killed early, often while it opens the store.
         let early = random.below(5) == 0;
         let kill_after =
@@ -230,10 +235,6 @@ fn acknowledged_calls_survive_sigkill() {
         }
         check(dir.path(), &ledger, seed);
     }
-    eprintln!(
-        "{rounds} kills, {acknowledged} acknowledged calls, {} keys checked, seed {seed}, {:?}",
-        ledger.len(),
-        started.elapsed()
-    );
+    eprintln!("{rounds} kills, {acknowledged} acknowledged calls, seed {seed}, {:?}", started.elapsed());
     assert!(acknowledged > 0, "no child ever acknowledged a call");
 }
