@@ -65,7 +65,7 @@ fn drive(callers: usize, seconds: f64, op: impl Fn(usize, u64) + Sync) -> (f64, 
 
 fn idemkv_row(callers: usize, seconds: f64) -> Row {
     let dir = tempfile::tempdir().expect("tempdir");
-    let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(16);
+    let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(4);
     let store = Store::open(dir.path(), Config::new().shards(shards).durability(Durability::Sync)).expect("open");
     let fingerprint = Fingerprint::of(b"POST /payments");
     let (ops_per_second, latencies) = drive(callers, seconds, |thread, n| {

@@ -42,7 +42,8 @@ pub trait StorageFile: Send + Sync + Debug {
     /// The operating system's error.
     fn len(&self) -> io::Result<u64>;
 
-    /// Makes the file's data and metadata durable (`fsync`).
+    /// Makes the file's data durable, with the metadata needed to read it
+    /// back such as its length (`fdatasync`).
     ///
     /// # Errors
     /// The operating system's error. After a failed sync the state of the
@@ -114,7 +115,7 @@ impl StorageFile for StdFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        self.0.sync_all()
+        self.0.sync_data()
     }
 }
 
