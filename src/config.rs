@@ -56,6 +56,9 @@ pub struct Config {
     pub(crate) scope_bytes_max: usize,
     pub(crate) response_bytes_max: usize,
     pub(crate) duration_ms_max: u64,
+    pub(crate) compaction_interval: Option<Duration>,
+    pub(crate) compaction_live_fraction: f64,
+    pub(crate) compaction_bytes_per_second: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) storage: Arc<dyn Storage>,
 }
@@ -72,6 +75,9 @@ impl Default for Config {
             scope_bytes_max: 255,
             response_bytes_max: 1 << 20,
             duration_ms_max: 365 * 24 * 3600 * 1000,
+            compaction_interval: Some(Duration::from_secs(60)),
+            compaction_live_fraction: 0.5,
+            compaction_bytes_per_second: 64 << 20,
             clock: Arc::new(SystemClock),
             storage: Arc::new(StdStorage),
         }
@@ -162,6 +168,31 @@ impl Config {
         self
     }
 
+    /// How often the background compactor runs a pass; `None` runs none
+    /// (call [`crate::Store::compact`] yourself). Default 60 s.
+    #[must_use]
+    pub fn compaction_interval(mut self, interval: Option<Duration>) -> Self {
+        self.compaction_interval = interval;
+        self
+    }
+
+    /// A sealed segment whose live bytes fall below this fraction of its
+    /// size is rewritten. Default 0.5, so disk use stays within about twice
+    /// the live data; in `0.0..=1.0`.
+    #[must_use]
+    pub fn compaction_live_fraction(mut self, fraction: f64) -> Self {
+        self.compaction_live_fraction = fraction;
+        self
+    }
+
+    /// The most bytes per second compaction reads and writes, so it never
+    /// starves the service's own I/O; 0 for no limit. Default 64 MiB/s.
+    #[must_use]
+    pub fn compaction_bytes_per_second(mut self, bytes_per_second: u64) -> Self {
+        self.compaction_bytes_per_second = bytes_per_second;
+        self
+    }
+
     /// Source of time. Default [`SystemClock`]; tests use
     /// [`crate::ManualClock`].
     #[must_use]
@@ -211,6 +242,12 @@ impl Config {
                 return invalid("Durability::Interval must not be zero".into());
             }
         }
+        if !(0.0..=1.0).contains(&self.compaction_live_fraction) {
+            return invalid("compaction_live_fraction must be in 0.0..=1.0".into());
+        }
+        if self.compaction_interval.is_some_and(|interval| interval.is_zero()) {
+            return invalid("compaction_interval must not be zero (use None to turn it off)".into());
+        }
         if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
             return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
         }
@@ -249,6 +286,8 @@ mod tests {
             Config::new().segment_bytes(100),
             Config::new().segment_bytes(1 << 20).response_bytes_max(1 << 20),
             Config::new().durability(Durability::Interval(Duration::ZERO)),
+            Config::new().compaction_live_fraction(1.5),
+            Config::new().compaction_interval(Some(Duration::ZERO)),
         ];
         for config in cases {
             assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "accepted {config:?}");

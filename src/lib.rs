@@ -53,6 +53,7 @@
 mod background;
 mod claim;
 mod clock;
+mod compaction;
 mod config;
 mod error;
 mod fingerprint;
@@ -70,6 +71,7 @@ mod store;
 
 pub use claim::{Claim, ClaimRequest, LeaseToken, Record};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use compaction::CompactionReport;
 pub use config::{Config, Durability};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};

@@ -19,6 +19,8 @@ pub(crate) struct Recovered {
     pub torn_tail_bytes: u64,
     /// The newest time written to the shard's log.
     pub max_updated_ms: u64,
+    /// The length of every segment after recovery.
+    pub lengths: BTreeMap<u32, u64>,
 }
 
 impl Recovered {
@@ -30,6 +32,7 @@ impl Recovered {
         let now = self.state.now_floor_ms;
         let before = self.state.index.len();
         self.state.index.retain(|_, entry| !entry.is_expired(now));
+        self.state.rebuild_usage(&self.lengths);
         (before - self.state.index.len()) as u64
     }
 }
@@ -61,13 +64,15 @@ pub(crate) fn recover_shard(
     clock_now_ms: u64,
 ) -> Result<Recovered> {
     storage.create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
+    discard_unfinished_compaction(storage, dir)?;
     let mut segments = list_segments(storage, dir)?;
     drop_torn_creation(storage, dir, &mut segments)?;
     if segments.is_empty() {
         let file = create_segment(storage, dir, shard, 1, 1)?;
         let active = ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 };
         let state = ShardState::new(Index::default(), active, BTreeMap::new(), 1, clock_now_ms);
-        return Ok(Recovered { state, torn_tail_bytes: 0, max_updated_ms: 0 });
+        let lengths = BTreeMap::from([(1, HEADER_BYTES as u64)]);
+        return Ok(Recovered { state, torn_tail_bytes: 0, max_updated_ms: 0, lengths });
     }
     let mut replay =
         Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
@@ -76,6 +81,7 @@ pub(crate) fn recover_shard(
     let mut files = BTreeMap::new();
     let last = segments.len() - 1;
     let mut active_end = 0;
+    let mut lengths = BTreeMap::new();
     for (position, (id, path)) in segments.iter().enumerate() {
         let (file, len) = open_file(storage, path)?;
         if len > u64::from(u32::MAX) {
@@ -99,6 +105,7 @@ pub(crate) fn recover_shard(
             torn_tail_bytes = len - scan.valid_end;
         }
         active_end = scan.valid_end;
+        lengths.insert(*id, scan.valid_end);
         files.insert(*id, file);
     }
     let max_updated_ms = replay.max_updated_ms;
@@ -106,7 +113,24 @@ pub(crate) fn recover_shard(
     let active = ActiveSegment { id: active_id, file: active_file, end: active_end };
     let next_lsn = lsn_floor.max(replay.max_lsn + 1);
     let state = ShardState::new(replay.index, active, files, next_lsn, clock_now_ms);
-    Ok(Recovered { state, torn_tail_bytes, max_updated_ms })
+    Ok(Recovered { state, torn_tail_bytes, max_updated_ms, lengths })
+}
+
+/// A compaction that crashed before its rename leaves a temporary file; the
+/// segment it was rewriting is still whole, so the temporary file goes.
+fn discard_unfinished_compaction(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
+    let mut removed = false;
+    for path in entries {
+        if path.to_str().is_some_and(|name| name.ends_with(segment::COMPACTION_SUFFIX)) {
+            storage.remove_file(&path).map_err(|error| Error::io("remove", &path, error))?;
+            removed = true;
+        }
+    }
+    if removed {
+        storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
+    }
+    Ok(())
 }
 
 /// A crash while a segment was being created can leave a newest segment

@@ -2,6 +2,7 @@
 
 use crate::background::Worker;
 use crate::claim::{Claim, ClaimRequest, LeaseToken, Record};
+use crate::compaction::{choose, Action, CompactionReport, Policy};
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::index::KeyHasher;
@@ -64,6 +65,8 @@ struct Inner {
     lock_file: Mutex<Option<File>>,
     /// Background threads (the interval flusher); stopped before close.
     workers: Mutex<Vec<Worker>>,
+    /// One compaction pass at a time.
+    compaction: Mutex<()>,
 }
 
 /// A borrowed `(scope, key, token)`.
@@ -133,12 +136,33 @@ impl Store {
                 shards: shards.into_boxed_slice(),
                 lock_file: Mutex::new(Some(lock_file)),
                 workers: Mutex::new(Vec::new()),
+                compaction: Mutex::new(()),
             }),
         };
         if let Durability::Interval(interval) = store.inner.config.durability {
             store.start_flusher(interval)?;
         }
+        if let Some(interval) = store.inner.config.compaction_interval {
+            store.start_compactor(interval)?;
+        }
         Ok(store)
+    }
+
+    /// Starts the background compactor. Like the flusher it holds only a
+    /// weak reference; an error of one pass (say a full disk) is retried at
+    /// the next, and a failed fsync has already poisoned its shard.
+    fn start_compactor(&self, interval: Duration) -> Result<()> {
+        let weak = Arc::downgrade(&self.inner);
+        let worker = Worker::spawn("idemkv-compact", interval, move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            let _retried_next_pass = Store { inner }.compact();
+            true
+        })
+        .map_err(|error| Error::io("spawn compactor", &self.inner.dir, error))?;
+        self.inner.workers.lock().push(worker);
+        Ok(())
     }
 
     /// Starts the thread that fsyncs dirty shards every `interval`. It holds
@@ -310,6 +334,38 @@ impl Store {
         Iter { store: self, shard: 0, hashes: Vec::new().into_iter(), started: false }
     }
 
+    /// Runs one compaction pass now: in every shard, sealed segments whose
+    /// records have all expired or been superseded are deleted (oldest
+    /// first), and those mostly dead are rewritten with only what must stay.
+    /// Claims go on meanwhile; each shard's lock is held only for short
+    /// batches. The background compactor (see
+    /// [`Config::compaction_interval`]) calls the same.
+    ///
+    /// # Errors
+    /// I/O errors (the pass stops; nothing is lost, a half-written file is
+    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`],
+    /// [`Error::Poisoned`].
+    pub fn compact(&self) -> Result<CompactionReport> {
+        let _one_at_a_time = self.inner.compaction.lock();
+        let config = &self.inner.config;
+        let policy = Policy { live_fraction_min: config.compaction_live_fraction, actions_max: 16 };
+        let mut pacer = Pacer::new(config.compaction_bytes_per_second);
+        let mut report = CompactionReport::default();
+        for shard in &*self.inner.shards {
+            let sealed = shard.sealed_views()?;
+            for action in choose(&sealed, &policy) {
+                let (Action::Drop(id) | Action::Rewrite(id)) = action;
+                let bytes = shard.compact_segment(id, &self.inner.hasher, &mut report)?;
+                pacer.pace(bytes);
+            }
+            shard.shrink_index();
+        }
+        let counters = &self.inner.shards[0].counters;
+        counters.compaction_runs.fetch_add(1, Ordering::Relaxed);
+        counters.compaction_bytes_reclaimed.fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
+        Ok(report)
+    }
+
     /// Makes everything written so far durable (fsync of every shard).
     ///
     /// # Errors
@@ -444,6 +500,31 @@ impl Store {
             return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
         }
         Ok(ms)
+    }
+}
+
+/// Keeps compaction I/O under a byte rate by sleeping when ahead of it.
+struct Pacer {
+    bytes_per_second: u64,
+    started: Instant,
+    bytes: u64,
+}
+
+impl Pacer {
+    fn new(bytes_per_second: u64) -> Self {
+        Pacer { bytes_per_second, started: Instant::now(), bytes: 0 }
+    }
+
+    fn pace(&mut self, bytes: u64) {
+        if self.bytes_per_second == 0 {
+            return;
+        }
+        self.bytes += bytes;
+        #[expect(clippy::cast_precision_loss, reason = "a pacing delay needs no exact byte count")]
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.bytes_per_second as f64);
+        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Random sequences of claim / complete / fail / release / renew / remove /
-//! get / clock moves / reopen, run against the store and against a plain
+//! get / clock moves / compaction / reopen, run against the store and against a plain
 //! in-memory model of DESIGN §3. Every answer and every record must agree.
 
 mod common;
@@ -24,6 +24,7 @@ enum Op {
     Remove { scope: u8, key: u8 },
     Get { scope: u8, key: u8 },
     Advance { ms: u64 },
+    Compact,
     Reopen,
 }
 
@@ -36,13 +37,14 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u8..2, name.clone(), 0u8..2, lease.clone(), ttl)
             .prop_map(|(scope, key, fingerprint, lease_ms, ttl_ms)| Op::Claim { scope, key, fingerprint, lease_ms, ttl_ms }),
-        2 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(slot, response)| Op::Complete { slot, response }),
-        1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(slot, response)| Op::Fail { slot, response }),
+        2 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(slot, response)| Op::Complete { slot, response }),
+        1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(slot, response)| Op::Fail { slot, response }),
         1 => any::<usize>().prop_map(|slot| Op::Release { slot }),
         1 => (any::<usize>(), lease).prop_map(|(slot, extend_ms)| Op::Renew { slot, extend_ms }),
         1 => (0u8..2, name.clone()).prop_map(|(scope, key)| Op::Remove { scope, key }),
         1 => (0u8..2, name).prop_map(|(scope, key)| Op::Get { scope, key }),
         2 => (0u64..16).prop_map(|quarter| Op::Advance { ms: quarter * 250 }),
+        1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
     ]
 }
@@ -84,7 +86,15 @@ fn fingerprint(value: u8) -> Fingerprint {
 }
 
 fn open(dir: &Path, clock: &ManualClock) -> Store {
-    let config = Config::new().shards(2).durability(Durability::Buffered).clock(Arc::new(clock.clone()));
+    // Small segments, so that compaction has sealed segments to work on.
+    let config = Config::new()
+        .shards(1)
+        .durability(Durability::Buffered)
+        .segment_bytes(4096)
+        .response_bytes_max(512)
+        .compaction_interval(None)
+        .compaction_bytes_per_second(0)
+        .clock(Arc::new(clock.clone()));
     Store::open(dir, config).expect("open")
 }
 
@@ -145,6 +155,9 @@ impl Harness {
                 }
             }
             Op::Advance { ms } => self.clock.advance(Duration::from_millis(*ms)),
+            Op::Compact => {
+                self.store().compact().expect("compact");
+            }
             Op::Reopen => {
                 self.store.take().expect("open").close().expect("close");
                 self.store = Some(open(self.dir.path(), &self.clock));
@@ -258,10 +271,10 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn store_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+    fn store_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..250)) {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = ManualClock::new(START_MS);
         let store = Some(open(dir.path(), &clock));

@@ -12,6 +12,14 @@ use std::path::{Path, PathBuf};
 
 /// File-name suffix of a segment.
 pub(crate) const SUFFIX: &str = ".seg";
+/// Suffix of the temporary file a compaction writes before renaming it
+/// over the segment it rewrites.
+pub(crate) const COMPACTION_SUFFIX: &str = ".seg.compact";
+
+/// The temporary file of a compaction of segment `segment`.
+pub(crate) fn compaction_path(shard_dir: &Path, segment: u32) -> PathBuf {
+    shard_dir.join(format!("{segment:010}{COMPACTION_SUFFIX}"))
+}
 
 /// The folder of shard `shard` inside the store directory.
 pub(crate) fn shard_dir(store_dir: &Path, shard: u32) -> PathBuf {

@@ -1,8 +1,11 @@
 //! One shard: its index, its log and its lock. Every state transition of a
 //! key happens here, under the shard's lock, as one appended record.
 
+mod compact;
+
 use crate::claim::Record;
 use crate::clock::Clock;
+use crate::compaction::SegmentUsage;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::{Entry, Index};
@@ -68,6 +71,8 @@ pub(crate) struct ShardState {
     pub next_lsn: u64,
     /// The largest time seen: the shard's clock never goes backwards.
     pub now_floor_ms: u64,
+    /// Live-data accounting per segment (sealed and active), for compaction.
+    pub usage: BTreeMap<u32, SegmentUsage>,
     encode_buffer: Vec<u8>,
     read_buffer: Vec<u8>,
 }
@@ -80,7 +85,40 @@ impl ShardState {
         next_lsn: u64,
         now_floor_ms: u64,
     ) -> Self {
-        ShardState { index, active, sealed, next_lsn, now_floor_ms, encode_buffer: Vec::new(), read_buffer: Vec::new() }
+        ShardState {
+            index,
+            active,
+            sealed,
+            next_lsn,
+            now_floor_ms,
+            usage: BTreeMap::new(),
+            encode_buffer: Vec::new(),
+            read_buffer: Vec::new(),
+        }
+    }
+
+    /// Recomputes the per-segment accounting from the index and the
+    /// segments' lengths (at open).
+    pub(crate) fn rebuild_usage(&mut self, lengths: &BTreeMap<u32, u64>) {
+        self.usage = lengths.iter().map(|(id, total_bytes)| (*id, SegmentUsage::with_total(*total_bytes))).collect();
+        for entry in self.index.values() {
+            self.usage.entry(entry.segment).or_default().add(entry);
+        }
+    }
+
+    /// Points the index at a new record, keeping the accounting.
+    fn index_insert(&mut self, hash: u128, entry: Entry) {
+        if let Some(old) = self.index.insert(hash, entry) {
+            self.usage.entry(old.segment).or_default().release(&old);
+        }
+        self.usage.entry(entry.segment).or_default().add(&entry);
+    }
+
+    /// Drops a key from the index, keeping the accounting.
+    fn index_remove(&mut self, hash: u128) -> Option<Entry> {
+        let old = self.index.remove(&hash)?;
+        self.usage.entry(old.segment).or_default().release(&old);
+        Some(old)
     }
 
     fn now_ms(&mut self, clock: &dyn Clock) -> u64 {
@@ -254,7 +292,7 @@ impl Shard {
         let entry = *state.index.get(&hash)?;
         if entry.is_expired(now) {
             bump(&self.counters.expirations);
-            state.index.remove(&hash);
+            state.index_remove(hash);
             return None;
         }
         Some(entry)
@@ -448,10 +486,10 @@ impl Shard {
                     attempt: header.attempt,
                     state: record_state,
                 };
-                state.index.insert(key.hash, entry);
+                state.index_insert(key.hash, entry);
             }
             Kind::Tombstone => {
-                state.index.remove(&key.hash);
+                state.index_remove(key.hash);
             }
         }
         Ok(())
@@ -473,6 +511,7 @@ impl Shard {
             return Err(Error::io("write", self.segment_path(state.active.id), error));
         }
         state.active.end += frame_len;
+        state.usage.entry(state.active.id).or_default().total_bytes = state.active.end;
         self.written_lsn.store(lsn, Ordering::Release);
         bump(&self.counters.records_written);
         self.counters.bytes_written.fetch_add(frame_len, Ordering::Relaxed);
@@ -494,8 +533,9 @@ impl Shard {
         self.counters.records_synced.fetch_add(synced.saturating_sub(before), Ordering::Relaxed);
         let id = state.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.id, id, state.next_lsn)?;
-        let previous =
-            std::mem::replace(&mut state.active, ActiveSegment { id, file, end: segment::header::HEADER_BYTES as u64 });
+        let header_bytes = segment::header::HEADER_BYTES as u64;
+        let previous = std::mem::replace(&mut state.active, ActiveSegment { id, file, end: header_bytes });
+        state.usage.insert(id, SegmentUsage::with_total(header_bytes));
         state.sealed.insert(previous.id, previous.file);
         Ok(())
     }
