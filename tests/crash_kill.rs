@@ -1,8 +1,10 @@
 //! Proof by killing: the test re-executes its own binary as a child that
 //! works on a store with `Sync` durability from several threads and prints a
-//! line for every acknowledged call. The parent SIGKILLs it at a random
-//! moment (sometimes while it is still opening the store), reopens the
-//! directory and checks that nothing acknowledged was lost.
+//! line for every acknowledged call, while another thread writes short-lived
+//! records and runs compaction passes back to back. The parent SIGKILLs it at
+//! a random moment (sometimes while it is still opening the store, often in
+//! the middle of a compaction), reopens the directory and checks that
+//! nothing acknowledged was lost and nothing released came back.
 //!
 //! Rounds share a directory (25 at a time), so each child also recovers
 //! from the previous kill. `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
@@ -19,7 +21,13 @@ const CHILD_ROUND: &str = "IDEMKV_KILL_CHILD_ROUND";
 const THREADS: usize = 4;
 
 fn config() -> Config {
-    Config::new().shards(4).durability(Durability::Sync).segment_bytes(64 * 1024).response_bytes_max(4096)
+    Config::new()
+        .shards(4)
+        .durability(Durability::Sync)
+        .segment_bytes(16 * 1024)
+        .response_bytes_max(4096)
+        .compaction_interval(None)
+        .compaction_bytes_per_second(0)
 }
 
 /// The action a key's holder takes, encoded in the key's name.
@@ -44,6 +52,7 @@ fn child(dir: &Path, round: u64) -> ! {
     // On its own line: the test harness may have printed a partial line.
     println!("\nCHILD-OPEN");
     std::thread::scope(|scope| {
+        scope.spawn(|| churn_and_compact(&store, round));
         for thread in 0..THREADS {
             let store = store.clone();
             scope.spawn(move || {
@@ -56,6 +65,24 @@ fn child(dir: &Path, round: u64) -> ! {
         }
     });
     std::process::exit(0)
+}
+
+/// Short-lived records (not in the ledger) give compaction work; the
+/// passes run back to back, so kills land inside them.
+fn churn_and_compact(store: &Store, round: u64) {
+    for n in 0u64.. {
+        for index in 0..20 {
+            let key = format!("churn-r{round}-{n}-{index}");
+            let request = ClaimRequest::new(&key, fingerprint(&key)).ttl(Duration::from_millis(5));
+            if let Claim::Acquired(lease) = store.claim(&request).expect("claim") {
+                lease.complete(&[b'c'; 500]).expect("complete");
+            }
+        }
+        let report = store.compact().expect("compact");
+        if report.bytes_reclaimed > 0 {
+            println!("\nCHILD-COMPACTED");
+        }
+    }
 }
 
 fn work(store: &Store, key: &str) {
@@ -116,7 +143,9 @@ impl Random {
     }
 }
 
-fn run_child(dir: &Path, round: u64, kill_after: Duration, wait_for_open: bool) -> Vec<String> {
+/// The acknowledged calls of one child, and how many compaction passes of
+/// it reclaimed space.
+fn run_child(dir: &Path, round: u64, kill_after: Duration, wait_for_open: bool) -> (Vec<String>, usize) {
     let mut child = Command::new(std::env::current_exe().expect("current exe"))
         .args(["--exact", "acknowledged_calls_survive_sigkill", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
@@ -129,16 +158,20 @@ fn run_child(dir: &Path, round: u64, kill_after: Duration, wait_for_open: bool) 
     let (opened_sender, opened) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
+        let mut compactions = 0;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if line == "CHILD-OPEN" {
                 let _ignored = opened_sender.send(());
             }
+            if line == "CHILD-COMPACTED" {
+                compactions += 1;
+            }
             if let Some(rest) = line.strip_prefix("ACK ") {
                 lines.push(rest.to_string());
             }
         }
-        lines
+        (lines, compactions)
     });
     if wait_for_open {
         let _opened = opened.recv_timeout(Duration::from_secs(30));
@@ -210,6 +243,7 @@ fn acknowledged_calls_survive_sigkill() {
     let mut ledger = HashMap::new();
     let started = Instant::now();
     let mut acknowledged = 0;
+    let mut compacting_rounds = 0;
     for round in 0..rounds {
         // A fresh directory every 25 rounds keeps a long soak linear in time.
         if round > 0 && round % 25 == 0 {
@@ -221,7 +255,8 @@ fn acknowledged_calls_survive_sigkill() {
         let kill_after =
             if early { Duration::from_millis(random.below(15)) } else { Duration::from_millis(5 + random.below(150)) };
         let child_started = Instant::now();
-        let lines = run_child(dir.path(), round, kill_after, !early);
+        let (lines, compactions) = run_child(dir.path(), round, kill_after, !early);
+        compacting_rounds += usize::from(compactions > 0);
         if std::env::var_os("IDEMKV_KILL_VERBOSE").is_some() {
             eprintln!(
                 "round {round}: {} acks in {:?} (kill after {kill_after:?})",
@@ -235,6 +270,10 @@ fn acknowledged_calls_survive_sigkill() {
         }
         check(dir.path(), &ledger, seed);
     }
-    eprintln!("{rounds} kills, {acknowledged} acknowledged calls, seed {seed}, {:?}", started.elapsed());
+    eprintln!(
+        "{rounds} kills, {acknowledged} acknowledged calls, {compacting_rounds} rounds reclaimed space, seed {seed}, {:?}",
+        started.elapsed()
+    );
     assert!(acknowledged > 0, "no child ever acknowledged a call");
+    assert!(rounds < 10 || compacting_rounds > 0, "no child ever completed a compaction");
 }
