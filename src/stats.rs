@@ -63,6 +63,12 @@ pub struct Stats {
     /// Live records (Processing, Completed, Failed) in the index now,
     /// including expired ones not yet dropped.
     pub live_records: u64,
+    /// Bytes of the records the index points at, not yet expired.
+    pub live_bytes: u64,
+    /// Bytes of all segment files.
+    pub disk_bytes: u64,
+    /// Segment files, sealed and active.
+    pub segments: u64,
 }
 
 macro_rules! counters {

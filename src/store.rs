@@ -380,7 +380,11 @@ impl Store {
         let mut stats = Stats::default();
         for shard in &*self.inner.shards {
             shard.counters.add_to(&mut stats);
-            stats.live_records += shard.len() as u64;
+            let footprint = shard.footprint();
+            stats.live_records += footprint.records;
+            stats.live_bytes += footprint.live_bytes;
+            stats.disk_bytes += footprint.disk_bytes;
+            stats.segments += footprint.segments;
         }
         stats
     }

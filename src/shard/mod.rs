@@ -20,6 +20,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How much a shard holds, for [`crate::Stats`].
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Footprint {
+    pub records: u64,
+    pub live_bytes: u64,
+    pub disk_bytes: u64,
+    pub segments: u64,
+}
+
 /// A `(scope, key)` with its index hash.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeyRef<'a> {
@@ -401,9 +410,17 @@ impl Shard {
         Ok(self.lock()?.index.keys().copied().collect())
     }
 
-    /// Live records in the index (expired ones not yet dropped included).
-    pub(crate) fn len(&self) -> usize {
-        self.state.lock().index.len()
+    /// Records, live bytes, disk bytes and segments of this shard.
+    pub(crate) fn footprint(&self) -> Footprint {
+        let mut state = self.state.lock();
+        let now = state.now_ms(&*self.clock);
+        let mut footprint = Footprint { records: state.index.len() as u64, ..Footprint::default() };
+        for usage in state.usage.values() {
+            footprint.live_bytes += usage.live_bytes.saturating_sub(usage.expired_bytes(now));
+            footprint.disk_bytes += usage.total_bytes;
+            footprint.segments += 1;
+        }
+        footprint
     }
 
     /// Blocks up to `timeout` while the key's newest record is still the
