@@ -18,9 +18,13 @@ pub(crate) struct Entry {
     pub segment: u32,
     pub offset: u32,
     pub frame_len: u32,
-    pub attempt: u32,
     pub state: State,
 }
+
+// 16-byte key + 40-byte entry = 56 bytes a bucket: what keeps the index
+// under 96 bytes per record at hashbrown's load factors.
+const _: () = assert!(std::mem::size_of::<Entry>() == 40);
+const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 56);
 
 impl Entry {
     /// A Completed or Failed record whose TTL has passed reads as absent.
@@ -39,8 +43,8 @@ impl Hasher for PassThroughHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // Only u128 keys are hashed here; this path folds arbitrary input
-        // for completeness.
+        // Only index keys are hashed here, through `write_u64`; this path
+        // folds arbitrary input for completeness.
         for chunk in bytes.chunks(8) {
             let mut raw = [0u8; 8];
             raw[..chunk.len()].copy_from_slice(chunk);
@@ -48,16 +52,83 @@ impl Hasher for PassThroughHasher {
         }
     }
 
-    fn write_u128(&mut self, value: u128) {
-        // Truncation keeps the low half, which is uniform.
-        #[expect(clippy::cast_possible_truncation, reason = "the low 64 bits of a uniform hash")]
-        let low = value as u64;
-        self.0 = low;
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
     }
 }
 
-/// A shard's index.
-pub(crate) type Index = HashMap<u128, Entry, BuildHasherDefault<PassThroughHasher>>;
+/// The 128-bit index hash as two words: a `u128` would align buckets to
+/// 16 bytes and waste 8 of every 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexKey([u64; 2]);
+
+impl std::hash::Hash for IndexKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The low word of a uniform hash is hash enough; the shard was
+        // chosen from the top bits of the high word, so the two are
+        // independent.
+        state.write_u64(self.0[0]);
+    }
+}
+
+impl From<u128> for IndexKey {
+    fn from(hash: u128) -> Self {
+        #[expect(clippy::cast_possible_truncation, reason = "splitting into the two halves")]
+        IndexKey([hash as u64, (hash >> 64) as u64])
+    }
+}
+
+impl From<IndexKey> for u128 {
+    fn from(key: IndexKey) -> u128 {
+        u128::from(key.0[0]) | (u128::from(key.0[1]) << 64)
+    }
+}
+
+/// A shard's index, keyed by the 128-bit hash of `(scope, key)`.
+#[derive(Debug, Default)]
+pub(crate) struct Index(HashMap<IndexKey, Entry, BuildHasherDefault<PassThroughHasher>>);
+
+impl Index {
+    pub(crate) fn get(&self, hash: &u128) -> Option<&Entry> {
+        self.0.get(&IndexKey::from(*hash))
+    }
+
+    pub(crate) fn get_mut(&mut self, hash: &u128) -> Option<&mut Entry> {
+        self.0.get_mut(&IndexKey::from(*hash))
+    }
+
+    pub(crate) fn insert(&mut self, hash: u128, entry: Entry) -> Option<Entry> {
+        self.0.insert(IndexKey::from(hash), entry)
+    }
+
+    pub(crate) fn remove(&mut self, hash: &u128) -> Option<Entry> {
+        self.0.remove(&IndexKey::from(*hash))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    pub(crate) fn shrink_to(&mut self, capacity: usize) {
+        self.0.shrink_to(capacity);
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) {
+        self.0.retain(|_, entry| keep(entry));
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.0.values()
+    }
+
+    pub(crate) fn hashes(&self) -> impl Iterator<Item = u128> + '_ {
+        self.0.keys().map(|key| u128::from(*key))
+    }
+}
 
 /// The keyed hash that places `(scope, key)` in a shard and in the index.
 /// SipHash-1-3 with the store's random 128-bit key (from the manifest), so
@@ -105,7 +176,6 @@ mod tests {
             segment: 1,
             offset: 32,
             frame_len: 100,
-            attempt: 1,
             state: State::Processing,
         };
         assert!(!entry.is_expired(20));

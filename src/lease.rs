@@ -2,6 +2,7 @@
 
 use crate::claim::LeaseToken;
 use crate::error::Result;
+use crate::shard::Held;
 use crate::stats::bump;
 use crate::store::Store;
 use std::fmt;
@@ -37,7 +38,7 @@ pub struct Lease {
     pub(crate) key: Vec<u8>,
     pub(crate) token: u64,
     pub(crate) attempt: u32,
-    pub(crate) recovered: bool,
+    pub(crate) held: Held,
     pub(crate) deadline_ms: u64,
     pub(crate) finished: bool,
 }
@@ -50,7 +51,7 @@ impl fmt::Debug for Lease {
             .field("key", &String::from_utf8_lossy(&self.key))
             .field("token", &self.token)
             .field("attempt", &self.attempt)
-            .field("recovered", &self.recovered)
+            .field("recovered", &self.held.recovered)
             .field("deadline_ms", &self.deadline_ms)
             .finish_non_exhaustive()
     }
@@ -74,7 +75,7 @@ impl Lease {
     /// executing again.
     #[must_use]
     pub fn recovered(&self) -> bool {
-        self.recovered
+        self.held.recovered
     }
 
     /// When the lease ends (ms since the epoch, on the store's clock).
@@ -163,7 +164,7 @@ impl Lease {
     }
 
     fn token_ref(&self) -> crate::store::TokenRef<'_> {
-        crate::store::TokenRef { scope: &self.scope, key: &self.key, token: self.token }
+        crate::store::TokenRef { scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
     }
 
     /// After a finishing call: the lease is spent unless the call failed in a

@@ -31,7 +31,7 @@ impl Recovered {
         self.state.now_floor_ms = self.state.now_floor_ms.max(floor_ms);
         let now = self.state.now_floor_ms;
         let before = self.state.index.len();
-        self.state.index.retain(|_, entry| !entry.is_expired(now));
+        self.state.index.retain(|entry| !entry.is_expired(now));
         self.state.rebuild_usage(&self.lengths);
         (before - self.state.index.len()) as u64
     }
@@ -179,7 +179,6 @@ impl Replay<'_> {
                     segment,
                     offset: u32::try_from(frame.offset).expect("segment length checked"),
                     frame_len: u32::try_from(frame.bytes.len()).expect("segment length checked"),
-                    attempt: header.attempt,
                     state,
                 };
                 self.index.insert(hash, entry);

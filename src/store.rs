@@ -10,7 +10,7 @@ use crate::lease::Lease;
 use crate::manifest::{self, Manifest};
 use crate::recovery::recover_shard;
 use crate::segment;
-use crate::shard::{ClaimParams, Finish, KeyRef, Outcome, Shard};
+use crate::shard::{ClaimParams, Finish, Held, KeyRef, Outcome, Shard};
 use crate::stats::Stats;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -75,6 +75,9 @@ pub(crate) struct TokenRef<'a> {
     pub scope: &'a [u8],
     pub key: &'a [u8],
     pub token: u64,
+    /// What the lease holder knows of its record; `None` for a token from
+    /// elsewhere, whose record is then read back and checked.
+    pub held: Option<Held>,
 }
 
 impl Store {
@@ -105,10 +108,7 @@ impl Store {
         }
         let hasher = KeyHasher::new(manifest.hash_key);
         let now_ms = config.clock.now_ms();
-        let mut recovered = Vec::with_capacity(manifest.shards as usize);
-        for id in 0..manifest.shards {
-            recovered.push(recover_shard(&*storage, &segment::shard_dir(&dir, id), id, &hasher, now_ms)?);
-        }
+        let recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher, now_ms)?;
         // One time floor for the whole store: the newest time any shard wrote.
         let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
         let mut shards = Vec::with_capacity(recovered.len());
@@ -208,14 +208,14 @@ impl Store {
         let (outcome, lsn) = shard.claim(&key, &params)?;
         self.wait_durable(shard, lsn)?;
         let claim = match outcome {
-            Outcome::Acquired { token, attempt, recovered, lease_deadline_ms } => Claim::Acquired(Lease {
+            Outcome::Acquired { token, attempt, lease_deadline_ms, held } => Claim::Acquired(Lease {
                 store: self.clone(),
                 hash: key.hash,
                 scope: request.scope.to_vec(),
                 key: request.key.to_vec(),
                 token,
                 attempt,
-                recovered,
+                held,
                 deadline_ms: lease_deadline_ms,
                 finished: false,
             }),
@@ -436,7 +436,7 @@ impl Store {
         let extend_ms = self.check_duration("renewal", Some(extend), 0)?;
         let key = KeyRef { hash, scope: token.scope, key: token.key };
         let shard = self.shard_of_hash(hash);
-        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms)?;
+        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms, token.held.as_ref())?;
         self.wait_durable(shard, lsn)?;
         Ok(deadline_ms)
     }
@@ -444,7 +444,7 @@ impl Store {
     fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
         let key = KeyRef { hash, scope: token.scope, key: token.key };
         let shard = self.shard_of_hash(hash);
-        let lsn = shard.finish(&key, token.token, finish)?;
+        let lsn = shard.finish(&key, token.token, finish, token.held.as_ref())?;
         self.wait_durable(shard, lsn)
     }
 
@@ -460,7 +460,7 @@ impl Store {
     }
 
     fn token_ref(token: &LeaseToken) -> TokenRef<'_> {
-        TokenRef { scope: &token.scope, key: &token.key, token: token.token }
+        TokenRef { scope: &token.scope, key: &token.key, token: token.token, held: None }
     }
 
     fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
@@ -505,6 +505,41 @@ impl Store {
         }
         Ok(ms)
     }
+}
+
+/// Rebuilds every shard, on as many threads as there are cores (shards are
+/// independent), and returns them in shard order.
+fn recover_shards(
+    storage: &dyn crate::io::Storage,
+    dir: &Path,
+    shards: u32,
+    hasher: &KeyHasher,
+    now_ms: u64,
+) -> Result<Vec<crate::recovery::Recovered>> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
+    let next = std::sync::atomic::AtomicU32::new(0);
+    let mut results: Vec<(u32, Result<crate::recovery::Recovered>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let id = next.fetch_add(1, Ordering::Relaxed);
+                        if id >= shards {
+                            return done;
+                        }
+                        done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher, now_ms)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    results.sort_by_key(|(id, _)| *id);
+    results.into_iter().map(|(_, recovered)| recovered).collect()
 }
 
 /// Keeps compaction I/O under a byte rate by sleeping when ahead of it.

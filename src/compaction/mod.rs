@@ -176,7 +176,7 @@ mod tests {
     }
 
     fn entry(state: State, deadline_ms: u64, frame_len: u32) -> Entry {
-        Entry { lsn: 1, token: 1, deadline_ms, segment: 1, offset: 40, frame_len, attempt: 1, state }
+        Entry { lsn: 1, token: 1, deadline_ms, segment: 1, offset: 40, frame_len, state }
     }
 
     #[test]

@@ -45,10 +45,22 @@ pub(crate) struct ClaimParams {
     pub ttl_ms: u64,
 }
 
+/// What a lease holder knows of its Processing record, so finishing it
+/// needs no read of the log: while the token still matches the index, these
+/// are exactly the stored values (a renewal keeps them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub attempt: u32,
+    pub fingerprint: Fingerprint,
+    pub created_ms: u64,
+    pub ttl_ms: u64,
+    pub recovered: bool,
+}
+
 /// The shard-level answer to a claim.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Acquired { token: u64, attempt: u32, recovered: bool, lease_deadline_ms: u64 },
+    Acquired { token: u64, attempt: u32, lease_deadline_ms: u64, held: Held },
     Replay(Record),
     InProgress { retry_after_ms: u64, attempt: u32 },
     Mismatch,
@@ -235,7 +247,7 @@ impl Shard {
         match entry.state {
             State::Processing if entry.deadline_ms > now => {
                 bump(&self.counters.in_progress);
-                let outcome = Outcome::InProgress { retry_after_ms: entry.deadline_ms - now, attempt: entry.attempt };
+                let outcome = Outcome::InProgress { retry_after_ms: entry.deadline_ms - now, attempt: stored.attempt };
                 Ok((outcome, entry.lsn))
             }
             State::Processing => {
@@ -243,7 +255,7 @@ impl Shard {
                 let header = Self::put_header(&mut state, State::Processing, params.fingerprint, now);
                 let header = Header {
                     recovered: true,
-                    attempt: entry.attempt.saturating_add(1),
+                    attempt: stored.attempt.saturating_add(1),
                     created_ms: stored.created_ms,
                     deadline_ms: now.saturating_add(params.lease_ms),
                     ttl_ms: params.ttl_ms,
@@ -268,11 +280,18 @@ impl Shard {
     fn acquire(&self, state: &mut ShardState, key: &KeyRef<'_>, header: Header) -> Result<(Outcome, u64)> {
         self.write(state, key, &header, &[])?;
         bump(&self.counters.acquired);
+        let held = Held {
+            attempt: header.attempt,
+            fingerprint: header.fingerprint,
+            created_ms: header.created_ms,
+            ttl_ms: header.ttl_ms,
+            recovered: header.recovered,
+        };
         let outcome = Outcome::Acquired {
             token: header.token,
             attempt: header.attempt,
-            recovered: header.recovered,
             lease_deadline_ms: header.deadline_ms,
+            held,
         };
         Ok((outcome, header.lsn))
     }
@@ -308,10 +327,10 @@ impl Shard {
     }
 
     /// Finishes the lease `token` on `key`: complete, fail or release.
-    pub(crate) fn finish(&self, key: &KeyRef<'_>, token: u64, finish: Finish<'_>) -> Result<u64> {
+    pub(crate) fn finish(&self, key: &KeyRef<'_>, token: u64, finish: Finish<'_>, known: Option<&Held>) -> Result<u64> {
         let mut state = self.lock()?;
         let now = state.now_ms(&*self.clock);
-        let (entry, stored) = self.held(&mut state, key, token)?;
+        let (entry, stored) = self.held(&mut state, key, token, known)?;
         let header = Header { lsn: state.next_lsn, updated_ms: now, ..stored };
         let (header, response) = match finish {
             Finish::Complete(response) | Finish::Fail(response) => {
@@ -340,10 +359,16 @@ impl Shard {
 
     /// Extends the lease `token` on `key` to at least `extend_ms` from now.
     /// Returns the new lease end and the record's LSN.
-    pub(crate) fn renew(&self, key: &KeyRef<'_>, token: u64, extend_ms: u64) -> Result<(u64, u64)> {
+    pub(crate) fn renew(
+        &self,
+        key: &KeyRef<'_>,
+        token: u64,
+        extend_ms: u64,
+        known: Option<&Held>,
+    ) -> Result<(u64, u64)> {
         let mut state = self.lock()?;
         let now = state.now_ms(&*self.clock);
-        let (entry, stored) = self.held(&mut state, key, token)?;
+        let (entry, stored) = self.held(&mut state, key, token, known)?;
         let deadline_ms = entry.deadline_ms.max(now.saturating_add(extend_ms));
         let header = Header { lsn: state.next_lsn, updated_ms: now, deadline_ms, ..stored };
         self.write(&mut state, key, &header, &[])?;
@@ -353,10 +378,33 @@ impl Shard {
 
     /// The entry and stored header of a key that `token` holds in
     /// Processing, or `LeaseLost`.
-    fn held(&self, state: &mut ShardState, key: &KeyRef<'_>, token: u64) -> Result<(Entry, Header)> {
+    fn held(
+        &self,
+        state: &mut ShardState,
+        key: &KeyRef<'_>,
+        token: u64,
+        known: Option<&Held>,
+    ) -> Result<(Entry, Header)> {
         match state.index.get(&key.hash).copied() {
             Some(entry) if entry.state == State::Processing && entry.token == token => {
-                let stored = self.load(state, &entry, Some(key))?;
+                let stored = match known {
+                    Some(held) => Header {
+                        kind: Kind::Put(State::Processing),
+                        recovered: held.recovered,
+                        attempt: held.attempt,
+                        lsn: entry.lsn,
+                        token: entry.token,
+                        fingerprint: held.fingerprint,
+                        created_ms: held.created_ms,
+                        updated_ms: 0,
+                        deadline_ms: entry.deadline_ms,
+                        ttl_ms: held.ttl_ms,
+                        scope_len: 0,
+                        key_len: 0,
+                        response_len: 0,
+                    },
+                    None => self.load(state, &entry, Some(key))?,
+                };
                 Ok((entry, stored))
             }
             _ => {
@@ -407,7 +455,7 @@ impl Shard {
 
     /// The index hashes of every key (for iteration).
     pub(crate) fn hashes(&self) -> Result<Vec<u128>> {
-        Ok(self.lock()?.index.keys().copied().collect())
+        Ok(self.lock()?.index.hashes().collect())
     }
 
     /// Records, live bytes, disk bytes and segments of this shard.
@@ -500,7 +548,6 @@ impl Shard {
                     segment,
                     offset,
                     frame_len,
-                    attempt: header.attempt,
                     state: record_state,
                 };
                 state.index_insert(key.hash, entry);

@@ -1,0 +1,77 @@
+//! Memory per live record and recovery speed.
+//!
+//! Loads N keys (36-byte keys, 200-byte responses, claim + complete) into a
+//! `Buffered` store, prints RSS bytes per live record, then closes it and
+//! times `Store::open` (warm page cache).
+//!
+//! ```text
+//! cargo bench --bench footprint                          # 1 M records
+//! IDEMKV_FOOTPRINT_RECORDS=10000000 cargo bench --bench footprint
+//! ```
+
+mod support;
+
+use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
+use std::time::Instant;
+use support::as_f64;
+
+const THREADS: u64 = 2;
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm.split_whitespace().nth(1).and_then(|pages| pages.parse::<u64>().ok()).unwrap_or(0) * 4096
+}
+
+fn config() -> Config {
+    Config::new().durability(Durability::Buffered).compaction_interval(None)
+}
+
+fn main() {
+    let records: u64 =
+        std::env::var("IDEMKV_FOOTPRINT_RECORDS").ok().and_then(|value| value.parse().ok()).unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), config()).expect("open");
+    let before = rss_bytes();
+    let started = Instant::now();
+    let fingerprint = Fingerprint::of(b"POST /payments");
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let store = &store;
+            scope.spawn(move || {
+                let response = [b'r'; 200];
+                for n in (thread..records).step_by(usize::try_from(THREADS).expect("small")) {
+                    let key = format!("{n:08x}-0000-4000-8000-{:012x}", n.wrapping_mul(0x9E37_79B9));
+                    let request = ClaimRequest::new(&key, fingerprint);
+                    let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("not acquired") };
+                    lease.complete(&response).expect("complete");
+                }
+            });
+        }
+    });
+    let load_seconds = started.elapsed().as_secs_f64();
+    let after = rss_bytes();
+    let stats = store.stats();
+    assert_eq!(stats.live_records, records);
+    println!(
+        "{records} records loaded in {load_seconds:.1} s ({:.0} claim+complete/s on {THREADS} threads)",
+        as_f64(records) / load_seconds
+    );
+    println!(
+        "RSS {} -> {} bytes: {:.1} bytes per live record; {} bytes on disk",
+        before,
+        after,
+        as_f64(after.saturating_sub(before)) / as_f64(records),
+        stats.disk_bytes
+    );
+    store.close().expect("close");
+
+    let started = Instant::now();
+    let store = Store::open(dir.path(), config()).expect("reopen");
+    let open_seconds = started.elapsed().as_secs_f64();
+    assert_eq!(store.stats().live_records, records);
+    println!(
+        "recovery: open took {open_seconds:.2} s: {:.0} live records/s, {:.0} log records/s",
+        as_f64(records) / open_seconds,
+        as_f64(2 * records) / open_seconds
+    );
+}
