@@ -43,11 +43,12 @@ pub enum Durability {
 ///     .durability(Durability::Buffered)
 ///     .default_lease(Duration::from_secs(10))
 ///     .default_ttl(Duration::from_secs(48 * 3600));
-/// assert_eq!(config.shard_count(), 8);
+/// assert_eq!(config.shard_count(), Some(8));
 /// ```
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub(crate) shards: u32,
+    /// `None`: 4 for a new store, whatever the manifest says for an existing one.
+    pub(crate) shards: Option<u32>,
     pub(crate) durability: Durability,
     pub(crate) lease_ms: u64,
     pub(crate) ttl_ms: u64,
@@ -66,7 +67,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            shards: 4,
+            shards: None,
             durability: Durability::Sync,
             lease_ms: 30_000,
             ttl_ms: 24 * 3600 * 1000,
@@ -100,12 +101,14 @@ impl Config {
     }
 
     /// Shard count, a power of two in `1..=1024`, fixed when the store is
-    /// created. Default 4: enough to keep two to eight cores from waiting
-    /// on one lock, few enough that `Sync` writers share fsyncs (each shard
-    /// file needs its own).
+    /// created; opening an existing store with another count set here is
+    /// [`Error::ShardCountMismatch`]. Unset (the default), a new store gets
+    /// 4 — enough to keep two to eight cores from waiting on one lock, few
+    /// enough that `Sync` writers share fsyncs (each shard file needs its
+    /// own) — and an existing store keeps its own count.
     #[must_use]
     pub fn shards(mut self, shards: u32) -> Self {
-        self.shards = shards;
+        self.shards = Some(shards);
         self
     }
 
@@ -208,9 +211,9 @@ impl Config {
         self
     }
 
-    /// The configured shard count.
+    /// The shard count set with [`Config::shards`], if any.
     #[must_use]
-    pub fn shard_count(&self) -> u32 {
+    pub fn shard_count(&self) -> Option<u32> {
         self.shards
     }
 
@@ -220,8 +223,8 @@ impl Config {
     /// [`Error::InvalidConfig`] naming the first value out of range.
     pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidConfig(reason));
-        if !self.shards.is_power_of_two() || self.shards > SHARDS_MAX {
-            return invalid(format!("shards must be a power of two in 1..={SHARDS_MAX}, got {}", self.shards));
+        if let Some(shards) = self.shards.filter(|shards| !shards.is_power_of_two() || *shards > SHARDS_MAX) {
+            return invalid(format!("shards must be a power of two in 1..={SHARDS_MAX}, got {shards}"));
         }
         if self.key_bytes_max == 0 || self.key_bytes_max > KEY_BYTES_LIMIT {
             return invalid(format!("key_bytes_max must be in 1..={KEY_BYTES_LIMIT}"));

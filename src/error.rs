@@ -49,10 +49,12 @@ pub enum Error {
         supported: u8,
     },
     /// Another handle (in this process or another) has the directory open.
-    #[error("{} is locked by another open store", path.display())]
+    #[error("{} is locked by another open store{}", path.display(), holder_pid.map(|pid| format!(" (process {pid})")).unwrap_or_default())]
     Locked {
         /// The lock file.
         path: PathBuf,
+        /// The process that holds it, as it wrote in the lock file.
+        holder_pid: Option<u32>,
     },
     /// The store was created with another shard count than the one configured.
     #[error("store has {on_disk} shards, the configuration asks for {configured}")]

@@ -68,6 +68,7 @@ mod segment;
 mod shard;
 mod stats;
 mod store;
+mod verify;
 
 pub use claim::{Claim, ClaimRequest, LeaseToken, Record};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -79,7 +80,8 @@ pub use format::FormatVersion;
 pub use lease::Lease;
 pub use record::State;
 pub use stats::Stats;
-pub use store::{Iter, Store, LOCK_FILE_NAME};
+pub use store::{Census, Iter, Store, DEFAULT_SHARDS, LOCK_FILE_NAME};
+pub use verify::{verify, Damage, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

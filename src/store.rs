@@ -19,6 +19,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Indexed records by state, from [`Store::census`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Census {
+    /// Processing (leases valid or not).
+    pub processing: u64,
+    /// Completed and not expired.
+    pub completed: u64,
+    /// Failed and not expired.
+    pub failed: u64,
+    /// Completed or Failed past their TTL, still on disk until compaction.
+    pub expired: u64,
+}
+
+/// Shards of a new store when [`Config::shards`] is not set.
+pub const DEFAULT_SHARDS: u32 = 4;
+
 /// Name of the advisory lock file in a store directory.
 pub const LOCK_FILE_NAME: &str = "LOCK";
 
@@ -99,12 +116,12 @@ impl Store {
         let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
             manifest
         } else {
-            let manifest = Manifest::new(config.shards);
+            let manifest = Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS));
             manifest.store(&*storage, &dir)?;
             manifest
         };
-        if manifest.shards != config.shards {
-            return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured: config.shards });
+        if let Some(configured) = config.shards.filter(|configured| *configured != manifest.shards) {
+            return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
         }
         let hasher = KeyHasher::new(manifest.hash_key);
         let now_ms = config.clock.now_ms();
@@ -366,6 +383,20 @@ impl Store {
         Ok(report)
     }
 
+    /// Counts the indexed records by state, and those expired but not yet
+    /// dropped. Walks the whole index (a shard at a time), so it is meant for
+    /// inspection, not for every request; [`Store::stats`] is the cheap one.
+    ///
+    /// # Errors
+    /// [`Error::Closed`], [`Error::Poisoned`].
+    pub fn census(&self) -> Result<Census> {
+        let mut census = Census::default();
+        for shard in &*self.inner.shards {
+            shard.census(&mut census)?;
+        }
+        Ok(census)
+    }
+
     /// Makes everything written so far durable (fsync of every shard).
     ///
     /// # Errors
@@ -415,7 +446,7 @@ impl Store {
     /// The number of shards.
     #[must_use]
     pub fn shard_count(&self) -> u32 {
-        self.inner.config.shards
+        u32::try_from(self.inner.shards.len()).unwrap_or(u32::MAX)
     }
 
     pub(crate) fn complete_hashed(&self, hash: u128, token: &TokenRef<'_>, response: &[u8]) -> Result<()> {
@@ -613,8 +644,18 @@ fn lock_directory(dir: &Path) -> Result<File> {
         .open(&path)
         .map_err(|error| Error::io("open", &path, error))?;
     match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(Error::Locked { path }),
+        Ok(()) => {
+            // The holder's process id, for the message of a refused open.
+            let pid = std::process::id().to_string();
+            file.set_len(0)
+                .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0))
+                .map_err(|error| Error::io("write", &path, error))?;
+            Ok(file)
+        }
+        Err(TryLockError::WouldBlock) => {
+            let holder_pid = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse().ok());
+            Err(Error::Locked { path, holder_pid })
+        }
         Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
     }
 }

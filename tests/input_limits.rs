@@ -92,7 +92,9 @@ fn a_second_open_of_a_live_directory_is_locked() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), Config::new()).expect("open");
     let error = Store::open(dir.path(), Config::new()).expect_err("second open");
-    assert!(matches!(error, Error::Locked { .. }), "{error:?}");
+    let pid = std::process::id();
+    assert!(matches!(error, Error::Locked { holder_pid: Some(holder), .. } if holder == pid), "{error:?}");
+    assert!(error.to_string().contains(&format!("process {pid}")), "{error}");
     store.close().expect("close");
     Store::open(dir.path(), Config::new()).expect("open after close");
 }

@@ -458,6 +458,22 @@ impl Shard {
         Ok(self.lock()?.index.hashes().collect())
     }
 
+    /// Adds this shard's records by state to `census`.
+    pub(crate) fn census(&self, census: &mut crate::store::Census) -> Result<()> {
+        let mut state = self.lock()?;
+        let now = state.now_ms(&*self.clock);
+        for entry in state.index.values() {
+            let counter = match entry.state {
+                _ if entry.is_expired(now) => &mut census.expired,
+                State::Processing => &mut census.processing,
+                State::Completed => &mut census.completed,
+                State::Failed => &mut census.failed,
+            };
+            *counter += 1;
+        }
+        Ok(())
+    }
+
     /// Records, live bytes, disk bytes and segments of this shard.
     pub(crate) fn footprint(&self) -> Footprint {
         let mut state = self.state.lock();
