@@ -58,6 +58,8 @@ mod config;
 mod error;
 mod fingerprint;
 mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 pub mod io;
 mod lease;

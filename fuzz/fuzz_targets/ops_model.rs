@@ -1,0 +1,257 @@
+//! A structured sequence of claims, completions, fails, releases, renews,
+//! removes, clock moves, compactions and reopens over a handful of keys,
+//! run against the store and a plain model of the state machine; every
+//! answer must agree. A planned I/O fault (the N-th call fails) ends the
+//! sequence: the store is reopened on a healthy disk and every key must be
+//! as the model says, or as the failed call would have left it.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use idemkv::io::{Fault, FaultyStorage, StdStorage};
+use idemkv::{Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store};
+use libfuzzer_sys::fuzz_target;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Op {
+    Claim { scope: u8, key: u8, fingerprint: bool, lease_quarters: u8, ttl_quarters: u8 },
+    Complete { slot: u8, length: u8 },
+    Fail { slot: u8, length: u8 },
+    Release { slot: u8 },
+    Renew { slot: u8, quarters: u8 },
+    Remove { scope: u8, key: u8 },
+    Advance { quarters: u8 },
+    Compact,
+    Reopen,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// Fail the call after this many (none when `None`).
+    fault_after: Option<u16>,
+    fault_kind: u8,
+    ops: Vec<Op>,
+}
+
+type Id = (u8, u8);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Model {
+    state: State,
+    fingerprint: bool,
+    /// `None` only for the would-be result of a failed claim.
+    token: Option<u64>,
+    attempt: u32,
+    deadline_ms: u64,
+    ttl_ms: u64,
+    response: Vec<u8>,
+}
+
+fn names(id: Id) -> (String, String) {
+    (format!("s{}", id.0 % 2), format!("k{}", id.1 % 3))
+}
+
+fn fingerprint(variant: bool) -> Fingerprint {
+    Fingerprint::of(&[u8::from(variant)])
+}
+
+fn quarters(value: u8) -> u64 {
+    250 * (1 + u64::from(value % 16))
+}
+
+fn config(clock: &ManualClock, storage: Arc<dyn idemkv::io::Storage>) -> Config {
+    Config::new()
+        .shards(1)
+        .durability(Durability::Sync)
+        .segment_bytes(4096)
+        .response_bytes_max(300)
+        .compaction_interval(None)
+        .compaction_bytes_per_second(0)
+        .clock(Arc::new(clock.clone()))
+        .storage(storage)
+}
+
+struct Run {
+    clock: ManualClock,
+    models: HashMap<Id, Model>,
+    tokens: Vec<(Id, u64)>,
+}
+
+impl Run {
+    fn live(&mut self, id: Id) -> Option<Model> {
+        let now = self.clock.now_ms();
+        if self.models.get(&id).is_some_and(|model| model.state != State::Processing && model.deadline_ms <= now) {
+            self.models.remove(&id);
+        }
+        self.models.get(&id).cloned()
+    }
+
+    /// Runs one op. `Err` carries the key the failed call touched and what
+    /// it would have left there.
+    fn step(&mut self, slot: &mut Option<Store>, dir: &Path, storage: &FaultyStorage, op: Op) -> Result<(), (Option<Id>, Option<Model>)> {
+        let now = self.clock.now_ms();
+        let store = slot.as_ref().expect("open");
+        match op {
+            Op::Claim { scope, key, fingerprint: variant, lease_quarters, ttl_quarters } => {
+                let id = (scope % 2, key % 3);
+                let (scope_name, key_name) = names(id);
+                let (lease_ms, ttl_ms) = (quarters(lease_quarters), quarters(ttl_quarters));
+                let request = ClaimRequest::new(&key_name, fingerprint(variant))
+                    .scope(&scope_name)
+                    .lease(Duration::from_millis(lease_ms))
+                    .ttl(Duration::from_millis(ttl_ms));
+                let before = self.live(id);
+                let attempt = before.as_ref().map_or(1, |model| model.attempt + 1);
+                let would = Model { state: State::Processing, fingerprint: variant, token: None, attempt, deadline_ms: now + lease_ms, ttl_ms, response: Vec::new() };
+                let answer = store.claim(&request).map_err(|_| (Some(id), Some(would.clone())))?;
+                match (answer, before) {
+                    (Claim::Acquired(lease), None) => {
+                        assert_eq!((lease.attempt(), lease.recovered()), (1, false));
+                        self.acquired(id, Model { token: Some(lease.token()), attempt: 1, ..would }, lease.into_token().token);
+                    }
+                    (Claim::Acquired(lease), Some(model)) => {
+                        assert!(model.state == State::Processing && model.deadline_ms <= now && model.fingerprint == variant);
+                        assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
+                        self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
+                    }
+                    (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, variant),
+                    (Claim::InProgress { retry_after, attempt }, Some(model)) => {
+                        assert!(model.state == State::Processing && model.fingerprint == variant && model.deadline_ms > now);
+                        assert_eq!((retry_after, attempt), (Duration::from_millis(model.deadline_ms - now), model.attempt));
+                    }
+                    (Claim::Replay(record), Some(model)) => {
+                        assert!(model.state != State::Processing && model.fingerprint == variant);
+                        assert_eq!((record.state, Some(record.token), &record.response), (model.state, model.token, &model.response));
+                    }
+                    (answer, model) => panic!("claim answered {answer:?}, model has {model:?}"),
+                }
+            }
+            Op::Complete { slot, length } | Op::Fail { slot, length } => {
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let terminal = if matches!(op, Op::Complete { .. }) { State::Completed } else { State::Failed };
+                let response = vec![slot; usize::from(length)];
+                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
+                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
+                let would = held.clone().map(|model| Model { state: terminal, deadline_ms: now + model.ttl_ms, response: response.clone(), ..model });
+                let outcome = if terminal == State::Completed { store.complete(&lease, &response) } else { store.fail(&lease, &response) };
+                self.finished(id, held.is_some(), outcome, would)?;
+            }
+            Op::Release { slot } => {
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
+                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
+                let outcome = store.release(&lease);
+                self.finished(id, held.is_some(), outcome, None)?;
+            }
+            Op::Renew { slot, quarters: extend } => {
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
+                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
+                let would = held.clone().map(|model| Model { deadline_ms: model.deadline_ms.max(now + quarters(extend)), ..model });
+                match store.renew(&lease, Duration::from_millis(quarters(extend))) {
+                    Ok(deadline_ms) => {
+                        let model = would.expect("renew accepted a stale token");
+                        assert_eq!(deadline_ms, model.deadline_ms);
+                        self.models.insert(id, model);
+                    }
+                    Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "renew refused the holder"),
+                    Err(_) => return Err((Some(id), would.or(held))),
+                }
+            }
+            Op::Remove { scope, key } => {
+                let id = (scope % 2, key % 3);
+                let (scope_name, key_name) = names(id);
+                let present = self.live(id).is_some();
+                let removed = store.remove(scope_name.as_bytes(), key_name.as_bytes()).map_err(|_| (Some(id), None))?;
+                assert_eq!(removed, present);
+                self.models.remove(&id);
+            }
+            Op::Advance { quarters: amount } => self.clock.advance(Duration::from_millis(quarters(amount))),
+            Op::Compact => {
+                store.compact().map_err(|_| (None, None))?;
+            }
+            Op::Reopen => {
+                store.sync().map_err(|_| (None, None))?;
+                drop(slot.take());
+                let reopened = Store::open(dir, config(&self.clock, Arc::new(storage.clone())));
+                *slot = Some(reopened.map_err(|_| (None, None))?);
+            }
+        }
+        Ok(())
+    }
+
+    fn acquired(&mut self, id: Id, model: Model, token: u64) {
+        self.models.insert(id, model);
+        self.tokens.push((id, token));
+    }
+
+    fn finished(&mut self, id: Id, holds: bool, outcome: Result<(), Error>, would: Option<Model>) -> Result<(), (Option<Id>, Option<Model>)> {
+        match outcome {
+            Ok(()) => {
+                assert!(holds, "a stale token was accepted");
+                match would {
+                    Some(model) => self.models.insert(id, model),
+                    None => self.models.remove(&id),
+                };
+                Ok(())
+            }
+            Err(Error::LeaseLost { .. }) => {
+                assert!(!holds, "the holder's token was refused");
+                Ok(())
+            }
+            Err(_) => Err((Some(id), would)),
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let storage = FaultyStorage::new(Arc::new(StdStorage));
+    let Ok(store) = Store::open(dir.path(), config(&clock, Arc::new(storage.clone()))) else { return };
+    let mut slot = Some(store);
+    if let Some(after) = input.fault_after {
+        let kind = match input.fault_kind % 3 {
+            0 => Fault::Io,
+            1 => Fault::ShortWrite,
+            _ => Fault::NoSpace,
+        };
+        storage.fail_after(u64::from(after), kind);
+    }
+    let mut run = Run { clock, models: HashMap::new(), tokens: Vec::new() };
+    let mut pending: Option<(Option<Id>, Option<Model>)> = None;
+    for op in input.ops.iter().take(64) {
+        if let Err(failed) = run.step(&mut slot, dir.path(), &storage, *op) {
+            pending = Some(failed);
+            break;
+        }
+    }
+    drop(slot);
+    // Reopen on a healthy disk: every key as the model says, or as the one
+    // failed call would have left it.
+    let store = Store::open(dir.path(), config(&run.clock, Arc::new(StdStorage))).expect("reopen after a fault");
+    for scope in 0..2 {
+        for key in 0..3 {
+            let id = (scope, key);
+            let (scope_name, key_name) = names(id);
+            let actual = store.get(scope_name.as_bytes(), key_name.as_bytes()).expect("get");
+            let expected = run.live(id);
+            let matches = |model: &Option<Model>| match (&actual, model) {
+                (None, None) => true,
+                (Some(record), Some(model)) => {
+                    record.state == model.state
+                        && record.fingerprint == fingerprint(model.fingerprint)
+                        && model.token.is_none_or(|token| token == record.token)
+                        && record.response == model.response
+                }
+                _ => false,
+            };
+            let failed_here = pending.as_ref().filter(|(failed_id, _)| *failed_id == Some(id));
+            let allowed = matches(&expected) || failed_here.is_some_and(|(_, would)| matches(would));
+            assert!(allowed, "{id:?}: store {actual:?}, model {expected:?}, failed call {failed_here:?}");
+        }
+    }
+});

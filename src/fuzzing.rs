@@ -1,0 +1,38 @@
+//! Entry points for the fuzz targets in `fuzz/`: the raw decoders, which
+//! are otherwise private. Not part of the supported API.
+
+/// Decodes `bytes` as one record frame; `Some(frame length)` when whole
+/// and valid. Never panics, whatever the bytes.
+#[must_use]
+pub fn decode_record(bytes: &[u8]) -> Option<usize> {
+    let (header, length) = crate::record::decode(bytes).ok()?;
+    // A decoded frame's parts lie inside it.
+    let (scope, key, response) = crate::record::body(&header, &bytes[..length]);
+    assert_eq!(crate::record::FRAME_HEADER_BYTES + crate::record::FIXED_BYTES + scope.len() + key.len() + response.len(), length);
+    Some(length)
+}
+
+/// Decodes `bytes` as a segment header.
+#[must_use]
+pub fn decode_segment_header(bytes: &[u8]) -> bool {
+    crate::segment::header::SegmentHeader::decode(bytes).is_ok()
+}
+
+/// Decodes `bytes` as a manifest.
+#[must_use]
+pub fn decode_manifest(bytes: &[u8]) -> bool {
+    crate::manifest::Manifest::decode(std::path::Path::new("MANIFEST"), bytes).is_ok()
+}
+
+/// A valid segment header for shard `shard`, segment `segment`, so that
+/// fuzzers can build plausible segment files.
+#[must_use]
+pub fn segment_header(shard: u32, segment: u32, lsn_floor: u64) -> Vec<u8> {
+    crate::segment::header::SegmentHeader { shard, segment, lsn_floor }.encode().to_vec()
+}
+
+/// A valid manifest for `shards` shards.
+#[must_use]
+pub fn manifest(shards: u32) -> Vec<u8> {
+    crate::manifest::Manifest { shards, hash_key: [1, 2] }.encode().to_vec()
+}
