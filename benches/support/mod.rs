@@ -8,6 +8,7 @@
     reason = "bench statistics: each binary uses a subset, and figures are approximate by nature"
 )]
 
+use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,37 +17,38 @@ pub fn seconds(default: f64) -> f64 {
     std::env::var("IDEMKV_BENCH_SECONDS").ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }
 
-/// Operations per second and sorted per-call latencies.
+/// Operations per second and per-call latencies (a fixed-size histogram,
+/// so recording never allocates or faults pages in the measured loop).
 pub struct Measured {
     pub ops_per_second: f64,
-    pub latencies: Vec<Duration>,
+    pub latencies: Histogram<u64>,
 }
 
 impl Measured {
     pub fn percentile(&self, fraction: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let index = ((self.latencies.len() - 1) as f64 * fraction).round() as usize;
-        self.latencies[index]
+        Duration::from_nanos(self.latencies.value_at_quantile(fraction))
     }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
 }
 
 /// Runs `op(thread, n)` on `threads` threads for `seconds`, timing each call.
 pub fn drive(threads: usize, seconds: f64, op: impl Fn(usize, u64) + Sync) -> Measured {
     let stop = AtomicBool::new(false);
     let started = Instant::now();
-    let latencies: Vec<Vec<Duration>> = std::thread::scope(|scope| {
+    let latencies: Vec<Histogram<u64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
                 let (stop, op) = (&stop, &op);
                 scope.spawn(move || {
-                    let mut latencies = Vec::with_capacity(1 << 16);
+                    let mut latencies = histogram();
                     let mut n = 0;
                     while !stop.load(Ordering::Relaxed) {
                         let call = Instant::now();
                         op(thread, n);
-                        latencies.push(call.elapsed());
+                        latencies.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
                         n += 1;
                     }
                     latencies
@@ -58,9 +60,11 @@ pub fn drive(threads: usize, seconds: f64, op: impl Fn(usize, u64) + Sync) -> Me
         handles.into_iter().map(|handle| handle.join().expect("bench thread")).collect()
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let mut latencies: Vec<Duration> = latencies.into_iter().flatten().collect();
-    latencies.sort_unstable();
-    Measured { ops_per_second: latencies.len() as f64 / elapsed, latencies }
+    let mut all = histogram();
+    for histogram in &latencies {
+        all.add(histogram).expect("same bounds");
+    }
+    Measured { ops_per_second: all.len() as f64 / elapsed, latencies: all }
 }
 
 /// Ratio of two rates, as printed in tables.
