@@ -10,6 +10,9 @@ use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, StdStorage};
 use idemkv::{Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "scratch.rs"]
+mod scratch;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -208,7 +211,7 @@ impl Run {
 }
 
 fuzz_target!(|input: Input| {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = scratch::directory();
     let clock = ManualClock::new(1_767_225_600_000);
     let storage = FaultyStorage::new(Arc::new(StdStorage));
     let Ok(store) = Store::open(dir.path(), config(&clock, Arc::new(storage.clone()))) else { return };

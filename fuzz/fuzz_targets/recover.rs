@@ -7,6 +7,9 @@ use arbitrary::Arbitrary;
 use idemkv::{Config, Durability, Store};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "scratch.rs"]
+mod scratch;
+
 #[derive(Arbitrary, Debug)]
 struct Input {
     /// Use a valid manifest (else `raw_manifest`).
@@ -17,7 +20,7 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = scratch::directory();
     let manifest = if input.valid_manifest { idemkv::fuzzing::manifest(1) } else { input.raw_manifest };
     std::fs::write(dir.path().join("MANIFEST"), manifest).expect("write");
     let shard = dir.path().join("shard-0000");
