@@ -8,7 +8,10 @@ pub fn decode_record(bytes: &[u8]) -> Option<usize> {
     let (header, length) = crate::record::decode(bytes).ok()?;
     // A decoded frame's parts lie inside it.
     let (scope, key, response) = crate::record::body(&header, &bytes[..length]);
-    assert_eq!(crate::record::FRAME_HEADER_BYTES + crate::record::FIXED_BYTES + scope.len() + key.len() + response.len(), length);
+    assert_eq!(
+        crate::record::FRAME_HEADER_BYTES + crate::record::FIXED_BYTES + scope.len() + key.len() + response.len(),
+        length
+    );
     Some(length)
 }
 

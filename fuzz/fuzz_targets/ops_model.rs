@@ -8,7 +8,9 @@
 
 use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, StdStorage};
-use idemkv::{Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store};
+use idemkv::{
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store,
+};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "scratch.rs"]
@@ -94,7 +96,13 @@ impl Run {
 
     /// Runs one op. `Err` carries the key the failed call touched and what
     /// it would have left there.
-    fn step(&mut self, slot: &mut Option<Store>, dir: &Path, storage: &FaultyStorage, op: Op) -> Result<(), (Option<Id>, Option<Model>)> {
+    fn step(
+        &mut self,
+        slot: &mut Option<Store>,
+        dir: &Path,
+        storage: &FaultyStorage,
+        op: Op,
+    ) -> Result<(), (Option<Id>, Option<Model>)> {
         let now = self.clock.now_ms();
         let store = slot.as_ref().expect("open");
         match op {
@@ -108,52 +116,93 @@ impl Run {
                     .ttl(Duration::from_millis(ttl_ms));
                 let before = self.live(id);
                 let attempt = before.as_ref().map_or(1, |model| model.attempt + 1);
-                let would = Model { state: State::Processing, fingerprint: variant, token: None, attempt, deadline_ms: now + lease_ms, ttl_ms, response: Vec::new() };
+                let would = Model {
+                    state: State::Processing,
+                    fingerprint: variant,
+                    token: None,
+                    attempt,
+                    deadline_ms: now + lease_ms,
+                    ttl_ms,
+                    response: Vec::new(),
+                };
                 let answer = store.claim(&request).map_err(|_| (Some(id), Some(would.clone())))?;
                 match (answer, before) {
                     (Claim::Acquired(lease), None) => {
                         assert_eq!((lease.attempt(), lease.recovered()), (1, false));
-                        self.acquired(id, Model { token: Some(lease.token()), attempt: 1, ..would }, lease.into_token().token);
+                        self.acquired(
+                            id,
+                            Model { token: Some(lease.token()), attempt: 1, ..would },
+                            lease.into_token().token,
+                        );
                     }
                     (Claim::Acquired(lease), Some(model)) => {
-                        assert!(model.state == State::Processing && model.deadline_ms <= now && model.fingerprint == variant);
+                        assert!(
+                            model.state == State::Processing
+                                && model.deadline_ms <= now
+                                && model.fingerprint == variant
+                        );
                         assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
                         self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
                     }
                     (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, variant),
                     (Claim::InProgress { retry_after, attempt }, Some(model)) => {
-                        assert!(model.state == State::Processing && model.fingerprint == variant && model.deadline_ms > now);
-                        assert_eq!((retry_after, attempt), (Duration::from_millis(model.deadline_ms - now), model.attempt));
+                        assert!(
+                            model.state == State::Processing && model.fingerprint == variant && model.deadline_ms > now
+                        );
+                        assert_eq!(
+                            (retry_after, attempt),
+                            (Duration::from_millis(model.deadline_ms - now), model.attempt)
+                        );
                     }
                     (Claim::Replay(record), Some(model)) => {
                         assert!(model.state != State::Processing && model.fingerprint == variant);
-                        assert_eq!((record.state, Some(record.token), &record.response), (model.state, model.token, &model.response));
+                        assert_eq!(
+                            (record.state, Some(record.token), &record.response),
+                            (model.state, model.token, &model.response)
+                        );
                     }
                     (answer, model) => panic!("claim answered {answer:?}, model has {model:?}"),
                 }
             }
             Op::Complete { slot, length } | Op::Fail { slot, length } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                    return Ok(());
+                };
                 let terminal = if matches!(op, Op::Complete { .. }) { State::Completed } else { State::Failed };
                 let response = vec![slot; usize::from(length)];
                 let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
                 let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
-                let would = held.clone().map(|model| Model { state: terminal, deadline_ms: now + model.ttl_ms, response: response.clone(), ..model });
-                let outcome = if terminal == State::Completed { store.complete(&lease, &response) } else { store.fail(&lease, &response) };
+                let would = held.clone().map(|model| Model {
+                    state: terminal,
+                    deadline_ms: now + model.ttl_ms,
+                    response: response.clone(),
+                    ..model
+                });
+                let outcome = if terminal == State::Completed {
+                    store.complete(&lease, &response)
+                } else {
+                    store.fail(&lease, &response)
+                };
                 self.finished(id, held.is_some(), outcome, would)?;
             }
             Op::Release { slot } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                    return Ok(());
+                };
                 let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
                 let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
                 let outcome = store.release(&lease);
                 self.finished(id, held.is_some(), outcome, None)?;
             }
             Op::Renew { slot, quarters: extend } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else { return Ok(()) };
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                    return Ok(());
+                };
                 let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
                 let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
-                let would = held.clone().map(|model| Model { deadline_ms: model.deadline_ms.max(now + quarters(extend)), ..model });
+                let would = held
+                    .clone()
+                    .map(|model| Model { deadline_ms: model.deadline_ms.max(now + quarters(extend)), ..model });
                 match store.renew(&lease, Duration::from_millis(quarters(extend))) {
                     Ok(deadline_ms) => {
                         let model = would.expect("renew accepted a stale token");
@@ -191,7 +240,13 @@ impl Run {
         self.tokens.push((id, token));
     }
 
-    fn finished(&mut self, id: Id, holds: bool, outcome: Result<(), Error>, would: Option<Model>) -> Result<(), (Option<Id>, Option<Model>)> {
+    fn finished(
+        &mut self,
+        id: Id,
+        holds: bool,
+        outcome: Result<(), Error>,
+        would: Option<Model>,
+    ) -> Result<(), (Option<Id>, Option<Model>)> {
         match outcome {
             Ok(()) => {
                 assert!(holds, "a stale token was accepted");
