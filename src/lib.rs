@@ -60,6 +60,8 @@ mod fingerprint;
 mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "tower")]
+pub mod http_layer;
 mod index;
 pub mod io;
 mod lease;

@@ -1,0 +1,49 @@
+//! A payments service whose `POST /payments` is made retry-safe by the
+//! idempotency layer over a real store directory. "Charging" appends a line
+//! to a ledger file, so double charges are visible.
+//!
+//! ```text
+//! cargo run --example payments --features tower -- /tmp/payments 127.0.0.1:3000
+//! curl -si -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -d '{"amount":10}'
+//! curl -si -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -d '{"amount":10}'  # replayed
+//! cat /tmp/payments/ledger.txt                                                            # one line
+//! ```
+
+use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use idemkv::http_layer::{IdempotencyLayer, LayerConfig};
+use idemkv::{Config, Store};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Appends the charge to the ledger and answers 201 with its number.
+async fn charge(
+    State(ledger): State<Arc<PathBuf>>,
+    body: Bytes,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&*ledger).expect("ledger");
+    let line = String::from_utf8_lossy(&body).replace('\n', " ");
+    writeln!(file, "{line}").expect("ledger write");
+    let charges = std::fs::read_to_string(&*ledger).map_or(0, |text| text.lines().count());
+    (
+        StatusCode::CREATED,
+        [("content-type", "application/json")],
+        format!("{{\"payment\":{charges},\"charged\":{line}}}"),
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "payments-data".into()));
+    let address = std::env::args().nth(2).unwrap_or_else(|| "127.0.0.1:3000".into());
+    std::fs::create_dir_all(&dir)?;
+    let store = Store::open(dir.join("idempotency"), Config::new())?;
+    let app = Router::new()
+        .route("/payments", post(charge))
+        .with_state(Arc::new(dir.join("ledger.txt")))
+        .layer(IdempotencyLayer::new(store, LayerConfig::default()));
+    let listener = tokio::net::TcpListener::bind(&address).await?;
+    println!("payments on http://{address}, store and ledger in {}", dir.display());
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The idempotency layer in front of a real axum server on 127.0.0.1, driven
+//! by a real HTTP client: double sends, concurrent sends, a reused key, a
+//! missing key, a restart on the same directory, expiry, and a 5xx that
+//! releases the key.
+#![cfg(feature = "tower")]
+
+use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use idemkv::http_layer::{IdempotencyLayer, LayerConfig};
+use idemkv::{Config, Durability, ManualClock, Store};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The "side effect": charges counted, and the first `fail_first` calls
+/// answer 503 without charging.
+#[derive(Default)]
+struct Ledger {
+    charges: AtomicU32,
+    fail_first: AtomicU32,
+}
+
+async fn charge(State(ledger): State<Arc<Ledger>>, body: Bytes) -> (StatusCode, String) {
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    if ledger.fail_first.load(Ordering::SeqCst) > 0 {
+        ledger.fail_first.fetch_sub(1, Ordering::SeqCst);
+        return (StatusCode::SERVICE_UNAVAILABLE, "try again".into());
+    }
+    let number = ledger.charges.fetch_add(1, Ordering::SeqCst) + 1;
+    (StatusCode::CREATED, format!("payment {number} for {}", String::from_utf8_lossy(&body)))
+}
+
+struct Server {
+    url: String,
+    ledger: Arc<Ledger>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(dir: &Path, clock: &ManualClock, ledger: Arc<Ledger>) -> Server {
+    let config =
+        Config::new().durability(Durability::Sync).clock(Arc::new(clock.clone())).default_ttl(Duration::from_secs(60));
+    let store = Store::open(dir, config).expect("open store");
+    let app = Router::new()
+        .route("/payments", post(charge))
+        .with_state(Arc::clone(&ledger))
+        .layer(IdempotencyLayer::new(store, LayerConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/payments", listener.local_addr().expect("address"));
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("serve");
+    });
+    Server { url, ledger, task }
+}
+
+impl Server {
+    /// Stops serving and drops the store (releasing its directory lock).
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        // Connections held by the client pool may keep the router (and the
+        // store) alive a little longer; give them a moment to close.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn send(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, Option<String>) {
+    let mut request = client.post(url).body(body.to_string());
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("send");
+    let status = response.status().as_u16();
+    let replayed = response.headers().get("idempotency-replay").map(|value| value.to_str().expect("ascii").to_string());
+    (status, response.text().await.expect("body"), replayed)
+}
+
+fn client() -> reqwest::Client {
+    // No pooled connections: a restarted server must not meet old sockets.
+    reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn double_send_charges_once_and_replays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let server = start(dir.path(), &clock, Arc::default()).await;
+    let client = client();
+    let first = send(&client, &server.url, Some("order-1"), "amount=10", &[]).await;
+    let second = send(&client, &server.url, Some("\"order-1\""), "amount=10", &[]).await;
+    assert_eq!((first.0, first.2.as_deref()), (201, None));
+    assert_eq!((second.0, &second.1, second.2.as_deref()), (201, &first.1, Some("true")));
+    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_sends_execute_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let server = start(dir.path(), &clock, Arc::default()).await;
+    let client = client();
+    let sends: Vec<_> = (0..8)
+        .map(|index| {
+            let (client, url) = (client.clone(), server.url.clone());
+            tokio::spawn(async move {
+                // Half of them ask to wait for the first request's answer.
+                let headers: &[(&str, &str)] = if index % 2 == 0 { &[("Prefer", "wait=5")] } else { &[] };
+                send(&client, &url, Some("order-2"), "amount=20", headers).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for handle in sends {
+        answers.push(handle.await.expect("join"));
+    }
+    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1, "{answers:?}");
+    let created: Vec<_> = answers.iter().filter(|answer| answer.0 == 201).collect();
+    assert!(answers.iter().all(|answer| answer.0 == 201 || answer.0 == 409), "{answers:?}");
+    assert!(created.iter().all(|answer| answer.1 == created[0].1), "{answers:?}");
+    for conflict in answers.iter().filter(|answer| answer.0 == 409) {
+        assert!(conflict.1.contains("\"status\":409"), "{conflict:?}");
+    }
+    // Every request that asked to wait got the final answer.
+    assert!(created.len() >= 4, "{answers:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_key_missing_key_and_bad_key_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let server = start(dir.path(), &clock, Arc::default()).await;
+    let client = client();
+    assert_eq!(send(&client, &server.url, Some("order-3"), "amount=30", &[]).await.0, 201);
+    let reused = send(&client, &server.url, Some("order-3"), "amount=31", &[]).await;
+    assert_eq!(reused.0, 422, "{reused:?}");
+    assert!(!reused.1.contains("payment"), "a mismatch never reveals the stored response: {reused:?}");
+    let missing = send(&client, &server.url, None, "amount=30", &[]).await;
+    assert_eq!(missing.0, 400);
+    assert!(missing.1.contains("missing idempotency key"), "{missing:?}");
+    let long = "k".repeat(300);
+    assert_eq!(send(&client, &server.url, Some(&long), "amount=30", &[]).await.0, 400);
+    assert_eq!(send(&client, &server.url, Some("\"unclosed"), "amount=30", &[]).await.0, 400);
+    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_survives_a_restart_and_expires_by_ttl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let client = client();
+    let server = start(dir.path(), &clock, Arc::default()).await;
+    let first = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
+    assert_eq!(first.0, 201);
+    server.stop().await;
+
+    let ledger = Arc::new(Ledger::default());
+    let server = start(dir.path(), &clock, Arc::clone(&ledger)).await;
+    let again = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
+    assert_eq!((again.0, &again.1, again.2.as_deref()), (201, &first.1, Some("true")));
+    assert_eq!(ledger.charges.load(Ordering::SeqCst), 0, "the restarted server replayed");
+    clock.advance(Duration::from_secs(61));
+    let expired = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
+    assert_eq!((expired.0, expired.2.as_deref()), (201, None));
+    assert_eq!(ledger.charges.load(Ordering::SeqCst), 1, "after the TTL the key runs again");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_releases_the_key_so_a_retry_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_767_225_600_000);
+    let ledger = Arc::new(Ledger::default());
+    ledger.fail_first.store(1, Ordering::SeqCst);
+    let server = start(dir.path(), &clock, Arc::clone(&ledger)).await;
+    let client = client();
+    let failed = send(&client, &server.url, Some("order-5"), "amount=50", &[]).await;
+    assert_eq!(failed.0, 503);
+    // The release runs on the blocking pool; give it a moment.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let retried = send(&client, &server.url, Some("order-5"), "amount=50", &[]).await;
+    assert_eq!((retried.0, retried.2.as_deref()), (201, None), "{retried:?}");
+    assert_eq!(ledger.charges.load(Ordering::SeqCst), 1);
+    server.stop().await;
+}
