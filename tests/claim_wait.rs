@@ -4,8 +4,21 @@
 mod common;
 
 use common::{acquire, fingerprint, open, START_MS};
-use idemkv::{Claim, ClaimRequest, ManualClock};
+use idemkv::{Claim, ClaimRequest, ManualClock, Store};
 use std::time::{Duration, Instant};
+
+/// Starts a thread that waits up to 30 s on key "k" and returns the answer
+/// it got, passed through `then`.
+fn spawn_waiter<T: Send + 'static>(
+    store: &Store,
+    then: impl FnOnce(Claim) -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let store = store.clone();
+    std::thread::spawn(move || {
+        let request = ClaimRequest::new("k", fingerprint("r"));
+        then(store.claim_wait(&request, Duration::from_secs(30)).expect("claim_wait"))
+    })
+}
 
 #[test]
 fn waiter_gets_the_replay_when_the_holder_completes() {
@@ -14,13 +27,7 @@ fn waiter_gets_the_replay_when_the_holder_completes() {
     let store = open(dir.path(), &clock);
     let request = ClaimRequest::new("k", fingerprint("r"));
     let lease = acquire(&store, &request);
-    let waiter = {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            let request = ClaimRequest::new("k", fingerprint("r"));
-            store.claim_wait(&request, Duration::from_secs(30)).expect("claim_wait")
-        })
-    };
+    let waiter = spawn_waiter(&store, |claim| claim);
     std::thread::sleep(Duration::from_millis(100));
     lease.complete(b"finished").expect("complete");
     let started = Instant::now();
@@ -38,16 +45,10 @@ fn waiter_acquires_when_the_holder_releases() {
     let store = open(dir.path(), &clock);
     let request = ClaimRequest::new("k", fingerprint("r"));
     let lease = acquire(&store, &request);
-    let waiter = {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            let request = ClaimRequest::new("k", fingerprint("r"));
-            match store.claim_wait(&request, Duration::from_secs(30)).expect("claim_wait") {
-                Claim::Acquired(lease) => lease.complete(b"second").map(|()| true),
-                _ => Ok(false),
-            }
-        })
-    };
+    let waiter = spawn_waiter(&store, |claim| match claim {
+        Claim::Acquired(lease) => lease.complete(b"second").map(|()| true),
+        _ => Ok(false),
+    });
     std::thread::sleep(Duration::from_millis(50));
     lease.release().expect("release");
     assert!(waiter.join().expect("join").expect("complete"));

@@ -234,23 +234,9 @@ fn verify(dir: &Path) -> Result<ExitCode, String> {
         "{} shards, {} segments, {} records, {} bytes checked",
         report.shards, report.segments, report.records, report.bytes
     );
-    for torn in &report.torn_tails {
-        println!(
-            "torn tail (cut at next open): {} offset {} length {}: {}",
-            torn.file.display(),
-            torn.offset,
-            torn.length,
-            torn.reason
-        );
-    }
-    for damage in &report.damage {
-        println!(
-            "DAMAGE: {} offset {} length {}: {}",
-            damage.file.display(),
-            damage.offset,
-            damage.length,
-            damage.reason
-        );
+    let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at next open)", span));
+    for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
+        println!("{label}: {} offset {} length {}: {}", span.file.display(), span.offset, span.length, span.reason);
     }
     if report.is_clean() {
         println!("clean");
