@@ -443,16 +443,18 @@ where
             "The response was over the limit or failed; the key was released.",
         ));
     };
+    let backend = release.disarm();
     if config.policy.keeps(parts.status) {
         let encoded = encode_response(parts.status, &parts.headers, &config.stored_headers, &body);
-        let backend = release.disarm();
         let stored = blocking(move || backend.complete(&token, &encoded)).await;
         if let Err(error) = stored {
             return Ok(problem(StatusCode::INTERNAL_SERVER_ERROR, "response not stored", &error.to_string()));
         }
+    } else {
+        // Freed before the answer goes out, so a retry that follows it runs.
+        // LeaseLost means the key moved on already; nothing to undo.
+        let _released = blocking(move || backend.release(&token)).await;
     }
-    // A response that is not kept drops `release` here, freeing the key.
-    drop(release);
     Ok(Response::from_parts(parts, Full::new(body)))
 }
 
