@@ -1,7 +1,7 @@
 //! The idempotency layer in front of a real axum server on 127.0.0.1, driven
 //! by a real HTTP client: double sends, concurrent sends, a reused key, a
-//! missing key, a restart on the same directory, expiry, and a 5xx that
-//! releases the key.
+//! missing key, an oversized body, a restart on the same directory, expiry,
+//! and a 5xx that releases the key.
 #![cfg(feature = "tower")]
 
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
@@ -150,7 +150,12 @@ async fn reused_key_missing_key_and_bad_key_are_refused() {
     let long = "k".repeat(300);
     assert_eq!(send(&client, &server.url, Some(&long), "amount=30", &[]).await.0, 400);
     assert_eq!(send(&client, &server.url, Some("\"unclosed"), "amount=30", &[]).await.0, 400);
-    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1);
+    // Bodies are buffered up to 1 MiB; beyond that a clear 413, nothing stored.
+    let huge = "x".repeat((1 << 20) + 1);
+    let too_large = send(&client, &server.url, Some("order-huge"), &huge, &[]).await;
+    assert_eq!(too_large.0, 413, "{:?}", &too_large.1);
+    assert_eq!(send(&client, &server.url, Some("order-huge"), "amount=1", &[]).await.0, 201);
+    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 2);
     server.stop().await;
 }
 
