@@ -197,3 +197,55 @@ async fn a_5xx_releases_the_key_so_a_retry_runs() {
     assert_eq!(ledger.charges.load(Ordering::SeqCst), 1);
     server.stop().await;
 }
+
+/// An inner service that takes a while, to be cancelled mid-way.
+#[derive(Clone)]
+struct Slow;
+
+impl tower::Service<axum::http::Request<axum::body::Body>> for Slow {
+    type Response = axum::http::Response<axum::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::http::Request<axum::body::Body>) -> Self::Future {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(axum::http::Response::new(axum::body::Body::from("late")))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_request_releases_the_key() {
+    use tower::{Layer, Service};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), Config::new()).expect("open");
+    let mut service = IdempotencyLayer::new(store.clone(), LayerConfig::default()).layer(Slow);
+    let request = axum::http::Request::post("/payments")
+        .header("Idempotency-Key", "order-6")
+        .body(axum::body::Body::from("amount=60"))
+        .expect("request");
+    std::future::poll_fn(|context| service.poll_ready(context)).await.expect("ready");
+    // The client gives up: the in-flight future is dropped.
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), service.call(request)).await;
+    assert!(cancelled.is_err(), "the slow handler cannot have answered");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let fingerprint = idemkv::Fingerprint::of(b"not the same request");
+        match store.claim(&idemkv::ClaimRequest::new("order-6", fingerprint)).expect("claim") {
+            // Absent again (any fingerprint is acquired): the key was released.
+            idemkv::Claim::Acquired(lease) => {
+                lease.release().expect("release");
+                break;
+            }
+            other => {
+                assert!(std::time::Instant::now() < deadline, "the key was never released: {other:?}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
