@@ -706,3 +706,22 @@ impl Iterator for Iter<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_holds_compaction_to_its_byte_rate() {
+        // 1 MiB/s: 64 KiB is due after 62.5 ms at the earliest. Only the
+        // lower bound is checked: sleeping is never shorter than asked.
+        let mut pacer = Pacer::new(1 << 20);
+        let started = Instant::now();
+        pacer.pace(64 << 10);
+        assert!(started.elapsed() >= Duration::from_millis(62));
+        let mut unlimited = Pacer::new(0);
+        let started = Instant::now();
+        unlimited.pace(u64::MAX);
+        assert!(started.elapsed() < Duration::from_secs(1), "0 means no limit");
+    }
+}
