@@ -92,7 +92,18 @@ mod tests {
 
     #[test]
     fn task_can_end_itself() {
-        let worker = Worker::spawn("test", Duration::from_millis(1), || false).expect("spawn");
+        let runs = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&runs);
+        let worker = Worker::spawn("test", Duration::from_millis(1), move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            false
+        })
+        .expect("spawn");
+        while runs.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "a task that returned false ran again");
         drop(worker);
     }
 }

@@ -429,10 +429,8 @@ where
     // Until disarmed, dropping this (the client went away, the future was
     // cancelled) releases the key so that a retry may run.
     let mut release = ReleaseOnDrop { backend: Some(Arc::clone(&backend)), token: token.clone() };
-    let response = match inner.call(Request::from_parts(parts, B::from(body))).await {
-        Ok(response) => response,
-        Err(error) => return Err(error),
-    };
+    // An error of the inner service drops `release`, freeing the key.
+    let response = inner.call(Request::from_parts(parts, B::from(body))).await?;
     let (parts, body) = response.into_parts();
     let Ok(body) =
         Limited::new(body, config.response_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)

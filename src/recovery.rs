@@ -83,12 +83,9 @@ pub(crate) fn recover_shard(
     let mut active_end = 0;
     let mut lengths = BTreeMap::new();
     for (position, (id, path)) in segments.iter().enumerate() {
-        let (file, len) = open_file(storage, path)?;
-        if len > u64::from(u32::MAX) {
-            return Err(Error::corruption(path, 0, "segment larger than 4 GiB"));
-        }
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(path, 0, "segment too large"))?];
-        file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
+        let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
+        let bytes = segment::read_whole(&*file, path)?;
+        let len = bytes.len() as u64;
         let active = position == last;
         let scan = scanner::scan(path, &bytes, active, |frame| {
             replay.apply(*id, &frame);

@@ -277,7 +277,7 @@ impl Store {
         self.check_key(scope, key)?;
         let key = self.key_ref(scope, key);
         let shard = self.shard_of_hash(key.hash);
-        let Some((record, lsn)) = shard.get(&key)? else {
+        let Some((record, lsn)) = shard.get(key.hash, Some(&key))? else {
             return Ok(None);
         };
         self.wait_durable(shard, lsn)?;
@@ -685,7 +685,7 @@ impl Iterator for Iter<'_> {
         let shards = &self.store.inner.shards;
         loop {
             if let Some(hash) = self.hashes.next() {
-                match shards[self.shard].get_by_hash(hash) {
+                match shards[self.shard].get(hash, None) {
                     Ok(Some((record, _))) => return Some(Ok(record)),
                     Ok(None) => continue,
                     Err(error) => return Some(Err(error)),

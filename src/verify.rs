@@ -82,11 +82,9 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
         let last = segments.len().saturating_sub(1);
         for (position, (_, path)) in segments.iter().enumerate() {
             let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
-            let len = file.len().map_err(|error| Error::io("stat", path, error))?;
-            let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(path, 0, "too large"))?];
-            file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
+            let bytes = segment::read_whole(&*file, path)?;
             report.segments += 1;
-            report.bytes += len;
+            report.bytes += bytes.len() as u64;
             check_segment(path, &bytes, position == last, &mut report);
         }
     }
@@ -116,7 +114,7 @@ fn check_segment(path: &Path, bytes: &[u8], active: bool, report: &mut VerifyRep
                     record::DecodeError::Truncated => "record runs past the end of the file",
                     record::DecodeError::Invalid(reason) => reason,
                 };
-                if let Some(next) = scanner::next_whole_frame(bytes, offset + 1) {
+                if let Some((next, _)) = scanner::next_whole_frame(bytes, offset + 1) {
                     report.damage.push(damage(offset, next - offset, reason));
                     offset = next;
                 } else {

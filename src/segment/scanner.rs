@@ -84,26 +84,28 @@ pub(crate) fn scan(
 /// `from`.
 fn whole_frame_after(bytes: &[u8], from: usize, last_lsn: u64) -> bool {
     let mut start = from;
-    while let Some(found) = next_whole_frame(bytes, start) {
-        match record::decode(&bytes[found..]) {
-            Ok((header, _)) if header.lsn > last_lsn => return true,
-            _ => start = found + 1,
+    while let Some((found, header)) = next_whole_frame(bytes, start) {
+        if header.lsn > last_lsn {
+            return true;
         }
+        start = found + 1;
     }
     false
 }
 
-/// The offset of the next whole, CRC-checked frame at or after `from`.
-/// Cheap checks on the length field come before the CRC.
-pub(crate) fn next_whole_frame(bytes: &[u8], from: usize) -> Option<usize> {
+/// The offset and header of the next whole, CRC-checked frame at or after
+/// `from`. Cheap checks on the length field come before the CRC.
+pub(crate) fn next_whole_frame(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
     let minimum = FRAME_HEADER_BYTES + FIXED_BYTES;
     let mut start = from;
     while start + minimum <= bytes.len() {
         let candidate = &bytes[start..];
         let plausible = record::declared_frame_bytes(candidate)
             .is_some_and(|len| len >= minimum as u64 && len <= candidate.len() as u64);
-        if plausible && record::decode(candidate).is_ok() {
-            return Some(start);
+        if plausible {
+            if let Ok((header, _)) = record::decode(candidate) {
+                return Some((start, header));
+            }
         }
         start += 1;
     }

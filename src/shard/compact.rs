@@ -65,9 +65,8 @@ impl Shard {
             (file, state.sealed.keys().next() == Some(&id), now)
         };
         let path = self.segment_path(id);
-        let len = file.len().map_err(|error| Error::io("stat", &path, error))?;
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(&path, 0, "segment too large"))?];
-        file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", &path, error))?;
+        let bytes = segment::read_whole(&*file, &path)?;
+        let len = bytes.len() as u64;
         let rewritten = self.rewrite(&path, &bytes, oldest, now, hasher, report)?;
         report.records_dropped += rewritten.dropped;
         let empty = rewritten.bytes.len() == segment::header::HEADER_BYTES;
@@ -102,21 +101,19 @@ impl Shard {
     ) -> Result<Rewritten> {
         let mut frames = Vec::new();
         let scan = scanner::scan(path, bytes, false, |frame| {
-            frames.push((frame.offset, frame.bytes.len()));
+            frames.push((frame.offset, frame.bytes.len(), frame.header));
             Ok(())
         })?;
         let header = SegmentHeader { shard: self.id, segment: scan.header.segment, lsn_floor: scan.header.lsn_floor };
         let mut out = Rewritten { bytes: header.encode().to_vec(), moved: Vec::new(), dropped: 0 };
         for batch in frames.chunks(BATCH) {
             let mut state = self.lock()?;
-            for (offset, frame_len) in batch {
+            for (offset, frame_len, record) in batch {
                 let start = usize::try_from(*offset).expect("offset within the segment");
                 let frame = &bytes[start..start + frame_len];
-                let (record, _) =
-                    record::decode(frame).map_err(|_| Error::corruption(path, *offset, "changed while read"))?;
-                let (scope, key, _) = record::body(&record, frame);
+                let (scope, key, _) = record::body(record, frame);
                 let hash = hasher.hash(scope, key);
-                match self.classify(&mut state, hash, &record, scan.header.segment, oldest, now, report) {
+                match self.classify(&mut state, hash, record, scan.header.segment, oldest, now, report) {
                     Decision::Keep => {
                         let new_offset = u32::try_from(out.bytes.len()).expect("smaller than the segment");
                         out.moved.push((hash, record.lsn, new_offset));
@@ -124,7 +121,7 @@ impl Shard {
                     }
                     Decision::Shadow if matches!(record.kind, Kind::Tombstone) => out.bytes.extend_from_slice(frame),
                     Decision::Shadow => {
-                        let tombstone = Header { kind: Kind::Tombstone, response_len: 0, ..record };
+                        let tombstone = Header { kind: Kind::Tombstone, response_len: 0, ..*record };
                         record::encode(&tombstone, scope, key, &[], &mut out.bytes);
                         out.dropped += 1;
                     }

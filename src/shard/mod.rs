@@ -432,24 +432,15 @@ impl Shard {
     }
 
     /// The live record of a key and its LSN.
-    pub(crate) fn get(&self, key: &KeyRef<'_>) -> Result<Option<(Record, u64)>> {
-        let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        let Some(entry) = self.live_entry(&mut state, key.hash, now) else {
-            return Ok(None);
-        };
-        let stored = self.load(&mut state, &entry, Some(key))?;
-        Ok(Record::from_frame(&stored, &state.read_buffer).map(|record| (record, entry.lsn)))
-    }
-
-    /// The live record at index hash `hash` (for iteration).
-    pub(crate) fn get_by_hash(&self, hash: u128) -> Result<Option<(Record, u64)>> {
+    /// The live record at index hash `hash`, checked to belong to `key` when
+    /// one is given (iteration has only the hash), and its LSN.
+    pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<Option<(Record, u64)>> {
         let mut state = self.lock()?;
         let now = state.now_ms(&*self.clock);
         let Some(entry) = self.live_entry(&mut state, hash, now) else {
             return Ok(None);
         };
-        let stored = self.load(&mut state, &entry, None)?;
+        let stored = self.load(&mut state, &entry, key)?;
         Ok(Record::from_frame(&stored, &state.read_buffer).map(|record| (record, entry.lsn)))
     }
 
