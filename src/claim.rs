@@ -1,9 +1,9 @@
 //! What a caller asks ([`ClaimRequest`]) and what the store answers
-//! ([`Claim`], [`Record`]).
+//! ([`Claim`]).
 
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
-use crate::record::{self, Header, Kind, State};
+use crate::record::Record;
 use std::time::Duration;
 
 /// A request to claim `(scope, key)`.
@@ -86,69 +86,4 @@ pub enum Claim {
     /// The key is present with a different fingerprint. The stored response
     /// is never revealed.
     Mismatch,
-}
-
-/// A stored record, as read back from the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Record {
-    /// The scope.
-    pub scope: Vec<u8>,
-    /// The key.
-    pub key: Vec<u8>,
-    /// Processing, Completed or Failed.
-    pub state: State,
-    /// The fingerprint of the request that claimed the key.
-    pub fingerprint: Fingerprint,
-    /// Fencing token of the current (or finishing) holder. Tokens of one key
-    /// only grow; tokens of keys in different shards are unrelated.
-    pub token: u64,
-    /// 1 for the first holder, one more for each takeover after an expired lease.
-    pub attempt: u32,
-    /// Whether the current holder took over an expired lease.
-    pub recovered: bool,
-    /// When the key was first claimed (ms since the epoch).
-    pub created_ms: u64,
-    /// When the record last changed state or lease (ms since the epoch).
-    pub updated_ms: u64,
-    /// Lease end for Processing, expiry for Completed and Failed (ms since
-    /// the epoch).
-    pub deadline_ms: u64,
-    /// The stored response; empty while Processing.
-    pub response: Vec<u8>,
-}
-
-impl Record {
-    /// Builds a record from a decoded Put frame.
-    pub(crate) fn from_frame(header: &Header, frame: &[u8]) -> Option<Self> {
-        let Kind::Put(state) = header.kind else {
-            return None;
-        };
-        let (scope, key, response) = record::body(header, frame);
-        Some(Record {
-            scope: scope.to_vec(),
-            key: key.to_vec(),
-            state,
-            fingerprint: header.fingerprint,
-            token: header.token,
-            attempt: header.attempt,
-            recovered: header.recovered,
-            created_ms: header.created_ms,
-            updated_ms: header.updated_ms,
-            deadline_ms: header.deadline_ms,
-            response: response.to_vec(),
-        })
-    }
-}
-
-/// A lease held elsewhere: enough to finish it from any thread or after
-/// handing the work to a background job. See [`Lease::into_token`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LeaseToken {
-    /// The scope of the claimed key.
-    pub scope: Vec<u8>,
-    /// The claimed key.
-    pub key: Vec<u8>,
-    /// The fencing token of the claim.
-    pub token: u64,
 }

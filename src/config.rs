@@ -263,6 +263,48 @@ impl Config {
         }
         Ok(())
     }
+
+    /// Checks a key and scope against the limits.
+    pub(crate) fn check_key(&self, scope: &[u8], key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::KeyEmpty);
+        }
+        if key.len() > self.key_bytes_max {
+            return Err(Error::KeyTooLong { len: key.len(), max: self.key_bytes_max });
+        }
+        if scope.len() > self.scope_bytes_max {
+            return Err(Error::ScopeTooLong { len: scope.len(), max: self.scope_bytes_max });
+        }
+        Ok(())
+    }
+
+    /// Checks a response against the limit.
+    pub(crate) fn check_response(&self, response: &[u8]) -> Result<()> {
+        if response.len() > self.response_bytes_max {
+            return Err(Error::ResponseTooLarge { len: response.len(), max: self.response_bytes_max });
+        }
+        Ok(())
+    }
+
+    /// A requested duration in ms, checked, or `default_ms` when none was given.
+    pub(crate) fn check_duration(
+        &self,
+        what: &'static str,
+        duration: Option<Duration>,
+        default_ms: u64,
+    ) -> Result<u64> {
+        let Some(duration) = duration else {
+            return Ok(default_ms);
+        };
+        if duration.is_zero() {
+            return Err(Error::InvalidDuration { what, reason: "must not be zero" });
+        }
+        let ms = duration_ms(duration);
+        if ms > self.duration_ms_max {
+            return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
+        }
+        Ok(ms)
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 56);
 impl Entry {
     /// A Completed or Failed record whose TTL has passed reads as absent.
     pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
-        self.state.is_terminal() && self.deadline_ms <= now_ms
+        self.state.is_expired(self.deadline_ms, now_ms)
     }
 }
 

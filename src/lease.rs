@@ -1,11 +1,12 @@
-//! The lease: the only way to finish a claim.
+//! The lease: the only way to finish a claim, and the plain token it can
+//! be turned into.
 
-use crate::claim::LeaseToken;
+use crate::engine::{Engine, TokenRef};
 use crate::error::Result;
-use crate::shard::Held;
 use crate::stats::bump;
-use crate::store::Store;
+use crate::transition::{Finish, Held};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The right to execute a claimed request, fenced by a token.
@@ -32,15 +33,14 @@ use std::time::Duration;
 /// # Ok(()) }
 /// ```
 pub struct Lease {
-    pub(crate) store: Store,
-    pub(crate) hash: u128,
-    pub(crate) scope: Vec<u8>,
-    pub(crate) key: Vec<u8>,
-    pub(crate) token: u64,
-    pub(crate) attempt: u32,
-    pub(crate) held: Held,
-    pub(crate) deadline_ms: u64,
-    pub(crate) finished: bool,
+    engine: Arc<Engine>,
+    hash: u128,
+    scope: Vec<u8>,
+    key: Vec<u8>,
+    token: u64,
+    held: Held,
+    deadline_ms: u64,
+    finished: bool,
 }
 
 impl fmt::Debug for Lease {
@@ -50,7 +50,7 @@ impl fmt::Debug for Lease {
             .field("scope", &String::from_utf8_lossy(&self.scope))
             .field("key", &String::from_utf8_lossy(&self.key))
             .field("token", &self.token)
-            .field("attempt", &self.attempt)
+            .field("attempt", &self.held.attempt)
             .field("recovered", &self.held.recovered)
             .field("deadline_ms", &self.deadline_ms)
             .finish_non_exhaustive()
@@ -58,6 +58,19 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// The lease on the key of hash `hash` that a claim acquired.
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        hash: u128,
+        scope: &[u8],
+        key: &[u8],
+        token: u64,
+        held: Held,
+        deadline_ms: u64,
+    ) -> Self {
+        Lease { engine, hash, scope: scope.to_vec(), key: key.to_vec(), token, held, deadline_ms, finished: false }
+    }
+
     /// The fencing token: every transition checks it.
     #[must_use]
     pub fn token(&self) -> u64 {
@@ -67,7 +80,7 @@ impl Lease {
     /// 1 for the first holder, one more for each takeover.
     #[must_use]
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.held.attempt
     }
 
     /// Whether this lease took over from a holder whose lease expired. The
@@ -105,7 +118,7 @@ impl Lease {
     /// errors. The lease is spent either way; after an I/O error the record
     /// stays Processing until the lease ends and the lease counts as abandoned.
     pub fn complete(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self.store.complete_hashed(self.hash, &self.token_ref(), response);
+        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Complete(response));
         self.settle(&outcome);
         outcome
     }
@@ -116,7 +129,7 @@ impl Lease {
     /// # Errors
     /// As [`complete`](Lease::complete).
     pub fn fail(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self.store.fail_hashed(self.hash, &self.token_ref(), response);
+        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Fail(response));
         self.settle(&outcome);
         outcome
     }
@@ -126,7 +139,7 @@ impl Lease {
     /// # Errors
     /// As [`complete`](Lease::complete).
     pub fn release(mut self) -> Result<()> {
-        let outcome = self.store.release_hashed(self.hash, &self.token_ref());
+        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Release);
         self.settle(&outcome);
         outcome
     }
@@ -139,7 +152,7 @@ impl Lease {
     /// [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a zero
     /// or too long `extend`.
     pub fn renew(&mut self, extend: Duration) -> Result<()> {
-        let outcome = self.store.renew_hashed(self.hash, &self.token_ref(), extend);
+        let outcome = self.engine.renew(self.hash, &self.token_ref(), extend);
         match outcome {
             Ok(deadline_ms) => {
                 self.deadline_ms = deadline_ms;
@@ -155,16 +168,18 @@ impl Lease {
     }
 
     /// Turns the lease into a plain token to finish later, from anywhere in
-    /// the process, with [`Store::complete`], [`Store::fail`],
-    /// [`Store::release`] or [`Store::renew`]. Not counted as abandoned.
+    /// the process, with [`Store::complete`](crate::Store::complete),
+    /// [`Store::fail`](crate::Store::fail),
+    /// [`Store::release`](crate::Store::release) or
+    /// [`Store::renew`](crate::Store::renew). Not counted as abandoned.
     #[must_use]
     pub fn into_token(mut self) -> LeaseToken {
         self.finished = true;
         LeaseToken { scope: std::mem::take(&mut self.scope), key: std::mem::take(&mut self.key), token: self.token }
     }
 
-    fn token_ref(&self) -> crate::store::TokenRef<'_> {
-        crate::store::TokenRef { scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
+    fn token_ref(&self) -> TokenRef<'_> {
+        TokenRef { scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
     }
 
     /// After a finishing call: the lease is spent unless the call failed in a
@@ -178,7 +193,19 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.finished {
-            bump(&self.store.shard_of_hash(self.hash).counters.abandoned_leases);
+            bump(&self.engine.shard_of_hash(self.hash).counters.abandoned_leases);
         }
     }
+}
+
+/// A lease held elsewhere: enough to finish it from any thread or after
+/// handing the work to a background job. See [`Lease::into_token`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseToken {
+    /// The scope of the claimed key.
+    pub scope: Vec<u8>,
+    /// The claimed key.
+    pub key: Vec<u8>,
+    /// The fencing token of the claim.
+    pub token: u64,
 }

@@ -80,6 +80,12 @@ impl State {
     pub fn is_terminal(self) -> bool {
         self != State::Processing
     }
+
+    /// Whether a record in this state with this deadline reads as absent at
+    /// `now_ms`: a Completed or Failed record whose TTL has passed.
+    pub(crate) fn is_expired(self, deadline_ms: u64, now_ms: u64) -> bool {
+        self.is_terminal() && deadline_ms <= now_ms
+    }
 }
 
 /// What a record says about its key.
@@ -107,6 +113,59 @@ pub(crate) struct Header {
     pub scope_len: u16,
     pub key_len: u16,
     pub response_len: u32,
+}
+
+/// A stored record, as read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Record {
+    /// The scope.
+    pub scope: Vec<u8>,
+    /// The key.
+    pub key: Vec<u8>,
+    /// Processing, Completed or Failed.
+    pub state: State,
+    /// The fingerprint of the request that claimed the key.
+    pub fingerprint: Fingerprint,
+    /// Fencing token of the current (or finishing) holder. Tokens of one key
+    /// only grow; tokens of keys in different shards are unrelated.
+    pub token: u64,
+    /// 1 for the first holder, one more for each takeover after an expired lease.
+    pub attempt: u32,
+    /// Whether the current holder took over an expired lease.
+    pub recovered: bool,
+    /// When the key was first claimed (ms since the epoch).
+    pub created_ms: u64,
+    /// When the record last changed state or lease (ms since the epoch).
+    pub updated_ms: u64,
+    /// Lease end for Processing, expiry for Completed and Failed (ms since
+    /// the epoch).
+    pub deadline_ms: u64,
+    /// The stored response; empty while Processing.
+    pub response: Vec<u8>,
+}
+
+impl Record {
+    /// Builds a record from a decoded Put frame.
+    pub(crate) fn from_frame(header: &Header, frame: &[u8]) -> Option<Self> {
+        let Kind::Put(state) = header.kind else {
+            return None;
+        };
+        let (scope, key, response) = body(header, frame);
+        Some(Record {
+            scope: scope.to_vec(),
+            key: key.to_vec(),
+            state,
+            fingerprint: header.fingerprint,
+            token: header.token,
+            attempt: header.attempt,
+            recovered: header.recovered,
+            created_ms: header.created_ms,
+            updated_ms: header.updated_ms,
+            deadline_ms: header.deadline_ms,
+            response: response.to_vec(),
+        })
+    }
 }
 
 /// Why bytes did not decode as a frame.

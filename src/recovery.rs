@@ -1,52 +1,35 @@
 //! Recovery at open: rebuild a shard's index from its segments, cut a torn
-//! tail off the active segment, refuse damage anywhere else.
+//! tail off the active segment, refuse damage anywhere else. The result is
+//! plain data ([`Recovered`]) from which the shard builds itself.
 
 use crate::error::{Error, Result};
 use crate::index::{Entry, Index, KeyHasher};
 use crate::io::{Storage, StorageFile};
 use crate::record::{self, Kind};
+use crate::segment;
 use crate::segment::header::HEADER_BYTES;
-use crate::segment::{self, scanner};
-use crate::shard::{create_segment, ActiveSegment, ShardState};
+use crate::segment::scanner::{self, Expected};
+use crate::segment::writer::{create_segment, ActiveSegment};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A shard rebuilt from disk.
+/// A shard's log as found on disk.
 #[derive(Debug)]
 pub(crate) struct Recovered {
-    pub state: ShardState,
+    /// The shard's folder.
+    pub dir: PathBuf,
+    /// The newest record of every key that is present (expired ones too).
+    pub index: Index,
+    pub active: ActiveSegment,
+    pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
+    /// The LSN the next record gets.
+    pub next_lsn: u64,
     pub torn_tail_bytes: u64,
     /// The newest time written to the shard's log.
     pub max_updated_ms: u64,
     /// The length of every segment after recovery.
     pub lengths: BTreeMap<u32, u64>,
-}
-
-impl Recovered {
-    /// Sets the shard's time floor (the newest time written to any shard,
-    /// or the clock if later) and drops the records expired by then.
-    /// Returns how many were dropped.
-    pub(crate) fn settle_time(&mut self, floor_ms: u64) -> u64 {
-        self.state.now_floor_ms = self.state.now_floor_ms.max(floor_ms);
-        let now = self.state.now_floor_ms;
-        let before = self.state.index.len();
-        self.state.index.retain(|entry| !entry.is_expired(now));
-        self.state.rebuild_usage(&self.lengths);
-        (before - self.state.index.len()) as u64
-    }
-}
-
-/// The segments of a shard folder, oldest first.
-pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
-    let mut segments: Vec<(u32, PathBuf)> = storage
-        .read_dir(dir)
-        .map_err(|error| Error::io("list", dir, error))?
-        .into_iter()
-        .filter_map(|path| segment::parse_segment_name(&path).map(|id| (id, path)))
-        .collect();
-    segments.sort_unstable_by_key(|(id, _)| *id);
-    Ok(segments)
 }
 
 fn open_file(storage: &dyn Storage, path: &Path) -> Result<(Arc<dyn StorageFile>, u64)> {
@@ -56,23 +39,23 @@ fn open_file(storage: &dyn Storage, path: &Path) -> Result<(Arc<dyn StorageFile>
 }
 
 /// Rebuilds shard `shard` in folder `dir`, creating it if new.
-pub(crate) fn recover_shard(
-    storage: &dyn Storage,
-    dir: &Path,
-    shard: u32,
-    hasher: &KeyHasher,
-    clock_now_ms: u64,
-) -> Result<Recovered> {
+pub(crate) fn recover_shard(storage: &dyn Storage, dir: &Path, shard: u32, hasher: &KeyHasher) -> Result<Recovered> {
     storage.create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
     discard_unfinished_compaction(storage, dir)?;
-    let mut segments = list_segments(storage, dir)?;
+    let mut segments = segment::list_segments(storage, dir)?;
     drop_torn_creation(storage, dir, &mut segments)?;
     if segments.is_empty() {
         let file = create_segment(storage, dir, shard, 1, 1)?;
-        let active = ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 };
-        let state = ShardState::new(Index::default(), active, BTreeMap::new(), 1, clock_now_ms);
-        let lengths = BTreeMap::from([(1, HEADER_BYTES as u64)]);
-        return Ok(Recovered { state, torn_tail_bytes: 0, max_updated_ms: 0, lengths });
+        return Ok(Recovered {
+            dir: dir.to_path_buf(),
+            index: Index::default(),
+            active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 },
+            sealed: BTreeMap::new(),
+            next_lsn: 1,
+            torn_tail_bytes: 0,
+            max_updated_ms: 0,
+            lengths: BTreeMap::from([(1, HEADER_BYTES as u64)]),
+        });
     }
     let mut replay =
         Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
@@ -86,16 +69,13 @@ pub(crate) fn recover_shard(
         let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
         let bytes = segment::read_whole(&*file, path)?;
         let len = bytes.len() as u64;
-        let active = position == last;
-        let scan = scanner::scan(path, &bytes, active, |frame| {
+        let expected = Expected { shard, segment: *id, active: position == last };
+        let scan = scanner::scan(path, &bytes, expected, |frame| {
             replay.apply(*id, &frame);
             Ok(())
         })?;
-        if scan.header.shard != shard || scan.header.segment != *id {
-            return Err(Error::corruption(path, 0, "segment header names another shard or segment"));
-        }
         lsn_floor = lsn_floor.max(scan.header.lsn_floor);
-        if active && scan.valid_end < len {
+        if scan.valid_end < len {
             file.set_len(scan.valid_end)
                 .and_then(|()| file.sync())
                 .map_err(|error| Error::io("truncate", path, error))?;
@@ -105,12 +85,17 @@ pub(crate) fn recover_shard(
         lengths.insert(*id, scan.valid_end);
         files.insert(*id, file);
     }
-    let max_updated_ms = replay.max_updated_ms;
     let (active_id, active_file) = files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
-    let active = ActiveSegment { id: active_id, file: active_file, end: active_end };
-    let next_lsn = lsn_floor.max(replay.max_lsn + 1);
-    let state = ShardState::new(replay.index, active, files, next_lsn, clock_now_ms);
-    Ok(Recovered { state, torn_tail_bytes, max_updated_ms, lengths })
+    Ok(Recovered {
+        dir: dir.to_path_buf(),
+        index: replay.index,
+        active: ActiveSegment { id: active_id, file: active_file, end: active_end },
+        sealed: files,
+        next_lsn: lsn_floor.max(replay.max_lsn + 1),
+        torn_tail_bytes,
+        max_updated_ms: replay.max_updated_ms,
+        lengths,
+    })
 }
 
 /// A compaction that crashed before its rename leaves a temporary file; the

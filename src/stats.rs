@@ -1,5 +1,5 @@
 //! Counters, kept per shard (no shared cache line on the hot path) and
-//! summed by [`crate::Store::stats`].
+//! summed by [`crate::Store::stats`]; the census of records by state.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,6 +69,20 @@ pub struct Stats {
     pub disk_bytes: u64,
     /// Segment files, sealed and active.
     pub segments: u64,
+}
+
+/// Indexed records by state, from [`crate::Store::census`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Census {
+    /// Processing (leases valid or not).
+    pub processing: u64,
+    /// Completed and not expired.
+    pub completed: u64,
+    /// Failed and not expired.
+    pub failed: u64,
+    /// Completed or Failed past their TTL, still on disk until compaction.
+    pub expired: u64,
 }
 
 macro_rules! counters {

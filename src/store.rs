@@ -1,43 +1,24 @@
 //! The store: a directory of shards behind one cheap, cloneable handle.
+//! This is the public API; opening lives in `open`, the engine the handles
+//! share in `engine`, durability rounds in `sync`, compaction passes in
+//! `compactor`.
 
-use crate::background::Worker;
-use crate::claim::{Claim, ClaimRequest, LeaseToken, Record};
-use crate::compaction::{choose, Action, CompactionReport, Policy};
+use crate::claim::{Claim, ClaimRequest};
+use crate::compaction::CompactionReport;
+use crate::compactor;
 use crate::config::{Config, Durability};
-use crate::error::{Error, Result};
-use crate::index::KeyHasher;
-use crate::lease::Lease;
-use crate::manifest::{self, Manifest};
-use crate::recovery::recover_shard;
-use crate::segment;
-use crate::shard::{ClaimParams, Finish, Held, KeyRef, Outcome, Shard};
-use crate::stats::Stats;
-use parking_lot::Mutex;
-use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use crate::engine::{Engine, TokenRef};
+use crate::error::Result;
+use crate::lease::{Lease, LeaseToken};
+use crate::open;
+use crate::record::Record;
+use crate::shard::Outcome;
+use crate::stats::{Census, Stats};
+use crate::sync::{self, sync_dirty};
+use crate::transition::Finish;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Indexed records by state, from [`Store::census`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Census {
-    /// Processing (leases valid or not).
-    pub processing: u64,
-    /// Completed and not expired.
-    pub completed: u64,
-    /// Failed and not expired.
-    pub failed: u64,
-    /// Completed or Failed past their TTL, still on disk until compaction.
-    pub expired: u64,
-}
-
-/// Shards of a new store when [`Config::shards`] is not set.
-pub const DEFAULT_SHARDS: u32 = 4;
-
-/// Name of the advisory lock file in a store directory.
-pub const LOCK_FILE_NAME: &str = "LOCK";
 
 /// The longest a `claim_wait` sleeps between looks at the key, so that a
 /// lease that ends by the clock (not by a finish) is noticed promptly.
@@ -70,31 +51,7 @@ const WAIT_POLL: Duration = Duration::from_millis(50);
 /// ```
 #[derive(Debug, Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    dir: PathBuf,
-    config: Config,
-    hasher: KeyHasher,
-    shards: Box<[Shard]>,
-    lock_file: Mutex<Option<File>>,
-    /// Background threads (the interval flusher); stopped before close.
-    workers: Mutex<Vec<Worker>>,
-    /// One compaction pass at a time.
-    compaction: Mutex<()>,
-}
-
-/// A borrowed `(scope, key, token)`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TokenRef<'a> {
-    pub scope: &'a [u8],
-    pub key: &'a [u8],
-    pub token: u64,
-    /// What the lease holder knows of its record; `None` for a token from
-    /// elsewhere, whose record is then read back and checked.
-    pub held: Option<Held>,
+    engine: Arc<Engine>,
 }
 
 impl Store {
@@ -107,97 +64,14 @@ impl Store {
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail; I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
-        config.validate()?;
-        let dir = dir.as_ref().to_path_buf();
-        let storage = Arc::clone(&config.storage);
-        storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
-        refuse_foreign_directory(&*storage, &dir)?;
-        let lock_file = lock_directory(&dir)?;
-        let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
-            manifest
-        } else {
-            let manifest = Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS));
-            manifest.store(&*storage, &dir)?;
-            manifest
-        };
-        if let Some(configured) = config.shards.filter(|configured| *configured != manifest.shards) {
-            return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
+        let engine = Arc::new(open::open(dir.as_ref(), config)?);
+        if let Durability::Interval(interval) = engine.config.durability {
+            sync::start_flusher(&engine, interval)?;
         }
-        let hasher = KeyHasher::new(manifest.hash_key);
-        let now_ms = config.clock.now_ms();
-        let recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher, now_ms)?;
-        // One time floor for the whole store: the newest time any shard wrote.
-        let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
-        let mut shards = Vec::with_capacity(recovered.len());
-        for (id, mut recovered) in (0..).zip(recovered) {
-            let expired = recovered.settle_time(floor_ms);
-            let shard_dir = segment::shard_dir(&dir, id);
-            let shard = Shard::new(
-                id,
-                shard_dir,
-                Arc::clone(&storage),
-                Arc::clone(&config.clock),
-                config.segment_bytes,
-                recovered.state,
-            );
-            shard.counters.torn_tail_bytes_cut.store(recovered.torn_tail_bytes, Ordering::Relaxed);
-            shard.counters.expirations.store(expired, Ordering::Relaxed);
-            shards.push(shard);
+        if let Some(interval) = engine.config.compaction_interval {
+            compactor::start_compactor(&engine, interval)?;
         }
-        storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
-        let store = Store {
-            inner: Arc::new(Inner {
-                dir,
-                config,
-                hasher,
-                shards: shards.into_boxed_slice(),
-                lock_file: Mutex::new(Some(lock_file)),
-                workers: Mutex::new(Vec::new()),
-                compaction: Mutex::new(()),
-            }),
-        };
-        if let Durability::Interval(interval) = store.inner.config.durability {
-            store.start_flusher(interval)?;
-        }
-        if let Some(interval) = store.inner.config.compaction_interval {
-            store.start_compactor(interval)?;
-        }
-        Ok(store)
-    }
-
-    /// Starts the background compactor. Like the flusher it holds only a
-    /// weak reference; an error of one pass (say a full disk) is retried at
-    /// the next, and a failed fsync has already poisoned its shard.
-    fn start_compactor(&self, interval: Duration) -> Result<()> {
-        let weak = Arc::downgrade(&self.inner);
-        let worker = Worker::spawn("idemkv-compact", interval, move || {
-            let Some(inner) = weak.upgrade() else {
-                return false;
-            };
-            let _retried_next_pass = Store { inner }.compact();
-            true
-        })
-        .map_err(|error| Error::io("spawn compactor", &self.inner.dir, error))?;
-        self.inner.workers.lock().push(worker);
-        Ok(())
-    }
-
-    /// Starts the thread that fsyncs dirty shards every `interval`. It holds
-    /// only a weak reference, so dropping the last handle ends it.
-    fn start_flusher(&self, interval: Duration) -> Result<()> {
-        let weak = Arc::downgrade(&self.inner);
-        let worker = Worker::spawn("idemkv-flush", interval, move || {
-            let Some(inner) = weak.upgrade() else {
-                return false;
-            };
-            // A failed fsync poisons its shard, which then answers every
-            // call with Error::Poisoned: the failure is not lost.
-            let _latched = sync_dirty(&inner.shards);
-            true
-        })
-        .map_err(|error| Error::io("spawn flusher", &self.inner.dir, error))?;
-        self.inner.workers.lock().push(worker);
-        Ok(())
+        Ok(Store { engine })
     }
 
     /// Claims `(scope, key)` atomically: the answer is one row of the table
@@ -214,35 +88,24 @@ impl Store {
 
     /// The claim answer, the index hash, and the LSN the answer rests on.
     fn claim_traced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
-        self.check_key(request.scope, request.key)?;
-        let params = ClaimParams {
-            fingerprint: request.fingerprint,
-            lease_ms: self.check_duration("lease", request.lease, self.inner.config.lease_ms)?,
-            ttl_ms: self.check_duration("ttl", request.ttl, self.inner.config.ttl_ms)?,
-        };
-        let key = self.key_ref(request.scope, request.key);
-        let shard = self.shard_of_hash(key.hash);
-        let (outcome, lsn) = shard.claim(&key, &params)?;
-        self.wait_durable(shard, lsn)?;
-        let claim = match outcome {
-            Outcome::Acquired { token, attempt, lease_deadline_ms, held } => Claim::Acquired(Lease {
-                store: self.clone(),
-                hash: key.hash,
-                scope: request.scope.to_vec(),
-                key: request.key.to_vec(),
+        let claimed = self.engine.claim(request.scope, request.key, request.fingerprint, request.lease, request.ttl)?;
+        let claim = match claimed.outcome {
+            Outcome::Acquired { token, lease_deadline_ms, held } => Claim::Acquired(Lease::new(
+                Arc::clone(&self.engine),
+                claimed.hash,
+                request.scope,
+                request.key,
                 token,
-                attempt,
                 held,
-                deadline_ms: lease_deadline_ms,
-                finished: false,
-            }),
+                lease_deadline_ms,
+            )),
             Outcome::Replay(record) => Claim::Replay(record),
             Outcome::InProgress { retry_after_ms, attempt } => {
                 Claim::InProgress { retry_after: Duration::from_millis(retry_after_ms), attempt }
             }
             Outcome::Mismatch => Claim::Mismatch,
         };
-        Ok((claim, key.hash, lsn))
+        Ok((claim, claimed.hash, claimed.lsn))
     }
 
     /// Like [`claim`](Store::claim), but while the key is in progress it
@@ -264,7 +127,7 @@ impl Store {
                 return Ok(claim);
             }
             let pause = timeout.saturating_sub(elapsed).min(retry_after).min(WAIT_POLL);
-            self.shard_of_hash(hash).wait_finished(hash, lsn, pause);
+            self.engine.shard_of_hash(hash).wait_finished(hash, lsn, pause);
         }
     }
 
@@ -274,13 +137,12 @@ impl Store {
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        self.check_key(scope, key)?;
-        let key = self.key_ref(scope, key);
-        let shard = self.shard_of_hash(key.hash);
+        let key = self.engine.key_ref(scope, key)?;
+        let shard = self.engine.shard_of_hash(key.hash);
         let Some((record, lsn)) = shard.get(key.hash, Some(&key))? else {
             return Ok(None);
         };
-        self.wait_durable(shard, lsn)?;
+        self.engine.wait_durable(shard, lsn)?;
         Ok(Some(record))
     }
 
@@ -291,11 +153,10 @@ impl Store {
     /// # Errors
     /// As [`get`](Store::get).
     pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        self.check_key(scope, key)?;
-        let key = self.key_ref(scope, key);
-        let shard = self.shard_of_hash(key.hash);
+        let key = self.engine.key_ref(scope, key)?;
+        let shard = self.engine.shard_of_hash(key.hash);
         let (removed, lsn) = shard.remove(&key)?;
-        self.wait_durable(shard, lsn)?;
+        self.engine.wait_durable(shard, lsn)?;
         Ok(removed)
     }
 
@@ -306,9 +167,8 @@ impl Store {
     /// [`Error::ResponseTooLarge`]; the key errors of
     /// [`claim`](Store::claim); I/O errors.
     pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        let token = Self::token_ref(token);
-        self.check_key(token.scope, token.key)?;
-        self.complete_hashed(self.inner.hasher.hash(token.scope, token.key), &token, response)
+        let (hash, token) = self.token_ref(token)?;
+        self.engine.finish(hash, &token, Finish::Complete(response))
     }
 
     /// Fails the lease `token` with a replayed terminal response (see
@@ -317,9 +177,8 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete).
     pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        let token = Self::token_ref(token);
-        self.check_key(token.scope, token.key)?;
-        self.fail_hashed(self.inner.hasher.hash(token.scope, token.key), &token, response)
+        let (hash, token) = self.token_ref(token)?;
+        self.engine.finish(hash, &token, Finish::Fail(response))
     }
 
     /// Releases the lease `token`: the key becomes absent (see
@@ -328,9 +187,8 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete).
     pub fn release(&self, token: &LeaseToken) -> Result<()> {
-        let token = Self::token_ref(token);
-        self.check_key(token.scope, token.key)?;
-        self.release_hashed(self.inner.hasher.hash(token.scope, token.key), &token)
+        let (hash, token) = self.token_ref(token)?;
+        self.engine.finish(hash, &token, Finish::Release)
     }
 
     /// Renews the lease `token` so that it ends at least `extend` from now.
@@ -339,9 +197,8 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
     pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
-        let token = Self::token_ref(token);
-        self.check_key(token.scope, token.key)?;
-        self.renew_hashed(self.inner.hasher.hash(token.scope, token.key), &token, extend)
+        let (hash, token) = self.token_ref(token)?;
+        self.engine.renew(hash, &token, extend)
     }
 
     /// Iterates over the live records of every shard (inspection; not a
@@ -363,24 +220,7 @@ impl Store {
     /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`],
     /// [`Error::Poisoned`].
     pub fn compact(&self) -> Result<CompactionReport> {
-        let _one_at_a_time = self.inner.compaction.lock();
-        let config = &self.inner.config;
-        let policy = Policy { live_fraction_min: config.compaction_live_fraction, actions_max: 16 };
-        let mut pacer = Pacer::new(config.compaction_bytes_per_second);
-        let mut report = CompactionReport::default();
-        for shard in &*self.inner.shards {
-            let sealed = shard.sealed_views()?;
-            for action in choose(&sealed, &policy) {
-                let (Action::Drop(id) | Action::Rewrite(id)) = action;
-                let bytes = shard.compact_segment(id, &self.inner.hasher, &mut report)?;
-                pacer.pace(bytes);
-            }
-            shard.shrink_index();
-        }
-        let counters = &self.inner.shards[0].counters;
-        counters.compaction_runs.fetch_add(1, Ordering::Relaxed);
-        counters.compaction_bytes_reclaimed.fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
-        Ok(report)
+        compactor::compact(&self.engine)
     }
 
     /// Counts the indexed records by state, and those expired but not yet
@@ -391,7 +231,7 @@ impl Store {
     /// [`Error::Closed`], [`Error::Poisoned`].
     pub fn census(&self) -> Result<Census> {
         let mut census = Census::default();
-        for shard in &*self.inner.shards {
+        for shard in &*self.engine.shards {
             shard.census(&mut census)?;
         }
         Ok(census)
@@ -402,14 +242,14 @@ impl Store {
     /// # Errors
     /// [`Error::Poisoned`] or the fsync's I/O error.
     pub fn sync(&self) -> Result<()> {
-        sync_dirty(&self.inner.shards)
+        sync_dirty(&self.engine.shards)
     }
 
     /// The counters since open.
     #[must_use]
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
-        for shard in &*self.inner.shards {
+        for shard in &*self.engine.shards {
             shard.counters.add_to(&mut stats);
             let footprint = shard.footprint();
             stats.live_records += footprint.records;
@@ -427,236 +267,32 @@ impl Store {
     /// # Errors
     /// The first fsync error; the lock is released regardless.
     pub fn close(self) -> Result<()> {
-        let workers = std::mem::take(&mut *self.inner.workers.lock());
+        let workers = std::mem::take(&mut *self.engine.workers.lock());
         drop(workers);
-        for shard in &*self.inner.shards {
+        for shard in &*self.engine.shards {
             shard.close();
         }
         let synced = self.sync();
-        self.inner.lock_file.lock().take();
+        self.engine.lock_file.lock().take();
         synced
     }
 
     /// The store directory.
     #[must_use]
     pub fn path(&self) -> &Path {
-        &self.inner.dir
+        &self.engine.dir
     }
 
     /// The number of shards.
     #[must_use]
     pub fn shard_count(&self) -> u32 {
-        u32::try_from(self.inner.shards.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.engine.shards.len()).unwrap_or(u32::MAX)
     }
 
-    pub(crate) fn complete_hashed(&self, hash: u128, token: &TokenRef<'_>, response: &[u8]) -> Result<()> {
-        self.check_response(response)?;
-        self.finish(hash, token, Finish::Complete(response))
-    }
-
-    pub(crate) fn fail_hashed(&self, hash: u128, token: &TokenRef<'_>, response: &[u8]) -> Result<()> {
-        self.check_response(response)?;
-        self.finish(hash, token, Finish::Fail(response))
-    }
-
-    pub(crate) fn release_hashed(&self, hash: u128, token: &TokenRef<'_>) -> Result<()> {
-        self.finish(hash, token, Finish::Release)
-    }
-
-    pub(crate) fn renew_hashed(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<u64> {
-        let extend_ms = self.check_duration("renewal", Some(extend), 0)?;
-        let key = KeyRef { hash, scope: token.scope, key: token.key };
-        let shard = self.shard_of_hash(hash);
-        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms, token.held.as_ref())?;
-        self.wait_durable(shard, lsn)?;
-        Ok(deadline_ms)
-    }
-
-    fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
-        let key = KeyRef { hash, scope: token.scope, key: token.key };
-        let shard = self.shard_of_hash(hash);
-        let lsn = shard.finish(&key, token.token, finish, token.held.as_ref())?;
-        self.wait_durable(shard, lsn)
-    }
-
-    pub(crate) fn shard_of_hash(&self, hash: u128) -> &Shard {
-        // The top bits choose the shard; the index's hash map uses the low
-        // 64, so the two stay independent.
-        let top = usize::try_from(hash >> 96).expect("32 bits fit in usize");
-        &self.inner.shards[top & (self.inner.shards.len() - 1)]
-    }
-
-    fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> KeyRef<'a> {
-        KeyRef { hash: self.inner.hasher.hash(scope, key), scope, key }
-    }
-
-    fn token_ref(token: &LeaseToken) -> TokenRef<'_> {
-        TokenRef { scope: &token.scope, key: &token.key, token: token.token, held: None }
-    }
-
-    fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
-        match self.inner.config.durability {
-            Durability::Sync => shard.sync_to(lsn),
-            Durability::Buffered | Durability::Interval(_) => Ok(()),
-        }
-    }
-
-    fn check_key(&self, scope: &[u8], key: &[u8]) -> Result<()> {
-        let config = &self.inner.config;
-        if key.is_empty() {
-            return Err(Error::KeyEmpty);
-        }
-        if key.len() > config.key_bytes_max {
-            return Err(Error::KeyTooLong { len: key.len(), max: config.key_bytes_max });
-        }
-        if scope.len() > config.scope_bytes_max {
-            return Err(Error::ScopeTooLong { len: scope.len(), max: config.scope_bytes_max });
-        }
-        Ok(())
-    }
-
-    fn check_response(&self, response: &[u8]) -> Result<()> {
-        let max = self.inner.config.response_bytes_max;
-        if response.len() > max {
-            return Err(Error::ResponseTooLarge { len: response.len(), max });
-        }
-        Ok(())
-    }
-
-    fn check_duration(&self, what: &'static str, duration: Option<Duration>, default_ms: u64) -> Result<u64> {
-        let Some(duration) = duration else {
-            return Ok(default_ms);
-        };
-        if duration.is_zero() {
-            return Err(Error::InvalidDuration { what, reason: "must not be zero" });
-        }
-        let ms = crate::clock::duration_ms(duration);
-        if ms > self.inner.config.duration_ms_max {
-            return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
-        }
-        Ok(ms)
-    }
-}
-
-/// Rebuilds every shard, on as many threads as there are cores (shards are
-/// independent), and returns them in shard order.
-fn recover_shards(
-    storage: &dyn crate::io::Storage,
-    dir: &Path,
-    shards: u32,
-    hasher: &KeyHasher,
-    now_ms: u64,
-) -> Result<Vec<crate::recovery::Recovered>> {
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
-    let next = std::sync::atomic::AtomicU32::new(0);
-    let mut results: Vec<(u32, Result<crate::recovery::Recovered>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let id = next.fetch_add(1, Ordering::Relaxed);
-                        if id >= shards {
-                            return done;
-                        }
-                        done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher, now_ms)));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
-    });
-    results.sort_by_key(|(id, _)| *id);
-    results.into_iter().map(|(_, recovered)| recovered).collect()
-}
-
-/// Keeps compaction I/O under a byte rate by sleeping when ahead of it.
-struct Pacer {
-    bytes_per_second: u64,
-    started: Instant,
-    bytes: u64,
-}
-
-impl Pacer {
-    fn new(bytes_per_second: u64) -> Self {
-        Pacer { bytes_per_second, started: Instant::now(), bytes: 0 }
-    }
-
-    fn pace(&mut self, bytes: u64) {
-        if self.bytes_per_second == 0 {
-            return;
-        }
-        self.bytes += bytes;
-        #[expect(clippy::cast_precision_loss, reason = "a pacing delay needs no exact byte count")]
-        let due = Duration::from_secs_f64(self.bytes as f64 / self.bytes_per_second as f64);
-        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
-            std::thread::sleep(ahead);
-        }
-    }
-}
-
-/// Syncs every shard with unsynced records, all in one round: the fsyncs of
-/// different shard files run at the same time, not one after another.
-fn sync_dirty(shards: &[Shard]) -> Result<()> {
-    let dirty: Vec<&Shard> = shards.iter().filter(|shard| shard.is_dirty()).collect();
-    match dirty.as_slice() {
-        [] => Ok(()),
-        [only] => only.sync_all(),
-        _ => std::thread::scope(|scope| {
-            let running: Vec<_> = dirty.iter().map(|shard| scope.spawn(|| shard.sync_all())).collect();
-            running
-                .into_iter()
-                .try_for_each(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-        }),
-    }
-}
-
-/// A directory that holds files but no manifest belongs to something else:
-/// never write into it. A crash during creation can leave only the lock file
-/// and a temporary manifest, which count as empty.
-fn refuse_foreign_directory(storage: &dyn crate::io::Storage, dir: &Path) -> Result<()> {
-    if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
-        return Ok(());
-    }
-    let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
-    let foreign = entries.iter().any(|path| {
-        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
-        name != LOCK_FILE_NAME && name != manifest::TEMP_NAME
-    });
-    if foreign {
-        return Err(Error::NotAStore { path: dir.to_path_buf() });
-    }
-    Ok(())
-}
-
-/// Takes the advisory lock that keeps a second open (in this process or
-/// another) out of the directory.
-fn lock_directory(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK_FILE_NAME);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|error| Error::io("open", &path, error))?;
-    match file.try_lock() {
-        Ok(()) => {
-            // The holder's process id, for the message of a refused open.
-            let pid = std::process::id().to_string();
-            file.set_len(0)
-                .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0))
-                .map_err(|error| Error::io("write", &path, error))?;
-            Ok(file)
-        }
-        Err(TryLockError::WouldBlock) => {
-            let holder_pid = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse().ok());
-            Err(Error::Locked { path, holder_pid })
-        }
-        Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
+    /// A lease token's key, checked against the limits, and its hash.
+    fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
+        let key = self.engine.key_ref(&token.scope, &token.key)?;
+        Ok((key.hash, TokenRef { scope: key.scope, key: key.key, token: token.token, held: None }))
     }
 }
 
@@ -682,7 +318,7 @@ impl Iterator for Iter<'_> {
     type Item = Result<Record>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let shards = &self.store.inner.shards;
+        let shards = &self.store.engine.shards;
         loop {
             if let Some(hash) = self.hashes.next() {
                 match shards[self.shard].get(hash, None) {
@@ -704,24 +340,5 @@ impl Iterator for Iter<'_> {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pacer_holds_compaction_to_its_byte_rate() {
-        // 1 MiB/s: 64 KiB is due after 62.5 ms at the earliest. Only the
-        // lower bound is checked: sleeping is never shorter than asked.
-        let mut pacer = Pacer::new(1 << 20);
-        let started = Instant::now();
-        pacer.pace(64 << 10);
-        assert!(started.elapsed() >= Duration::from_millis(62));
-        let mut unlimited = Pacer::new(0);
-        let started = Instant::now();
-        unlimited.pace(u64::MAX);
-        assert!(started.elapsed() < Duration::from_secs(1), "0 means no limit");
     }
 }

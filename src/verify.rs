@@ -5,9 +5,8 @@
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
 use crate::manifest::Manifest;
-use crate::record;
-use crate::recovery::list_segments;
-use crate::segment::{self, scanner};
+use crate::segment;
+use crate::segment::scanner::{self, Expected};
 use std::path::{Path, PathBuf};
 
 /// One damaged span of a segment file.
@@ -74,59 +73,63 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
     let mut report = VerifyReport { shards: manifest.shards, ..VerifyReport::default() };
     for shard in 0..manifest.shards {
         let shard_dir = segment::shard_dir(dir, shard);
-        let segments = match list_segments(&storage, &shard_dir) {
+        let segments = match segment::list_segments(&storage, &shard_dir) {
             Ok(segments) => segments,
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
             Err(error) => return Err(error),
         };
         let last = segments.len().saturating_sub(1);
-        for (position, (_, path)) in segments.iter().enumerate() {
+        for (position, (id, path)) in segments.iter().enumerate() {
             let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
             let bytes = segment::read_whole(&*file, path)?;
             report.segments += 1;
             report.bytes += bytes.len() as u64;
-            check_segment(path, &bytes, position == last, &mut report);
+            let expected = Expected { shard, segment: *id, active: position == last };
+            check_segment(path, &bytes, expected, &mut report);
         }
     }
     Ok(report)
 }
 
-fn check_segment(path: &Path, bytes: &[u8], active: bool, report: &mut VerifyReport) {
-    let damage = |offset: usize, length: usize, reason: &str| Damage {
-        file: path.to_path_buf(),
-        offset: offset as u64,
-        length: length as u64,
-        reason: reason.to_string(),
-    };
-    if let Err(error) = scanner::read_header(path, bytes) {
-        report.damage.push(damage(0, bytes.len(), &error.to_string()));
-        return;
+/// Walks one segment with the scanner that open uses, recording every
+/// damaged span instead of stopping at the first.
+fn check_segment(path: &Path, bytes: &[u8], expected: Expected, report: &mut VerifyReport) {
+    let mut records = 0;
+    let mut found = Vec::new();
+    let walked = scanner::walk(
+        path,
+        bytes,
+        expected,
+        |_| {
+            records += 1;
+            Ok(())
+        },
+        |damaged| {
+            found.push(damaged.clone());
+            Ok(())
+        },
+    );
+    report.records += records;
+    if let Err(error) = walked {
+        // Only the segment header makes the walk itself fail.
+        report.damage.push(Damage {
+            file: path.to_path_buf(),
+            offset: 0,
+            length: bytes.len() as u64,
+            reason: error.to_string(),
+        });
     }
-    let mut offset = segment::header::HEADER_BYTES;
-    while offset < bytes.len() {
-        match record::decode(&bytes[offset..]) {
-            Ok((_, frame_len)) => {
-                report.records += 1;
-                offset += frame_len;
-            }
-            Err(error) => {
-                let reason = match error {
-                    record::DecodeError::Truncated => "record runs past the end of the file",
-                    record::DecodeError::Invalid(reason) => reason,
-                };
-                if let Some((next, _)) = scanner::next_whole_frame(bytes, offset + 1) {
-                    report.damage.push(damage(offset, next - offset, reason));
-                    offset = next;
-                } else {
-                    let span = damage(offset, bytes.len() - offset, reason);
-                    if active {
-                        report.torn_tails.push(span);
-                    } else {
-                        report.damage.push(span);
-                    }
-                    return;
-                }
-            }
+    for damaged in found {
+        let span = Damage {
+            file: path.to_path_buf(),
+            offset: damaged.offset,
+            length: damaged.length,
+            reason: damaged.reason.to_string(),
+        };
+        if damaged.torn_tail {
+            report.torn_tails.push(span);
+        } else {
+            report.damage.push(span);
         }
     }
 }

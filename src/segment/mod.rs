@@ -4,12 +4,17 @@
 //! segment id that only grows. The newest is the active segment, the only
 //! one written; the others are sealed (fsynced when sealed, never written
 //! again).
+//!
+//! `header` is the file header, `scanner` reads a segment back frame by
+//! frame (for open, verify and compaction alike), `writer` appends to the
+//! active segment and shares fsyncs between callers.
 
 pub(crate) mod header;
 pub(crate) mod scanner;
+pub(crate) mod writer;
 
 use crate::error::{Error, Result};
-use crate::io::StorageFile;
+use crate::io::{Storage, StorageFile};
 use std::path::{Path, PathBuf};
 
 /// File-name suffix of a segment.
@@ -43,6 +48,18 @@ pub(crate) fn read_whole(file: &dyn StorageFile, path: &Path) -> Result<Vec<u8>>
     let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(path, 0, "segment too large"))?];
     file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
     Ok(bytes)
+}
+
+/// The segments of a shard folder, oldest first.
+pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let mut segments: Vec<(u32, PathBuf)> = storage
+        .read_dir(dir)
+        .map_err(|error| Error::io("list", dir, error))?
+        .into_iter()
+        .filter_map(|path| parse_segment_name(&path).map(|id| (id, path)))
+        .collect();
+    segments.sort_unstable_by_key(|(id, _)| *id);
+    Ok(segments)
 }
 
 /// The segment id of a file name, if it names a segment.

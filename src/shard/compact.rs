@@ -2,13 +2,15 @@
 //! for short batches (classifying up to `BATCH` records, or switching a
 //! rewritten file in); reading, writing and fsyncing happen outside it.
 
-use super::{Shard, ShardState};
+use super::state::ShardState;
+use super::Shard;
 use crate::compaction::{CompactionReport, SegmentUsage, SegmentView};
 use crate::error::{Error, Result};
 use crate::index::KeyHasher;
 use crate::record::{self, Header, Kind};
+use crate::segment;
 use crate::segment::header::SegmentHeader;
-use crate::segment::{self, scanner};
+use crate::segment::scanner::{self, Expected};
 use crate::stats::bump;
 use std::path::Path;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ impl Shard {
         let mut state = self.lock()?;
         let now = state.now_ms(&*self.clock);
         let views = state
+            .log
             .sealed
             .keys()
             .map(|id| {
@@ -61,13 +64,14 @@ impl Shard {
         let (file, oldest, now) = {
             let mut state = self.lock()?;
             let now = state.now_ms(&*self.clock);
-            let Some(file) = state.sealed.get(&id).cloned() else { return Ok(0) };
-            (file, state.sealed.keys().next() == Some(&id), now)
+            let Some(file) = state.log.sealed.get(&id).cloned() else { return Ok(0) };
+            (file, state.log.sealed.keys().next() == Some(&id), now)
         };
         let path = self.segment_path(id);
         let bytes = segment::read_whole(&*file, &path)?;
         let len = bytes.len() as u64;
-        let rewritten = self.rewrite(&path, &bytes, oldest, now, hasher, report)?;
+        let expected = Expected { shard: self.id, segment: id, active: false };
+        let rewritten = self.rewrite(&path, &bytes, expected, oldest, now, hasher, report)?;
         report.records_dropped += rewritten.dropped;
         let empty = rewritten.bytes.len() == segment::header::HEADER_BYTES;
         if empty && oldest {
@@ -90,17 +94,19 @@ impl Shard {
 
     /// Builds the replacement of a segment, classifying its records against
     /// the index in short batches under the lock.
+    #[expect(clippy::too_many_arguments, reason = "one pass needs the whole context")]
     fn rewrite(
         &self,
         path: &Path,
         bytes: &[u8],
+        expected: Expected,
         oldest: bool,
         now: u64,
         hasher: &KeyHasher,
         report: &mut CompactionReport,
     ) -> Result<Rewritten> {
         let mut frames = Vec::new();
-        let scan = scanner::scan(path, bytes, false, |frame| {
+        let scan = scanner::scan(path, bytes, expected, |frame| {
             frames.push((frame.offset, frame.bytes.len(), frame.header));
             Ok(())
         })?;
@@ -193,7 +199,7 @@ impl Shard {
                 }
             }
         }
-        state.sealed.insert(id, Arc::clone(&file));
+        state.log.sealed.insert(id, Arc::clone(&file));
         let usage = state.usage.entry(id).or_default();
         usage.total_bytes = rewritten.bytes.len() as u64;
         usage.settled = true;
@@ -205,7 +211,7 @@ impl Shard {
         {
             let mut state = self.state.lock();
             debug_assert!(state.index.values().all(|entry| entry.segment != id), "dropping a segment still indexed");
-            state.sealed.remove(&id);
+            state.log.sealed.remove(&id);
             state.usage.remove(&id);
         }
         self.storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;

@@ -1,0 +1,117 @@
+//! The engine behind every handle: the open shards of one store directory,
+//! and the calls addressed by key hash that both [`crate::Store`] and
+//! [`crate::Lease`] make. Input is checked here against the configured
+//! limits, and every answer waits for durability as the configuration asks.
+
+use crate::background::Worker;
+use crate::config::{Config, Durability};
+use crate::error::Result;
+use crate::fingerprint::Fingerprint;
+use crate::index::KeyHasher;
+use crate::shard::{KeyRef, Outcome, Shard};
+use crate::transition::{ClaimParams, Finish, Held};
+use parking_lot::Mutex;
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One open store directory.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub dir: PathBuf,
+    pub config: Config,
+    pub hasher: KeyHasher,
+    pub shards: Box<[Shard]>,
+    /// The directory lock; `None` once closed.
+    pub lock_file: Mutex<Option<File>>,
+    /// Background threads (flusher, compactor); stopped before close.
+    pub workers: Mutex<Vec<Worker>>,
+    /// One compaction pass at a time.
+    pub compaction: Mutex<()>,
+}
+
+/// A borrowed `(scope, key, token)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenRef<'a> {
+    pub scope: &'a [u8],
+    pub key: &'a [u8],
+    pub token: u64,
+    /// What the lease holder knows of its record; `None` for a token from
+    /// elsewhere, whose record is then read back and checked.
+    pub held: Option<Held>,
+}
+
+/// A claim as the engine answers it.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub outcome: Outcome,
+    pub hash: u128,
+    /// LSN of the record the answer rests on.
+    pub lsn: u64,
+}
+
+impl Engine {
+    /// The shard that holds keys of index hash `hash`.
+    pub(crate) fn shard_of_hash(&self, hash: u128) -> &Shard {
+        // The top bits choose the shard; the index's hash map uses the low
+        // 64, so the two stay independent.
+        let top = usize::try_from(hash >> 96).expect("32 bits fit in usize");
+        &self.shards[top & (self.shards.len() - 1)]
+    }
+
+    /// `(scope, key)` checked against the limits, with its index hash.
+    pub(crate) fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> Result<KeyRef<'a>> {
+        self.config.check_key(scope, key)?;
+        Ok(KeyRef { hash: self.hasher.hash(scope, key), scope, key })
+    }
+
+    /// Claims `(scope, key)` and waits until the answer is durable.
+    pub(crate) fn claim(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        lease: Option<Duration>,
+        ttl: Option<Duration>,
+    ) -> Result<Claimed> {
+        let key = self.key_ref(scope, key)?;
+        let params = ClaimParams {
+            fingerprint,
+            lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
+            ttl_ms: self.config.check_duration("ttl", ttl, self.config.ttl_ms)?,
+        };
+        let shard = self.shard_of_hash(key.hash);
+        let (outcome, lsn) = shard.claim(&key, &params)?;
+        self.wait_durable(shard, lsn)?;
+        Ok(Claimed { outcome, hash: key.hash, lsn })
+    }
+
+    /// Finishes the lease `token` on the key of hash `hash`.
+    pub(crate) fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
+        if let Finish::Complete(response) | Finish::Fail(response) = finish {
+            self.config.check_response(response)?;
+        }
+        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        let shard = self.shard_of_hash(hash);
+        let lsn = shard.finish(&key, token.token, finish, token.held.as_ref())?;
+        self.wait_durable(shard, lsn)
+    }
+
+    /// Renews the lease `token` on the key of hash `hash`; returns its new end.
+    pub(crate) fn renew(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<u64> {
+        let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
+        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        let shard = self.shard_of_hash(hash);
+        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms, token.held.as_ref())?;
+        self.wait_durable(shard, lsn)?;
+        Ok(deadline_ms)
+    }
+
+    /// Under `Sync`, waits until the record at `lsn` of `shard` is durable.
+    pub(crate) fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
+        match self.config.durability {
+            Durability::Sync => shard.sync_to(lsn),
+            Durability::Buffered | Durability::Interval(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Opening a store directory: refuse a directory that belongs to something
+//! else, take the advisory lock, load or create the manifest, recover every
+//! shard (in parallel), and settle one time floor for the whole store.
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::index::KeyHasher;
+use crate::io::Storage;
+use crate::manifest::{self, Manifest};
+use crate::recovery::{recover_shard, Recovered};
+use crate::segment;
+use crate::shard::Shard;
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Shards of a new store when [`Config::shards`] is not set.
+pub const DEFAULT_SHARDS: u32 = 4;
+
+/// Name of the advisory lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// Opens (or creates) the store in `dir`. See [`crate::Store::open`].
+pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
+    config.validate()?;
+    let dir = dir.to_path_buf();
+    let storage = Arc::clone(&config.storage);
+    storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
+    refuse_foreign_directory(&*storage, &dir)?;
+    let lock_file = lock_directory(&dir)?;
+    let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
+        manifest
+    } else {
+        let manifest = Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS));
+        manifest.store(&*storage, &dir)?;
+        manifest
+    };
+    if let Some(configured) = config.shards.filter(|configured| *configured != manifest.shards) {
+        return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
+    }
+    let hasher = KeyHasher::new(manifest.hash_key);
+    let now_ms = config.clock.now_ms();
+    let recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher)?;
+    // One time floor for the whole store: the newest time any shard wrote,
+    // or the clock if later.
+    let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
+    let shards = (0..)
+        .zip(recovered)
+        .map(|(id, recovered)| {
+            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, floor_ms)
+        })
+        .collect();
+    storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
+    Ok(Engine {
+        dir,
+        config,
+        hasher,
+        shards,
+        lock_file: Mutex::new(Some(lock_file)),
+        workers: Mutex::new(Vec::new()),
+        compaction: Mutex::new(()),
+    })
+}
+
+/// Rebuilds every shard, on as many threads as there are cores (shards are
+/// independent), and returns them in shard order.
+fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHasher) -> Result<Vec<Recovered>> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
+    let next = AtomicU32::new(0);
+    let mut results: Vec<(u32, Result<Recovered>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let id = next.fetch_add(1, Ordering::Relaxed);
+                        if id >= shards {
+                            return done;
+                        }
+                        done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    results.sort_by_key(|(id, _)| *id);
+    results.into_iter().map(|(_, recovered)| recovered).collect()
+}
+
+/// A directory that holds files but no manifest belongs to something else:
+/// never write into it. A crash during creation can leave only the lock file
+/// and a temporary manifest, which count as empty.
+fn refuse_foreign_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
+        return Ok(());
+    }
+    let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
+    let foreign = entries.iter().any(|path| {
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
+        name != LOCK_FILE_NAME && name != manifest::TEMP_NAME
+    });
+    if foreign {
+        return Err(Error::NotAStore { path: dir.to_path_buf() });
+    }
+    Ok(())
+}
+
+/// Takes the advisory lock that keeps a second open (in this process or
+/// another) out of the directory.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|error| Error::io("open", &path, error))?;
+    match file.try_lock() {
+        Ok(()) => {
+            // The holder's process id, for the message of a refused open.
+            let pid = std::process::id().to_string();
+            file.set_len(0)
+                .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0))
+                .map_err(|error| Error::io("write", &path, error))?;
+            Ok(file)
+        }
+        Err(TryLockError::WouldBlock) => {
+            let holder_pid = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse().ok());
+            Err(Error::Locked { path, holder_pid })
+        }
+        Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
+    }
+}
