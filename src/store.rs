@@ -8,6 +8,8 @@ use crate::compaction::CompactionReport;
 use crate::compactor;
 use crate::config::{Config, Durability};
 use crate::engine::{Engine, TokenRef};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::lease::{Lease, LeaseToken};
 use crate::open;
