@@ -50,6 +50,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod background;
 mod claim;
 mod clock;
@@ -61,7 +62,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "tower")]
-pub mod http_layer;
+pub mod http;
 mod index;
 pub mod io;
 mod lease;
@@ -74,6 +75,7 @@ mod stats;
 mod store;
 mod verify;
 
+pub use backend::{BackendClaim, IdempotencyBackend};
 pub use claim::{Claim, ClaimRequest, LeaseToken, Record};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use compaction::CompactionReport;
