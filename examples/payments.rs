@@ -10,7 +10,7 @@
 //! ```
 
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
-use idemkv::http_layer::{IdempotencyLayer, LayerConfig};
+use idemkv::http::{IdempotencyLayer, LayerConfig};
 use idemkv::{Config, Store};
 use std::io::Write;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 #![cfg(feature = "tower")]
 
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
-use idemkv::http_layer::{IdempotencyLayer, LayerConfig};
+use idemkv::http::{IdempotencyLayer, LayerConfig};
 use idemkv::{Config, Durability, ManualClock, Store};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
