@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! cargo run --example payments --features tower -- /tmp/payments 127.0.0.1:3000
-//! curl -si -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -d '{"amount":10}'
-//! curl -si -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -d '{"amount":10}'  # replayed
+//! curl -si -X POST localhost:3000/payments -H 'X-Account: acct-1' -H 'Idempotency-Key: order-1' -d '{"amount":10}'
+//! curl -si -X POST localhost:3000/payments -H 'X-Account: acct-1' -H 'Idempotency-Key: order-1' -d '{"amount":10}'  # replayed
 //! cat /tmp/payments/ledger.txt                                                            # one line
 //! ```
 
@@ -32,6 +32,13 @@ async fn charge(
     )
 }
 
+/// Keys are kept per account (the `X-Account` header stands in for what an
+/// authentication middleware would establish); a request without one is
+/// refused with 400.
+fn account(request: &axum::http::request::Parts) -> Option<Vec<u8>> {
+    request.headers.get("x-account").map(|account| account.as_bytes().to_vec())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "payments-data".into()));
@@ -41,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/payments", post(charge))
         .with_state(Arc::new(dir.join("ledger.txt")))
-        .layer(IdempotencyLayer::new(store, LayerConfig::default()));
+        .layer(IdempotencyLayer::new(store, LayerConfig::scoped(account)));
     let listener = tokio::net::TcpListener::bind(&address).await?;
     println!("payments on http://{address}, store and ledger in {}", dir.display());
     axum::serve(listener, app).await?;

@@ -1,18 +1,72 @@
 //! The contract any idempotency backend implements — the embedded [`Store`]
 //! now, networked ones later — for the HTTP layer and the tools built on it.
 //!
-//! It speaks in owned parts ([`BackendClaim`], [`LeaseToken`]) so that a
-//! backend need not hand out borrows of its own state, and it knows nothing
-//! of HTTP, tower or tokio.
+//! Every call is a future that never blocks its runtime. It speaks in owned
+//! parts ([`BackendClaim`], [`LeaseToken`]) so that a backend need not hand
+//! out borrows of its own state, and it knows nothing of HTTP or tower.
 
-use crate::{Claim, ClaimRequest, Error, Fingerprint, LeaseToken, Store};
+#[cfg(feature = "tokio")]
+use crate::{Claim, ClaimRequest, Store};
+use crate::{Error, Fingerprint, LeaseToken};
+use std::future::Future;
 use std::time::Duration;
+
+/// What a claim asks besides `(scope, key)` and the fingerprint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimOptions {
+    /// The lease; `None` for the backend's default.
+    pub lease: Option<Duration>,
+    /// The TTL of the finished record; `None` for the backend's default.
+    pub ttl: Option<Duration>,
+    /// While the key is in progress, wait up to this long for its holder
+    /// to finish (HTTP `Prefer: wait`); `None` answers at once.
+    pub wait: Option<Duration>,
+}
+
+impl ClaimOptions {
+    /// The backend's default lease and TTL, no waiting.
+    #[must_use]
+    pub fn new() -> Self {
+        ClaimOptions::default()
+    }
+
+    /// Sets the lease.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets the TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the longest wait while the key is in progress.
+    #[must_use]
+    pub fn wait(mut self, wait: Option<Duration>) -> Self {
+        self.wait = wait;
+        self
+    }
+}
 
 /// The answer of a backend's claim, in owned parts.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum BackendClaim {
     /// Run the request, then finish this token.
-    Acquired(LeaseToken),
+    Acquired {
+        /// The lease, as a plain token.
+        token: LeaseToken,
+        /// 1 for the first holder, one more for each takeover.
+        attempt: u32,
+        /// Whether this lease took over from a holder whose lease ended:
+        /// the old holder may have half-run.
+        recovered: bool,
+    },
     /// The stored response of the first request.
     Replay(Vec<u8>),
     /// Another request with this key is running.
@@ -24,71 +78,120 @@ pub enum BackendClaim {
     Mismatch,
 }
 
-/// What the layer needs of an idempotency store. Calls may block (fsync);
-/// the layer makes them on tokio's blocking pool.
+/// The sizes a backend accepts, so that callers check input before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[allow(
+    clippy::struct_field_names,
+    reason = "the names of the same limits in Config; the lint fires in some feature sets only"
+)]
+pub struct BackendLimits {
+    /// Longest key.
+    pub key_bytes_max: usize,
+    /// Longest scope.
+    pub scope_bytes_max: usize,
+    /// Largest stored response.
+    pub response_bytes_max: usize,
+}
+
+/// What the HTTP layer and the tools need of an idempotency store.
 pub trait IdempotencyBackend: Send + Sync + 'static {
-    /// Claims `(scope, key)`; with `wait`, waits up to that long while the
-    /// key is in progress.
+    /// Claims `(scope, key)` (see [`Store::claim`](crate::Store::claim));
+    /// with [`ClaimOptions::wait`], waits while the key is in progress.
     ///
     /// # Errors
-    /// The store's error.
+    /// The backend's error; an error changes nothing.
     fn claim(
         &self,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
-        wait: Option<Duration>,
-    ) -> Result<BackendClaim, Error>;
+        options: ClaimOptions,
+    ) -> impl Future<Output = Result<BackendClaim, Error>> + Send;
 
     /// Stores `response` as the replayed answer.
     ///
     /// # Errors
-    /// The store's error ([`Error::LeaseLost`] for a stale token).
-    fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error>;
+    /// The backend's error ([`Error::LeaseLost`] for a stale token,
+    /// [`Error::ResponseTooLarge`]).
+    fn complete(&self, token: &LeaseToken, response: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Stores `response` as a replayed terminal failure.
     ///
     /// # Errors
     /// As [`IdempotencyBackend::complete`].
-    fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error>;
+    fn fail(&self, token: &LeaseToken, response: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Frees the key so that a retry may run.
     ///
     /// # Errors
     /// As [`IdempotencyBackend::complete`].
-    fn release(&self, token: &LeaseToken) -> Result<(), Error>;
+    fn release(&self, token: &LeaseToken) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Extends the lease so that it ends at least `extend` from now.
+    ///
+    /// # Errors
+    /// As [`IdempotencyBackend::complete`], and
+    /// [`Error::InvalidDuration`].
+    fn renew(&self, token: &LeaseToken, extend: Duration) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The sizes this backend accepts.
+    fn limits(&self) -> BackendLimits;
 }
 
+#[cfg(feature = "tokio")]
 impl IdempotencyBackend for Store {
-    fn claim(
+    async fn claim(
         &self,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
-        wait: Option<Duration>,
+        options: ClaimOptions,
     ) -> Result<BackendClaim, Error> {
-        let request = ClaimRequest::new(key, fingerprint).scope(scope);
-        let claim = match wait {
-            Some(timeout) => self.claim_wait(&request, timeout)?,
-            None => Store::claim(self, &request)?,
+        let mut request = ClaimRequest::new(key, fingerprint).scope(scope);
+        if let Some(lease) = options.lease {
+            request = request.lease(lease);
+        }
+        if let Some(ttl) = options.ttl {
+            request = request.ttl(ttl);
+        }
+        let claim = match options.wait {
+            Some(timeout) => self.claim_wait_async(&request, timeout).await?,
+            None => self.claim_async(&request).await?,
         };
         Ok(match claim {
-            Claim::Acquired(lease) => BackendClaim::Acquired(lease.into_token()),
+            Claim::Acquired(lease) => {
+                let (attempt, recovered) = (lease.attempt(), lease.recovered());
+                BackendClaim::Acquired { token: lease.into_token(), attempt, recovered }
+            }
             Claim::Replay(record) => BackendClaim::Replay(record.response),
             Claim::InProgress { retry_after, .. } => BackendClaim::InProgress { retry_after },
             Claim::Mismatch => BackendClaim::Mismatch,
         })
     }
 
-    fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
-        Store::complete(self, token, response)
+    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
+        self.complete_async(token, response).await
     }
 
-    fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
-        Store::fail(self, token, response)
+    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
+        self.fail_async(token, response).await
     }
 
-    fn release(&self, token: &LeaseToken) -> Result<(), Error> {
-        Store::release(self, token)
+    async fn release(&self, token: &LeaseToken) -> Result<(), Error> {
+        self.release_async(token).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<(), Error> {
+        self.renew_async(token, extend).await.map(|_| ())
+    }
+
+    fn limits(&self) -> BackendLimits {
+        let config = self.config();
+        BackendLimits {
+            key_bytes_max: config.key_bytes_max,
+            scope_bytes_max: config.scope_bytes_max,
+            response_bytes_max: config.response_bytes_max,
+        }
     }
 }

@@ -57,6 +57,8 @@ pub struct Config {
     pub(crate) scope_bytes_max: usize,
     pub(crate) response_bytes_max: usize,
     pub(crate) duration_ms_max: u64,
+    pub(crate) waiters_per_key_max: usize,
+    pub(crate) waiters_max: usize,
     pub(crate) compaction_interval: Option<Duration>,
     pub(crate) compaction_live_fraction: f64,
     pub(crate) compaction_bytes_per_second: u64,
@@ -76,6 +78,8 @@ impl Default for Config {
             scope_bytes_max: 255,
             response_bytes_max: 1 << 20,
             duration_ms_max: 365 * 24 * 3600 * 1000,
+            waiters_per_key_max: 1024,
+            waiters_max: 16 * 1024,
             compaction_interval: Some(Duration::from_secs(60)),
             compaction_live_fraction: 0.5,
             compaction_bytes_per_second: 64 << 20,
@@ -168,6 +172,23 @@ impl Config {
     #[must_use]
     pub fn duration_max(mut self, max: Duration) -> Self {
         self.duration_ms_max = duration_ms(max);
+        self
+    }
+
+    /// Most callers waiting at once for one key in `claim_wait` (or HTTP
+    /// `Prefer: wait`); one more is answered `InProgress` at once. Default
+    /// 1024.
+    #[must_use]
+    pub fn waiters_per_key_max(mut self, max: usize) -> Self {
+        self.waiters_per_key_max = max;
+        self
+    }
+
+    /// Most callers waiting at once in `claim_wait` across the store.
+    /// Default 16 384.
+    #[must_use]
+    pub fn waiters_max(mut self, max: usize) -> Self {
+        self.waiters_max = max;
         self
     }
 

@@ -1,7 +1,11 @@
 //! The engine behind every handle: the open shards of one store directory,
 //! and the calls addressed by key hash that both [`crate::Store`] and
 //! [`crate::Lease`] make. Input is checked here against the configured
-//! limits, and every answer waits for durability as the configuration asks.
+//! limits. A call writes its record and returns the LSN its answer rests
+//! on; the caller then waits for durability as the configuration asks,
+//! blocking ([`Engine::wait_durable`]) or async
+//! ([`Engine::wait_durable_async`], where only the fsync itself takes a
+//! thread).
 
 use crate::background::Worker;
 use crate::config::{Config, Durability};
@@ -10,6 +14,7 @@ use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::shard::{KeyRef, Outcome, Shard};
 use crate::transition::{ClaimParams, Finish, Held};
+use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
 use std::fs::File;
 use std::path::PathBuf;
@@ -28,6 +33,8 @@ pub(crate) struct Engine {
     pub workers: Mutex<Vec<Worker>>,
     /// One compaction pass at a time.
     pub compaction: Mutex<()>,
+    /// Caps on callers waiting in `claim_wait`.
+    pub wait_limits: WaitLimits,
 }
 
 /// A borrowed `(scope, key, token)`.
@@ -65,7 +72,7 @@ impl Engine {
         Ok(KeyRef { hash: self.hasher.hash(scope, key), scope, key })
     }
 
-    /// Claims `(scope, key)` and waits until the answer is durable.
+    /// Claims `(scope, key)`. The answer is not yet durable.
     pub(crate) fn claim(
         &self,
         scope: &[u8],
@@ -80,38 +87,65 @@ impl Engine {
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
             ttl_ms: self.config.check_duration("ttl", ttl, self.config.ttl_ms)?,
         };
-        let shard = self.shard_of_hash(key.hash);
-        let (outcome, lsn) = shard.claim(&key, &params)?;
-        self.wait_durable(shard, lsn)?;
+        let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
     }
 
-    /// Finishes the lease `token` on the key of hash `hash`.
-    pub(crate) fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<()> {
+    /// Finishes the lease `token` on the key of hash `hash`; returns the
+    /// LSN of the record written.
+    pub(crate) fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<u64> {
         if let Finish::Complete(response) | Finish::Fail(response) = finish {
             self.config.check_response(response)?;
         }
         let key = KeyRef { hash, scope: token.scope, key: token.key };
-        let shard = self.shard_of_hash(hash);
-        let lsn = shard.finish(&key, token.token, finish, token.held.as_ref())?;
-        self.wait_durable(shard, lsn)
+        self.shard_of_hash(hash).finish(&key, token.token, finish, token.held.as_ref())
     }
 
-    /// Renews the lease `token` on the key of hash `hash`; returns its new end.
-    pub(crate) fn renew(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<u64> {
+    /// Renews the lease `token` on the key of hash `hash`; returns its new
+    /// end and the LSN of the record written.
+    pub(crate) fn renew(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<(u64, u64)> {
         let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
         let key = KeyRef { hash, scope: token.scope, key: token.key };
-        let shard = self.shard_of_hash(hash);
-        let (deadline_ms, lsn) = shard.renew(&key, token.token, extend_ms, token.held.as_ref())?;
-        self.wait_durable(shard, lsn)?;
-        Ok(deadline_ms)
+        self.shard_of_hash(hash).renew(&key, token.token, extend_ms, token.held.as_ref())
     }
 
-    /// Under `Sync`, waits until the record at `lsn` of `shard` is durable.
-    pub(crate) fn wait_durable(&self, shard: &Shard, lsn: u64) -> Result<()> {
+    /// Registers a caller waiting for key `hash` to leave Processing, or
+    /// `None` past the caps.
+    pub(crate) fn listen(&self, hash: u128) -> Option<Waiter<'_>> {
+        self.shard_of_hash(hash).waiters.listen(hash, &self.wait_limits)
+    }
+
+    /// Under `Sync`, blocks until the record at `lsn` in the shard of
+    /// `hash` is durable.
+    pub(crate) fn wait_durable(&self, hash: u128, lsn: u64) -> Result<()> {
         match self.config.durability {
-            Durability::Sync => shard.sync_to(lsn),
+            Durability::Sync => self.shard_of_hash(hash).sync_to(lsn),
             Durability::Buffered | Durability::Interval(_) => Ok(()),
+        }
+    }
+
+    /// Under `Sync`, waits until the record at `lsn` in the shard of `hash`
+    /// is durable, without blocking the runtime: a caller that leads the
+    /// shard's next fsync runs it on tokio's blocking pool (so at most one
+    /// blocking thread per shard), the others await its end.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {
+        use crate::segment::writer::Turn;
+        if !matches!(self.config.durability, Durability::Sync) {
+            return Ok(());
+        }
+        loop {
+            match self.shard_of_hash(hash).commit_turn(lsn)? {
+                Turn::Durable => return Ok(()),
+                Turn::Follow(listener) => listener.await,
+                Turn::Lead => {
+                    // The lead ends inside the task, so a caller dropped
+                    // while it runs cannot leave the shard without a leader.
+                    let engine = std::sync::Arc::clone(self);
+                    let led = tokio::task::spawn_blocking(move || engine.shard_of_hash(hash).lead_commit()).await;
+                    led.map_err(|join| crate::Error::io("fsync task", &self.dir, std::io::Error::other(join)))??;
+                }
+            }
         }
     }
 }

@@ -118,7 +118,10 @@ impl Lease {
     /// errors. The lease is spent either way; after an I/O error the record
     /// stays Processing until the lease ends and the lease counts as abandoned.
     pub fn complete(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Complete(response));
+        let outcome = self
+            .engine
+            .finish(self.hash, &self.token_ref(), Finish::Complete(response))
+            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
         self.settle(&outcome);
         outcome
     }
@@ -129,7 +132,10 @@ impl Lease {
     /// # Errors
     /// As [`complete`](Lease::complete).
     pub fn fail(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Fail(response));
+        let outcome = self
+            .engine
+            .finish(self.hash, &self.token_ref(), Finish::Fail(response))
+            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
         self.settle(&outcome);
         outcome
     }
@@ -139,7 +145,10 @@ impl Lease {
     /// # Errors
     /// As [`complete`](Lease::complete).
     pub fn release(mut self) -> Result<()> {
-        let outcome = self.engine.finish(self.hash, &self.token_ref(), Finish::Release);
+        let outcome = self
+            .engine
+            .finish(self.hash, &self.token_ref(), Finish::Release)
+            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
         self.settle(&outcome);
         outcome
     }
@@ -152,7 +161,15 @@ impl Lease {
     /// [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a zero
     /// or too long `extend`.
     pub fn renew(&mut self, extend: Duration) -> Result<()> {
-        let outcome = self.engine.renew(self.hash, &self.token_ref(), extend);
+        let outcome = self.engine.renew(self.hash, &self.token_ref(), extend).and_then(|(deadline_ms, lsn)| {
+            self.engine.wait_durable(self.hash, lsn)?;
+            Ok(deadline_ms)
+        });
+        self.renewed(outcome)
+    }
+
+    /// After a renewal: the new lease end, or the lease is spent if lost.
+    fn renewed(&mut self, outcome: Result<u64>) -> Result<()> {
         match outcome {
             Ok(deadline_ms) => {
                 self.deadline_ms = deadline_ms;
@@ -163,6 +180,37 @@ impl Lease {
                     self.finished = true;
                 }
                 Err(error)
+            }
+        }
+    }
+
+    /// [`Lease::renew`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::renew`].
+    #[cfg(feature = "tokio")]
+    pub async fn renew_async(&mut self, extend: Duration) -> Result<()> {
+        let outcome = match self.engine.renew(self.hash, &self.token_ref(), extend) {
+            Ok((deadline_ms, lsn)) => self.engine.wait_durable_async(self.hash, lsn).await.map(|()| deadline_ms),
+            Err(error) => Err(error),
+        };
+        self.renewed(outcome)
+    }
+
+    /// Writes the finishing record, then awaits its durability. Once the
+    /// record is written the lease is spent, even if the future is dropped
+    /// before the fsync ends.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn finish_async(mut self, finish: Finish<'_>) -> Result<()> {
+        match self.engine.finish(self.hash, &self.token_ref(), finish) {
+            Ok(lsn) => {
+                self.finished = true;
+                self.engine.wait_durable_async(self.hash, lsn).await
+            }
+            Err(error) => {
+                let outcome = Err(error);
+                self.settle(&outcome);
+                outcome
             }
         }
     }

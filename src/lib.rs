@@ -70,6 +70,8 @@
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/)
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod backend;
 mod background;
 mod claim;
@@ -99,6 +101,7 @@ mod store;
 mod sync;
 mod transition;
 mod verify;
+mod waiters;
 
 pub use backend::{BackendClaim, IdempotencyBackend};
 pub use claim::{Claim, ClaimRequest};

@@ -11,10 +11,11 @@ use crate::manifest::{self, Manifest};
 use crate::recovery::{recover_shard, Recovered};
 use crate::segment;
 use crate::shard::Shard;
+use crate::waiters::WaitLimits;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Shards of a new store when [`Config::shards`] is not set.
@@ -56,12 +57,17 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     Ok(Engine {
         dir,
-        config,
         hasher,
         shards,
         lock_file: Mutex::new(Some(lock_file)),
         workers: Mutex::new(Vec::new()),
         compaction: Mutex::new(()),
+        wait_limits: WaitLimits {
+            per_key_max: config.waiters_per_key_max,
+            total_max: config.waiters_max,
+            total: AtomicUsize::new(0),
+        },
+        config,
     })
 }
 

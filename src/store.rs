@@ -22,9 +22,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The longest a `claim_wait` sleeps between looks at the key, so that a
-/// lease that ends by the clock (not by a finish) is noticed promptly.
-const WAIT_POLL: Duration = Duration::from_millis(50);
+/// How long a `claim_wait` first sleeps between looks at the key when no
+/// finish wakes it, so that a lease that ends by a clock other than the
+/// system's (not by a finish) is noticed; the pause doubles up to
+/// [`WAIT_POLL_MAX`].
+pub(crate) const WAIT_POLL_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between looks at a waited-on key.
+pub(crate) const WAIT_POLL_MAX: Duration = Duration::from_secs(1);
 
 /// An open idempotency store. Cheap to clone; all clones share the same
 /// shards. `Send + Sync`: use it from as many threads as you like.
@@ -85,11 +89,16 @@ impl Store {
     /// [`Error::Poisoned`], [`Error::Corruption`] and I/O errors. An error
     /// changes nothing.
     pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
-        self.claim_traced(request).map(|(claim, _, _)| claim)
+        let (claim, hash, lsn) = self.claim_unsynced(request)?;
+        self.engine.wait_durable(hash, lsn)?;
+        Ok(claim)
     }
 
-    /// The claim answer, the index hash, and the LSN the answer rests on.
-    fn claim_traced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
+    /// The claim answer, the index hash, and the LSN the answer rests on,
+    /// which the caller must wait to be durable before answering. An
+    /// acquired lease is built at once, so that a caller that gives up
+    /// before that (an error, a dropped future) counts it as abandoned.
+    pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
         let claimed = self.engine.claim(request.scope, request.key, request.fingerprint, request.lease, request.ttl)?;
         let claim = match claimed.outcome {
             Outcome::Acquired { token, lease_deadline_ms, held } => Claim::Acquired(Lease::new(
@@ -113,23 +122,32 @@ impl Store {
     /// Like [`claim`](Store::claim), but while the key is in progress it
     /// waits, up to `timeout`, for the holder to finish and then answers
     /// with the final state (HTTP `Prefer: wait`). After `timeout` it answers
-    /// `InProgress`.
+    /// `InProgress`, and so it does at once when the key or the store
+    /// already has as many waiters as [`Config::waiters_per_key_max`] and
+    /// [`Config::waiters_max`] allow. A waiting caller parks on an event of
+    /// its key, woken when the holder finishes.
     ///
     /// # Errors
     /// As [`claim`](Store::claim).
     pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
         let start = Instant::now();
+        let mut claim = self.claim(request)?;
+        let mut poll = WAIT_POLL_FIRST;
         loop {
-            let (claim, hash, lsn) = self.claim_traced(request)?;
             let Claim::InProgress { retry_after, .. } = claim else {
                 return Ok(claim);
             };
-            let elapsed = start.elapsed();
-            if elapsed >= timeout {
+            let left = timeout.saturating_sub(start.elapsed());
+            let hash = self.engine.key_ref(request.scope, request.key)?.hash;
+            let Some(waiter) = self.engine.listen(hash).filter(|_| !left.is_zero()) else {
                 return Ok(claim);
+            };
+            // Listening before looking again: a finish in between wakes it.
+            claim = self.claim(request)?;
+            if matches!(claim, Claim::InProgress { .. }) {
+                waiter.block(left.min(retry_after).min(poll));
+                poll = (poll * 2).min(WAIT_POLL_MAX);
             }
-            let pause = timeout.saturating_sub(elapsed).min(retry_after).min(WAIT_POLL);
-            self.engine.shard_of_hash(hash).wait_finished(hash, lsn, pause);
         }
     }
 
@@ -140,11 +158,10 @@ impl Store {
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         let key = self.engine.key_ref(scope, key)?;
-        let shard = self.engine.shard_of_hash(key.hash);
-        let Some((record, lsn)) = shard.get(key.hash, Some(&key))? else {
+        let Some((record, lsn)) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))? else {
             return Ok(None);
         };
-        self.engine.wait_durable(shard, lsn)?;
+        self.engine.wait_durable(key.hash, lsn)?;
         Ok(Some(record))
     }
 
@@ -156,9 +173,8 @@ impl Store {
     /// As [`get`](Store::get).
     pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
         let key = self.engine.key_ref(scope, key)?;
-        let shard = self.engine.shard_of_hash(key.hash);
-        let (removed, lsn) = shard.remove(&key)?;
-        self.engine.wait_durable(shard, lsn)?;
+        let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
+        self.engine.wait_durable(key.hash, lsn)?;
         Ok(removed)
     }
 
@@ -170,7 +186,8 @@ impl Store {
     /// [`claim`](Store::claim); I/O errors.
     pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
         let (hash, token) = self.token_ref(token)?;
-        self.engine.finish(hash, &token, Finish::Complete(response))
+        let lsn = self.engine.finish(hash, &token, Finish::Complete(response))?;
+        self.engine.wait_durable(hash, lsn)
     }
 
     /// Fails the lease `token` with a replayed terminal response (see
@@ -180,7 +197,8 @@ impl Store {
     /// As [`complete`](Store::complete).
     pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
         let (hash, token) = self.token_ref(token)?;
-        self.engine.finish(hash, &token, Finish::Fail(response))
+        let lsn = self.engine.finish(hash, &token, Finish::Fail(response))?;
+        self.engine.wait_durable(hash, lsn)
     }
 
     /// Releases the lease `token`: the key becomes absent (see
@@ -190,7 +208,8 @@ impl Store {
     /// As [`complete`](Store::complete).
     pub fn release(&self, token: &LeaseToken) -> Result<()> {
         let (hash, token) = self.token_ref(token)?;
-        self.engine.finish(hash, &token, Finish::Release)
+        let lsn = self.engine.finish(hash, &token, Finish::Release)?;
+        self.engine.wait_durable(hash, lsn)
     }
 
     /// Renews the lease `token` so that it ends at least `extend` from now.
@@ -200,7 +219,9 @@ impl Store {
     /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
     pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
         let (hash, token) = self.token_ref(token)?;
-        self.engine.renew(hash, &token, extend)
+        let (deadline_ms, lsn) = self.engine.renew(hash, &token, extend)?;
+        self.engine.wait_durable(hash, lsn)?;
+        Ok(deadline_ms)
     }
 
     /// Iterates over the live records of every shard (inspection; not a
@@ -291,8 +312,20 @@ impl Store {
         u32::try_from(self.engine.shards.len()).unwrap_or(u32::MAX)
     }
 
+    /// The configuration the store was opened with.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn config(&self) -> &Config {
+        &self.engine.config
+    }
+
+    /// The engine this handle shares.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// A lease token's key, checked against the limits, and its hash.
-    fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
+    pub(crate) fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
         let key = self.engine.key_ref(&token.scope, &token.key)?;
         Ok((key.hash, TokenRef { scope: key.scope, key: key.key, token: token.token, held: None }))
     }

@@ -1,11 +1,12 @@
 //! The idempotency layer in front of a real axum server on 127.0.0.1, driven
 //! by a real HTTP client: double sends, concurrent sends, a reused key, a
 //! missing key, an oversized body, a restart on the same directory, expiry,
-//! and a 5xx that releases the key.
+//! a 5xx released under `FailurePolicy::ReleaseOnServerError`, and a
+//! request dropped mid-handler whose handler still finishes.
 #![cfg(feature = "tower")]
 
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
-use idemkv::http::{IdempotencyLayer, LayerConfig};
+use idemkv::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
 use idemkv::{Config, Durability, ManualClock, Store};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,13 +38,17 @@ struct Server {
 }
 
 async fn start(dir: &Path, clock: &ManualClock, ledger: Arc<Ledger>) -> Server {
+    start_with(dir, clock, ledger, LayerConfig::global()).await
+}
+
+async fn start_with(dir: &Path, clock: &ManualClock, ledger: Arc<Ledger>, layer: LayerConfig) -> Server {
     let config =
         Config::new().durability(Durability::Sync).clock(Arc::new(clock.clone())).default_ttl(Duration::from_secs(60));
     let store = Store::open(dir, config).expect("open store");
     let app = Router::new()
         .route("/payments", post(charge))
         .with_state(Arc::clone(&ledger))
-        .layer(IdempotencyLayer::new(store, LayerConfig::default()));
+        .layer(IdempotencyLayer::new(store, layer));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}/payments", listener.local_addr().expect("address"));
     let task = tokio::spawn(async move {
@@ -146,7 +151,7 @@ async fn reused_key_missing_key_and_bad_key_are_refused() {
     assert!(!reused.1.contains("payment"), "a mismatch never reveals the stored response: {reused:?}");
     let missing = send(&client, &server.url, None, "amount=30", &[]).await;
     assert_eq!(missing.0, 400);
-    assert!(missing.1.contains("missing idempotency key"), "{missing:?}");
+    assert!(missing.1.contains("urn:idemkv:problem:key-missing"), "{missing:?}");
     let long = "k".repeat(300);
     assert_eq!(send(&client, &server.url, Some(&long), "amount=30", &[]).await.0, 400);
     assert_eq!(send(&client, &server.url, Some("\"unclosed"), "amount=30", &[]).await.0, 400);
@@ -182,12 +187,13 @@ async fn replay_survives_a_restart_and_expires_by_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_5xx_releases_the_key_so_a_retry_runs() {
+async fn a_5xx_releases_the_key_so_a_retry_runs_when_the_policy_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(1_767_225_600_000);
     let ledger = Arc::new(Ledger::default());
     ledger.fail_first.store(1, Ordering::SeqCst);
-    let server = start(dir.path(), &clock, Arc::clone(&ledger)).await;
+    let layer = LayerConfig::global().failure_policy(FailurePolicy::ReleaseOnServerError);
+    let server = start_with(dir.path(), &clock, Arc::clone(&ledger), layer).await;
     let client = client();
     let failed = send(&client, &server.url, Some("order-5"), "amount=50", &[]).await;
     assert_eq!(failed.0, 503);
@@ -198,9 +204,10 @@ async fn a_5xx_releases_the_key_so_a_retry_runs() {
     server.stop().await;
 }
 
-/// An inner service that takes a while, to be cancelled mid-way.
-#[derive(Clone)]
-struct Slow;
+/// An inner service that takes a while, to be cancelled mid-way; it counts
+/// the runs that reached their end.
+#[derive(Clone, Default)]
+struct Slow(Arc<AtomicU32>);
 
 impl tower::Service<axum::http::Request<axum::body::Body>> for Slow {
     type Response = axum::http::Response<axum::body::Body>;
@@ -212,40 +219,44 @@ impl tower::Service<axum::http::Request<axum::body::Body>> for Slow {
     }
 
     fn call(&mut self, _: axum::http::Request<axum::body::Body>) -> Self::Future {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
+        let finished = Arc::clone(&self.0);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            finished.fetch_add(1, Ordering::SeqCst);
             Ok(axum::http::Response::new(axum::body::Body::from("late")))
         })
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_request_releases_the_key() {
+async fn a_dropped_request_does_not_cancel_the_handler_and_the_retry_replays() {
     use tower::{Layer, Service};
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), Config::new()).expect("open");
-    let mut service = IdempotencyLayer::new(store.clone(), LayerConfig::default()).layer(Slow);
-    let request = axum::http::Request::post("/payments")
-        .header("Idempotency-Key", "order-6")
-        .body(axum::body::Body::from("amount=60"))
-        .expect("request");
+    let slow = Slow::default();
+    let mut service = IdempotencyLayer::new(store.clone(), LayerConfig::global()).layer(slow.clone());
+    let request = || {
+        axum::http::Request::post("/payments")
+            .header("Idempotency-Key", "order-6")
+            .body(axum::body::Body::from("amount=60"))
+            .expect("request")
+    };
     std::future::poll_fn(|context| service.poll_ready(context)).await.expect("ready");
     // The client gives up: the in-flight future is dropped.
-    let cancelled = tokio::time::timeout(Duration::from_millis(200), service.call(request)).await;
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), service.call(request())).await;
     assert!(cancelled.is_err(), "the slow handler cannot have answered");
+    // The handler runs on in its own task, and its answer is kept.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let fingerprint = idemkv::Fingerprint::of(b"not the same request");
-        match store.claim(&idemkv::ClaimRequest::new("order-6", fingerprint)).expect("claim") {
-            // Absent again (any fingerprint is acquired): the key was released.
-            idemkv::Claim::Acquired(lease) => {
-                lease.release().expect("release");
-                break;
-            }
-            other => {
-                assert!(std::time::Instant::now() < deadline, "the key was never released: {other:?}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+    let stored = loop {
+        if let Some(record) = store.get(b"", b"order-6").expect("get").filter(|record| record.state.is_terminal()) {
+            break record;
         }
-    }
+        assert!(std::time::Instant::now() < deadline, "the handler's answer was never kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(stored.state, idemkv::State::Completed);
+    std::future::poll_fn(|context| service.poll_ready(context)).await.expect("ready");
+    let retried = service.call(request()).await.expect("infallible");
+    assert_eq!(retried.headers().get("idempotency-replay").map(axum::http::HeaderValue::as_bytes), Some(&b"true"[..]));
+    assert_eq!(slow.0.load(Ordering::SeqCst), 1, "the handler ran once");
 }

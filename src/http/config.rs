@@ -1,88 +1,182 @@
-//! Settings of the layer: [`LayerConfig`] and its [`FailurePolicy`].
+//! Settings of the layer: [`LayerConfig`], the [`FailurePolicy`] that says
+//! which answers are kept, and how a request's scope is chosen.
 
-use http::header::{HeaderName, CONTENT_TYPE};
+use http::header::HeaderName;
 use http::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the layer keeps after the inner service answered.
+/// What becomes of the key once the handler has started.
 ///
-/// The default keeps 2xx and the 4xx that a retry would only repeat, and
-/// releases the key on 5xx (and on 408, 409, 425, 429), on an error of the
-/// inner service and on a dropped request, so that a retry may run: a
-/// server-side failure says nothing happened that a retry could not fix,
-/// while replaying a 503 forever would turn a blip into a permanent error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Once a handler has started, its side effect may have happened: the key
+/// is *spent*, and only the handler's own word — the [`NotSpent`] marker on
+/// its response — frees it for a retry. What each policy keeps:
+///
+/// | outcome | `Default` | `KeepAll` | `ReleaseOnServerError` |
+/// |---|---|---|---|
+/// | a response marked [`NotSpent`] | released, not kept | released | released |
+/// | 404, 405 (routing) | released | kept | released |
+/// | 400, 422 (validation) | released unless [`LayerConfig::keep_validation_failures`] | kept | as `Default` |
+/// | any other status, 5xx included | kept and replayed | kept | 5xx, 408, 409, 425, 429 released |
+/// | the handler's error or panic | key stays Processing until its lease ends; the next attempt runs with `recovered` | same | released |
+/// | a response too large to keep | a 500 problem is kept instead | same | same |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// As described above.
+    /// As in the table: only the handler's word (or a routing or
+    /// validation status) frees a key.
+    #[default]
     Default,
-    /// Keep every response, 5xx included (the inner service's side effects
-    /// may have run even when it failed).
+    /// Keep every response the handler produced.
     KeepAll,
+    /// As `Default`, and release on 5xx (and 408, 409, 425, 429) and on
+    /// the handler's error or panic, so that a retry runs again: for
+    /// handlers that are safe to repeat after a failure. A side effect that
+    /// failed half-way may then run twice.
+    ReleaseOnServerError,
 }
 
 impl FailurePolicy {
-    pub(super) fn keeps(self, status: StatusCode) -> bool {
+    /// Whether a response with `status` (not marked [`NotSpent`]) is kept.
+    pub(super) fn keeps(self, status: StatusCode, keep_validation_failures: bool) -> bool {
         match self {
             FailurePolicy::KeepAll => true,
-            FailurePolicy::Default => {
-                status.is_success()
-                    || status.is_redirection()
-                    || (status.is_client_error() && !matches!(status.as_u16(), 408 | 409 | 425 | 429))
-            }
+            FailurePolicy::Default | FailurePolicy::ReleaseOnServerError => match status.as_u16() {
+                404 | 405 => false,
+                400 | 422 => keep_validation_failures,
+                408 | 409 | 425 | 429 | 500..=599 => self == FailurePolicy::Default,
+                _ => true,
+            },
         }
+    }
+
+    /// Whether a handler error or panic releases the key.
+    pub(super) fn releases_on_error(self) -> bool {
+        self == FailurePolicy::ReleaseOnServerError
     }
 }
 
-type ScopeFn = dyn Fn(&http::request::Parts) -> Vec<u8> + Send + Sync;
+/// A response extension with which a handler says "nothing happened, a
+/// retry may run": the layer releases the key and does not keep the
+/// response.
+///
+/// # Examples
+///
+/// ```
+/// use axum::{http::StatusCode, response::IntoResponse, Extension};
+/// use idemkv::http::NotSpent;
+///
+/// async fn charge() -> impl IntoResponse {
+///     // The card network was not reached: a retry is safe.
+///     (StatusCode::SERVICE_UNAVAILABLE, Extension(NotSpent), "try again")
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NotSpent;
 
-/// Settings of the layer, each with its default.
+/// What the handler of a guarded request learns of its claim, as a request
+/// extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// The scope of the key.
+    pub scope: Vec<u8>,
+    /// The key.
+    pub key: Vec<u8>,
+    /// 1 for the first run, one more for each takeover.
+    pub attempt: u32,
+    /// Whether an earlier run's lease ended unfinished: it may have
+    /// half-run, so check the domain state before acting again.
+    pub recovered: bool,
+}
+
+type ScopeFn = dyn Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// How a request's scope is chosen.
+#[derive(Clone)]
+pub(super) enum ScopeRule {
+    PerRequest(Arc<ScopeFn>),
+    Global,
+}
+
+/// Settings of the layer. There is no default scope: a service says how a
+/// request's scope (tenant, account) is found, or opts into one global
+/// namespace.
 #[derive(Clone)]
 pub struct LayerConfig {
+    pub(super) scope: ScopeRule,
     pub(super) methods: Vec<Method>,
     pub(super) key_header: HeaderName,
     pub(super) replay_header: HeaderName,
     pub(super) require_key: bool,
-    pub(super) key_bytes_max: usize,
     pub(super) request_bytes_max: usize,
-    pub(super) response_bytes_max: usize,
+    pub(super) lease: Duration,
     pub(super) wait_max: Duration,
-    pub(super) stored_headers: Vec<HeaderName>,
+    pub(super) replay_deny: Vec<HeaderName>,
     pub(super) policy: FailurePolicy,
-    pub(super) scope: Option<Arc<ScopeFn>>,
+    pub(super) keep_validation_failures: bool,
 }
 
 impl std::fmt::Debug for LayerConfig {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scope = match self.scope {
+            ScopeRule::PerRequest(_) => "per request",
+            ScopeRule::Global => "global",
+        };
         formatter
             .debug_struct("LayerConfig")
+            .field("scope", &scope)
             .field("methods", &self.methods)
             .field("key_header", &self.key_header)
-            .field("require_key", &self.require_key)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
-impl Default for LayerConfig {
-    fn default() -> Self {
+impl LayerConfig {
+    /// Keys live in the scope `scope` finds in each request — the
+    /// authenticated account, say, from a header or from an extension set by
+    /// an auth middleware. A request for which it returns `None` is refused
+    /// with 400.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::LayerConfig;
+    ///
+    /// let config = LayerConfig::scoped(|request| {
+    ///     request.headers.get("x-account").map(|account| account.as_bytes().to_vec())
+    /// });
+    /// ```
+    #[must_use]
+    pub fn scoped(scope: impl Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        Self::with_scope(ScopeRule::PerRequest(Arc::new(scope)))
+    }
+
+    /// Every request's keys live in one namespace: for a service with a
+    /// single client, or whose keys are unique across clients. Two clients
+    /// that send the same key with the same request get the same answer.
+    #[must_use]
+    pub fn global() -> Self {
+        Self::with_scope(ScopeRule::Global)
+    }
+
+    fn with_scope(scope: ScopeRule) -> Self {
         LayerConfig {
+            scope,
             methods: vec![Method::POST, Method::PATCH],
             key_header: HeaderName::from_static("idempotency-key"),
             replay_header: HeaderName::from_static("idempotency-replay"),
             require_key: true,
-            key_bytes_max: 255,
             request_bytes_max: 1 << 20,
-            response_bytes_max: 1 << 20,
+            lease: Duration::from_secs(30),
             wait_max: Duration::from_secs(30),
-            stored_headers: vec![CONTENT_TYPE, http::header::LOCATION],
+            replay_deny: Vec::new(),
             policy: FailurePolicy::Default,
-            scope: None,
+            keep_validation_failures: false,
         }
     }
-}
 
-impl LayerConfig {
     /// Methods the layer guards. Default POST and PATCH.
     #[must_use]
     pub fn methods(mut self, methods: Vec<Method>) -> Self {
@@ -120,12 +214,12 @@ impl LayerConfig {
         self
     }
 
-    /// Largest response body stored (the key is released and 500 returned
-    /// above). Default 1 MiB; keep it within the store's
-    /// `response_bytes_max`.
+    /// The lease of a claim. While the handler runs the layer renews it
+    /// every third of this, so a handler may run longer; it is how long a
+    /// crashed run holds its key. Default 30 s.
     #[must_use]
-    pub fn response_bytes_max(mut self, max: usize) -> Self {
-        self.response_bytes_max = max;
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -136,15 +230,15 @@ impl LayerConfig {
         self
     }
 
-    /// Response headers stored and replayed besides status and body.
-    /// Default `Content-Type` and `Location`.
+    /// Response headers never stored or replayed, besides the hop-by-hop
+    /// ones, `Date` and `Content-Length`. Default none.
     #[must_use]
-    pub fn stored_headers(mut self, names: Vec<HeaderName>) -> Self {
-        self.stored_headers = names;
+    pub fn replay_deny(mut self, names: Vec<HeaderName>) -> Self {
+        self.replay_deny = names;
         self
     }
 
-    /// What is kept and what releases the key. Default
+    /// What is kept once the handler has started. Default
     /// [`FailurePolicy::Default`].
     #[must_use]
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
@@ -152,11 +246,12 @@ impl LayerConfig {
         self
     }
 
-    /// The scope of a request, e.g. the authenticated account. Default:
-    /// every request in the empty scope.
+    /// Whether a handler's 400 and 422 are kept and replayed (Stripe does
+    /// not keep validation failures). Default false: the key is released
+    /// so that a corrected request may use it.
     #[must_use]
-    pub fn scope(mut self, scope: impl Fn(&http::request::Parts) -> Vec<u8> + Send + Sync + 'static) -> Self {
-        self.scope = Some(Arc::new(scope));
+    pub fn keep_validation_failures(mut self, keep: bool) -> Self {
+        self.keep_validation_failures = keep;
         self
     }
 }
@@ -166,12 +261,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_policy_keeps_what_a_retry_would_repeat() {
+    fn the_default_policy_keeps_whatever_a_started_handler_answered() {
         let policy = FailurePolicy::Default;
-        assert!(policy.keeps(StatusCode::CREATED));
-        assert!(policy.keeps(StatusCode::PAYMENT_REQUIRED));
-        assert!(!policy.keeps(StatusCode::TOO_MANY_REQUESTS));
-        assert!(!policy.keeps(StatusCode::SERVICE_UNAVAILABLE));
-        assert!(FailurePolicy::KeepAll.keeps(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(policy.keeps(StatusCode::CREATED, false));
+        assert!(policy.keeps(StatusCode::PAYMENT_REQUIRED, false));
+        assert!(policy.keeps(StatusCode::SERVICE_UNAVAILABLE, false), "a 5xx is the handler's answer too");
+        assert!(!policy.keeps(StatusCode::NOT_FOUND, false), "routing");
+        assert!(!policy.keeps(StatusCode::METHOD_NOT_ALLOWED, false), "routing");
+        assert!(!policy.keeps(StatusCode::BAD_REQUEST, false), "validation");
+        assert!(policy.keeps(StatusCode::UNPROCESSABLE_ENTITY, true), "validation, kept on request");
+        assert!(!policy.releases_on_error());
+    }
+
+    #[test]
+    fn the_other_policies() {
+        assert!(FailurePolicy::KeepAll.keeps(StatusCode::NOT_FOUND, false));
+        let old = FailurePolicy::ReleaseOnServerError;
+        assert!(!old.keeps(StatusCode::SERVICE_UNAVAILABLE, false));
+        assert!(!old.keeps(StatusCode::TOO_MANY_REQUESTS, false));
+        assert!(old.keeps(StatusCode::PAYMENT_REQUIRED, false));
+        assert!(!old.keeps(StatusCode::NOT_FOUND, false));
+        assert!(old.releases_on_error());
     }
 }

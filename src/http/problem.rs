@@ -1,4 +1,6 @@
-//! Error answers as problem details (`application/problem+json`, RFC 9457).
+//! Every refusal and failure of the layer as RFC 9457 problem details: a
+//! stable `type` URI, a fixed title and detail per kind, and never the
+//! text of an internal error (that goes to `tracing`).
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -6,27 +8,153 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
 
-pub(super) fn problem(status: StatusCode, title: &str, detail: &str) -> Response<Full<Bytes>> {
-    let escape = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
-    let body = format!(
-        r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{}"}}"#,
-        escape(title),
-        status.as_u16(),
-        escape(detail)
-    );
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-    response
+/// The kinds of answer the layer gives on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Problem {
+    KeyMissing,
+    KeyInvalid(&'static str),
+    KeyRepeated,
+    ScopeMissing,
+    ScopeTooLong,
+    BodyTooLarge,
+    InProgress,
+    KeyReused,
+    StoreUnavailable,
+    HandlerFailed,
+    ResponseTooLarge,
+    ResponseUnreadable,
+    StoredUnreadable,
 }
 
+impl Problem {
+    /// Status, the `type` slug and the title.
+    fn parts(self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Problem::KeyMissing => (StatusCode::BAD_REQUEST, "key-missing", "Idempotency-Key missing"),
+            Problem::KeyInvalid(_) => (StatusCode::BAD_REQUEST, "key-invalid", "Idempotency-Key invalid"),
+            Problem::KeyRepeated => (StatusCode::BAD_REQUEST, "key-repeated", "more than one Idempotency-Key"),
+            Problem::ScopeMissing => (StatusCode::BAD_REQUEST, "scope-missing", "no idempotency scope"),
+            Problem::ScopeTooLong => (StatusCode::BAD_REQUEST, "scope-too-long", "idempotency scope too long"),
+            Problem::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "request body too large"),
+            Problem::InProgress => (StatusCode::CONFLICT, "in-progress", "request in progress"),
+            Problem::KeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency-Key reused"),
+            Problem::StoreUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "idempotency store unavailable")
+            }
+            Problem::HandlerFailed => (StatusCode::INTERNAL_SERVER_ERROR, "handler-failed", "request failed"),
+            Problem::ResponseTooLarge => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "response-too-large", "response too large to keep")
+            }
+            Problem::ResponseUnreadable => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "response-unreadable", "response body failed")
+            }
+            Problem::StoredUnreadable => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "stored-unreadable", "stored response unreadable")
+            }
+        }
+    }
+
+    fn detail(self) -> &'static str {
+        match self {
+            Problem::KeyMissing => "This endpoint requires an Idempotency-Key header.",
+            Problem::KeyInvalid(detail) => detail,
+            Problem::KeyRepeated => "Send exactly one Idempotency-Key field with one key.",
+            Problem::ScopeMissing => "The request carries nothing that names its idempotency scope.",
+            Problem::ScopeTooLong => "The request's idempotency scope is longer than the store accepts.",
+            Problem::BodyTooLarge => "The request body is over the limit or could not be read.",
+            Problem::InProgress => "A request with this key is being processed; retry after Retry-After seconds.",
+            Problem::KeyReused => "This key was used for a different request.",
+            Problem::StoreUnavailable => "The idempotency store did not answer; nothing was run. Retry later.",
+            Problem::HandlerFailed => {
+                "The request failed while it ran. Its key stays in progress until its lease ends; a retry then \
+                 runs as a recovered attempt."
+            }
+            Problem::ResponseTooLarge => {
+                "The request ran, but its response is larger than the store keeps. This answer is kept instead."
+            }
+            Problem::ResponseUnreadable => {
+                "The request ran, but its response body failed. Its key stays in progress until its lease ends."
+            }
+            Problem::StoredUnreadable => "The stored response could not be decoded.",
+        }
+    }
+
+    /// The stable `type` URI.
+    pub(super) fn type_uri(self) -> String {
+        format!("urn:idemkv:problem:{}", self.parts().1)
+    }
+
+    /// The status of the answer.
+    pub(super) fn status(self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The `application/problem+json` body.
+    pub(super) fn body(self) -> String {
+        let (status, _, title) = self.parts();
+        format!(
+            r#"{{"type":"{}","title":"{}","status":{},"detail":"{}"}}"#,
+            self.type_uri(),
+            title,
+            status.as_u16(),
+            self.detail()
+        )
+    }
+
+    /// The whole response.
+    pub(super) fn response(self) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(Bytes::from(self.body())));
+        *response.status_mut() = self.status();
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        response
+    }
+}
+
+/// 409 with `Retry-After` in whole seconds, at least 1.
 pub(super) fn in_progress(retry_after: Duration) -> Response<Full<Bytes>> {
-    let mut response = problem(
-        StatusCode::CONFLICT,
-        "request in progress",
-        "A request with this key is being processed; retry later.",
-    );
+    let mut response = Problem::InProgress.response();
     let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_valid_json_with_a_stable_type() {
+        let all = [
+            Problem::KeyMissing,
+            Problem::KeyInvalid("The key is empty."),
+            Problem::KeyRepeated,
+            Problem::ScopeMissing,
+            Problem::ScopeTooLong,
+            Problem::BodyTooLarge,
+            Problem::InProgress,
+            Problem::KeyReused,
+            Problem::StoreUnavailable,
+            Problem::HandlerFailed,
+            Problem::ResponseTooLarge,
+            Problem::ResponseUnreadable,
+            Problem::StoredUnreadable,
+        ];
+        for problem in all {
+            let body = problem.body();
+            // Fixed texts only: no quote or backslash that would need escaping.
+            let inner = body.trim_start_matches('{').trim_end_matches('}');
+            assert!(!inner.contains('\\'), "{body}");
+            assert_eq!(body.matches('"').count(), 14, "{body}");
+            assert!(body.contains(&format!(r#""status":{}"#, problem.status().as_u16())));
+            assert!(problem.type_uri().starts_with("urn:idemkv:problem:"));
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_a_whole_second() {
+        let seconds = |duration| in_progress(duration).headers()[RETRY_AFTER].to_str().expect("ascii").to_string();
+        assert_eq!(seconds(Duration::from_millis(1)), "1");
+        assert_eq!(seconds(Duration::from_millis(1500)), "2");
+        assert_eq!(seconds(Duration::ZERO), "1");
+    }
 }

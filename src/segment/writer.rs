@@ -11,7 +11,8 @@ use super::header::{SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::stats::{bump, Counters};
-use parking_lot::{Condvar, Mutex};
+use event_listener::{Event, EventListener, Listener};
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -158,6 +159,27 @@ pub(crate) struct ActiveSnapshot {
     pub written_lsn: u64,
 }
 
+/// What a caller waiting for durability does next.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// The record is durable.
+    Durable,
+    /// Run the next fsync for everybody.
+    Lead,
+    /// Wait for the running fsync, then ask again.
+    Follow(EventListener),
+}
+
+/// Ends a lead when dropped, even if the fsync panicked.
+struct EndLead<'a>(&'a GroupCommit);
+
+impl Drop for EndLead<'_> {
+    fn drop(&mut self) {
+        *self.0.leader.lock() = false;
+        self.0.done.notify(usize::MAX);
+    }
+}
+
 /// How far a shard's log is written and durable, and who is running the
 /// fsync for everybody. A failed write or fsync poisons it: an fsync that
 /// failed cannot be retried into success, so the shard refuses work until
@@ -167,8 +189,8 @@ pub(crate) struct GroupCommit {
     shard: u32,
     /// Whether a caller is running the fsync for everybody.
     leader: Mutex<bool>,
-    /// Signalled when that fsync ends.
-    done: Condvar,
+    /// Notified when that fsync ends.
+    done: Event,
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -182,7 +204,7 @@ impl GroupCommit {
         GroupCommit {
             shard,
             leader: Mutex::new(false),
-            done: Condvar::new(),
+            done: Event::new(),
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -216,35 +238,49 @@ impl GroupCommit {
 
     /// Makes every record up to `lsn` durable, sharing fsyncs between
     /// callers: one caller at a time leads and fsyncs everything written so
-    /// far; the others wait on a condition variable and are all woken when
-    /// it ends. Records written while an fsync runs ride the next one.
-    /// `active` gives the active segment (file and path) and the written
-    /// LSN, read together under the shard's lock, so that a roll cannot
-    /// slip between them.
+    /// far; the others wait for it to end and are all woken together.
+    /// Records written while an fsync runs ride the next one. `active` gives
+    /// the active segment (file and path) and the written LSN, read together
+    /// under the shard's lock, so that a roll cannot slip between them.
     pub(crate) fn sync_to(&self, lsn: u64, counters: &Counters, active: impl Fn() -> ActiveSnapshot) -> Result<()> {
+        loop {
+            match self.turn(lsn)? {
+                Turn::Durable => return Ok(()),
+                Turn::Lead => self.lead(counters, &active)?,
+                Turn::Follow(listener) => listener.wait(),
+            }
+        }
+    }
+
+    /// One step of waiting for `lsn` to be durable: it is already, or this
+    /// caller must [`lead`](GroupCommit::lead) the next fsync, or it waits
+    /// for the running one and asks again. Blocking and async callers share
+    /// this, so an async caller needs a thread only to lead.
+    pub(crate) fn turn(&self, lsn: u64) -> Result<Turn> {
         if self.durable_lsn.load(Ordering::Acquire) >= lsn {
-            return Ok(());
+            return Ok(Turn::Durable);
         }
         let mut leading = self.leader.lock();
-        loop {
-            if self.durable_lsn.load(Ordering::Acquire) >= lsn {
-                return Ok(());
-            }
-            if self.is_poisoned() {
-                return Err(Error::Poisoned { shard: self.shard });
-            }
-            if *leading {
-                self.done.wait(&mut leading);
-                continue;
-            }
-            *leading = true;
-            drop(leading);
-            let synced = self.sync_written(counters, &active);
-            leading = self.leader.lock();
-            *leading = false;
-            self.done.notify_all();
-            synced?;
+        if self.durable_lsn.load(Ordering::Acquire) >= lsn {
+            return Ok(Turn::Durable);
         }
+        if self.is_poisoned() {
+            return Err(Error::Poisoned { shard: self.shard });
+        }
+        if *leading {
+            // Listening under the leader's lock: the leader clears the flag
+            // under it before notifying, so this listener is not missed.
+            return Ok(Turn::Follow(self.done.listen()));
+        }
+        *leading = true;
+        Ok(Turn::Lead)
+    }
+
+    /// Runs the fsync this caller leads (after [`Turn::Lead`]), then ends
+    /// the lead and wakes the followers, whatever the outcome.
+    pub(crate) fn lead(&self, counters: &Counters, active: &impl Fn() -> ActiveSnapshot) -> Result<()> {
+        let _end = EndLead(self);
+        self.sync_written(counters, active)
     }
 
     /// One fsync of the active segment, covering every record written

@@ -14,15 +14,17 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::record::{Header, Record, State};
 use crate::recovery::Recovered;
+#[cfg(feature = "tokio")]
+use crate::segment::writer::Turn;
 use crate::segment::writer::{ActiveSnapshot, GroupCommit, Writer};
 use crate::stats::{bump, Census, Counters};
 use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use crate::waiters::Waiters;
+use parking_lot::{Mutex, MutexGuard};
 use state::ShardState;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// How much a shard holds, for [`crate::Stats`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,8 +60,8 @@ pub(crate) struct Shard {
     storage: Arc<dyn Storage>,
     clock: Arc<dyn Clock>,
     state: Mutex<ShardState>,
-    /// Signalled whenever a key leaves Processing (for `claim_wait`).
-    finished: Condvar,
+    /// Callers waiting for a key to leave Processing (`claim_wait`).
+    pub waiters: Waiters,
     commit: GroupCommit,
     /// Set under the state lock by `close`; checked under it by every call.
     closed: AtomicBool,
@@ -89,7 +91,7 @@ impl Shard {
             storage,
             clock,
             state: Mutex::new(state),
-            finished: Condvar::new(),
+            waiters: Waiters::default(),
             // Everything recovered at open was synced by recovery.
             commit: GroupCommit::new(id, next_lsn.saturating_sub(1)),
             closed: AtomicBool::new(false),
@@ -176,7 +178,7 @@ impl Shard {
         state.write(key, &header, response, &self.commit, &self.counters)?;
         bump(counter);
         drop(state);
-        self.finished.notify_all();
+        self.waiters.wake(key.hash);
         Ok(header.lsn)
     }
 
@@ -224,7 +226,7 @@ impl Shard {
         state.write(key, &header, &[], &self.commit, &self.counters)?;
         bump(&self.counters.removes);
         drop(state);
-        self.finished.notify_all();
+        self.waiters.wake(key.hash);
         Ok((true, header.lsn))
     }
 
@@ -274,27 +276,30 @@ impl Shard {
         footprint
     }
 
-    /// Blocks up to `timeout` while the key's newest record is still the
-    /// Processing record at `lsn`.
-    pub(crate) fn wait_finished(&self, hash: u128, lsn: u64, timeout: Duration) {
-        let mut state = self.state.lock();
-        let unchanged =
-            state.index.get(&hash).is_some_and(|entry| entry.lsn == lsn && entry.state == State::Processing);
-        if unchanged {
-            let _timed_out = self.finished.wait_for(&mut state, timeout);
-        }
-    }
-
     /// Makes every record up to `lsn` durable (group commit).
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
-        self.commit.sync_to(lsn, &self.counters, || {
-            let state = self.state.lock();
-            ActiveSnapshot {
-                file: Arc::clone(&state.log.active.file),
-                path: state.log.path(state.log.active.id),
-                written_lsn: self.commit.written_lsn(),
-            }
-        })
+        self.commit.sync_to(lsn, &self.counters, || self.active_snapshot())
+    }
+
+    /// One step of waiting for `lsn` to be durable (see [`GroupCommit::turn`]).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn commit_turn(&self, lsn: u64) -> Result<Turn> {
+        self.commit.turn(lsn)
+    }
+
+    /// Runs the fsync a caller leads after [`Turn::Lead`].
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lead_commit(&self) -> Result<()> {
+        self.commit.lead(&self.counters, &|| self.active_snapshot())
+    }
+
+    fn active_snapshot(&self) -> ActiveSnapshot {
+        let state = self.state.lock();
+        ActiveSnapshot {
+            file: Arc::clone(&state.log.active.file),
+            path: state.log.path(state.log.active.id),
+            written_lsn: self.commit.written_lsn(),
+        }
     }
 
     /// Whether records were written that are not yet durable.

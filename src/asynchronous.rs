@@ -1,0 +1,145 @@
+//! The async face of the store (feature `tokio`): the same calls as
+//! futures, for services on tokio. Nothing here parks a thread: a claim
+//! writes its record under the shard's lock as the blocking call does
+//! (a buffered write, no fsync), a caller that waits for a key awaits an
+//! event of that key, and under [`Durability::Sync`](crate::Durability::Sync)
+//! only the caller that leads a shard's next fsync runs it on tokio's
+//! blocking pool — at most one thread per shard — while the others await
+//! its end.
+//!
+//! Every future here is cancel-safe in the sense that matters: dropping it
+//! never leaves a half-written record, and a lease acquired before the drop
+//! is counted as abandoned (the key stays Processing until its lease ends).
+
+use crate::claim::{Claim, ClaimRequest};
+use crate::error::Result;
+use crate::lease::{Lease, LeaseToken};
+use crate::store::{Store, WAIT_POLL_FIRST, WAIT_POLL_MAX};
+use crate::transition::Finish;
+use std::time::{Duration, Instant};
+
+impl Store {
+    /// [`Store::claim`] as a future.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idemkv::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new())?;
+    /// let request = ClaimRequest::new("order-9", Fingerprint::of(b"POST /orders 9"));
+    /// if let Claim::Acquired(lease) = store.claim_async(&request).await? {
+    ///     lease.complete_async(b"201 created").await?;
+    /// }
+    /// let Claim::Replay(record) = store.claim_async(&request).await? else { unreachable!() };
+    /// assert_eq!(record.response, b"201 created");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::claim`].
+    pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        let (claim, hash, lsn) = self.claim_unsynced(request)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
+        Ok(claim)
+    }
+
+    /// [`Store::claim_wait`] as a future: while the key is in progress it
+    /// awaits the holder's finish (an event of the key, no thread), up to
+    /// `timeout`. Past [`Config::waiters_per_key_max`](crate::Config::waiters_per_key_max)
+    /// or [`Config::waiters_max`](crate::Config::waiters_max) it answers
+    /// `InProgress` at once.
+    ///
+    /// # Errors
+    /// As [`Store::claim`].
+    pub async fn claim_wait_async(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
+        let start = Instant::now();
+        let mut claim = self.claim_async(request).await?;
+        let mut poll = WAIT_POLL_FIRST;
+        loop {
+            let Claim::InProgress { retry_after, .. } = claim else {
+                return Ok(claim);
+            };
+            let left = timeout.saturating_sub(start.elapsed());
+            let hash = self.engine().key_ref(request.scope, request.key)?.hash;
+            let Some(mut waiter) = self.engine().listen(hash).filter(|_| !left.is_zero()) else {
+                return Ok(claim);
+            };
+            // Listening before looking again: a finish in between wakes it.
+            claim = self.claim_async(request).await?;
+            if matches!(claim, Claim::InProgress { .. }) {
+                let _woken_or_not = tokio::time::timeout(left.min(retry_after).min(poll), waiter.woken()).await;
+                poll = (poll * 2).min(WAIT_POLL_MAX);
+            }
+        }
+    }
+
+    /// [`Store::complete`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::complete`].
+    pub async fn complete_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_async(token, Finish::Complete(response)).await
+    }
+
+    /// [`Store::fail`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::fail`].
+    pub async fn fail_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_async(token, Finish::Fail(response)).await
+    }
+
+    /// [`Store::release`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::release`].
+    pub async fn release_async(&self, token: &LeaseToken) -> Result<()> {
+        self.finish_async(token, Finish::Release).await
+    }
+
+    /// [`Store::renew`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::renew`].
+    pub async fn renew_async(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
+        let (hash, token) = self.token_ref(token)?;
+        let (deadline_ms, lsn) = self.engine().renew(hash, &token, extend)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
+        Ok(deadline_ms)
+    }
+
+    async fn finish_async(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine().finish(hash, &token, finish)?;
+        self.engine().wait_durable_async(hash, lsn).await
+    }
+}
+
+impl Lease {
+    /// [`Lease::complete`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::complete`].
+    pub async fn complete_async(self, response: &[u8]) -> Result<()> {
+        self.finish_async(Finish::Complete(response)).await
+    }
+
+    /// [`Lease::fail`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::fail`].
+    pub async fn fail_async(self, response: &[u8]) -> Result<()> {
+        self.finish_async(Finish::Fail(response)).await
+    }
+
+    /// [`Lease::release`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::release`].
+    pub async fn release_async(self) -> Result<()> {
+        self.finish_async(Finish::Release).await
+    }
+}
