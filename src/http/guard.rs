@@ -1,7 +1,8 @@
 //! One guarded request: key, scope and body read, the claim, and the
-//! handler's run in a task of its own with its lease kept alive.
+//! handler's run to its end, with its lease kept alive.
 
 use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
+use super::detached::Detached;
 use super::key::{prefer_wait, read_key, KeyError};
 use super::problem::{in_progress, Problem};
 use super::response::{encode_response, encoded_head_bytes, replay};
@@ -13,6 +14,7 @@ use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,19 +90,18 @@ where
     };
     parts.extensions.insert(Attempt { scope, key, attempt, recovered });
     let request = Request::from_parts(parts, B::from(body));
-    // The handler runs in a task of its own: a client that goes away drops
-    // this future, not the handler, whose answer is then kept for the retry.
-    let run = tokio::spawn(run(inner, Arc::clone(&backend), Arc::clone(&config), request, token.clone()));
-    match run.await {
-        Ok(outcome) => outcome,
-        Err(panicked) => {
-            tracing::error!(error = %panicked, "handler panicked");
-            if config.policy.releases_on_error() {
-                release(&*backend, &token).await;
-            }
-            Ok(answer(Problem::HandlerFailed))
+    // The handler runs to its end whatever the client does: a client that
+    // goes away drops this future, and the handler's run moves to a task of
+    // its own, whose answer is then kept for the retry.
+    let run = Detached::new(run(inner, Arc::clone(&backend), Arc::clone(&config), request, token.clone()));
+    let Ok(outcome) = run.await else {
+        tracing::error!("handler panicked");
+        if config.policy.releases_on_error() {
+            release(&*backend, &token).await;
         }
-    }
+        return Ok(answer(Problem::HandlerFailed));
+    };
+    outcome
 }
 
 /// Runs the handler under its lease and keeps (or releases) what it
@@ -118,11 +119,15 @@ where
     R: Body<Data = Bytes>,
     R::Error: Into<BoxError>,
 {
-    let keep_alive = KeepAlive::start(Arc::clone(&backend), token.clone(), config.lease);
-    let response = match inner.call(request).await {
+    // The handler and its lease's keep-alive run side by side in this task.
+    let answered = tokio::select! {
+        biased;
+        answered = inner.call(request) => answered,
+        never = keep_alive(&*backend, &token, config.lease) => match never {},
+    };
+    let response = match answered {
         Ok(response) => response,
         Err(error) => {
-            drop(keep_alive);
             handler_failed(&*backend, &config, &token, "the handler returned an error").await;
             return Err(error);
         }
@@ -133,7 +138,6 @@ where
     {
         // Not kept: freed before the answer goes out, so that a retry that
         // follows it runs.
-        drop(keep_alive);
         release(&*backend, &token).await;
         return Ok(Response::from_parts(parts, Either::Left(body)));
     }
@@ -142,18 +146,15 @@ where
     let body = match Limited::new(body, budget).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            drop(keep_alive);
             return Ok(keep_too_large(&*backend, &token).await);
         }
         Err(error) => {
-            drop(keep_alive);
             tracing::warn!(%error, "the handler's response body failed");
             handler_failed(&*backend, &config, &token, "the handler's response body failed").await;
             return Ok(answer(Problem::ResponseUnreadable));
         }
     };
     let encoded = encode_response(parts.status, &parts.headers, &config.replay_deny, &body);
-    drop(keep_alive);
     let mut response = Response::from_parts(parts, Either::Right(Full::new(body)));
     if let Err(error) = backend.complete(&token, &encoded).await {
         tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
@@ -196,31 +197,19 @@ async fn release<K: IdempotencyBackend>(backend: &K, token: &LeaseToken) {
     }
 }
 
-/// Renews a running handler's lease every third of the lease until
-/// dropped.
-struct KeepAlive(tokio::task::JoinHandle<()>);
-
-impl KeepAlive {
-    fn start<K: IdempotencyBackend>(backend: Arc<K>, token: LeaseToken, lease: Duration) -> Self {
-        let period = (lease / 3).max(Duration::from_millis(1));
-        KeepAlive(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                match backend.renew(&token, lease).await {
-                    Ok(()) => {}
-                    Err(error @ Error::LeaseLost { .. }) => {
-                        tracing::warn!(%error, "lease lost while the handler runs; its answer will not be kept");
-                        return;
-                    }
-                    Err(error) => tracing::warn!(%error, "renewing a running handler's lease failed; retrying"),
-                }
+/// Renews a running handler's lease every third of the lease, for as long
+/// as it is polled; after a lost lease it only waits.
+async fn keep_alive<K: IdempotencyBackend>(backend: &K, token: &LeaseToken, lease: Duration) -> Infallible {
+    let period = (lease / 3).max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+        match backend.renew(token, lease).await {
+            Ok(()) => {}
+            Err(error @ Error::LeaseLost { .. }) => {
+                tracing::warn!(%error, "lease lost while the handler runs; its answer will not be kept");
+                return std::future::pending().await;
             }
-        }))
-    }
-}
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
+            Err(error) => tracing::warn!(%error, "renewing a running handler's lease failed; retrying"),
+        }
     }
 }

@@ -9,15 +9,15 @@
 //!
 //! | claim answer | response |
 //! |---|---|
-//! | acquired | the handler runs, in a task of its own, with an [`Attempt`] extension; what it answered is kept (see [`FailurePolicy`]) |
+//! | acquired | the handler runs to its end (a client that leaves does not cancel it), with an [`Attempt`] extension; what it answered is kept (see [`FailurePolicy`]) |
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
 //! | in progress | 409 with `Retry-After`; with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays |
 //! | mismatch | 422 |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
-//! handler runs in its own task, so a client that disconnects does not
-//! cancel it and its answer is kept for the retry; while it runs the layer
+//! handler runs to its end even when the client disconnects (its run then
+//! moves to a task of its own) and its answer is kept for the retry; while it runs the layer
 //! renews its lease every third of [`LayerConfig::lease`]; its 5xx is kept
 //! like any answer; its error or panic leaves the key in progress until the
 //! lease ends, after which the next attempt runs with
@@ -54,6 +54,7 @@
 //! ```
 
 mod config;
+mod detached;
 mod guard;
 mod key;
 mod problem;

@@ -1,0 +1,106 @@
+//! A future that runs to its end even when its caller stops waiting: when
+//! dropped unfinished (a client disconnected and the server dropped the
+//! request's future), it hands what is left to a task of its own. Until
+//! then it runs inline, in the caller's task, at no cost of a spawn.
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The wrapped future panicked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Panicked;
+
+/// See the module docs.
+pub(super) struct Detached<F: Future + Send + 'static>
+where
+    F::Output: Send,
+{
+    future: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future + Send + 'static> Detached<F>
+where
+    F::Output: Send,
+{
+    pub(super) fn new(future: F) -> Self {
+        Detached { future: Some(Box::pin(future)) }
+    }
+}
+
+impl<F: Future + Send + 'static> Future for Detached<F>
+where
+    F::Output: Send,
+{
+    type Output = Result<F::Output, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(future) = self.future.as_mut() else {
+            // Polled again after it ended: it stays ended.
+            return Poll::Pending;
+        };
+        // A panic ends the future (it is never polled again) and is
+        // answered, instead of unwinding through the server's connection.
+        let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                self.future = None;
+                Poll::Ready(Ok(output))
+            }
+            Err(_panic) => {
+                self.future = None;
+                Poll::Ready(Err(Panicked))
+            }
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for Detached<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(future));
+            } else {
+                tracing::error!("a guarded request was dropped outside a tokio runtime; its handler stops");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_dropped_future_still_runs_to_its_end() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&finished);
+        let detached = Detached::new(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        assert!(tokio::time::timeout(Duration::from_millis(1), detached).await.is_err(), "dropped unfinished");
+        for _ in 0..200 {
+            if finished.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the dropped future never finished");
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_an_answer() {
+        let outcome = Detached::new(async { panic!("handler bug") }).await;
+        assert_eq!(outcome, Err::<(), _>(Panicked));
+        assert_eq!(Detached::new(async { 7 }).await, Ok(7));
+    }
+}
