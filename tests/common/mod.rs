@@ -34,3 +34,7 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
         other => panic!("expected Replay, got {other:?}"),
     }
 }
+
+/// A real axum server behind the idempotency layer and a real HTTP client.
+#[cfg(feature = "tower")]
+pub mod http;
