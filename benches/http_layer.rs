@@ -34,27 +34,43 @@ async fn serve(app: Router) -> String {
     url
 }
 
-struct Row {
-    requests_per_second: f64,
-    p50: Duration,
-    p99: Duration,
+/// Requests, time and latencies of one row, summed over its slices.
+struct Tally {
+    requests: u64,
+    seconds: f64,
+    latencies: Histogram<u64>,
 }
 
-/// Drives `url` from `CLIENTS` tasks for `seconds`; `replay` sends one key
-/// per client over and over instead of a fresh key each time.
-async fn drive(url: String, seconds: f64, replay: bool) -> Row {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().expect("client");
+impl Tally {
+    fn new() -> Self {
+        Tally { requests: 0, seconds: 0.0, latencies: histogram() }
+    }
+
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")
+}
+
+/// Drives `url` from `CLIENTS` tasks for `seconds` and adds to `tally`;
+/// `replay` sends one key per client over and over, otherwise every key is
+/// new (`slice` keeps keys of different slices apart).
+async fn drive(client: &reqwest::Client, url: &str, seconds: f64, replay: bool, slice: usize, tally: &mut Tally) {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|task| {
-            let (client, url, stop, count) = (client.clone(), url.clone(), Arc::clone(&stop), Arc::clone(&count));
+            let (client, url, stop, count) = (client.clone(), url.to_string(), Arc::clone(&stop), Arc::clone(&count));
             tokio::spawn(async move {
-                let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
+                let mut latencies = histogram();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let key = if replay { format!("replay-{task}") } else { format!("fresh-{task}-{n}") };
+                    let key = if replay { format!("replay-{task}") } else { format!("fresh-{slice}-{task}-{n}") };
                     let sent = Instant::now();
                     let response = client
                         .post(&url)
@@ -75,18 +91,11 @@ async fn drive(url: String, seconds: f64, replay: bool) -> Row {
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     for task in tasks {
-        all.add(task.await.expect("client task")).expect("same bounds");
+        tally.latencies.add(task.await.expect("client task")).expect("same bounds");
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    let requests_per_second = count.load(Ordering::Relaxed) as f64 / elapsed;
-    Row {
-        requests_per_second,
-        p50: Duration::from_nanos(all.value_at_quantile(0.5)),
-        p99: Duration::from_nanos(all.value_at_quantile(0.99)),
-    }
+    tally.seconds += started.elapsed().as_secs_f64();
+    tally.requests += count.load(Ordering::Relaxed);
 }
 
 async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
@@ -97,13 +106,13 @@ async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
     (serve(app).await, dir)
 }
 
-fn print(name: &str, row: &Row, bare: &Row) {
+fn print(name: &str, row: &Tally, bare: &Tally) {
     println!(
         "{name:<28} {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}  ×bare {:.2}",
-        row.requests_per_second,
-        row.p50,
-        row.p99,
-        ratio(row.requests_per_second, bare.requests_per_second)
+        row.rate(),
+        Duration::from_nanos(row.latencies.value_at_quantile(0.5)),
+        Duration::from_nanos(row.latencies.value_at_quantile(0.99)),
+        ratio(row.rate(), bare.rate())
     );
 }
 
@@ -148,15 +157,27 @@ fn main() {
     let seconds = support::seconds(5.0);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().expect("client");
         let bare_url = serve(Router::new().route("/payments", post(handler))).await;
-        let bare = drive(bare_url, seconds, false).await;
-        println!("{CLIENTS} clients in flight, {seconds} s per row, loopback, server and client in one process");
-        print("bare route", &bare, &bare);
-        let (url, _buffered) = guarded(Durability::Buffered).await;
-        print("layer, Buffered, fresh keys", &drive(url.clone(), seconds, false).await, &bare);
-        print("layer, Buffered, replays", &drive(url, seconds, true).await, &bare);
-        let (url, _sync) = guarded(Durability::Sync).await;
-        print("layer, Sync, fresh keys", &drive(url, seconds, false).await, &bare);
+        let (buffered_url, _buffered) = guarded(Durability::Buffered).await;
+        let (sync_url, _sync) = guarded(Durability::Sync).await;
+        // The rows take turns in short slices, so that a shared machine's
+        // noise falls on all of them alike.
+        let slices = 10;
+        let slice_seconds = seconds / f64::from(slices);
+        let network = std::env::var_os("IDEMKV_BENCH_IN_PROCESS_ONLY").is_none();
+        let mut rows: Vec<Tally> = (0..4).map(|_| Tally::new()).collect();
+        for slice in (0..10).filter(|_| network) {
+            drive(&client, &bare_url, slice_seconds, false, slice, &mut rows[0]).await;
+            drive(&client, &buffered_url, slice_seconds, false, slice, &mut rows[1]).await;
+            drive(&client, &buffered_url, slice_seconds, true, slice, &mut rows[2]).await;
+            drive(&client, &sync_url, slice_seconds, false, slice, &mut rows[3]).await;
+        }
+        println!("{CLIENTS} requests in flight, {seconds} s per row in {slices} interleaved slices, loopback, server and client in one process");
+        let names = ["bare route", "layer, Buffered, fresh keys", "layer, Buffered, replays", "layer, Sync, fresh keys"];
+        for (name, row) in names.iter().zip(&rows) {
+            print(name, row, &rows[0]);
+        }
 
         println!("in process (no network): calls/s");
         let bare = in_process(Router::new().route("/payments", post(handler)), seconds, false).await;
