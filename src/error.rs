@@ -39,7 +39,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// A file was written by a format version this build does not know.
-    #[error("{} has format version {found}, this build reads up to {supported}", file.display())]
+    #[error("{} has format version {found}, this build reads only version {supported}", file.display())]
     UnsupportedFormatVersion {
         /// The file with the unknown version.
         file: PathBuf,

@@ -3,19 +3,21 @@
 /// A known on-disk format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum FormatVersion {
-    /// The first format: see `docs/format.md`.
-    V1,
+    /// The second format: a per-shard segment catalog and a durable mark
+    /// in every segment header; see `docs/format.md`. (Version 1, without
+    /// them, is not read.)
+    V2,
 }
 
 impl FormatVersion {
-    /// The version this build writes.
-    pub const CURRENT: FormatVersion = FormatVersion::V1;
+    /// The version this build writes, and the only one it reads.
+    pub const CURRENT: FormatVersion = FormatVersion::V2;
 }
 
 impl From<FormatVersion> for u8 {
     fn from(version: FormatVersion) -> u8 {
         match version {
-            FormatVersion::V1 => 1,
+            FormatVersion::V2 => 2,
         }
     }
 }
@@ -26,7 +28,7 @@ impl TryFrom<u8> for FormatVersion {
 
     fn try_from(byte: u8) -> Result<Self, u8> {
         match byte {
-            1 => Ok(FormatVersion::V1),
+            2 => Ok(FormatVersion::V2),
             other => Err(other),
         }
     }
@@ -40,6 +42,7 @@ mod tests {
     fn round_trip() {
         assert_eq!(FormatVersion::try_from(u8::from(FormatVersion::CURRENT)), Ok(FormatVersion::CURRENT));
         assert_eq!(FormatVersion::try_from(0), Err(0));
-        assert_eq!(FormatVersion::try_from(2), Err(2));
+        assert_eq!(FormatVersion::try_from(1), Err(1));
+        assert_eq!(FormatVersion::try_from(3), Err(3));
     }
 }

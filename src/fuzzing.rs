@@ -34,6 +34,13 @@ pub fn segment_header(shard: u32, segment: u32, lsn_floor: u64) -> Vec<u8> {
     crate::segment::header::SegmentHeader { shard, segment, lsn_floor }.encode().to_vec()
 }
 
+/// A valid catalog for shard `shard` naming segments `first..=last`, so
+/// that fuzzers can build plausible shard folders.
+#[must_use]
+pub fn catalog(shard: u32, first: u32, last: u32) -> Vec<u8> {
+    crate::segment::catalog::Catalog { shard, first, last }.encode().to_vec()
+}
+
 /// A valid manifest for `shards` shards.
 #[must_use]
 pub fn manifest(shards: u32) -> Vec<u8> {

@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::index::KeyHasher;
 use crate::io::Storage;
 use crate::manifest::{self, Manifest};
-use crate::recovery::{recover_shard, Recovered};
+use crate::recovery::{create_shard, recover_shard, Recovered};
 use crate::segment;
+use crate::segment::catalog;
+use crate::segment::header::HEADER_BYTES;
 use crate::shard::Shard;
 use crate::waiters::WaitLimits;
 use parking_lot::Mutex;
@@ -32,19 +34,26 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
     refuse_foreign_directory(&*storage, &dir)?;
     let lock_file = lock_directory(&dir)?;
-    let manifest = if let Some(manifest) = Manifest::load(&*storage, &dir)? {
-        manifest
-    } else {
-        let manifest = Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS));
-        manifest.store(&*storage, &dir)?;
-        manifest
-    };
-    if let Some(configured) = config.shards.filter(|configured| *configured != manifest.shards) {
-        return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
+    let existing = Manifest::load(&*storage, &dir)?;
+    if let (Some(manifest), Some(configured)) = (existing, config.shards) {
+        if configured != manifest.shards {
+            return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
+        }
     }
+    let manifest = existing.unwrap_or_else(|| Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS)));
     let hasher = KeyHasher::new(manifest.hash_key);
     let now_ms = config.clock.now_ms();
-    let recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher)?;
+    let recovered = if existing.is_some() {
+        recover_shards(&*storage, &dir, manifest.shards, &hasher)?
+    } else {
+        // A new store: every shard is made before the manifest names them,
+        // so a manifest never names a shard that was never made.
+        let created = (0..manifest.shards)
+            .map(|id| create_shard(&*storage, &segment::shard_dir(&dir, id), id))
+            .collect::<Result<Vec<_>>>()?;
+        manifest.store(&*storage, &dir)?;
+        created
+    };
     // One time floor for the whole store: the newest time any shard wrote,
     // or the clock if later.
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
@@ -101,21 +110,46 @@ fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHa
 }
 
 /// A directory that holds files but no manifest belongs to something else:
-/// never write into it. A crash during creation can leave only the lock file
-/// and a temporary manifest, which count as empty.
+/// never write into it. A crash during creation can leave the lock file, a
+/// temporary manifest and shard folders that hold no record yet (shards are
+/// made before the manifest), which count as empty.
 fn refuse_foreign_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
     if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
         return Ok(());
     }
     let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
-    let foreign = entries.iter().any(|path| {
+    for path in entries {
         let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
-        name != LOCK_FILE_NAME && name != manifest::TEMP_NAME
-    });
-    if foreign {
-        return Err(Error::NotAStore { path: dir.to_path_buf() });
+        let creation_leftover = name == LOCK_FILE_NAME
+            || name == manifest::TEMP_NAME
+            || (name.starts_with("shard-") && holds_no_record(storage, &path)?);
+        if !creation_leftover {
+            return Err(Error::NotAStore { path: dir.to_path_buf() });
+        }
     }
     Ok(())
+}
+
+/// Whether a shard folder holds nothing but catalogs and segments without
+/// a record.
+fn holds_no_record(storage: &dyn Storage, shard_dir: &Path) -> Result<bool> {
+    let Ok(entries) = storage.read_dir(shard_dir) else {
+        return Ok(false);
+    };
+    for path in entries {
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
+        if name == catalog::FILE_NAME || name == catalog::TEMP_NAME {
+            continue;
+        }
+        if segment::parse_segment_name(&path).is_none() {
+            return Ok(false);
+        }
+        let file = storage.open(&path, false).map_err(|error| Error::io("open", &path, error))?;
+        if file.len().map_err(|error| Error::io("stat", &path, error))? > HEADER_BYTES as u64 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Takes the advisory lock that keeps a second open (in this process or

@@ -224,6 +224,38 @@ pub(crate) fn declared_frame_bytes(bytes: &[u8]) -> Option<u64> {
     Some(FRAME_HEADER_BYTES as u64 + u64::from(read_u32(length, 0)))
 }
 
+/// Bytes of a frame before its scope, key and response: the frame header
+/// and the fixed part of the payload.
+pub(crate) const PREFIX_BYTES: usize = FRAME_HEADER_BYTES + FIXED_BYTES;
+
+/// Decodes the first [`PREFIX_BYTES`] of a frame — its fields and lengths —
+/// before its CRC is checked: returns the header, the frame's whole length
+/// and the CRC it claims, which the caller checks over bytes `4..` of the
+/// frame (see [`crc_start`]). Lets a reader check a frame of any size
+/// through a bounded buffer.
+pub(crate) fn decode_prefix(prefix: &[u8]) -> Result<(Header, u64, u32), DecodeError> {
+    let prefix = prefix.get(..PREFIX_BYTES).ok_or(DecodeError::Truncated)?;
+    let frame_len = declared_frame_bytes(prefix).ok_or(DecodeError::Truncated)?;
+    let payload_len = frame_len - FRAME_HEADER_BYTES as u64;
+    if payload_len < FIXED_BYTES as u64 {
+        return Err(DecodeError::Invalid("payload shorter than the fixed record fields"));
+    }
+    let header = decode_fixed(&prefix[FRAME_HEADER_BYTES..])?;
+    let variable = u64::from(header.scope_len) + u64::from(header.key_len) + u64::from(header.response_len);
+    if FIXED_BYTES as u64 + variable != payload_len {
+        return Err(DecodeError::Invalid("field lengths disagree with the frame length"));
+    }
+    Ok((header, frame_len, read_u32(prefix, 0)))
+}
+
+/// A CRC hasher fed with the part of `prefix` the frame CRC covers; the
+/// caller goes on with the bytes after the prefix.
+pub(crate) fn crc_start(prefix: &[u8]) -> crc32fast::Hasher {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&prefix[4..PREFIX_BYTES]);
+    hasher
+}
+
 /// Decodes the frame at the start of `bytes`, checking its CRC and fields.
 /// Returns the header and the frame's total length; scope, key and response
 /// follow the fixed part in `bytes[FRAME_HEADER_BYTES + FIXED_BYTES..]`.

@@ -1,12 +1,14 @@
-//! Recovery at open: rebuild a shard's index from its segments, cut a torn
-//! tail off the active segment, refuse damage anywhere else. The result is
-//! plain data ([`Recovered`]) from which the shard builds itself.
+//! Recovery at open: check a shard's files against its catalog, rebuild its
+//! index from its segments, cut a torn tail off the active segment, refuse
+//! damage anywhere else. The result is plain data ([`Recovered`]) from
+//! which the shard builds itself.
 
 use crate::error::{Error, Result};
 use crate::index::{Entry, Index, KeyHasher};
 use crate::io::{Storage, StorageFile};
-use crate::record::{self, Kind};
+use crate::record::Kind;
 use crate::segment;
+use crate::segment::catalog::{self, Catalog};
 use crate::segment::header::HEADER_BYTES;
 use crate::segment::scanner::{self, Expected};
 use crate::segment::writer::{create_segment, ActiveSegment};
@@ -30,102 +32,168 @@ pub(crate) struct Recovered {
     pub max_updated_ms: u64,
     /// The length of every segment after recovery.
     pub lengths: BTreeMap<u32, u64>,
+    pub catalog: Catalog,
+    /// The round of the active segment's next durable mark.
+    pub next_round: u32,
 }
 
-fn open_file(storage: &dyn Storage, path: &Path) -> Result<(Arc<dyn StorageFile>, u64)> {
-    let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
-    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
-    Ok((file, len))
-}
-
-/// Rebuilds shard `shard` in folder `dir`, creating it if new.
-pub(crate) fn recover_shard(storage: &dyn Storage, dir: &Path, shard: u32, hasher: &KeyHasher) -> Result<Recovered> {
+/// Creates shard `shard` in folder `dir` for a new store: its first segment,
+/// then its catalog. Files left in the folder by an earlier creation that
+/// never finished (it held no record; open checked) are replaced.
+pub(crate) fn create_shard(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<Recovered> {
     storage.create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
-    discard_unfinished_compaction(storage, dir)?;
-    let mut segments = segment::list_segments(storage, dir)?;
-    drop_torn_creation(storage, dir, &mut segments)?;
-    if segments.is_empty() {
-        let file = create_segment(storage, dir, shard, 1, 1)?;
-        return Ok(Recovered {
-            dir: dir.to_path_buf(),
-            index: Index::default(),
-            active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 },
-            sealed: BTreeMap::new(),
-            next_lsn: 1,
-            torn_tail_bytes: 0,
-            max_updated_ms: 0,
-            lengths: BTreeMap::from([(1, HEADER_BYTES as u64)]),
-        });
+    for path in storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))? {
+        storage.remove_file(&path).map_err(|error| Error::io("remove", &path, error))?;
     }
+    let file = create_segment(storage, dir, shard, 1, 1)?;
+    let catalog = Catalog { shard, first: 1, last: 1 };
+    catalog.store(storage, dir)?;
+    Ok(Recovered {
+        dir: dir.to_path_buf(),
+        index: Index::default(),
+        active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 },
+        sealed: BTreeMap::new(),
+        next_lsn: 1,
+        torn_tail_bytes: 0,
+        max_updated_ms: 0,
+        lengths: BTreeMap::from([(1, HEADER_BYTES as u64)]),
+        catalog,
+        next_round: 2,
+    })
+}
+
+/// How a shard's files compare with its catalog.
+#[derive(Debug)]
+pub(crate) struct CatalogCheck {
+    pub catalog: Catalog,
+    /// The catalogued segments present, oldest first.
+    pub present: Vec<(u32, PathBuf)>,
+    /// Files a crash may leave outside the range: the oldest segment of an
+    /// unfinished drop, the new segment of an unfinished roll (it never
+    /// held a record). Open deletes them.
+    pub leftovers: Vec<PathBuf>,
+    /// Catalogued segments that are not there: lost data.
+    pub missing: Vec<PathBuf>,
+    /// Segments the catalog does not know.
+    pub unknown: Vec<PathBuf>,
+}
+
+/// Compares the segment files of shard `shard` in `dir` with its catalog;
+/// changes nothing.
+///
+/// # Errors
+/// [`Error::Corruption`] for a missing folder or a missing or damaged
+/// catalog; I/O errors.
+pub(crate) fn check_catalog(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<CatalogCheck> {
+    if storage.read_dir(dir).is_err() {
+        return Err(Error::corruption(dir, 0, "the shard's folder is missing"));
+    }
+    let catalog = Catalog::load(storage, dir, shard)?;
+    let mut check =
+        CatalogCheck { catalog, present: Vec::new(), leftovers: Vec::new(), missing: Vec::new(), unknown: Vec::new() };
+    for (id, path) in segment::list_segments(storage, dir)? {
+        if id < catalog.first || id == catalog.last.saturating_add(1) {
+            check.leftovers.push(path);
+        } else if id > catalog.last {
+            check.unknown.push(path);
+        } else {
+            check.present.push((id, path));
+        }
+    }
+    let mut present = check.present.iter().map(|(id, _)| *id).peekable();
+    for id in catalog.first..=catalog.last {
+        if present.next_if_eq(&id).is_none() {
+            check.missing.push(segment::segment_path(dir, id));
+        }
+    }
+    Ok(check)
+}
+
+/// The segments of shard `shard` in `dir` as its catalog names them, oldest
+/// first, after deleting the leftovers of an unfinished roll or drop.
+///
+/// # Errors
+/// [`Error::Corruption`] for a missing folder, catalog or segment, or a
+/// segment the catalog does not know; I/O errors.
+fn catalogued_segments(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<(Catalog, Vec<(u32, PathBuf)>)> {
+    let check = check_catalog(storage, dir, shard)?;
+    if let Some(missing) = check.missing.first() {
+        return Err(Error::corruption(missing, 0, "segment missing: the shard's catalog names it"));
+    }
+    if let Some(unknown) = check.unknown.first() {
+        return Err(Error::corruption(unknown, 0, "segment beyond the shard's catalog"));
+    }
+    for path in &check.leftovers {
+        storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
+    }
+    if !check.leftovers.is_empty() {
+        storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
+    }
+    Ok((check.catalog, check.present))
+}
+
+/// Rebuilds shard `shard` in folder `dir`.
+pub(crate) fn recover_shard(storage: &dyn Storage, dir: &Path, shard: u32, hasher: &KeyHasher) -> Result<Recovered> {
+    let (catalog, segments) = catalogued_segments(storage, dir, shard)?;
+    discard_unfinished_compaction(storage, dir)?;
     let mut replay =
         Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
     let mut lsn_floor = 1;
     let mut torn_tail_bytes = 0;
+    let mut next_round = 0;
     let mut files = BTreeMap::new();
-    let last = segments.len() - 1;
     let mut active_end = 0;
     let mut lengths = BTreeMap::new();
-    for (position, (id, path)) in segments.iter().enumerate() {
+    for (id, path) in &segments {
         let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
-        let bytes = segment::read_whole(&*file, path)?;
-        let len = bytes.len() as u64;
-        let expected = Expected { shard, segment: *id, active: position == last };
-        let scan = scanner::scan(path, &bytes, expected, |frame| {
-            replay.apply(*id, &frame);
-            Ok(())
-        })?;
+        let expected = Expected { shard, segment: *id, active: *id == catalog.last };
+        let scan = scanner::scan(&*file, path, expected, |frame| replay.apply(*id, &frame, path))?;
         lsn_floor = lsn_floor.max(scan.header.lsn_floor);
-        if scan.valid_end < len {
+        if scan.valid_end < scan.len {
             file.set_len(scan.valid_end)
                 .and_then(|()| file.sync())
                 .map_err(|error| Error::io("truncate", path, error))?;
-            torn_tail_bytes = len - scan.valid_end;
+            torn_tail_bytes = scan.len - scan.valid_end;
+        }
+        if expected.active {
+            let (_, mark) = scanner::read_header(&*file, path, scan.valid_end, expected)?;
+            next_round = mark.round.saturating_add(1);
         }
         active_end = scan.valid_end;
         lengths.insert(*id, scan.valid_end);
         files.insert(*id, file);
     }
     let (active_id, active_file) = files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
+    let after_max = replay.max_lsn.checked_add(1).ok_or_else(|| Error::corruption(dir, 0, "LSNs exhausted"))?;
     Ok(Recovered {
         dir: dir.to_path_buf(),
         index: replay.index,
         active: ActiveSegment { id: active_id, file: active_file, end: active_end },
         sealed: files,
-        next_lsn: lsn_floor.max(replay.max_lsn + 1),
+        next_lsn: lsn_floor.max(after_max),
         torn_tail_bytes,
         max_updated_ms: replay.max_updated_ms,
         lengths,
+        catalog,
+        next_round,
     })
 }
 
 /// A compaction that crashed before its rename leaves a temporary file; the
-/// segment it was rewriting is still whole, so the temporary file goes.
+/// segment it was rewriting is still whole, so the temporary file goes. So
+/// does a catalog that was never renamed into place.
 fn discard_unfinished_compaction(storage: &dyn Storage, dir: &Path) -> Result<()> {
     let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
     let mut removed = false;
     for path in entries {
-        if path.to_str().is_some_and(|name| name.ends_with(segment::COMPACTION_SUFFIX)) {
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
+        if name.ends_with(segment::COMPACTION_SUFFIX) || name == catalog::TEMP_NAME {
             storage.remove_file(&path).map_err(|error| Error::io("remove", &path, error))?;
             removed = true;
         }
     }
     if removed {
         storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
-    }
-    Ok(())
-}
-
-/// A crash while a segment was being created can leave a newest segment
-/// shorter than its header, which never held a record: delete it.
-fn drop_torn_creation(storage: &dyn Storage, dir: &Path, segments: &mut Vec<(u32, PathBuf)>) -> Result<()> {
-    let Some((_, path)) = segments.last() else {
-        return Ok(());
-    };
-    let (_, len) = open_file(storage, path)?;
-    if len < HEADER_BYTES as u64 {
-        storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
-        storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
-        segments.pop();
     }
     Ok(())
 }
@@ -141,26 +209,26 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    fn apply(&mut self, segment: u32, frame: &scanner::Frame<'_>) {
+    fn apply(&mut self, segment: u32, frame: &scanner::Frame<'_>, path: &Path) -> Result<()> {
         let header = &frame.header;
         self.max_lsn = self.max_lsn.max(header.lsn);
         self.max_updated_ms = self.max_updated_ms.max(header.updated_ms);
-        let (scope, key, _) = record::body(header, frame.bytes);
-        let hash = self.hasher.hash(scope, key);
+        let hash = self.hasher.hash(frame.scope, frame.key);
         let newest = self.index.get(&hash).map(|entry| entry.lsn).max(self.tombstones.get(&hash).copied()).unwrap_or(0);
         if header.lsn <= newest {
-            return;
+            return Ok(());
         }
         match header.kind {
             Kind::Put(state) => {
                 self.tombstones.remove(&hash);
+                let too_large = || Error::corruption(path, frame.offset, "frame beyond 4 GiB");
                 let entry = Entry {
                     lsn: header.lsn,
                     token: header.token,
                     deadline_ms: header.deadline_ms,
                     segment,
-                    offset: u32::try_from(frame.offset).expect("segment length checked"),
-                    frame_len: u32::try_from(frame.bytes.len()).expect("segment length checked"),
+                    offset: u32::try_from(frame.offset).map_err(|_| too_large())?,
+                    frame_len: u32::try_from(frame.len).map_err(|_| too_large())?,
                     state,
                 };
                 self.index.insert(hash, entry);
@@ -170,5 +238,6 @@ impl Replay<'_> {
                 self.tombstones.insert(hash, header.lsn);
             }
         }
+        Ok(())
     }
 }

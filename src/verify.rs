@@ -1,10 +1,12 @@
-//! Offline verification of a store directory: every header and every
-//! record's CRC, without opening the store (nothing is written, no lock is
-//! taken).
+//! Offline verification of a store directory: every shard's files against
+//! its catalog, every header and every record's CRC, with the scanner and
+//! the rules that open uses, without opening the store (nothing is written,
+//! no lock is taken).
 
 use crate::error::{Error, Result};
-use crate::io::{StdStorage, Storage};
+use crate::io::{StdStorage, Storage, StorageFile};
 use crate::manifest::Manifest;
+use crate::recovery::check_catalog;
 use crate::segment;
 use crate::segment::scanner::{self, Expected};
 use std::path::{Path, PathBuf};
@@ -73,53 +75,69 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
     let mut report = VerifyReport { shards: manifest.shards, ..VerifyReport::default() };
     for shard in 0..manifest.shards {
         let shard_dir = segment::shard_dir(dir, shard);
-        let segments = match segment::list_segments(&storage, &shard_dir) {
-            Ok(segments) => segments,
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+        let check = match check_catalog(&storage, &shard_dir, shard) {
+            Ok(check) => check,
+            Err(Error::Corruption { file, offset, reason }) => {
+                report.damage.push(Damage { file, offset, length: 0, reason });
+                continue;
+            }
             Err(error) => return Err(error),
         };
-        let last = segments.len().saturating_sub(1);
-        for (position, (id, path)) in segments.iter().enumerate() {
+        let whole = |file: &PathBuf, reason: &str| Damage {
+            file: file.clone(),
+            offset: 0,
+            length: 0,
+            reason: reason.to_string(),
+        };
+        report
+            .damage
+            .extend(check.missing.iter().map(|file| whole(file, "segment missing: the shard's catalog names it")));
+        report.damage.extend(check.unknown.iter().map(|file| whole(file, "segment beyond the shard's catalog")));
+        let leftover = "left by an unfinished roll or drop (no record); deleted at the next open";
+        report.torn_tails.extend(check.leftovers.iter().map(|file| whole(file, leftover)));
+        for (id, path) in &check.present {
             let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
-            let bytes = segment::read_whole(&*file, path)?;
-            report.segments += 1;
-            report.bytes += bytes.len() as u64;
-            let expected = Expected { shard, segment: *id, active: position == last };
-            check_segment(path, &bytes, expected, &mut report);
+            let expected = Expected { shard, segment: *id, active: *id == check.catalog.last };
+            check_segment(&*file, path, expected, &mut report)?;
         }
     }
     Ok(report)
 }
 
-/// Walks one segment with the scanner that open uses, recording every
-/// damaged span instead of stopping at the first.
-fn check_segment(path: &Path, bytes: &[u8], expected: Expected, report: &mut VerifyReport) {
+/// Walks one segment with the scanner that open uses, recording its first
+/// damaged span (a torn tail or damage) instead of stopping the check.
+fn check_segment(file: &dyn StorageFile, path: &Path, expected: Expected, report: &mut VerifyReport) -> Result<()> {
     let mut records = 0;
-    let mut found = Vec::new();
+    let mut found = None;
     let walked = scanner::walk(
+        file,
         path,
-        bytes,
         expected,
         |_| {
             records += 1;
             Ok(())
         },
         |damaged| {
-            found.push(damaged.clone());
+            found = Some(damaged.clone());
             Ok(())
         },
     );
+    report.segments += 1;
     report.records += records;
-    if let Err(error) = walked {
-        // Only the segment header makes the walk itself fail.
-        report.damage.push(Damage {
-            file: path.to_path_buf(),
-            offset: 0,
-            length: bytes.len() as u64,
-            reason: error.to_string(),
-        });
+    match walked {
+        Ok(scan) => report.bytes += scan.len,
+        // The header itself is damaged, or names another segment.
+        Err(Error::Corruption { offset, reason, .. }) => {
+            let length = file.len().unwrap_or(0);
+            report.damage.push(Damage { file: path.to_path_buf(), offset, length, reason });
+        }
+        Err(Error::UnsupportedFormatVersion { found, .. }) => {
+            let reason = format!("format version {found} is not read by this build");
+            report.damage.push(Damage { file: path.to_path_buf(), offset: 0, length: 0, reason });
+        }
+        Err(error) => return Err(error),
     }
-    for damaged in found {
+    if let Some(damaged) = found {
         let span = Damage {
             file: path.to_path_buf(),
             offset: damaged.offset,
@@ -132,4 +150,5 @@ fn check_segment(path: &Path, bytes: &[u8], expected: Expected, report: &mut Ver
             report.damage.push(span);
         }
     }
+    Ok(())
 }

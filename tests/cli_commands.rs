@@ -75,12 +75,12 @@ fn verify_reports_a_damaged_segment_with_file_and_offset() {
     let (_dir, path) = loaded_store();
     let segment = Path::new(&path).join("shard-0000/0000000001.seg");
     let mut bytes = std::fs::read(&segment).expect("read");
-    bytes[32 + 20] ^= 0xFF; // inside the first record
+    bytes[64 + 20] ^= 0xFF; // inside the first record (after the 64-byte header)
     std::fs::write(&segment, bytes).expect("write");
     let output = idemkv(&["verify", &path]);
     assert_eq!(output.status.code(), Some(1));
     let text = stdout(&output);
-    assert!(text.contains(&format!("DAMAGE: {} offset 32", segment.display())), "{text}");
+    assert!(text.contains(&format!("DAMAGE: {} offset 64", segment.display())), "{text}");
 }
 
 #[test]

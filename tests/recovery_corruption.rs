@@ -17,9 +17,13 @@ fn config(clock: &ManualClock) -> Config {
         .clock(Arc::new(clock.clone()))
 }
 
+/// The segment files of shard 0, oldest first (not its catalog).
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("shard-0000")).expect("ls").map(|entry| entry.expect("entry").path()).collect();
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.join("shard-0000"))
+        .expect("ls")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
+        .collect();
     segments.sort();
     segments
 }
@@ -49,8 +53,8 @@ fn open_error(dir: &Path) -> Error {
     Store::open(dir, config(&clock)).expect_err("damage must be refused")
 }
 
-/// The first frame starts right after the 32-byte segment header.
-const FIRST_FRAME: u64 = 32;
+/// The first frame starts right after the 64-byte segment header.
+const FIRST_FRAME: u64 = 64;
 
 #[test]
 fn damage_in_the_middle_of_the_active_segment_names_file_and_offset() {

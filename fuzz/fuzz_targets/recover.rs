@@ -25,6 +25,8 @@ fuzz_target!(|input: Input| {
     std::fs::write(dir.path().join("MANIFEST"), manifest).expect("write");
     let shard = dir.path().join("shard-0000");
     std::fs::create_dir(&shard).expect("mkdir");
+    let count = u32::try_from(input.segments.len().clamp(1, 4)).expect("small");
+    std::fs::write(shard.join("CATALOG"), idemkv::fuzzing::catalog(0, 1, count)).expect("write");
     for (index, (valid_header, body)) in input.segments.iter().take(4).enumerate() {
         let id = u32::try_from(index + 1).expect("small");
         let mut bytes = if *valid_header { idemkv::fuzzing::segment_header(0, id, 1) } else { Vec::new() };

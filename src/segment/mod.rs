@@ -5,16 +5,18 @@
 //! one written; the others are sealed (fsynced when sealed, never written
 //! again).
 //!
-//! `header` is the file header, `scanner` reads a segment back frame by
-//! frame (for open, verify and compaction alike), `writer` appends to the
-//! active segment and shares fsyncs between callers.
+//! `header` is the file header with the durable mark, `catalog` the range
+//! of segments a shard must have, `scanner` reads a segment back frame by
+//! frame (for open, verify, repair and compaction alike), `writer` appends
+//! to the active segment and shares fsyncs between callers.
 
+pub(crate) mod catalog;
 pub(crate) mod header;
 pub(crate) mod scanner;
 pub(crate) mod writer;
 
 use crate::error::{Error, Result};
-use crate::io::{Storage, StorageFile};
+use crate::io::Storage;
 use std::path::{Path, PathBuf};
 
 /// File-name suffix of a segment.
@@ -36,18 +38,6 @@ pub(crate) fn shard_dir(store_dir: &Path, shard: u32) -> PathBuf {
 /// The file of segment `segment` inside a shard folder.
 pub(crate) fn segment_path(shard_dir: &Path, segment: u32) -> PathBuf {
     shard_dir.join(format!("{segment:010}{SUFFIX}"))
-}
-
-/// Reads a whole segment file into memory (recovery, compaction and verify
-/// all walk segments this way). Segments are at most 4 GiB.
-pub(crate) fn read_whole(file: &dyn StorageFile, path: &Path) -> Result<Vec<u8>> {
-    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
-    if len > u64::from(u32::MAX) {
-        return Err(Error::corruption(path, 0, "segment larger than 4 GiB"));
-    }
-    let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| Error::corruption(path, 0, "segment too large"))?];
-    file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
-    Ok(bytes)
 }
 
 /// The segments of a shard folder, oldest first.

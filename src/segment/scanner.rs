@@ -1,29 +1,47 @@
-//! Reads a whole segment back, frame by frame. Open, verify and compaction
-//! all walk segments with [`walk`], so they agree on what is a whole frame,
-//! what is a torn tail and what is damage.
+//! Reads a segment back, frame by frame, through a bounded buffer. Open,
+//! verify, repair and compaction all walk segments with [`walk`], so they
+//! agree on what is a whole frame, what is a torn tail and what is damage.
+//!
+//! Memory stays bounded whatever the segment or frame size: frames are read
+//! through a 1 MiB window, and a frame larger than the window has its CRC
+//! checked piece by piece; only scope and key (at most 128 KiB) are kept.
+//!
+//! The rule: the walk stops at the first damaged frame (a bad CRC, bad
+//! fields, a frame running past the end of the file, or an LSN lower than
+//! the one before). In the active segment, damage at or after the durable
+//! mark (see `header.rs`) is a **torn tail** — writes that were never
+//! fsynced, cut at open — and damage before it is corruption. In a sealed
+//! segment, which was fsynced whole before the next one was created, any
+//! damage is corruption.
 
-use super::header::{HeaderError, SegmentHeader, HEADER_BYTES};
+use super::header::{HeaderError, Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::format::FormatVersion;
-use crate::record::{self, DecodeError, Header, FIXED_BYTES, FRAME_HEADER_BYTES};
+use crate::io::StorageFile;
+use crate::record::{self, DecodeError, Header, PREFIX_BYTES};
 use std::path::Path;
+
+/// Bytes read from the file at a time.
+const WINDOW_BYTES: usize = 1 << 20;
 
 /// One whole, CRC-checked frame found by the scanner.
 #[derive(Debug)]
 pub(crate) struct Frame<'a> {
     pub header: Header,
     pub offset: u64,
-    pub bytes: &'a [u8],
+    pub len: u64,
+    pub scope: &'a [u8],
+    pub key: &'a [u8],
 }
 
-/// What a scan found.
+/// What a walk found.
 #[derive(Debug)]
 pub(crate) struct Scan {
     pub header: SegmentHeader,
-    /// End of the last whole frame before a torn tail, or of the file.
-    /// Less than the file's length only when a torn tail was found (only
-    /// ever in the active segment).
+    /// End of the last whole frame before the first damage, or of the file.
     pub valid_end: u64,
+    /// The file's length.
+    pub len: u64,
 }
 
 /// Which segment a file must be: the shard and segment id its header names.
@@ -36,22 +54,98 @@ pub(crate) struct Expected {
     pub active: bool,
 }
 
-/// One damaged span found by [`walk`].
+/// The first damaged span of a segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Damaged {
     pub offset: u64,
-    /// Bytes until the next whole frame, or to the end of the file.
+    /// Bytes from the damage to the end of the file.
     pub length: u64,
     pub reason: &'static str,
-    /// A write cut short by a crash at the end of the active segment: open
-    /// cuts it off. Anything else is corruption.
+    /// Past the durable mark of the active segment: writes cut short by a
+    /// crash, cut at open. Anything else is corruption.
     pub torn_tail: bool,
 }
 
-/// Decodes the header of segment `bytes` read from `path` and checks that it
-/// names the expected shard and segment.
-pub(crate) fn read_header(path: &Path, bytes: &[u8], expected: Expected) -> Result<SegmentHeader> {
-    let header = SegmentHeader::decode(bytes).map_err(|error| match error {
+/// A window over a file.
+struct Reader<'a> {
+    file: &'a dyn StorageFile,
+    path: &'a Path,
+    len: u64,
+    window: Vec<u8>,
+    /// File offset of `window[0]`.
+    start: u64,
+}
+
+impl Reader<'_> {
+    /// The bytes `offset..offset + len`, which must lie within the file and
+    /// be at most [`WINDOW_BYTES`] long.
+    fn get(&mut self, offset: u64, len: usize) -> Result<&[u8]> {
+        debug_assert!(len <= WINDOW_BYTES && offset + len as u64 <= self.len);
+        let window_end = self.start + self.window.len() as u64;
+        if offset < self.start || offset + len as u64 > window_end {
+            let fill = self.len.saturating_sub(offset).min(WINDOW_BYTES as u64);
+            self.window.resize(usize::try_from(fill).unwrap_or(WINDOW_BYTES), 0);
+            self.file.read_exact_at(&mut self.window, offset).map_err(|error| Error::io("read", self.path, error))?;
+            self.start = offset;
+        }
+        let at = usize::try_from(offset - self.start).unwrap_or(0);
+        Ok(&self.window[at..at + len])
+    }
+
+    /// The frame at `offset`, its CRC checked through the window; `None`
+    /// with a reason when it is damaged.
+    fn frame(&mut self, offset: u64) -> Result<Option<(Header, u64)>> {
+        let rest = self.len - offset;
+        if rest < PREFIX_BYTES as u64 {
+            return Ok(None);
+        }
+        let prefix = self.get(offset, PREFIX_BYTES)?;
+        let Ok((header, frame_len, stored_crc)) = record::decode_prefix(prefix) else {
+            return Ok(None);
+        };
+        if frame_len > rest {
+            return Ok(None);
+        }
+        let mut hasher = record::crc_start(prefix);
+        let mut at = offset + PREFIX_BYTES as u64;
+        let end = offset + frame_len;
+        while at < end {
+            let piece = usize::try_from((end - at).min(WINDOW_BYTES as u64)).unwrap_or(WINDOW_BYTES);
+            hasher.update(self.get(at, piece)?);
+            at += piece as u64;
+        }
+        Ok((hasher.finalize() == stored_crc).then_some((header, frame_len)))
+    }
+
+    /// Why the frame at `offset` is damaged (for the report).
+    fn reason(&mut self, offset: u64) -> Result<&'static str> {
+        let rest = self.len - offset;
+        if rest < PREFIX_BYTES as u64 {
+            return Ok("frame runs past the end of the segment");
+        }
+        Ok(match record::decode_prefix(self.get(offset, PREFIX_BYTES)?) {
+            Err(DecodeError::Invalid(reason)) => reason,
+            Err(DecodeError::Truncated) => "frame runs past the end of the segment",
+            Ok((_, frame_len, _)) if frame_len > rest => "frame runs past the end of the segment",
+            Ok(_) => "CRC mismatch",
+        })
+    }
+}
+
+/// Reads and checks the header of segment `file` at `path`: it must name
+/// the expected shard and segment. Returns it with its durable mark.
+pub(crate) fn read_header(
+    file: &dyn StorageFile,
+    path: &Path,
+    len: u64,
+    expected: Expected,
+) -> Result<(SegmentHeader, Mark)> {
+    if len < HEADER_BYTES as u64 {
+        return Err(Error::corruption(path, 0, "segment shorter than its header"));
+    }
+    let mut bytes = [0u8; HEADER_BYTES];
+    file.read_exact_at(&mut bytes, 0).map_err(|error| Error::io("read", path, error))?;
+    let (header, mark) = SegmentHeader::decode(&bytes).map_err(|error| match error {
         HeaderError::Invalid(reason) => Error::corruption(path, 0, reason),
         HeaderError::UnsupportedVersion(found) => Error::UnsupportedFormatVersion {
             file: path.to_path_buf(),
@@ -62,18 +156,18 @@ pub(crate) fn read_header(path: &Path, bytes: &[u8], expected: Expected) -> Resu
     if header.shard != expected.shard || header.segment != expected.segment {
         return Err(Error::corruption(path, 0, "segment header names another shard or segment"));
     }
-    Ok(header)
+    Ok((header, mark))
 }
 
 /// Walks every frame of a segment, refusing any damage but a torn tail with
 /// [`Error::Corruption`] naming file and offset (open and compaction).
 pub(crate) fn scan(
+    file: &dyn StorageFile,
     path: &Path,
-    bytes: &[u8],
     expected: Expected,
     visit: impl FnMut(Frame<'_>) -> Result<()>,
 ) -> Result<Scan> {
-    walk(path, bytes, expected, visit, |damaged| {
+    walk(file, path, expected, visit, |damaged| {
         if damaged.torn_tail {
             Ok(())
         } else {
@@ -82,96 +176,79 @@ pub(crate) fn scan(
     })
 }
 
-/// Walks every frame of a segment: `visit` gets each whole frame, `damaged`
-/// each damaged span; when `damaged` returns `Ok` the walk goes on at the
-/// next whole frame (verify reports every span this way).
-///
-/// A damaged frame is a torn tail, and the walk ends there, only in the
-/// active segment and only when no whole frame with a larger LSN starts
-/// anywhere after the damage: a write cut short by a crash leaves nothing
-/// valid behind it, while damage in the middle of the file does. An LSN
-/// lower than the one before it is damage too.
+/// Walks the frames of a segment up to its first damage: `visit` gets each
+/// whole frame, `damaged` the first damaged span (see the module docs for
+/// the rule); the walk ends there.
 ///
 /// # Errors
-/// A header that does not decode or names another segment, and whatever
-/// `visit` or `damaged` return.
+/// A header that does not decode or names another segment, I/O errors, and
+/// whatever `visit` or `damaged` return.
 pub(crate) fn walk(
+    file: &dyn StorageFile,
     path: &Path,
-    bytes: &[u8],
     expected: Expected,
     mut visit: impl FnMut(Frame<'_>) -> Result<()>,
-    mut damaged: impl FnMut(&Damaged) -> Result<()>,
+    damaged: impl FnOnce(&Damaged) -> Result<()>,
 ) -> Result<Scan> {
-    let header = read_header(path, bytes, expected)?;
-    let mut offset = HEADER_BYTES;
+    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+    let (header, mark) = read_header(file, path, len, expected)?;
+    // A sealed segment is durable whole.
+    let durable_end = if expected.active { mark.synced_end } else { len };
+    if durable_end > len {
+        damaged(&Damaged {
+            offset: len,
+            length: 0,
+            reason: "segment is shorter than its durable mark",
+            torn_tail: false,
+        })?;
+        return Ok(Scan { header, valid_end: len, len });
+    }
+    let mut reader = Reader { file, path, len, window: Vec::new(), start: 0 };
+    let mut offset = HEADER_BYTES as u64;
     let mut last_lsn = header.lsn_floor;
-    while offset < bytes.len() {
-        let reason = match record::decode(&bytes[offset..]) {
-            Ok((frame_header, frame_len)) if frame_header.lsn >= last_lsn => {
-                last_lsn = frame_header.lsn;
-                let frame = &bytes[offset..offset + frame_len];
-                visit(Frame { header: frame_header, offset: offset as u64, bytes: frame })?;
-                offset += frame_len;
-                continue;
-            }
-            Ok((_, frame_len)) => {
-                let span = Damaged {
-                    offset: offset as u64,
-                    length: frame_len as u64,
-                    reason: "LSN goes backwards",
-                    torn_tail: false,
-                };
-                damaged(&span)?;
-                offset += frame_len;
-                continue;
-            }
-            Err(DecodeError::Truncated) => "frame runs past the end of the segment",
-            Err(DecodeError::Invalid(reason)) => reason,
+    while offset < len {
+        let whole = reader.frame(offset)?.filter(|(frame, _)| frame.lsn >= last_lsn);
+        let Some((frame, frame_len)) = whole else {
+            let reason = match reader.frame(offset)? {
+                Some(_) => "LSN goes backwards",
+                None => reader.reason(offset)?,
+            };
+            let torn_tail = offset >= durable_end;
+            damaged(&Damaged { offset, length: len - offset, reason, torn_tail })?;
+            return Ok(Scan { header, valid_end: offset, len });
         };
-        let rest = (bytes.len() - offset) as u64;
-        if expected.active && !whole_frame_after(bytes, offset + 1, last_lsn) {
-            damaged(&Damaged { offset: offset as u64, length: rest, reason, torn_tail: true })?;
-            return Ok(Scan { header, valid_end: offset as u64 });
-        }
-        let next = next_whole_frame(bytes, offset + 1).map(|(next, _)| next);
-        let length = next.map_or(rest, |next| (next - offset) as u64);
-        damaged(&Damaged { offset: offset as u64, length, reason, torn_tail: false })?;
-        match next {
-            Some(next) => offset = next,
-            None => break,
-        }
+        last_lsn = frame.lsn;
+        let names = usize::from(frame.scope_len) + usize::from(frame.key_len);
+        let names_at = offset + PREFIX_BYTES as u64;
+        let bytes = reader.get(names_at, names)?;
+        let (scope, key) = bytes.split_at(usize::from(frame.scope_len));
+        visit(Frame { header: frame, offset, len: frame_len, scope, key })?;
+        offset += frame_len;
     }
-    Ok(Scan { header, valid_end: bytes.len() as u64 })
+    Ok(Scan { header, valid_end: offset, len })
 }
 
-/// Whether a whole frame with an LSN above `last_lsn` starts at or after
-/// `from`.
-fn whole_frame_after(bytes: &[u8], from: usize, last_lsn: u64) -> bool {
-    let mut start = from;
-    while let Some((found, header)) = next_whole_frame(bytes, start) {
-        if header.lsn > last_lsn {
-            return true;
-        }
-        start = found + 1;
-    }
-    false
-}
+/// Reads whole frames of a segment again, in increasing offsets, through
+/// the bounded window (compaction copies the frames it keeps this way).
+pub(crate) struct FrameCopier<'a>(Reader<'a>);
 
-/// The offset and header of the next whole, CRC-checked frame at or after
-/// `from`. Cheap checks on the length field come before the CRC.
-fn next_whole_frame(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
-    let minimum = FRAME_HEADER_BYTES + FIXED_BYTES;
-    let mut start = from;
-    while start + minimum <= bytes.len() {
-        let candidate = &bytes[start..];
-        let plausible = record::declared_frame_bytes(candidate)
-            .is_some_and(|len| len >= minimum as u64 && len <= candidate.len() as u64);
-        if plausible {
-            if let Ok((header, _)) = record::decode(candidate) {
-                return Some((start, header));
-            }
-        }
-        start += 1;
+impl<'a> FrameCopier<'a> {
+    pub(crate) fn new(file: &'a dyn StorageFile, path: &'a Path) -> Result<Self> {
+        let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+        Ok(FrameCopier(Reader { file, path, len, window: Vec::new(), start: 0 }))
     }
-    None
+
+    /// Hands the bytes `offset..offset + len` to `out`, a window at a time.
+    pub(crate) fn copy(&mut self, offset: u64, len: u64, out: &mut impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.0.len) {
+            return Err(Error::corruption(self.0.path, offset, "frame runs past the end of the segment"));
+        }
+        let mut at = offset;
+        while at < offset + len {
+            let piece = usize::try_from((offset + len - at).min(WINDOW_BYTES as u64)).unwrap_or(WINDOW_BYTES);
+            out(self.0.get(at, piece)?)?;
+            at += piece as u64;
+        }
+        Ok(())
+    }
 }

@@ -7,7 +7,8 @@
 //! shared outside it, so that callers wait for an fsync without holding up
 //! writers.
 
-use super::header::{SegmentHeader, HEADER_BYTES};
+use super::catalog::Catalog;
+use super::header::{Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::stats::{bump, Counters};
@@ -15,7 +16,7 @@ use event_listener::{Event, EventListener, Listener};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The segment being appended to.
@@ -45,10 +46,13 @@ pub(crate) struct Writer {
     pub active: ActiveSegment,
     pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
     pub next_lsn: u64,
+    /// The segments the shard must have, as stored in its catalog.
+    pub catalog: Catalog,
 }
 
 impl Writer {
     /// A writer that continues the log found at open.
+    #[expect(clippy::too_many_arguments, reason = "the parts of a recovered log")]
     pub(crate) fn new(
         dir: PathBuf,
         shard: u32,
@@ -57,8 +61,9 @@ impl Writer {
         active: ActiveSegment,
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
+        catalog: Catalog,
     ) -> Self {
-        Writer { dir, shard, storage, segment_bytes, active, sealed, next_lsn }
+        Writer { dir, shard, storage, segment_bytes, active, sealed, next_lsn, catalog }
     }
 
     /// The path of segment `segment`.
@@ -99,7 +104,10 @@ impl Writer {
             return Err(Error::io("write", self.path(self.active.id), error));
         }
         self.active.end += frame_len;
-        self.next_lsn += 1;
+        self.next_lsn = lsn.checked_add(1).ok_or_else(|| {
+            commit.poison();
+            Error::corruption(self.path(self.active.id), offset, "LSNs exhausted")
+        })?;
         commit.written_lsn.store(lsn, Ordering::Release);
         bump(&counters.records_written);
         counters.bytes_written.fetch_add(frame_len, Ordering::Relaxed);
@@ -117,6 +125,15 @@ impl Writer {
         commit.synced(self.next_lsn.saturating_sub(1), counters);
         let id = self.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.shard, id, self.next_lsn)?;
+        // The new segment exists before the catalog names it: a crash in
+        // between leaves a segment one past the catalog, with no record,
+        // which open deletes.
+        let catalog = Catalog { last: id, ..self.catalog };
+        if let Err(error) = catalog.store(&*self.storage, &self.dir) {
+            let _deleted_here_or_at_open = self.storage.remove_file(&self.path(id));
+            return Err(error);
+        }
+        self.catalog = catalog;
         let next = ActiveSegment { id, file, end: HEADER_BYTES as u64 };
         let previous = std::mem::replace(&mut self.active, next);
         self.sealed.insert(previous.id, previous.file);
@@ -157,6 +174,8 @@ pub(crate) struct ActiveSnapshot {
     pub file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub written_lsn: u64,
+    /// The active segment's end when `written_lsn` was read.
+    pub end: u64,
 }
 
 /// What a caller waiting for durability does next.
@@ -196,11 +215,14 @@ pub(crate) struct GroupCommit {
     /// LSN up to which every record is on stable storage.
     durable_lsn: AtomicU64,
     poisoned: AtomicBool,
+    /// The round of the next durable mark.
+    round: AtomicU32,
 }
 
 impl GroupCommit {
-    /// Everything up to `recovered_lsn` is already durable (recovery synced it).
-    pub(crate) fn new(shard: u32, recovered_lsn: u64) -> Self {
+    /// Everything up to `recovered_lsn` is already durable (recovery synced
+    /// it); the next durable mark is of round `next_round`.
+    pub(crate) fn new(shard: u32, recovered_lsn: u64, next_round: u32) -> Self {
         GroupCommit {
             shard,
             leader: Mutex::new(false),
@@ -208,6 +230,7 @@ impl GroupCommit {
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
+            round: AtomicU32::new(next_round),
         }
     }
 
@@ -292,6 +315,13 @@ impl GroupCommit {
             return Err(Error::io("fsync", snapshot.path, error));
         }
         self.synced(snapshot.written_lsn, counters);
+        // Only now, after the fsync, is the mark true; it becomes durable
+        // with the next one.
+        let mark = Mark { synced_end: snapshot.end, round: self.round.fetch_add(1, Ordering::AcqRel) };
+        if let Err(error) = snapshot.file.write_all_at(&mark.encode(), mark.offset()) {
+            self.poison();
+            return Err(Error::io("write", snapshot.path, error));
+        }
         Ok(())
     }
 }

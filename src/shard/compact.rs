@@ -1,16 +1,20 @@
 //! Executing a compaction plan on one shard. The shard's lock is held only
 //! for short batches (classifying up to `BATCH` records, or switching a
 //! rewritten file in); reading, writing and fsyncing happen outside it.
+//! The segment is walked by the scanner and copied a window at a time, so
+//! memory stays bounded by the number of records, not their bytes.
 
 use super::state::ShardState;
 use super::Shard;
 use crate::compaction::{CompactionReport, SegmentUsage, SegmentView};
 use crate::error::{Error, Result};
 use crate::index::KeyHasher;
-use crate::record::{self, Header, Kind};
+use crate::io::StorageFile;
+use crate::record::{self, Header, Kind, PREFIX_BYTES};
 use crate::segment;
-use crate::segment::header::SegmentHeader;
-use crate::segment::scanner::{self, Expected};
+use crate::segment::catalog::Catalog;
+use crate::segment::header::{SegmentHeader, HEADER_BYTES};
+use crate::segment::scanner::{self, Expected, FrameCopier};
 use crate::stats::bump;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,12 +34,65 @@ enum Decision {
     Drop,
 }
 
-/// The new file's contents and what the index must learn about it.
+/// One record of the segment being compacted, as the plan needs it.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    offset: u64,
+    len: u64,
+    hash: u128,
+    header: Header,
+    decision: Decision,
+}
+
+impl Planned {
+    /// Bytes it takes in the new file.
+    fn kept_bytes(&self) -> u64 {
+        match (self.decision, self.header.kind) {
+            (Decision::Keep, _) | (Decision::Shadow, Kind::Tombstone) => self.len,
+            (Decision::Shadow, Kind::Put(_)) => {
+                record::frame_bytes(usize::from(self.header.scope_len), usize::from(self.header.key_len), 0)
+            }
+            (Decision::Drop, _) => 0,
+        }
+    }
+}
+
+/// What the index must learn about a rewritten segment.
 struct Rewritten {
-    bytes: Vec<u8>,
+    len: u64,
     /// (index hash, LSN, new offset) of every kept record.
     moved: Vec<(u128, u64, u32)>,
-    dropped: u64,
+}
+
+/// Appends to a new file through a bounded buffer.
+struct Appender<'a> {
+    file: &'a dyn StorageFile,
+    path: &'a Path,
+    buffer: Vec<u8>,
+    flushed: u64,
+}
+
+impl Appender<'_> {
+    fn push(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= 1 << 20 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.file
+            .write_all_at(&self.buffer, self.flushed)
+            .map_err(|error| Error::io("compaction write", self.path, error))?;
+        self.flushed += self.buffer.len() as u64;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    fn offset(&self) -> u64 {
+        self.flushed + self.buffer.len() as u64
+    }
 }
 
 impl Shard {
@@ -55,11 +112,11 @@ impl Shard {
         Ok(views)
     }
 
-    /// Drops or rewrites sealed segment `id`: the file is read, each record
-    /// classified against the index, and what must stay written to a new
-    /// file that replaces the old one atomically. If nothing must stay and
-    /// the segment is the oldest, the file is deleted instead. Returns the
-    /// bytes read and written, for pacing.
+    /// Drops or rewrites sealed segment `id`: each record is classified
+    /// against the index, and what must stay is written to a new file that
+    /// replaces the old one atomically. If nothing must stay and the segment
+    /// is the oldest, the file is deleted instead. Returns the bytes read
+    /// and written, for pacing.
     pub(crate) fn compact_segment(&self, id: u32, hasher: &KeyHasher, report: &mut CompactionReport) -> Result<u64> {
         let (file, oldest, now) = {
             let mut state = self.lock()?;
@@ -68,74 +125,81 @@ impl Shard {
             (file, state.log.sealed.keys().next() == Some(&id), now)
         };
         let path = self.segment_path(id);
-        let bytes = segment::read_whole(&*file, &path)?;
-        let len = bytes.len() as u64;
         let expected = Expected { shard: self.id, segment: id, active: false };
-        let rewritten = self.rewrite(&path, &bytes, expected, oldest, now, hasher, report)?;
-        report.records_dropped += rewritten.dropped;
-        let empty = rewritten.bytes.len() == segment::header::HEADER_BYTES;
-        if empty && oldest {
+        let mut planned = Vec::new();
+        let scan = scanner::scan(&*file, &path, expected, |frame| {
+            let hash = hasher.hash(frame.scope, frame.key);
+            let (offset, len, header) = (frame.offset, frame.len, frame.header);
+            planned.push(Planned { offset, len, hash, header, decision: Decision::Drop });
+            Ok(())
+        })?;
+        self.classify_all(&mut planned, id, oldest, now, report)?;
+        report.records_dropped += planned.iter().filter(|plan| plan.decision != Decision::Keep).count() as u64;
+        let len = scan.len;
+        let kept: u64 = HEADER_BYTES as u64 + planned.iter().map(Planned::kept_bytes).sum::<u64>();
+        if kept == HEADER_BYTES as u64 && oldest {
             self.delete_segment(id, &path)?;
             report.segments_dropped += 1;
             report.bytes_reclaimed += len;
             return Ok(len);
         }
-        if rewritten.bytes.len() as u64 >= len {
+        if kept >= len {
             // Nothing to reclaim: remember that until something changes.
             self.state.lock().usage.entry(id).or_default().settled = true;
             return Ok(len);
         }
-        let written = rewritten.bytes.len() as u64;
-        self.replace_segment(id, &path, &rewritten)?;
+        let header = SegmentHeader { shard: self.id, segment: id, lsn_floor: scan.header.lsn_floor };
+        let rewritten = self.write_replacement(&*file, &path, &header, &planned)?;
+        self.switch_in(id, &path, &rewritten)?;
+        let written = rewritten.0.len;
         report.segments_rewritten += 1;
         report.bytes_reclaimed += len - written;
         Ok(len + written)
     }
 
-    /// Builds the replacement of a segment, classifying its records against
-    /// the index in short batches under the lock.
-    #[expect(clippy::too_many_arguments, reason = "one pass needs the whole context")]
-    fn rewrite(
+    /// Classifies every planned record against the index, in short batches
+    /// under the lock.
+    fn classify_all(
         &self,
-        path: &Path,
-        bytes: &[u8],
-        expected: Expected,
+        planned: &mut [Planned],
+        segment: u32,
         oldest: bool,
         now: u64,
-        hasher: &KeyHasher,
         report: &mut CompactionReport,
-    ) -> Result<Rewritten> {
-        let mut frames = Vec::new();
-        let scan = scanner::scan(path, bytes, expected, |frame| {
-            frames.push((frame.offset, frame.bytes.len(), frame.header));
-            Ok(())
-        })?;
-        let header = SegmentHeader { shard: self.id, segment: scan.header.segment, lsn_floor: scan.header.lsn_floor };
-        let mut out = Rewritten { bytes: header.encode().to_vec(), moved: Vec::new(), dropped: 0 };
-        for batch in frames.chunks(BATCH) {
+    ) -> Result<()> {
+        for batch in planned.chunks_mut(BATCH) {
             let mut state = self.lock()?;
-            for (offset, frame_len, record) in batch {
-                let start = usize::try_from(*offset).expect("offset within the segment");
-                let frame = &bytes[start..start + frame_len];
-                let (scope, key, _) = record::body(record, frame);
-                let hash = hasher.hash(scope, key);
-                match self.classify(&mut state, hash, record, scan.header.segment, oldest, now, report) {
-                    Decision::Keep => {
-                        let new_offset = u32::try_from(out.bytes.len()).expect("smaller than the segment");
-                        out.moved.push((hash, record.lsn, new_offset));
-                        out.bytes.extend_from_slice(frame);
-                    }
-                    Decision::Shadow if matches!(record.kind, Kind::Tombstone) => out.bytes.extend_from_slice(frame),
-                    Decision::Shadow => {
-                        let tombstone = Header { kind: Kind::Tombstone, response_len: 0, ..*record };
-                        record::encode(&tombstone, scope, key, &[], &mut out.bytes);
-                        out.dropped += 1;
-                    }
-                    Decision::Drop => out.dropped += 1,
-                }
+            for plan in batch {
+                plan.decision = self.classify(&mut state, plan.hash, &plan.header, segment, oldest, now, report);
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Writes the records that stay to the segment's temporary replacement,
+    /// fsynced. Records marked Shadow that are puts become tombstones.
+    fn write_replacement(
+        &self,
+        old: &dyn StorageFile,
+        path: &Path,
+        header: &SegmentHeader,
+        planned: &[Planned],
+    ) -> Result<(Rewritten, std::sync::Arc<dyn StorageFile>)> {
+        let temp = segment::compaction_path(&self.dir, header.segment);
+        let file = self.storage.open(&temp, true).map_err(|error| Error::io("create", &temp, error))?;
+        let written = fill(old, path, &*file, &temp, header, planned).and_then(|rewritten| {
+            file.sync().map_err(|error| Error::io("fsync", &temp, error))?;
+            Ok(rewritten)
+        });
+        match written {
+            Ok(rewritten) => Ok((rewritten, file)),
+            Err(error) => {
+                // The old segment is untouched; the temporary file is removed
+                // here or, failing that, at the next open.
+                let _ignored = self.storage.remove_file(&temp);
+                Err(error)
+            }
+        }
     }
 
     /// Decides the fate of one record of segment `segment`; an expired
@@ -171,21 +235,14 @@ impl Shard {
         }
     }
 
-    /// Writes the replacement file, renames it over the segment, then points
-    /// the index at the moved records.
-    fn replace_segment(&self, id: u32, path: &Path, rewritten: &Rewritten) -> Result<()> {
+    /// Renames the written replacement over the segment, then points the
+    /// index at the moved records.
+    fn switch_in(&self, id: u32, path: &Path, rewritten: &(Rewritten, Arc<dyn StorageFile>)) -> Result<()> {
+        let (rewritten, file) = rewritten;
         let temp = segment::compaction_path(&self.dir, id);
-        let file = self.storage.open(&temp, true).map_err(|error| Error::io("create", &temp, error))?;
-        let written = file
-            .set_len(0)
-            .and_then(|()| file.write_all_at(&rewritten.bytes, 0))
-            .and_then(|()| file.sync())
-            .and_then(|()| self.storage.rename(&temp, path));
-        if let Err(error) = written {
-            // The old segment is untouched; the temporary file is removed
-            // here or, failing that, at the next open.
+        if let Err(error) = self.storage.rename(&temp, path) {
             let _ignored = self.storage.remove_file(&temp);
-            return Err(Error::io("compaction write", &temp, error));
+            return Err(Error::io("rename", &temp, error));
         }
         // Until the directory is synced the rename may not survive a crash;
         // either file is whole, and the old handle stays valid, so on failure
@@ -199,18 +256,29 @@ impl Shard {
                 }
             }
         }
-        state.log.sealed.insert(id, Arc::clone(&file));
+        state.log.sealed.insert(id, Arc::clone(file));
         let usage = state.usage.entry(id).or_default();
-        usage.total_bytes = rewritten.bytes.len() as u64;
+        usage.total_bytes = rewritten.len;
         usage.settled = true;
         Ok(())
     }
 
-    /// Deletes the oldest segment, which holds nothing live.
+    /// Deletes the oldest segment, which holds nothing live: the catalog
+    /// first names the next segment as the first (under the shard's lock,
+    /// so that a roll cannot store an older catalog over it), then the file
+    /// goes. A crash in between leaves a file below the catalog's range,
+    /// which open deletes.
     fn delete_segment(&self, id: u32, path: &Path) -> Result<()> {
         {
-            let mut state = self.state.lock();
+            let mut state = self.lock()?;
             debug_assert!(state.index.values().all(|entry| entry.segment != id), "dropping a segment still indexed");
+            if state.log.catalog.first != id {
+                return Err(Error::corruption(path, 0, "compaction may drop only the oldest segment"));
+            }
+            let next = id.checked_add(1).ok_or_else(|| Error::corruption(path, 0, "segment ids exhausted"))?;
+            let catalog = Catalog { first: next, ..state.log.catalog };
+            catalog.store(&*self.storage, &self.dir)?;
+            state.log.catalog = catalog;
             state.log.sealed.remove(&id);
             state.usage.remove(&id);
         }
@@ -227,4 +295,48 @@ impl Shard {
             state.index.shrink_to(len * 2);
         }
     }
+}
+
+/// Writes the header and the records that stay to `new`.
+fn fill(
+    old: &dyn StorageFile,
+    path: &Path,
+    new: &dyn StorageFile,
+    temp: &Path,
+    header: &SegmentHeader,
+    planned: &[Planned],
+) -> Result<Rewritten> {
+    new.set_len(0).map_err(|error| Error::io("compaction write", temp, error))?;
+    let mut out = Appender { file: new, path: temp, buffer: Vec::new(), flushed: 0 };
+    out.push(&header.encode())?;
+    let mut copier = FrameCopier::new(old, path)?;
+    let mut moved = Vec::new();
+    for plan in planned {
+        match (plan.decision, plan.header.kind) {
+            (Decision::Drop, _) => {}
+            (Decision::Keep, _) | (Decision::Shadow, Kind::Tombstone) => {
+                if plan.decision == Decision::Keep {
+                    let offset = u32::try_from(out.offset())
+                        .map_err(|_| Error::corruption(path, plan.offset, "rewritten segment beyond 4 GiB"))?;
+                    moved.push((plan.hash, plan.header.lsn, offset));
+                }
+                copier.copy(plan.offset, plan.len, &mut |bytes| out.push(bytes))?;
+            }
+            (Decision::Shadow, Kind::Put(_)) => {
+                let names = u64::from(plan.header.scope_len) + u64::from(plan.header.key_len);
+                let mut prefix = Vec::new();
+                copier.copy(plan.offset, PREFIX_BYTES as u64 + names, &mut |bytes| {
+                    prefix.extend_from_slice(bytes);
+                    Ok(())
+                })?;
+                let (scope, rest) = prefix[PREFIX_BYTES..].split_at(usize::from(plan.header.scope_len));
+                let tombstone = Header { kind: Kind::Tombstone, response_len: 0, ..plan.header };
+                let mut frame = Vec::new();
+                record::encode(&tombstone, scope, rest, &[], &mut frame);
+                out.push(&frame)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(Rewritten { len: out.offset(), moved })
 }

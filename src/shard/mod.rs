@@ -79,8 +79,9 @@ impl Shard {
         recovered: Recovered,
         now_floor_ms: u64,
     ) -> Self {
-        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, .. } = recovered;
-        let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn);
+        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
+            recovered;
+        let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog);
         let (state, expired) = ShardState::new(index, log, now_floor_ms, &lengths);
         let counters = Counters::default();
         counters.torn_tail_bytes_cut.store(torn_tail_bytes, Ordering::Relaxed);
@@ -93,7 +94,7 @@ impl Shard {
             state: Mutex::new(state),
             waiters: Waiters::default(),
             // Everything recovered at open was synced by recovery.
-            commit: GroupCommit::new(id, next_lsn.saturating_sub(1)),
+            commit: GroupCommit::new(id, next_lsn.saturating_sub(1), next_round),
             closed: AtomicBool::new(false),
             counters,
         }
@@ -299,6 +300,7 @@ impl Shard {
             file: Arc::clone(&state.log.active.file),
             path: state.log.path(state.log.active.id),
             written_lsn: self.commit.written_lsn(),
+            end: state.log.active.end,
         }
     }
 
