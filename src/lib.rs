@@ -65,7 +65,7 @@
 //               open (lock, manifest, parallel recovery), sync (fsync
 //               fan-out, interval flusher), compactor (passes, pacer),
 //               background (periodic worker threads)
-// public API    lease, claim, store, stats, verify, backend (the trait any
+// public API    lease, claim, store, stats, verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/)
@@ -94,6 +94,7 @@ mod manifest;
 mod open;
 mod record;
 mod recovery;
+mod repair;
 mod segment;
 mod shard;
 mod stats;
@@ -114,6 +115,7 @@ pub use format::FormatVersion;
 pub use lease::{Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use record::{Record, State};
+pub use repair::{repair, DroppedRecord, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
 pub use verify::{verify, Damage, VerifyReport};

@@ -154,7 +154,7 @@ fn holds_no_record(storage: &dyn Storage, shard_dir: &Path) -> Result<bool> {
 
 /// Takes the advisory lock that keeps a second open (in this process or
 /// another) out of the directory.
-fn lock_directory(dir: &Path) -> Result<File> {
+pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
     let path = dir.join(LOCK_FILE_NAME);
     let file = OpenOptions::new()
         .read(true)

@@ -51,6 +51,10 @@ enum Command {
     Verify { dir: PathBuf },
     /// Run one compaction pass and print its report.
     Compact { dir: PathBuf },
+    /// Cut a damaged store back to its last consistent point and list
+    /// exactly what was dropped (never done automatically; the store must
+    /// not be open).
+    Repair { dir: PathBuf },
     /// Generate load: claims from many threads, then latency and answers.
     Load(LoadArgs),
 }
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Command::List { dir, state, limit } => list(&dir, state, limit),
         Command::Verify { dir } => verify(&dir),
         Command::Compact { dir } => compact(&dir),
+        Command::Repair { dir } => repair(&dir),
         Command::Load(args) => load(&args),
     };
     match outcome {
@@ -244,6 +249,30 @@ fn verify(dir: &Path) -> Result<ExitCode, String> {
     } else {
         Ok(ExitCode::from(1))
     }
+}
+
+fn repair(dir: &Path) -> Result<ExitCode, String> {
+    let report = idemkv::repair(dir).map_err(|error| error.to_string())?;
+    for action in &report.actions {
+        println!("{action}");
+    }
+    for record in &report.records_dropped {
+        println!(
+            "dropped: {} scope {:?} key {:?} lsn {} {}",
+            record.file.display(),
+            String::from_utf8_lossy(&record.scope),
+            String::from_utf8_lossy(&record.key),
+            record.lsn,
+            record.kind
+        );
+    }
+    println!(
+        "{} records dropped, {} unreadable bytes cut{}",
+        report.records_dropped.len(),
+        report.unreadable_bytes,
+        if report.dropped_nothing() { "; nothing to repair" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn compact(dir: &Path) -> Result<ExitCode, String> {
