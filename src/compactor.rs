@@ -18,6 +18,9 @@ pub(crate) fn compact(engine: &Engine) -> Result<CompactionReport> {
     let mut pacer = Pacer::new(config.compaction_bytes_per_second);
     let mut report = CompactionReport::default();
     for shard in &*engine.shards {
+        // Abandoned leases leave the index first, so that their records
+        // count as dead below.
+        report.index_entries_released += shard.expire_abandoned()?;
         let sealed = shard.sealed_views()?;
         for action in choose(&sealed, &policy) {
             let (Action::Drop(id) | Action::Rewrite(id)) = action;

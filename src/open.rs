@@ -2,6 +2,7 @@
 //! else, take the advisory lock, load or create the manifest, recover every
 //! shard (in parallel), and settle one time floor for the whole store.
 
+use crate::clock::Now;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -43,17 +44,20 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
     }
     let hasher = KeyHasher::new(manifest.hash_key);
-    let now_ms = config.clock.now_ms();
+    // Both clocks read together: a lease found on disk gets the wall-clock
+    // time it has left from here, on the monotonic scale from here.
+    let (now_ms, monotonic_ms) = (config.clock.now_ms(), config.clock.monotonic_ms());
     let recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher)?;
-    // One time floor for the whole store: the newest time any shard wrote,
+    // One TTL floor for the whole store: the newest time any shard wrote,
     // or the clock if later.
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
+    let now = Now { wall_ms: floor_ms, monotonic_ms };
     let shards = (0..)
         .zip(recovered)
         .map(|(id, recovered)| {
-            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, floor_ms)
+            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     Ok(Engine {
         dir,

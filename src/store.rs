@@ -152,22 +152,26 @@ impl Store {
     }
 
     /// The live record of `(scope, key)`, `None` if absent or expired.
+    /// Under [`Durability::Sync`] the answer, `None` included, waits until
+    /// what it rests on is durable (for `None`, everything the shard has
+    /// written: the tombstone that made the key absent may be that new).
     ///
     /// # Errors
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         let key = self.engine.key_ref(scope, key)?;
-        let Some((record, lsn)) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))? else {
-            return Ok(None);
-        };
+        // Under `Sync` an absent answer waits too: the tombstone that made
+        // the key absent may not be durable yet.
+        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
         self.engine.wait_durable(key.hash, lsn)?;
-        Ok(Some(record))
+        Ok(record)
     }
 
     /// Removes `(scope, key)` whatever its state (an admin operation). A
     /// holder of the key then gets [`Error::LeaseLost`]. Returns whether a
-    /// live record was removed.
+    /// live record was removed; under [`Durability::Sync`] either answer
+    /// waits for durability, as [`get`](Store::get) does.
     ///
     /// # Errors
     /// As [`get`](Store::get).
@@ -212,8 +216,9 @@ impl Store {
         self.engine.wait_durable(hash, lsn)
     }
 
-    /// Renews the lease `token` so that it ends at least `extend` from now.
-    /// Returns the new lease end in ms since the epoch.
+    /// Renews the lease `token` so that it ends at least `extend` of elapsed
+    /// time from now. Returns the new lease end in wall-clock ms since the
+    /// epoch (see [`Lease::deadline_ms`]).
     ///
     /// # Errors
     /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
@@ -357,8 +362,8 @@ impl Iterator for Iter<'_> {
         loop {
             if let Some(hash) = self.hashes.next() {
                 match shards[self.shard].get(hash, None) {
-                    Ok(Some((record, _))) => return Some(Ok(record)),
-                    Ok(None) => continue,
+                    Ok((Some(record), _)) => return Some(Ok(record)),
+                    Ok((None, _)) => continue,
                     Err(error) => return Some(Err(error)),
                 }
             }
