@@ -65,6 +65,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         shards,
         lock_file: Mutex::new(Some(lock_file)),
         workers: Mutex::new(Vec::new()),
+        stop: Arc::default(),
         compaction: Mutex::new(()),
         wait_limits: WaitLimits {
             per_key_max: config.waiters_per_key_max,
@@ -76,29 +77,32 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
 }
 
 /// Rebuilds every shard, on as many threads as there are cores (shards are
-/// independent), and returns them in shard order.
+/// independent), and returns them in shard order. The calling thread takes
+/// part; helper threads the system refuses are simply not there (the others,
+/// or the calling thread alone, recover every shard): a refused thread is no
+/// reason to fail an open, let alone to panic.
 fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHasher) -> Result<Vec<Recovered>> {
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
     let next = AtomicU32::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let id = next.fetch_add(1, Ordering::Relaxed);
+            if id >= shards {
+                return done;
+            }
+            done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
+        }
+    };
     let mut results: Vec<(u32, Result<Recovered>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let id = next.fetch_add(1, Ordering::Relaxed);
-                        if id >= shards {
-                            return done;
-                        }
-                        done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
-                    }
-                })
-            })
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| std::thread::Builder::new().name("idemkv-recover".into()).spawn_scoped(scope, work).ok())
             .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+        let mut results = work();
+        for helper in helpers {
+            results.extend(helper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        }
+        results
     });
     results.sort_by_key(|(id, _)| *id);
     results.into_iter().map(|(_, recovered)| recovered).collect()

@@ -236,16 +236,18 @@ impl Store {
         Iter { store: self, shard: 0, hashes: Vec::new().into_iter(), started: false }
     }
 
-    /// Runs one compaction pass now: in every shard, sealed segments whose
-    /// records have all expired or been superseded are deleted (oldest
-    /// first), and those mostly dead are rewritten with only what must stay.
-    /// Claims go on meanwhile; each shard's lock is held only for short
-    /// batches. The background compactor (see
+    /// Runs one compaction pass now: in every shard, Processing records
+    /// abandoned past their lease end + TTL leave the index, then sealed
+    /// segments whose records have all expired or been superseded are
+    /// deleted (oldest first), and those mostly dead are rewritten with only
+    /// what must stay. Claims go on meanwhile; each shard's lock is held
+    /// only for short batches. The background compactor (see
     /// [`Config::compaction_interval`]) calls the same.
     ///
     /// # Errors
     /// I/O errors (the pass stops; nothing is lost, a half-written file is
-    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`],
+    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`]
+    /// (also when [`close`](Store::close) cuts the pass short),
     /// [`Error::Poisoned`].
     pub fn compact(&self) -> Result<CompactionReport> {
         compactor::compact(&self.engine)
@@ -290,11 +292,16 @@ impl Store {
 
     /// Closes the store: refuses further calls on every clone, makes
     /// everything durable and releases the directory lock. Dropping the last
-    /// clone also releases the lock (without the final fsync).
+    /// clone also releases the lock (without the final fsync). A compaction
+    /// pass in progress is cut short (it waits for the segment being
+    /// rewritten, never for the pacer of
+    /// [`Config::compaction_bytes_per_second`]), and answers
+    /// [`Error::Closed`].
     ///
     /// # Errors
     /// The first fsync error; the lock is released regardless.
     pub fn close(self) -> Result<()> {
+        self.engine.stop.stop();
         let workers = std::mem::take(&mut *self.engine.workers.lock());
         drop(workers);
         for shard in &*self.engine.shards {
