@@ -114,7 +114,7 @@ pub use config::{Config, Durability};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
-pub use lease::{Lease, LeaseToken};
+pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use record::{Record, State};
 pub use stats::{Census, Stats};
