@@ -19,6 +19,7 @@ fn config() -> Config {
 }
 
 /// Dirties every shard, syncs, closes, reopens and checks the records.
+#[cfg_attr(not(target_os = "linux"), expect(dead_code, reason = "the test runs on Linux only"))]
 fn child(dir: &Path) {
     assert!(std::thread::Builder::new().spawn(|| ()).is_err(), "the system still grants threads");
     let store = Store::open(dir, config()).expect("open without helper threads");
@@ -37,6 +38,9 @@ fn child(dir: &Path) {
     println!("CHILD-OK");
 }
 
+// Linux: a stack too large for the address space makes thread creation
+// fail with EAGAIN there; other systems may refuse the size differently.
+#[cfg(target_os = "linux")]
 #[test]
 fn open_and_sync_survive_a_system_that_refuses_threads() {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
