@@ -10,10 +10,12 @@
 //! Every future here is cancel-safe in the sense that matters: dropping it
 //! never leaves a half-written record, and a lease acquired before the drop
 //! is counted as abandoned (the key stays Processing until its lease ends).
+//! A finishing call of a [`Lease`] refused before it wrote anything hands
+//! the lease back, as the blocking calls do ([`FinishError`]).
 
 use crate::claim::{Claim, ClaimRequest};
 use crate::error::Result;
-use crate::lease::{Lease, LeaseToken};
+use crate::lease::{FinishError, Lease, LeaseToken};
 use crate::store::{Store, WAIT_POLL_FIRST, WAIT_POLL_MAX};
 use crate::transition::Finish;
 use std::time::{Duration, Instant};
@@ -119,11 +121,12 @@ impl Store {
 }
 
 impl Lease {
-    /// [`Lease::complete`] as a future.
+    /// [`Lease::complete`] as a future. A refused call hands the lease back
+    /// as [`Lease::complete`] does.
     ///
     /// # Errors
     /// As [`Lease::complete`].
-    pub async fn complete_async(self, response: &[u8]) -> Result<()> {
+    pub async fn complete_async(self, response: &[u8]) -> Result<(), FinishError> {
         self.finish_async(Finish::Complete(response)).await
     }
 
@@ -131,7 +134,7 @@ impl Lease {
     ///
     /// # Errors
     /// As [`Lease::fail`].
-    pub async fn fail_async(self, response: &[u8]) -> Result<()> {
+    pub async fn fail_async(self, response: &[u8]) -> Result<(), FinishError> {
         self.finish_async(Finish::Fail(response)).await
     }
 
@@ -139,7 +142,7 @@ impl Lease {
     ///
     /// # Errors
     /// As [`Lease::release`].
-    pub async fn release_async(self) -> Result<()> {
+    pub async fn release_async(self) -> Result<(), FinishError> {
         self.finish_async(Finish::Release).await
     }
 }

@@ -1,20 +1,54 @@
-//! Time, injected: the store never reads the system clock directly.
+//! Time, injected: the store never reads the system clock directly. The
+//! rules for leases, TTLs and restarts are on [`Clock`] (public); this is
+//! the argument for the one floor the store keeps.
+//!
+//! # The TTL floor
+//!
+//! Each shard's wall clock for TTL never runs backwards: it is the largest
+//! wall-clock value seen (at open, at least the newest time written to any
+//! shard). An expired record must stay expired: once a read answered
+//! "absent" (or a fresh claim ran over an expired key), the same record
+//! must not reappear because the clock stepped back. The price is only that
+//! records are kept longer, by at most the size of the backward step, and a
+//! record kept longer never weakens idempotency (a replay for longer is
+//! still the first answer). Leases use no such floor: they count elapsed
+//! time, so nothing that guards a side effect freezes when the wall clock
+//! steps back. The monotonic reading is held at its largest value too, but
+//! a correct [`Clock`] never needs that.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// A source of wall-clock time in milliseconds since the Unix epoch.
+/// A source of time: the wall clock and an elapsed-time counter.
 ///
 /// The store reads time only through this trait, so tests (yours and ours)
-/// can move time without sleeping. The store never trusts a clock to be
-/// monotonic: each shard keeps the largest value it has seen, so a wall clock
-/// that jumps backwards makes time stand still instead of reviving expired
-/// records or letting a lease run out early. After a restart the floor is the
-/// newest timestamp written to any shard's log (reads write nothing), so a
-/// clock set back across a restart can show a Completed record again that
-/// had expired after the last write; it can never shorten a lease.
+/// can move time without sleeping.
+///
+/// - **Leases count elapsed time** ([`monotonic_ms`](Clock::monotonic_ms)).
+///   Within a process a lease lasts its duration of elapsed time: a wall
+///   clock that jumps forward an hour does not end it (no second holder can
+///   run), one that steps back does not freeze it. The record on disk still
+///   carries the lease end in wall-clock ms, which is what
+///   [`Lease::deadline_ms`](crate::Lease::deadline_ms) reports.
+/// - **TTLs count wall-clock time** ([`now_ms`](Clock::now_ms)): a Completed
+///   or Failed record expires when the wall clock reaches completion + TTL.
+///   A Processing record whose holder never came back expires once its
+///   lease has ended (elapsed time) and the wall clock has reached the
+///   written lease end + TTL. Each shard never lets TTL time run backwards
+///   (the largest wall-clock value seen counts), so a clock stepping back
+///   cannot revive an expired record; it only keeps records longer.
+/// - **Across a restart** no elapsed time survives. A Processing record
+///   found at open gets as its remaining lease the time left by the wall
+///   clock at open (never earlier than the newest time written to the
+///   store), clamped to `[0, the lease's length]`, the length being what its
+///   last claim or renewal granted. A clock set back across a restart thus
+///   gives a lease at most its full length again, never "until the clock
+///   catches up"; a clock set forward across a restart ends leases early,
+///   which is acceptable because a restart ends the holders' process too. A
+///   holder that outlives a close and reopen inside one process is fenced
+///   like any other: renew to keep the key.
 ///
 /// # Examples
 ///
@@ -24,28 +58,47 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(2));
-/// assert_eq!(clock.now_ms(), 3_000);
+/// assert_eq!((clock.now_ms(), clock.monotonic_ms()), (3_000, 2_000));
+/// clock.set_wall_ms(0); // the wall clock steps back; no time elapses
+/// assert_eq!((clock.now_ms(), clock.monotonic_ms()), (0, 2_000));
 /// ```
 pub trait Clock: Send + Sync + Debug {
-    /// Milliseconds since the Unix epoch.
+    /// Milliseconds since the Unix epoch (the wall clock; may jump).
     fn now_ms(&self) -> u64;
+
+    /// Milliseconds elapsed since an arbitrary origin fixed for the life of
+    /// the clock. It must never go backwards and must not follow changes of
+    /// the wall clock ([`std::time::Instant`] for a real clock). A value
+    /// that does go backwards is held at the largest one seen.
+    fn monotonic_ms(&self) -> u64;
 }
 
-/// The system's wall clock (the default).
+/// The system's wall clock and [`Instant`] (the default).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        // A clock set before 1970 reads as 0; the shard's monotonic floor
-        // keeps time from going backwards anyway.
+        // A clock set before 1970 reads as 0; the shard's TTL floor keeps
+        // TTL time from going backwards anyway.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
+
+    fn monotonic_ms(&self) -> u64 {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// A clock that only moves when told to. Clones share the same time.
+///
+/// [`advance`](ManualClock::advance) lets time pass (both readings move);
+/// [`set_wall_ms`](ManualClock::set_wall_ms) jumps only the wall clock, as
+/// an operator or NTP stepping the system clock would. The monotonic
+/// reading starts at 0.
 ///
 /// # Examples
 ///
@@ -56,38 +109,47 @@ impl Clock for SystemClock {
 /// let clock = ManualClock::new(0);
 /// let shared = clock.clone();
 /// shared.advance(Duration::from_millis(5));
-/// assert_eq!(clock.now_ms(), 5);
-/// clock.set_ms(1);
-/// assert_eq!(shared.now_ms(), 1);
+/// assert_eq!((clock.now_ms(), clock.monotonic_ms()), (5, 5));
+/// clock.set_wall_ms(3_600_000);
+/// assert_eq!((shared.now_ms(), shared.monotonic_ms()), (3_600_000, 5));
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct ManualClock {
     now_ms: Arc<AtomicU64>,
+    monotonic_ms: Arc<AtomicU64>,
 }
 
 impl ManualClock {
-    /// A clock that reads `now_ms` until moved.
+    /// A clock whose wall clock reads `now_ms` and whose monotonic reading
+    /// is 0, until moved.
     #[must_use]
     pub fn new(now_ms: u64) -> Self {
-        ManualClock { now_ms: Arc::new(AtomicU64::new(now_ms)) }
+        ManualClock { now_ms: Arc::new(AtomicU64::new(now_ms)), monotonic_ms: Arc::new(AtomicU64::new(0)) }
     }
 
-    /// Moves time forward by `by` (saturating).
+    /// Lets `by` pass: both the wall clock and the monotonic reading move
+    /// forward (saturating).
     pub fn advance(&self, by: Duration) {
         let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-        let mut current = self.now_ms.load(Ordering::SeqCst);
-        loop {
-            let next = current.saturating_add(by_ms);
-            match self.now_ms.compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return,
-                Err(seen) => current = seen,
-            }
-        }
+        add_saturating(&self.monotonic_ms, by_ms);
+        add_saturating(&self.now_ms, by_ms);
     }
 
-    /// Sets the time, forwards or backwards.
-    pub fn set_ms(&self, now_ms: u64) {
+    /// Sets the wall clock, forwards or backwards, without any time
+    /// passing: the monotonic reading stays where it is (a clock jump).
+    pub fn set_wall_ms(&self, now_ms: u64) {
         self.now_ms.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+fn add_saturating(value: &AtomicU64, by: u64) {
+    let mut current = value.load(Ordering::SeqCst);
+    loop {
+        let next = current.saturating_add(by);
+        match value.compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return,
+            Err(seen) => current = seen,
+        }
     }
 }
 
@@ -95,6 +157,18 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now_ms.load(Ordering::SeqCst)
     }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.monotonic_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// Both readings a decision needs, taken together: the wall clock for TTL
+/// (never earlier than any seen by the shard) and elapsed time for leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Now {
+    pub wall_ms: u64,
+    pub monotonic_ms: u64,
 }
 
 /// Converts a duration to whole milliseconds, rounding up so that a
@@ -114,10 +188,25 @@ mod tests {
     }
 
     #[test]
+    fn system_monotonic_clock_moves_forward() {
+        let before = SystemClock.monotonic_ms();
+        std::thread::sleep(Duration::from_millis(3));
+        assert!(SystemClock.monotonic_ms() >= before + 2);
+    }
+
+    #[test]
     fn manual_clock_saturates() {
         let clock = ManualClock::new(u64::MAX - 1);
         clock.advance(Duration::from_secs(10));
-        assert_eq!(clock.now_ms(), u64::MAX);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (u64::MAX, 10_000));
+    }
+
+    #[test]
+    fn a_wall_jump_is_not_elapsed_time() {
+        let clock = ManualClock::new(1_000);
+        clock.set_wall_ms(10);
+        clock.advance(Duration::from_millis(5));
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (15, 5));
     }
 
     #[test]

@@ -19,7 +19,8 @@ pub enum Durability {
     /// The call returns only after its record is on stable storage (fsync).
     /// Concurrent writers of a shard share one fsync. Answers that depend on
     /// a record written by another caller also wait until that record is
-    /// durable, so nobody is told about a state that a power cut could undo.
+    /// durable — an "absent" answer too, for the tombstone or release behind
+    /// it — so nobody is told about a state that a power cut could undo.
     /// Survives a process crash and a power cut. The default.
     #[default]
     Sync,

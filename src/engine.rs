@@ -7,7 +7,7 @@
 //! ([`Engine::wait_durable_async`], where only the fsync itself takes a
 //! thread).
 
-use crate::background::Worker;
+use crate::background::{Stop, Worker};
 use crate::config::{Config, Durability};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
@@ -18,6 +18,7 @@ use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One open store directory.
@@ -31,7 +32,10 @@ pub(crate) struct Engine {
     pub lock_file: Mutex<Option<File>>,
     /// Background threads (flusher, compactor); stopped before close.
     pub workers: Mutex<Vec<Worker>>,
-    /// One compaction pass at a time.
+    /// Set by close and when the engine is dropped: wakes the background
+    /// threads and cuts compaction's pacing sleeps short.
+    pub stop: Arc<Stop>,
+    /// One compaction step (one segment) at a time.
     pub compaction: Mutex<()>,
     /// Caps on callers waiting in `claim_wait`.
     pub wait_limits: WaitLimits,

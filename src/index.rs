@@ -13,7 +13,10 @@ pub(crate) struct Entry {
     pub lsn: u64,
     /// Fencing token of the current or last holder.
     pub token: u64,
-    /// Lease end (Processing) or expiry (Completed / Failed), in ms.
+    /// Wall-clock ms from which the record reads absent: expiry (Completed /
+    /// Failed), or written lease end + TTL (Processing, an abandoned lease;
+    /// its lease end proper is in the shard's [`LeaseEnds`]), as the
+    /// transition module's `gone_ms` computes it.
     pub deadline_ms: u64,
     pub segment: u32,
     pub offset: u32,
@@ -28,6 +31,8 @@ const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 56);
 
 impl Entry {
     /// A Completed or Failed record whose TTL has passed reads as absent.
+    /// (A Processing record's expiry also depends on its lease end: see
+    /// `is_gone` in the transition module.)
     pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
         self.state.is_expired(self.deadline_ms, now_ms)
     }
@@ -127,6 +132,36 @@ impl Index {
 
     pub(crate) fn hashes(&self) -> impl Iterator<Item = u128> + '_ {
         self.0.keys().map(|key| u128::from(*key))
+    }
+
+    /// Every `(hash, entry)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, &Entry)> + '_ {
+        self.0.iter().map(|(key, entry)| (u128::from(*key), entry))
+    }
+}
+
+/// The lease end, on the monotonic scale, of every Processing key of a
+/// shard, beside the index: an index entry has no room for a second time
+/// (it stays 40 bytes), and only Processing keys need one.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseEnds(HashMap<IndexKey, u64, BuildHasherDefault<PassThroughHasher>>);
+
+impl LeaseEnds {
+    pub(crate) fn get(&self, hash: u128) -> Option<u64> {
+        self.0.get(&IndexKey::from(hash)).copied()
+    }
+
+    pub(crate) fn insert(&mut self, hash: u128, lease_end_ms: u64) {
+        self.0.insert(IndexKey::from(hash), lease_end_ms);
+    }
+
+    pub(crate) fn remove(&mut self, hash: u128) {
+        self.0.remove(&IndexKey::from(hash));
+    }
+
+    /// Every `(hash, lease end)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, u64)> + '_ {
+        self.0.iter().map(|(key, end)| (u128::from(*key), *end))
     }
 }
 

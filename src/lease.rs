@@ -2,7 +2,7 @@
 //! be turned into.
 
 use crate::engine::{Engine, TokenRef};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stats::bump;
 use crate::transition::{Finish, Held};
 use std::fmt;
@@ -12,10 +12,14 @@ use std::time::Duration;
 /// The right to execute a claimed request, fenced by a token.
 ///
 /// Finish it with [`complete`](Lease::complete), [`fail`](Lease::fail) or
-/// [`release`](Lease::release). A lease dropped unfinished leaves the record
-/// Processing until the lease ends — refusing retries is safer than running
-/// the side effect twice — and is counted in
-/// [`Stats::abandoned_leases`](crate::Stats::abandoned_leases).
+/// [`release`](Lease::release); one refused before anything was written
+/// hands the lease back ([`FinishError`]). A lease dropped unfinished leaves
+/// the record Processing until the lease ends — refusing retries is safer
+/// than running the side effect twice — and is counted in
+/// [`Stats::abandoned_leases`](crate::Stats::abandoned_leases); a claim
+/// then takes it over (`recovered`), and if none does, the record expires
+/// at lease end + its TTL
+/// ([`Stats::abandoned_expired`](crate::Stats::abandoned_expired)).
 ///
 /// # Examples
 ///
@@ -91,7 +95,9 @@ impl Lease {
         self.held.recovered
     }
 
-    /// When the lease ends (ms since the epoch, on the store's clock).
+    /// When the lease ends, in wall-clock ms since the epoch as of the claim
+    /// or the last renewal. The store counts the lease in elapsed time, so a
+    /// later jump of the wall clock moves this estimate, not the lease.
     #[must_use]
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ms
@@ -111,46 +117,94 @@ impl Lease {
 
     /// Stores `response` as the replayed answer (Completed).
     ///
+    /// A call refused before anything was written — a response over
+    /// [`Config::response_bytes_max`](crate::Config::response_bytes_max), an
+    /// I/O error while writing, a closed store — hands the lease back in
+    /// [`FinishError::lease`], so the caller can still
+    /// [`fail`](Lease::fail) or [`release`](Lease::release) it. With `?` the
+    /// error converts into [`Error`] (the lease, if handed back, is then
+    /// dropped and counts as abandoned).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, State, Store};
+    /// # fn main() -> Result<(), idemkv::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new().response_bytes_max(16))?;
+    /// let request = ClaimRequest::new("report-1", Fingerprint::of(b"GET /report"));
+    /// let Claim::Acquired(lease) = store.claim(&request)? else { unreachable!() };
+    /// let refused = lease.complete(&[b'x'; 100]).unwrap_err();
+    /// assert!(matches!(refused.error, Error::ResponseTooLarge { .. }));
+    /// // The lease came back: keep a short failure instead.
+    /// refused.lease.expect("handed back").fail(b"507 too large")?;
+    /// let Claim::Replay(record) = store.claim(&request)? else { unreachable!() };
+    /// assert_eq!((record.state, record.response.as_slice()), (State::Failed, &b"507 too large"[..]));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease expired and
     /// the key was reclaimed (or was released or removed);
     /// [`Error::ResponseTooLarge`](crate::Error::ResponseTooLarge); I/O
-    /// errors. The lease is spent either way; after an I/O error the record
-    /// stays Processing until the lease ends and the lease counts as abandoned.
-    pub fn complete(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self
-            .engine
-            .finish(self.hash, &self.token_ref(), Finish::Complete(response))
-            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
-        self.settle(&outcome);
-        outcome
+    /// errors. After an error of the fsync (the record was written, its
+    /// durability is unknown) the lease is spent.
+    pub fn complete(self, response: &[u8]) -> Result<(), FinishError> {
+        self.finish(Finish::Complete(response))
     }
 
     /// Stores `response` as a terminal failure that is replayed (Failed),
     /// e.g. "card declined".
     ///
     /// # Errors
-    /// As [`complete`](Lease::complete).
-    pub fn fail(mut self, response: &[u8]) -> Result<()> {
-        let outcome = self
-            .engine
-            .finish(self.hash, &self.token_ref(), Finish::Fail(response))
-            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
-        self.settle(&outcome);
-        outcome
+    /// As [`complete`](Lease::complete), which also hands the lease back.
+    pub fn fail(self, response: &[u8]) -> Result<(), FinishError> {
+        self.finish(Finish::Fail(response))
     }
 
     /// Makes the key absent again: nothing happened, a corrected retry may run.
     ///
     /// # Errors
-    /// As [`complete`](Lease::complete).
-    pub fn release(mut self) -> Result<()> {
-        let outcome = self
-            .engine
-            .finish(self.hash, &self.token_ref(), Finish::Release)
-            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
-        self.settle(&outcome);
-        outcome
+    /// As [`complete`](Lease::complete), which also hands the lease back.
+    pub fn release(self) -> Result<(), FinishError> {
+        self.finish(Finish::Release)
+    }
+
+    fn finish(mut self, finish: Finish<'_>) -> Result<(), FinishError> {
+        let lsn = self.write_finish(finish)?;
+        self.engine.wait_durable(self.hash, lsn).map_err(FinishError::spent)
+    }
+
+    /// Writes the finishing record and spends the lease, or hands the lease
+    /// back in the error when nothing was written (see [`FinishError`]).
+    fn write_finish(&mut self, finish: Finish<'_>) -> Result<u64, FinishError> {
+        match self.engine.finish(self.hash, &self.token_ref(), finish) {
+            Ok(lsn) => {
+                self.finished = true;
+                Ok(lsn)
+            }
+            Err(error @ Error::LeaseLost { .. }) => {
+                self.finished = true;
+                Err(FinishError::spent(error))
+            }
+            Err(error) => Err(FinishError { error, lease: Some(Box::new(self.take())) }),
+        }
+    }
+
+    /// Moves the lease out of `self`, leaving a spent husk behind.
+    fn take(&mut self) -> Lease {
+        let lease = Lease {
+            engine: Arc::clone(&self.engine),
+            hash: self.hash,
+            scope: std::mem::take(&mut self.scope),
+            key: std::mem::take(&mut self.key),
+            token: self.token,
+            held: self.held,
+            deadline_ms: self.deadline_ms,
+            finished: self.finished,
+        };
+        self.finished = true;
+        lease
     }
 
     /// Extends the lease so it ends at least `extend` from now (it never
@@ -201,18 +255,9 @@ impl Lease {
     /// record is written the lease is spent, even if the future is dropped
     /// before the fsync ends.
     #[cfg(feature = "tokio")]
-    pub(crate) async fn finish_async(mut self, finish: Finish<'_>) -> Result<()> {
-        match self.engine.finish(self.hash, &self.token_ref(), finish) {
-            Ok(lsn) => {
-                self.finished = true;
-                self.engine.wait_durable_async(self.hash, lsn).await
-            }
-            Err(error) => {
-                let outcome = Err(error);
-                self.settle(&outcome);
-                outcome
-            }
-        }
+    pub(crate) async fn finish_async(mut self, finish: Finish<'_>) -> Result<(), FinishError> {
+        let lsn = self.write_finish(finish)?;
+        self.engine.wait_durable_async(self.hash, lsn).await.map_err(FinishError::spent)
     }
 
     /// Turns the lease into a plain token to finish later, from anywhere in
@@ -228,13 +273,6 @@ impl Lease {
 
     fn token_ref(&self) -> TokenRef<'_> {
         TokenRef { scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
-    }
-
-    /// After a finishing call: the lease is spent unless the call failed in a
-    /// way that can be retried.
-    fn settle(&mut self, outcome: &Result<()>) {
-        let retryable = matches!(outcome, Err(crate::Error::Io { .. } | crate::Error::ResponseTooLarge { .. }));
-        self.finished = !retryable;
     }
 }
 
@@ -256,4 +294,68 @@ pub struct LeaseToken {
     pub key: Vec<u8>,
     /// The fencing token of the claim.
     pub token: u64,
+}
+
+/// A finishing call ([`Lease::complete`], [`Lease::fail`],
+/// [`Lease::release`]) that did not finish the lease: the error, and the
+/// lease back when the call wrote nothing and the lease may still hold the
+/// key — the input was refused (a response over the limit), writing failed,
+/// or the store is closed or poisoned — so that the caller can fall back to
+/// another finishing call. `lease` is `None` after
+/// [`Error::LeaseLost`] and after an error past the write (a failed fsync:
+/// the record may or may not survive a power cut; the lease is spent).
+///
+/// `?` converts it into [`Error`], dropping the lease (which then counts as
+/// abandoned).
+///
+/// # Examples
+///
+/// ```
+/// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, FinishError, Store};
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path(), Config::new().response_bytes_max(4))?;
+/// let request = ClaimRequest::new("k", Fingerprint::of(b"r"));
+/// let Claim::Acquired(lease) = store.claim(&request)? else { unreachable!() };
+/// match lease.complete(b"too long") {
+///     Err(FinishError { error: Error::ResponseTooLarge { .. }, lease: Some(lease), .. }) => lease.release()?,
+///     other => other?,
+/// }
+/// assert_eq!(store.get(b"", b"k")?, None); // released: a retry may run
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FinishError {
+    /// Why the call did not finish the lease.
+    pub error: Error,
+    /// The lease, handed back when nothing was written (boxed, so that the
+    /// error stays small on the path where all went well).
+    pub lease: Option<Box<Lease>>,
+}
+
+impl FinishError {
+    /// An error after which the lease is spent.
+    fn spent(error: Error) -> Self {
+        FinishError { error, lease: None }
+    }
+}
+
+impl fmt::Display for FinishError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, formatter)
+    }
+}
+
+/// Transparent: displays as its [`Error`], whose source it shares.
+impl std::error::Error for FinishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+impl From<FinishError> for Error {
+    fn from(finish: FinishError) -> Self {
+        finish.error
+    }
 }

@@ -18,12 +18,15 @@
 //! [`Lease::fail`] (a replayed terminal failure), [`Lease::release`] (back to
 //! absent) or [`Lease::renew`]. Every transition checks the fencing token: a
 //! holder whose lease expired and was reclaimed gets [`Error::LeaseLost`].
-//! A holder whose lease ended but was not yet reclaimed may still finish.
+//! A holder whose lease ended but was not yet reclaimed may still finish,
+//! until lease end + TTL, when an abandoned Processing record expires.
 //!
 //! Records live in an append-only, CRC-framed log per shard (see
 //! `docs/format.md`); the in-memory index holds only what a claim decision
 //! needs, and responses are read back from the log on replay. Time comes
-//! from a [`Clock`]; each shard never lets it run backwards.
+//! from a [`Clock`]: leases count elapsed (monotonic) time, so a jump of
+//! the wall clock neither shortens nor freezes one; TTLs count wall-clock
+//! time (the rules across a restart are on [`Clock`]).
 //!
 //! ```
 //! use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
@@ -112,7 +115,7 @@ pub use config::{Config, Durability};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
-pub use lease::{Lease, LeaseToken};
+pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, RepairReport};

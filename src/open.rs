@@ -2,6 +2,7 @@
 //! else, take the advisory lock, load or create the manifest, recover every
 //! shard (in parallel), and settle one time floor for the whole store.
 
+use crate::clock::Now;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -42,7 +43,9 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     }
     let manifest = existing.unwrap_or_else(|| Manifest::new(config.shards.unwrap_or(DEFAULT_SHARDS)));
     let hasher = KeyHasher::new(manifest.hash_key);
-    let now_ms = config.clock.now_ms();
+    // Both clocks read together: a lease found on disk gets the wall-clock
+    // time it has left from here, on the monotonic scale from here.
+    let (now_ms, monotonic_ms) = (config.clock.now_ms(), config.clock.monotonic_ms());
     let recovered = if existing.is_some() {
         recover_shards(&*storage, &dir, manifest.shards, &hasher)?
     } else {
@@ -54,15 +57,16 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         manifest.store(&*storage, &dir)?;
         created
     };
-    // One time floor for the whole store: the newest time any shard wrote,
+    // One TTL floor for the whole store: the newest time any shard wrote,
     // or the clock if later.
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
+    let now = Now { wall_ms: floor_ms, monotonic_ms };
     let shards = (0..)
         .zip(recovered)
         .map(|(id, recovered)| {
-            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, floor_ms)
+            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     Ok(Engine {
         dir,
@@ -70,6 +74,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         shards,
         lock_file: Mutex::new(Some(lock_file)),
         workers: Mutex::new(Vec::new()),
+        stop: Arc::default(),
         compaction: Mutex::new(()),
         wait_limits: WaitLimits {
             per_key_max: config.waiters_per_key_max,
@@ -81,29 +86,32 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
 }
 
 /// Rebuilds every shard, on as many threads as there are cores (shards are
-/// independent), and returns them in shard order.
+/// independent), and returns them in shard order. The calling thread takes
+/// part; helper threads the system refuses are simply not there (the others,
+/// or the calling thread alone, recover every shard): a refused thread is no
+/// reason to fail an open, let alone to panic.
 fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHasher) -> Result<Vec<Recovered>> {
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
     let next = AtomicU32::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let id = next.fetch_add(1, Ordering::Relaxed);
+            if id >= shards {
+                return done;
+            }
+            done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
+        }
+    };
     let mut results: Vec<(u32, Result<Recovered>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let id = next.fetch_add(1, Ordering::Relaxed);
-                        if id >= shards {
-                            return done;
-                        }
-                        done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
-                    }
-                })
-            })
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| std::thread::Builder::new().name("idemkv-recover".into()).spawn_scoped(scope, work).ok())
             .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+        let mut results = work();
+        for helper in helpers {
+            results.extend(helper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        }
+        results
     });
     results.sort_by_key(|(id, _)| *id);
     results.into_iter().map(|(_, recovered)| recovered).collect()

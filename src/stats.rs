@@ -43,8 +43,14 @@ pub struct Stats {
     pub abandoned_leases: u64,
     /// Records removed with `remove`.
     pub removes: u64,
-    /// Completed or Failed records found past their TTL (at a read or at open).
+    /// Completed or Failed records found past their TTL (at a read, at open
+    /// or by compaction).
     pub expirations: u64,
+    /// Processing records found past their lease end + TTL (a holder that
+    /// never came back: a crash or a dropped lease), at a read, at open or
+    /// by compaction. Such a key reads absent; the next claim of it starts
+    /// afresh (attempt 1, not recovered).
+    pub abandoned_expired: u64,
     /// Compaction passes run.
     pub compaction_runs: u64,
     /// Bytes reclaimed by compaction.
@@ -81,7 +87,8 @@ pub struct Census {
     pub completed: u64,
     /// Failed and not expired.
     pub failed: u64,
-    /// Completed or Failed past their TTL, still on disk until compaction.
+    /// Completed or Failed past their TTL, or Processing past lease end +
+    /// TTL, still on disk until compaction.
     pub expired: u64,
 }
 
@@ -116,6 +123,7 @@ counters!(
     abandoned_leases,
     removes,
     expirations,
+    abandoned_expired,
     compaction_runs,
     compaction_bytes_reclaimed,
     records_written,

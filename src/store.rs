@@ -152,22 +152,26 @@ impl Store {
     }
 
     /// The live record of `(scope, key)`, `None` if absent or expired.
+    /// Under [`Durability::Sync`] the answer, `None` included, waits until
+    /// what it rests on is durable (for `None`, everything the shard has
+    /// written: the tombstone that made the key absent may be that new).
     ///
     /// # Errors
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         let key = self.engine.key_ref(scope, key)?;
-        let Some((record, lsn)) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))? else {
-            return Ok(None);
-        };
+        // Under `Sync` an absent answer waits too: the tombstone that made
+        // the key absent may not be durable yet.
+        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
         self.engine.wait_durable(key.hash, lsn)?;
-        Ok(Some(record))
+        Ok(record)
     }
 
     /// Removes `(scope, key)` whatever its state (an admin operation). A
     /// holder of the key then gets [`Error::LeaseLost`]. Returns whether a
-    /// live record was removed.
+    /// live record was removed; under [`Durability::Sync`] either answer
+    /// waits for durability, as [`get`](Store::get) does.
     ///
     /// # Errors
     /// As [`get`](Store::get).
@@ -212,8 +216,9 @@ impl Store {
         self.engine.wait_durable(hash, lsn)
     }
 
-    /// Renews the lease `token` so that it ends at least `extend` from now.
-    /// Returns the new lease end in ms since the epoch.
+    /// Renews the lease `token` so that it ends at least `extend` of elapsed
+    /// time from now. Returns the new lease end in wall-clock ms since the
+    /// epoch (see [`Lease::deadline_ms`]).
     ///
     /// # Errors
     /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
@@ -231,16 +236,18 @@ impl Store {
         Iter { store: self, shard: 0, hashes: Vec::new().into_iter(), started: false }
     }
 
-    /// Runs one compaction pass now: in every shard, sealed segments whose
-    /// records have all expired or been superseded are deleted (oldest
-    /// first), and those mostly dead are rewritten with only what must stay.
-    /// Claims go on meanwhile; each shard's lock is held only for short
-    /// batches. The background compactor (see
+    /// Runs one compaction pass now: in every shard, Processing records
+    /// abandoned past their lease end + TTL leave the index, then sealed
+    /// segments whose records have all expired or been superseded are
+    /// deleted (oldest first), and those mostly dead are rewritten with only
+    /// what must stay. Claims go on meanwhile; each shard's lock is held
+    /// only for short batches. The background compactor (see
     /// [`Config::compaction_interval`]) calls the same.
     ///
     /// # Errors
     /// I/O errors (the pass stops; nothing is lost, a half-written file is
-    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`],
+    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`]
+    /// (also when [`close`](Store::close) cuts the pass short),
     /// [`Error::Poisoned`].
     pub fn compact(&self) -> Result<CompactionReport> {
         compactor::compact(&self.engine)
@@ -285,11 +292,16 @@ impl Store {
 
     /// Closes the store: refuses further calls on every clone, makes
     /// everything durable and releases the directory lock. Dropping the last
-    /// clone also releases the lock (without the final fsync).
+    /// clone also releases the lock (without the final fsync). A compaction
+    /// pass in progress is cut short (it waits for the segment being
+    /// rewritten, never for the pacer of
+    /// [`Config::compaction_bytes_per_second`]), and answers
+    /// [`Error::Closed`].
     ///
     /// # Errors
     /// The first fsync error; the lock is released regardless.
     pub fn close(self) -> Result<()> {
+        self.engine.stop.stop();
         let workers = std::mem::take(&mut *self.engine.workers.lock());
         drop(workers);
         for shard in &*self.engine.shards {
@@ -357,8 +369,8 @@ impl Iterator for Iter<'_> {
         loop {
             if let Some(hash) = self.hashes.next() {
                 match shards[self.shard].get(hash, None) {
-                    Ok(Some((record, _))) => return Some(Ok(record)),
-                    Ok(None) => continue,
+                    Ok((Some(record), _)) => return Some(Ok(record)),
+                    Ok((None, _)) => continue,
                     Err(error) => return Some(Err(error)),
                 }
             }

@@ -62,7 +62,8 @@ fn hammer(store: &Store, clock: Option<&ManualClock>) -> (u64, u64) {
                             let outcome = match round % 3 {
                                 0 => lease.release(),
                                 _ => lease.complete(&response),
-                            };
+                            }
+                            .map_err(Error::from);
                             match outcome {
                                 Ok(()) if round % 3 != 0 => {
                                     let mut first = first_response.lock();

@@ -56,7 +56,9 @@ fn processing_with_expired_lease_is_recovered_with_a_new_token() {
     assert_eq!(fresh.attempt(), 2);
     assert!(fresh.token() > stale.token());
     let stale_token = stale.token();
-    assert!(matches!(stale.complete(b"stale"), Err(Error::LeaseLost { token }) if token == stale_token));
+    let lost = stale.complete(b"stale").expect_err("a stale holder");
+    assert!(matches!(lost.error, Error::LeaseLost { token } if token == stale_token), "{lost:?}");
+    assert!(lost.lease.is_none(), "a lost lease is not handed back");
     fresh.complete(b"fresh").expect("complete");
     assert_eq!(replay(&store, &request).response, b"fresh");
     assert_eq!(replay(&store, &request).attempt, 2);

@@ -103,7 +103,8 @@ fn removed_key_fences_out_its_holder() {
     let lease = acquire(&store, &request);
     assert!(store.remove(b"", b"k").expect("remove"));
     assert!(!store.remove(b"", b"k").expect("remove twice"));
-    assert!(matches!(lease.complete(b"x"), Err(Error::LeaseLost { .. })));
+    let lost = lease.complete(b"x").expect_err("a removed key's holder");
+    assert!(matches!(lost.error, Error::LeaseLost { .. }) && lost.lease.is_none(), "{lost:?}");
     assert_eq!(store.get(b"", b"k").expect("get"), None);
     let again = acquire(&store, &request);
     assert_eq!(again.attempt(), 1);

@@ -70,7 +70,13 @@ struct Model {
 
 impl Model {
     fn live(&mut self, id: (u8, u8), now: u64) -> Option<&mut ModelRecord> {
-        if self.records.get(&id).is_some_and(|record| record.state != State::Processing && record.deadline_ms <= now) {
+        // Completed / Failed expire at their deadline; a Processing record
+        // whose holder never came back at lease end + TTL.
+        let expired = |record: &ModelRecord| match record.state {
+            State::Processing => record.deadline_ms + record.ttl_ms <= now,
+            State::Completed | State::Failed => record.deadline_ms <= now,
+        };
+        if self.records.get(&id).is_some_and(expired) {
             self.records.remove(&id);
         }
         self.records.get_mut(&id)

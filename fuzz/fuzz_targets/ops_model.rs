@@ -88,7 +88,13 @@ struct Run {
 impl Run {
     fn live(&mut self, id: Id) -> Option<Model> {
         let now = self.clock.now_ms();
-        if self.models.get(&id).is_some_and(|model| model.state != State::Processing && model.deadline_ms <= now) {
+        // Completed / Failed expire at their deadline; a Processing record
+        // whose holder never came back at lease end + TTL.
+        let expired = |model: &Model| match model.state {
+            State::Processing => model.deadline_ms + model.ttl_ms <= now,
+            State::Completed | State::Failed => model.deadline_ms <= now,
+        };
+        if self.models.get(&id).is_some_and(expired) {
             self.models.remove(&id);
         }
         self.models.get(&id).cloned()

@@ -15,7 +15,6 @@
 //!   open.
 
 use crate::index::Entry;
-use crate::record::State;
 use std::collections::BTreeMap;
 
 /// Live-data accounting of one segment, kept current by the shard.
@@ -25,8 +24,12 @@ pub(crate) struct SegmentUsage {
     pub total_bytes: u64,
     /// Bytes of records that the index points at.
     pub live_bytes: u64,
-    /// Bytes of the Completed/Failed records among them, by expiry rounded
-    /// up to the second: what a TTL will free, and when.
+    /// The same bytes by the wall-clock time they read absent from
+    /// ([`Entry::deadline_ms`]: a TTL, or lease end + TTL for an abandoned
+    /// Processing record), rounded up to the second: what expiry will free,
+    /// and when. A Processing record whose lease still runs by elapsed time
+    /// (the wall clock jumped) may be counted early; compaction checks each
+    /// record before it drops one, so that only makes a rewrite find less.
     expiring: BTreeMap<u64, u64>,
     /// Rewritten, and no record here has been superseded or released since:
     /// rewriting again would reclaim nothing until records expire.
@@ -46,21 +49,17 @@ impl SegmentUsage {
 
     pub(crate) fn add(&mut self, entry: &Entry) {
         self.live_bytes += u64::from(entry.frame_len);
-        if entry.state != State::Processing {
-            *self.expiring.entry(bucket(entry.deadline_ms)).or_default() += u64::from(entry.frame_len);
-        }
+        *self.expiring.entry(bucket(entry.deadline_ms)).or_default() += u64::from(entry.frame_len);
     }
 
     pub(crate) fn release(&mut self, entry: &Entry) {
         self.settled = false;
         self.live_bytes = self.live_bytes.saturating_sub(u64::from(entry.frame_len));
-        if entry.state != State::Processing {
-            let key = bucket(entry.deadline_ms);
-            if let Some(bytes) = self.expiring.get_mut(&key) {
-                *bytes = bytes.saturating_sub(u64::from(entry.frame_len));
-                if *bytes == 0 {
-                    self.expiring.remove(&key);
-                }
+        let key = bucket(entry.deadline_ms);
+        if let Some(bytes) = self.expiring.get_mut(&key) {
+            *bytes = bytes.saturating_sub(u64::from(entry.frame_len));
+            if *bytes == 0 {
+                self.expiring.remove(&key);
             }
         }
     }
@@ -168,6 +167,7 @@ pub struct CompactionReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::State;
 
     const POLICY: Policy = Policy { live_fraction_min: 0.5, actions_max: 8 };
 
@@ -212,17 +212,19 @@ mod tests {
     }
 
     #[test]
-    fn expiry_is_discounted_by_the_second_and_processing_never() {
+    fn expiry_is_discounted_by_the_second_abandoned_leases_too() {
         let mut usage = SegmentUsage::with_total(1000);
         let short = entry(State::Completed, 1_500, 100);
         let long = entry(State::Failed, 9_000, 200);
-        let held = entry(State::Processing, 1, 300);
-        for entry in [&short, &long, &held] {
+        // A Processing entry's deadline is its lease end + TTL.
+        let abandoned = entry(State::Processing, 20_000, 300);
+        for entry in [&short, &long, &abandoned] {
             usage.add(entry);
         }
         assert_eq!(usage.view(1, 1_999).live_bytes, 600);
         assert_eq!(usage.view(1, 2_000).live_bytes, 500);
         assert_eq!(usage.view(1, 9_000).live_bytes, 300);
+        assert_eq!(usage.view(1, 20_000).live_bytes, 0, "an abandoned lease expires too");
         usage.settled = true;
         assert!(!usage.view(1, 2_000).settled, "an expiry unsettles a segment");
         usage.release(&short);

@@ -9,7 +9,7 @@
 mod compact;
 mod state;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Now};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::record::{Header, Record, State};
@@ -18,7 +18,7 @@ use crate::recovery::Recovered;
 use crate::segment::writer::Turn;
 use crate::segment::writer::{ActiveSnapshot, GroupCommit, Writer};
 use crate::stats::{bump, Census, Counters};
-use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held};
+use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held, Stored};
 use crate::waiters::Waiters;
 use parking_lot::{Mutex, MutexGuard};
 use state::ShardState;
@@ -43,7 +43,8 @@ pub(crate) struct KeyRef<'a> {
     pub key: &'a [u8],
 }
 
-/// The shard-level answer to a claim.
+/// The shard-level answer to a claim. `lease_deadline_ms` is the lease end
+/// as written (wall clock).
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Acquired { token: u64, lease_deadline_ms: u64, held: Held },
@@ -69,24 +70,24 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    /// The shard recovered at open, with its time floor set to
-    /// `now_floor_ms` (records expired by then are dropped and counted).
+    /// The shard recovered at open, at `now` (its TTL floor; records
+    /// expired by then are dropped and counted). Reads each Processing
+    /// record once (see [`ShardState::new`]).
     pub(crate) fn new(
         id: u32,
         storage: Arc<dyn Storage>,
         clock: Arc<dyn Clock>,
         segment_bytes: u64,
         recovered: Recovered,
-        now_floor_ms: u64,
-    ) -> Self {
+        now: Now,
+    ) -> Result<Self> {
         let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
         let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog);
-        let (state, expired) = ShardState::new(index, log, now_floor_ms, &lengths);
         let counters = Counters::default();
         counters.torn_tail_bytes_cut.store(torn_tail_bytes, Ordering::Relaxed);
-        counters.expirations.store(expired, Ordering::Relaxed);
-        Shard {
+        let state = ShardState::new(index, log, now, &lengths, &counters)?;
+        Ok(Shard {
             id,
             dir,
             storage,
@@ -97,7 +98,7 @@ impl Shard {
             commit: GroupCommit::new(id, next_lsn.saturating_sub(1), next_round),
             closed: AtomicBool::new(false),
             counters,
-        }
+        })
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, ShardState>> {
@@ -126,19 +127,20 @@ impl Shard {
     /// of the record it rests on (for the durability wait).
     pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams) -> Result<(Outcome, u64)> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
+        let now = state.now(&*self.clock);
         bump(&self.counters.claims);
         let current = match state.live_entry(key.hash, now, &self.counters) {
-            Some(entry) => Some((entry.lsn, state.load(&entry, Some(key))?)),
+            Some((entry, lease_end_ms)) => Some((entry.lsn, lease_end_ms, state.load(&entry, Some(key))?)),
             None => None,
         };
-        let stored_lsn = current.map_or(0, |(lsn, _)| lsn);
-        match transition::claim(current.as_ref().map(|(_, stored)| stored), params, state.log.next_lsn, now) {
+        let stored_lsn = current.map_or(0, |(lsn, _, _)| lsn);
+        let stored = current.as_ref().map(|(_, lease_end_ms, record)| Stored { record, lease_end_ms: *lease_end_ms });
+        match transition::claim(stored, params, state.log.next_lsn, now) {
             ClaimStep::Acquire(header) => {
                 if header.recovered {
                     bump(&self.counters.recovered);
                 }
-                state.write(key, &header, &[], &self.commit, &self.counters)?;
+                state.write(key, &header, &[], &self.commit, &self.counters, now)?;
                 bump(&self.counters.acquired);
                 let outcome = Outcome::Acquired {
                     token: header.token,
@@ -158,7 +160,7 @@ impl Shard {
             ClaimStep::Replay => {
                 bump(&self.counters.replays);
                 // `load` checked that the record is the put the index points at.
-                let record = current.and_then(|(_, stored)| Record::from_frame(&stored, &state.read_buffer));
+                let record = current.and_then(|(_, _, stored)| Record::from_frame(&stored, &state.read_buffer));
                 let record = record.ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
                 Ok((Outcome::Replay(record), stored_lsn))
             }
@@ -168,23 +170,24 @@ impl Shard {
     /// Finishes the lease `token` on `key`: complete, fail or release.
     pub(crate) fn finish(&self, key: &KeyRef<'_>, token: u64, finish: Finish<'_>, known: Option<&Held>) -> Result<u64> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        let held = self.held(&mut state, key, token, known)?;
-        let header = transition::finish(&held, finish, state.log.next_lsn, now);
+        let now = state.now(&*self.clock);
+        let (held, _) = self.held(&mut state, key, token, known, now)?;
+        let header = transition::finish(&held, finish, state.log.next_lsn, now.wall_ms);
         let (response, counter) = match finish {
             Finish::Complete(response) => (response, &self.counters.completions),
             Finish::Fail(response) => (response, &self.counters.failures),
             Finish::Release => (&[][..], &self.counters.releases),
         };
-        state.write(key, &header, response, &self.commit, &self.counters)?;
+        state.write(key, &header, response, &self.commit, &self.counters, now)?;
         bump(counter);
         drop(state);
         self.waiters.wake(key.hash);
         Ok(header.lsn)
     }
 
-    /// Extends the lease `token` on `key` to at least `extend_ms` from now.
-    /// Returns the new lease end and the record's LSN.
+    /// Extends the lease `token` on `key` to at least `extend_ms` of elapsed
+    /// time from now. Returns the new lease end as written (wall clock) and
+    /// the record's LSN.
     pub(crate) fn renew(
         &self,
         key: &KeyRef<'_>,
@@ -193,38 +196,49 @@ impl Shard {
         known: Option<&Held>,
     ) -> Result<(u64, u64)> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        let held = self.held(&mut state, key, token, known)?;
-        let header = transition::renew(&held, extend_ms, state.log.next_lsn, now);
-        state.write(key, &header, &[], &self.commit, &self.counters)?;
+        let now = state.now(&*self.clock);
+        let (held, lease_end_ms) = self.held(&mut state, key, token, known, now)?;
+        let header = transition::renew(&held, lease_end_ms, extend_ms, state.log.next_lsn, now);
+        state.write(key, &header, &[], &self.commit, &self.counters, now)?;
         bump(&self.counters.renewals);
         Ok((header.deadline_ms, header.lsn))
     }
 
-    /// The stored Processing record that `token` holds, or `LeaseLost`.
-    /// What the holder knows saves a read of the log.
-    fn held(&self, state: &mut ShardState, key: &KeyRef<'_>, token: u64, known: Option<&Held>) -> Result<Header> {
-        let Some(entry) = state.index.get(&key.hash).copied().filter(|entry| transition::holds(entry, token)) else {
+    /// The stored Processing record that `token` holds and its lease end
+    /// (monotonic), or `LeaseLost` — also for a lease abandoned past its
+    /// end + TTL, which has expired. What the holder knows saves a read of
+    /// the log.
+    fn held(
+        &self,
+        state: &mut ShardState,
+        key: &KeyRef<'_>,
+        token: u64,
+        known: Option<&Held>,
+        now: Now,
+    ) -> Result<(Header, u64)> {
+        let live = state.live_entry(key.hash, now, &self.counters);
+        let Some((entry, lease_end_ms)) = live.filter(|(entry, _)| transition::holds(entry, token)) else {
             bump(&self.counters.lease_lost);
             return Err(Error::LeaseLost { token });
         };
         match known {
-            Some(held) => Ok(held.record(&entry)),
-            None => state.load(&entry, Some(key)),
+            Some(held) => Ok((held.record(&entry), lease_end_ms)),
+            None => Ok((state.load(&entry, Some(key))?, lease_end_ms)),
         }
     }
 
     /// Removes a key whatever its state. Returns whether a live record was
-    /// removed, and the tombstone's LSN.
+    /// removed, and the LSN the answer rests on: the tombstone's, or for an
+    /// absent key the newest written (what made it absent is no newer).
     pub(crate) fn remove(&self, key: &KeyRef<'_>) -> Result<(bool, u64)> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        let Some(entry) = state.live_entry(key.hash, now, &self.counters) else {
-            return Ok((false, 0));
+        let now = state.now(&*self.clock);
+        let Some((entry, _)) = state.live_entry(key.hash, now, &self.counters) else {
+            return Ok((false, self.commit.written_lsn()));
         };
         let stored = state.load(&entry, Some(key))?;
-        let header = transition::remove(&stored, state.log.next_lsn, now);
-        state.write(key, &header, &[], &self.commit, &self.counters)?;
+        let header = transition::remove(&stored, state.log.next_lsn, now.wall_ms);
+        state.write(key, &header, &[], &self.commit, &self.counters, now)?;
         bump(&self.counters.removes);
         drop(state);
         self.waiters.wake(key.hash);
@@ -232,15 +246,25 @@ impl Shard {
     }
 
     /// The live record at index hash `hash`, checked to belong to `key` when
-    /// one is given (iteration has only the hash), and its LSN.
-    pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<Option<(Record, u64)>> {
+    /// one is given (iteration has only the hash), and the LSN the answer
+    /// rests on: the record's, or for an absent key the newest written (the
+    /// tombstone or expiry that made it absent is no newer).
+    pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<(Option<Record>, u64)> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        let Some(entry) = state.live_entry(hash, now, &self.counters) else {
-            return Ok(None);
+        let now = state.now(&*self.clock);
+        let Some((entry, _)) = state.live_entry(hash, now, &self.counters) else {
+            return Ok((None, self.commit.written_lsn()));
         };
         let stored = state.load(&entry, key)?;
-        Ok(Record::from_frame(&stored, &state.read_buffer).map(|record| (record, entry.lsn)))
+        Ok((Record::from_frame(&stored, &state.read_buffer), entry.lsn))
+    }
+
+    /// Drops the Processing records abandoned past their lease end + TTL, so
+    /// that compaction can reclaim them; returns how many.
+    pub(crate) fn expire_abandoned(&self) -> Result<u64> {
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        Ok(state.expire_abandoned(now, &self.counters))
     }
 
     /// The index hashes of every key (for iteration).
@@ -251,10 +275,11 @@ impl Shard {
     /// Adds this shard's records by state to `census`.
     pub(crate) fn census(&self, census: &mut Census) -> Result<()> {
         let mut state = self.lock()?;
-        let now = state.now_ms(&*self.clock);
-        for entry in state.index.values() {
+        let now = state.now(&*self.clock);
+        for (hash, entry) in state.index.iter() {
+            let lease_end_ms = if entry.state == State::Processing { state.lease_end(hash) } else { 0 };
             let counter = match entry.state {
-                _ if entry.is_expired(now) => &mut census.expired,
+                _ if transition::is_gone(entry, lease_end_ms, now) => &mut census.expired,
                 State::Processing => &mut census.processing,
                 State::Completed => &mut census.completed,
                 State::Failed => &mut census.failed,

@@ -1,25 +1,33 @@
 //! What a shard keeps behind its lock: the index with its per-segment
-//! accounting, the log writer, and the shard's time floor. Every change to
-//! the index goes through here, so the accounting that compaction decides
-//! on always matches it.
+//! accounting and the lease ends of its Processing keys, the log writer,
+//! and the shard's clock floors. Every change to the index goes through
+//! here, so the accounting that compaction decides on and the lease table
+//! always match it.
 
 use super::KeyRef;
-use crate::clock::Clock;
+use crate::clock::{Clock, Now};
 use crate::compaction::SegmentUsage;
 use crate::error::{Error, Result};
-use crate::index::{Entry, Index};
-use crate::record::{self, Header, Kind};
+use crate::index::{Entry, Index, LeaseEnds};
+use crate::record::{self, Header, Kind, State};
 use crate::segment::writer::{GroupCommit, Writer};
 use crate::stats::{bump, Counters};
+use crate::transition;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 /// Everything behind the shard's lock.
 #[derive(Debug)]
 pub(crate) struct ShardState {
     pub index: Index,
+    /// The lease end, on the monotonic scale, of every Processing key.
+    pub leases: LeaseEnds,
     pub log: Writer,
-    /// The largest time seen: the shard's clock never goes backwards.
+    /// The largest wall-clock time seen: TTL time never goes backwards (see
+    /// the argument in [`crate::clock`]).
     pub now_floor_ms: u64,
+    /// The largest monotonic reading seen (a correct clock never needs it).
+    monotonic_floor_ms: u64,
     /// Live-data accounting per segment (sealed and active), for compaction.
     pub usage: BTreeMap<u32, SegmentUsage>,
     encode_buffer: Vec<u8>,
@@ -28,22 +36,46 @@ pub(crate) struct ShardState {
 }
 
 impl ShardState {
-    /// The state of a shard recovered at open. Records expired by
-    /// `now_floor_ms` leave the index; returns the state and how many left.
-    pub(crate) fn new(mut index: Index, log: Writer, now_floor_ms: u64, lengths: &BTreeMap<u32, u64>) -> (Self, u64) {
-        let before = index.len();
-        index.retain(|entry| !entry.is_expired(now_floor_ms));
-        let expired = (before - index.len()) as u64;
+    /// The state of a shard recovered at open, at `now`. Records expired by
+    /// then leave the index and are counted in `counters`; every Processing
+    /// record is read back once, to set its lease end by the rule across a
+    /// restart ([`transition::lease_end`]) and its expiry.
+    pub(crate) fn new(
+        index: Index,
+        log: Writer,
+        now: Now,
+        lengths: &BTreeMap<u32, u64>,
+        counters: &Counters,
+    ) -> Result<Self> {
         let mut state = ShardState {
             index,
+            leases: LeaseEnds::default(),
             log,
-            now_floor_ms,
+            now_floor_ms: now.wall_ms,
+            monotonic_floor_ms: now.monotonic_ms,
             usage: BTreeMap::new(),
             encode_buffer: Vec::new(),
             read_buffer: Vec::new(),
         };
+        let before = state.index.len();
+        state.index.retain(|entry| !entry.is_expired(now.wall_ms));
+        counters.expirations.fetch_add((before - state.index.len()) as u64, Ordering::Relaxed);
+        let processing: Vec<(u128, Entry)> =
+            state.index.iter().filter(|(_, entry)| entry.state == State::Processing).map(|(h, e)| (h, *e)).collect();
+        for (hash, mut entry) in processing {
+            let header = state.load(&entry, None)?;
+            let lease_end_ms = transition::lease_end(&header, now);
+            entry.deadline_ms = transition::gone_ms(&header);
+            if transition::is_gone(&entry, lease_end_ms, now) {
+                state.index.remove(&hash);
+                bump(&counters.abandoned_expired);
+            } else {
+                state.index.insert(hash, entry);
+                state.leases.insert(hash, lease_end_ms);
+            }
+        }
         state.rebuild_usage(lengths);
-        (state, expired)
+        Ok(state)
     }
 
     /// Recomputes the per-segment accounting from the index and the
@@ -55,36 +87,77 @@ impl ShardState {
         }
     }
 
-    /// Points the index at a new record, keeping the accounting.
-    fn index_insert(&mut self, hash: u128, entry: Entry) {
+    /// Points the index at a new record, keeping the accounting and the
+    /// lease table (`lease_end_ms` for a Processing record).
+    fn index_insert(&mut self, hash: u128, entry: Entry, lease_end_ms: Option<u64>) {
         if let Some(old) = self.index.insert(hash, entry) {
             self.usage.entry(old.segment).or_default().release(&old);
         }
         self.usage.entry(entry.segment).or_default().add(&entry);
+        match lease_end_ms {
+            Some(end_ms) => self.leases.insert(hash, end_ms),
+            None => self.leases.remove(hash),
+        }
     }
 
     /// Drops a key from the index, keeping the accounting.
     pub(crate) fn index_remove(&mut self, hash: u128) -> Option<Entry> {
         let old = self.index.remove(&hash)?;
+        self.leases.remove(hash);
         self.usage.entry(old.segment).or_default().release(&old);
         Some(old)
     }
 
-    /// The shard's time: the clock, but never earlier than any time seen.
-    pub(crate) fn now_ms(&mut self, clock: &dyn Clock) -> u64 {
+    /// The shard's time: the wall clock never earlier than any seen (for
+    /// TTLs), and elapsed time (for leases).
+    pub(crate) fn now(&mut self, clock: &dyn Clock) -> Now {
         self.now_floor_ms = self.now_floor_ms.max(clock.now_ms());
-        self.now_floor_ms
+        self.monotonic_floor_ms = self.monotonic_floor_ms.max(clock.monotonic_ms());
+        Now { wall_ms: self.now_floor_ms, monotonic_ms: self.monotonic_floor_ms }
     }
 
-    /// The index entry of a key, dropping it if its TTL has passed.
-    pub(crate) fn live_entry(&mut self, hash: u128, now: u64, counters: &Counters) -> Option<Entry> {
+    /// The shard's wall-clock time for TTLs (see [`ShardState::now`]).
+    pub(crate) fn now_ms(&mut self, clock: &dyn Clock) -> u64 {
+        self.now(clock).wall_ms
+    }
+
+    /// The lease end (monotonic) of the key at `hash`, if Processing. Every
+    /// Processing entry has one; were one missing, the lease would count as
+    /// running, since refusing is safer than running a side effect twice.
+    pub(crate) fn lease_end(&self, hash: u128) -> u64 {
+        self.leases.get(hash).unwrap_or(u64::MAX)
+    }
+
+    /// The index entry of a key and, if Processing, its lease end; the key
+    /// is dropped (and counted) if it has expired: a TTL that passed, or an
+    /// abandoned lease past its end + TTL.
+    pub(crate) fn live_entry(&mut self, hash: u128, now: Now, counters: &Counters) -> Option<(Entry, u64)> {
         let entry = *self.index.get(&hash)?;
-        if entry.is_expired(now) {
-            bump(&counters.expirations);
+        let lease_end_ms = if entry.state == State::Processing { self.lease_end(hash) } else { 0 };
+        if transition::is_gone(&entry, lease_end_ms, now) {
+            let counter =
+                if entry.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
+            bump(counter);
             self.index_remove(hash);
             return None;
         }
-        Some(entry)
+        Some((entry, lease_end_ms))
+    }
+
+    /// Drops every Processing key whose lease ended and whose lease end +
+    /// TTL has passed; returns how many. Walks only the lease table.
+    pub(crate) fn expire_abandoned(&mut self, now: Now, counters: &Counters) -> u64 {
+        let gone: Vec<u128> = self
+            .leases
+            .iter()
+            .filter(|(hash, end_ms)| self.index.get(hash).is_some_and(|entry| transition::is_gone(entry, *end_ms, now)))
+            .map(|(hash, _)| hash)
+            .collect();
+        for hash in &gone {
+            self.index_remove(*hash);
+            bump(&counters.abandoned_expired);
+        }
+        gone.len() as u64
     }
 
     /// Appends `header` (at the next LSN) for `key` with `response`, and
@@ -96,6 +169,7 @@ impl ShardState {
         response: &[u8],
         commit: &GroupCommit,
         counters: &Counters,
+        now: Now,
     ) -> Result<()> {
         let header = Header {
             scope_len: u16::try_from(key.scope.len()).expect("scope length checked against limits"),
@@ -116,13 +190,14 @@ impl ShardState {
                 let entry = Entry {
                     lsn: header.lsn,
                     token: header.token,
-                    deadline_ms: header.deadline_ms,
+                    deadline_ms: transition::gone_ms(&header),
                     segment: appended.segment,
                     offset: appended.offset,
                     frame_len: appended.frame_len,
                     state: record_state,
                 };
-                self.index_insert(key.hash, entry);
+                let lease_end_ms = (record_state == State::Processing).then(|| transition::lease_end(&header, now));
+                self.index_insert(key.hash, entry, lease_end_ms);
             }
             Kind::Tombstone => {
                 self.index_remove(key.hash);

@@ -7,7 +7,13 @@
 //! A record to write is a full [`Header`] whose `lsn` is the shard's next
 //! LSN; a new lease's fencing token is that LSN too, so tokens of a key only
 //! grow. The shard fills in the lengths of scope, key and response.
+//!
+//! Time comes in as [`Now`]: both clocks read together. A lease is decided
+//! on the monotonic scale (the stored lease end, [`Stored::lease_end_ms`],
+//! is kept by the shard in memory); TTLs on the wall clock, from the
+//! record's own fields (see [`crate::clock`]).
 
+use crate::clock::Now;
 use crate::fingerprint::Fingerprint;
 use crate::index::Entry;
 use crate::record::{Header, Kind, State};
@@ -53,8 +59,9 @@ impl Held {
     }
 
     /// The stored Processing record that `entry` points at, rebuilt from
-    /// what the holder knows (no log read). Its lengths and `updated_ms`
-    /// are not known and are zero; no decision reads them.
+    /// what the holder knows (no log read). Its lengths, `updated_ms` and
+    /// written lease end are not known and are zero; no decision reads them
+    /// (a renewal counts from the lease end in memory).
     pub(crate) fn record(&self, entry: &Entry) -> Header {
         Header {
             kind: Kind::Put(State::Processing),
@@ -65,13 +72,21 @@ impl Held {
             fingerprint: self.fingerprint,
             created_ms: self.created_ms,
             updated_ms: 0,
-            deadline_ms: entry.deadline_ms,
+            deadline_ms: 0,
             ttl_ms: self.ttl_ms,
             scope_len: 0,
             key_len: 0,
             response_len: 0,
         }
     }
+}
+
+/// The newest record of a key, with what the shard keeps of it in memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stored<'a> {
+    pub record: &'a Header,
+    /// For a Processing record, its lease end on the monotonic scale.
+    pub lease_end_ms: u64,
 }
 
 /// The decision on a claim.
@@ -81,10 +96,44 @@ pub(crate) enum ClaimStep {
     Acquire(Header),
     /// Answer with the stored record.
     Replay,
-    /// Another holder's lease runs `retry_after_ms` more.
+    /// Another holder's lease runs `retry_after_ms` more (elapsed time).
     InProgress { retry_after_ms: u64, attempt: u32 },
     /// The key is present with another fingerprint.
     Mismatch,
+}
+
+/// The wall-clock time from which a put reads absent: a Completed or
+/// Failed record at its expiry; a Processing one at its written lease end +
+/// its TTL (an abandoned lease), and then only once its lease has also ended
+/// on the monotonic scale ([`is_gone`]).
+pub(crate) fn gone_ms(record: &Header) -> u64 {
+    match record.kind {
+        Kind::Put(State::Processing) => record.deadline_ms.saturating_add(record.ttl_ms),
+        Kind::Put(_) => record.deadline_ms,
+        Kind::Tombstone => 0,
+    }
+}
+
+/// Whether a put whose index entry is `entry` reads absent at `now`; for a
+/// Processing record `lease_end_ms` is its lease end on the monotonic scale.
+/// A running lease never expires, whatever the wall clock says.
+pub(crate) fn is_gone(entry: &Entry, lease_end_ms: u64, now: Now) -> bool {
+    match entry.state {
+        State::Processing => lease_end_ms <= now.monotonic_ms && entry.deadline_ms <= now.wall_ms,
+        State::Completed | State::Failed => entry.is_expired(now.wall_ms),
+    }
+}
+
+/// The lease end, on the monotonic scale, of the Processing record
+/// `record` read at `now`: the wall-clock time it has left, clamped to
+/// `[0, its length]`, where its length is what its last claim or renewal
+/// granted (written lease end − written update time). For a record just
+/// written (`updated_ms` is now) that is exactly its length; at open it is
+/// the rule across a restart (see [`crate::Clock`]).
+pub(crate) fn lease_end(record: &Header, now: Now) -> u64 {
+    let length = record.deadline_ms.saturating_sub(record.updated_ms);
+    let left = record.deadline_ms.saturating_sub(now.wall_ms).min(length);
+    now.monotonic_ms.saturating_add(left)
 }
 
 /// Decides a claim. `stored` is the newest record of the key, `None` when
@@ -92,12 +141,12 @@ pub(crate) enum ClaimStep {
 ///
 /// | stored | fingerprint | step |
 /// |---|---|---|
-/// | none, a tombstone, or Completed/Failed past its TTL | – | acquire, attempt 1 |
+/// | none, a tombstone, Completed/Failed past its TTL, or Processing past lease end + TTL | – | acquire, attempt 1 |
 /// | Processing, lease running | same | in progress |
 /// | Processing, lease ended | same | acquire, `recovered`, attempt + 1, first claim's `created_ms` |
 /// | Completed / Failed | same | replay |
 /// | any live | different | mismatch |
-pub(crate) fn claim(stored: Option<&Header>, request: &ClaimParams, next_lsn: u64, now_ms: u64) -> ClaimStep {
+pub(crate) fn claim(stored: Option<Stored<'_>>, request: &ClaimParams, next_lsn: u64, now: Now) -> ClaimStep {
     let fresh = Header {
         kind: Kind::Put(State::Processing),
         recovered: false,
@@ -105,27 +154,27 @@ pub(crate) fn claim(stored: Option<&Header>, request: &ClaimParams, next_lsn: u6
         lsn: next_lsn,
         token: next_lsn,
         fingerprint: request.fingerprint,
-        created_ms: now_ms,
-        updated_ms: now_ms,
-        deadline_ms: now_ms.saturating_add(request.lease_ms),
+        created_ms: now.wall_ms,
+        updated_ms: now.wall_ms,
+        deadline_ms: now.wall_ms.saturating_add(request.lease_ms),
         ttl_ms: request.ttl_ms,
         scope_len: 0,
         key_len: 0,
         response_len: 0,
     };
-    let live = stored.and_then(|stored| match stored.kind {
-        Kind::Put(state) if !state.is_expired(stored.deadline_ms, now_ms) => Some((stored, state)),
+    let live = stored.and_then(|stored| match stored.record.kind {
+        Kind::Put(state) if !is_gone_record(stored, now) => Some((stored, state)),
         Kind::Put(_) | Kind::Tombstone => None,
     });
-    let Some((stored, state)) = live else {
+    let Some((Stored { record: stored, lease_end_ms }, state)) = live else {
         return ClaimStep::Acquire(fresh);
     };
     if stored.fingerprint != request.fingerprint {
         return ClaimStep::Mismatch;
     }
     match state {
-        State::Processing if stored.deadline_ms > now_ms => {
-            ClaimStep::InProgress { retry_after_ms: stored.deadline_ms - now_ms, attempt: stored.attempt }
+        State::Processing if lease_end_ms > now.monotonic_ms => {
+            ClaimStep::InProgress { retry_after_ms: lease_end_ms - now.monotonic_ms, attempt: stored.attempt }
         }
         State::Processing => ClaimStep::Acquire(Header {
             recovered: true,
@@ -134,6 +183,17 @@ pub(crate) fn claim(stored: Option<&Header>, request: &ClaimParams, next_lsn: u6
             ..fresh
         }),
         State::Completed | State::Failed => ClaimStep::Replay,
+    }
+}
+
+/// [`is_gone`] for a stored put, from the record's own fields.
+fn is_gone_record(stored: Stored<'_>, now: Now) -> bool {
+    match stored.record.kind {
+        Kind::Put(State::Processing) => {
+            stored.lease_end_ms <= now.monotonic_ms && gone_ms(stored.record) <= now.wall_ms
+        }
+        Kind::Put(state) => state.is_expired(stored.record.deadline_ms, now.wall_ms),
+        Kind::Tombstone => true,
     }
 }
 
@@ -146,8 +206,8 @@ pub(crate) fn holds(entry: &Entry, token: u64) -> bool {
 }
 
 /// The record that finishes the held Processing record `held`: Completed or
-/// Failed until `now + ttl`, or a tombstone for a release. Token, attempt,
-/// fingerprint and creation time carry over.
+/// Failed until `now + ttl` (wall clock), or a tombstone for a release.
+/// Token, attempt, fingerprint and creation time carry over.
 pub(crate) fn finish(held: &Header, finish: Finish<'_>, next_lsn: u64, now_ms: u64) -> Header {
     let header = Header { lsn: next_lsn, updated_ms: now_ms, ..*held };
     match finish {
@@ -161,11 +221,15 @@ pub(crate) fn finish(held: &Header, finish: Finish<'_>, next_lsn: u64, now_ms: u
     }
 }
 
-/// The record that renews the held Processing record `held` so its lease
-/// ends at least `extend_ms` from now; a renewal never shortens a lease.
-pub(crate) fn renew(held: &Header, extend_ms: u64, next_lsn: u64, now_ms: u64) -> Header {
-    let deadline_ms = held.deadline_ms.max(now_ms.saturating_add(extend_ms));
-    Header { lsn: next_lsn, updated_ms: now_ms, deadline_ms, ..*held }
+/// The record that renews the held Processing record `held`, whose lease
+/// ends at `lease_end_ms` (monotonic), so that the lease ends at least
+/// `extend_ms` of elapsed time from now; a renewal never shortens a lease.
+/// The record carries the new end as wall-clock time from now, so that
+/// [`lease_end`] of it at `now` is the new end.
+pub(crate) fn renew(held: &Header, lease_end_ms: u64, extend_ms: u64, next_lsn: u64, now: Now) -> Header {
+    let end_ms = lease_end_ms.max(now.monotonic_ms.saturating_add(extend_ms));
+    let left_ms = end_ms - now.monotonic_ms;
+    Header { lsn: next_lsn, updated_ms: now.wall_ms, deadline_ms: now.wall_ms.saturating_add(left_ms), ..*held }
 }
 
 /// The tombstone that removes the live record `stored`, whatever its state.
