@@ -1,13 +1,18 @@
 //! A structured sequence of claims, completions, fails, releases, renews,
 //! removes, clock moves, compactions and reopens over a handful of keys,
 //! run against the store and a plain model of the state machine; every
-//! answer must agree. A planned I/O fault (the N-th call fails) ends the
-//! sequence: the store is reopened on a healthy disk and every key must be
-//! as the model says, or as the failed call would have left it.
+//! answer must agree. The store lives on an in-memory disk that can lose
+//! its power ([`idemkv::io::PowerCutStorage`]). A planned I/O fault (the
+//! N-th call fails) or a power failure at a chosen storage call ends the
+//! sequence; a planned power cut then drops and tears what was not synced.
+//! The store is reopened on the healthy disk and must open; every key must
+//! be as the model says (every call is acknowledged under `Sync`), or as
+//! the one failed call would have left it; and a claim after the reopen
+//! gets a fencing token above every token handed out before.
 #![no_main]
 
 use arbitrary::Arbitrary;
-use idemkv::io::{Fault, FaultyStorage, StdStorage};
+use idemkv::io::{Fault, FaultyStorage, PowerCutStorage};
 use idemkv::{
     Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store,
 };
@@ -33,11 +38,23 @@ enum Op {
     Reopen,
 }
 
+/// A power cut at the end of the sequence.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+struct PowerCutPlan {
+    /// The power fails at the storage call after this many, counted from
+    /// the store's first open (between the last op and the reopen when
+    /// `None`).
+    after_calls: Option<u16>,
+    /// Chooses what the disk keeps of what was not synced.
+    seed: u64,
+}
+
 #[derive(Arbitrary, Debug)]
 struct Input {
     /// Fail the call after this many (none when `None`).
     fault_after: Option<u16>,
     fault_kind: u8,
+    power_cut: Option<PowerCutPlan>,
     ops: Vec<Op>,
 }
 
@@ -274,9 +291,17 @@ impl Run {
 fuzz_target!(|input: Input| {
     let dir = scratch::directory();
     let clock = ManualClock::new(1_767_225_600_000);
-    let storage = FaultyStorage::new(Arc::new(StdStorage));
-    let Ok(store) = Store::open(dir.path(), config(&clock, Arc::new(storage.clone()))) else { return };
-    let mut slot = Some(store);
+    let disk = scratch::disk(dir);
+    let storage = FaultyStorage::new(Arc::new(disk.clone()));
+    if let Some(after) = input.power_cut.and_then(|plan| plan.after_calls) {
+        disk.power_off_after(u64::from(after));
+    }
+    // The power may fail while the store is first created.
+    let mut slot = match Store::open(dir, config(&clock, Arc::new(storage.clone()))) {
+        Ok(store) => Some(store),
+        Err(_) if disk.powered_off() => None,
+        Err(error) => panic!("first open: {error}"),
+    };
     if let Some(after) = input.fault_after {
         let kind = match input.fault_kind % 3 {
             0 => Fault::Io,
@@ -287,16 +312,20 @@ fuzz_target!(|input: Input| {
     }
     let mut run = Run { clock, models: HashMap::new(), tokens: Vec::new() };
     let mut pending: Option<(Option<Id>, Option<Model>)> = None;
-    for op in input.ops.iter().take(64) {
-        if let Err(failed) = run.step(&mut slot, dir.path(), &storage, *op) {
+    let ops = if slot.is_some() { input.ops.as_slice() } else { &[] };
+    for op in ops.iter().take(64) {
+        if let Err(failed) = run.step(&mut slot, dir, &storage, *op) {
             pending = Some(failed);
             break;
         }
     }
     drop(slot);
-    // Reopen on a healthy disk: every key as the model says, or as the one
-    // failed call would have left it.
-    let store = Store::open(dir.path(), config(&run.clock, Arc::new(StdStorage))).expect("reopen after a fault");
+    if let Some(plan) = input.power_cut {
+        disk.power_cut(plan.seed);
+    }
+    // Reopen on a healthy disk (after the cut, if any): every key as the
+    // model says, or as the one failed call would have left it.
+    let store = reopen(dir, &run.clock, &disk, &input);
     for scope in 0..2 {
         for key in 0..3 {
             let id = (scope, key);
@@ -318,4 +347,22 @@ fuzz_target!(|input: Input| {
             assert!(allowed, "{id:?}: store {actual:?}, model {expected:?}, failed call {failed_here:?}");
         }
     }
+    // No fencing token is handed out twice.
+    let handed_max = run.tokens.iter().map(|(_, token)| *token).max().unwrap_or(0);
+    let fresh = ClaimRequest::new("fresh", fingerprint(false)).scope("s9");
+    match store.claim(&fresh) {
+        Ok(Claim::Acquired(lease)) => {
+            assert!(lease.token() > handed_max, "token {} handed out again (up to {handed_max} before)", lease.token());
+        }
+        other => panic!("a fresh key after the reopen: {other:?}"),
+    }
 });
+
+/// Reopens the store on the disk after the run (and the cut, if any): it
+/// must open, since the disk lost nothing that was synced.
+fn reopen(dir: &Path, clock: &ManualClock, disk: &PowerCutStorage, input: &Input) -> Store {
+    match Store::open(dir, config(clock, Arc::new(disk.clone()))) {
+        Ok(store) => store,
+        Err(error) => panic!("reopen after a fault or power cut {:?}: {error}", input.power_cut),
+    }
+}

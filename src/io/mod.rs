@@ -1,6 +1,7 @@
 //! The file layer: every byte the store reads or writes goes through
 //! [`Storage`] and [`StorageFile`], so tests can inject faults (a failed or
-//! short write, a failed fsync, a full disk) without `cfg(test)` switches.
+//! short write, a failed fsync, a full disk: [`FaultyStorage`]) and cut the
+//! power ([`PowerCutStorage`]) without `cfg(test)` switches.
 
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
@@ -10,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod fault;
+pub mod powercut;
 
 pub use fault::{Fault, FaultyStorage};
+pub use powercut::{PowerCut, PowerCutStorage, FILE_BYTES_MAX, SECTOR_BYTES};
 
 /// One open file, addressed by offset (no shared cursor, so readers and the
 /// writer never race on a seek position).
