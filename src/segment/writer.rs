@@ -247,6 +247,11 @@ impl GroupCommit {
         self.written_lsn.load(Ordering::Acquire) > self.durable_lsn.load(Ordering::Acquire)
     }
 
+    /// LSN up to which every record is on stable storage.
+    pub(crate) fn durable_lsn(&self) -> u64 {
+        self.durable_lsn.load(Ordering::Acquire)
+    }
+
     /// LSN of the newest record written.
     pub(crate) fn written_lsn(&self) -> u64 {
         self.written_lsn.load(Ordering::Acquire)

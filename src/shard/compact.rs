@@ -32,6 +32,20 @@ enum Decision {
     Shadow,
     /// Superseded, or dead in the oldest segment: left out.
     Drop,
+    /// Superseded by a record that is not durable yet: copied as it is
+    /// (the index does not point at it), so that a power cut that loses the
+    /// newer record cannot lose this one too.
+    Retain,
+}
+
+/// What a classification of one segment's records needs to know.
+#[derive(Debug, Clone, Copy)]
+struct Context {
+    segment: u32,
+    oldest: bool,
+    now: u64,
+    /// LSN up to which the shard's log is durable.
+    durable_lsn: u64,
 }
 
 /// One record of the segment being compacted, as the plan needs it.
@@ -48,7 +62,7 @@ impl Planned {
     /// Bytes it takes in the new file.
     fn kept_bytes(&self) -> u64 {
         match (self.decision, self.header.kind) {
-            (Decision::Keep, _) | (Decision::Shadow, Kind::Tombstone) => self.len,
+            (Decision::Keep | Decision::Retain, _) | (Decision::Shadow, Kind::Tombstone) => self.len,
             (Decision::Shadow, Kind::Put(_)) => {
                 record::frame_bytes(usize::from(self.header.scope_len), usize::from(self.header.key_len), 0)
             }
@@ -133,8 +147,13 @@ impl Shard {
             planned.push(Planned { offset, len, hash, header, decision: Decision::Drop });
             Ok(())
         })?;
-        self.classify_all(&mut planned, id, oldest, now, report)?;
-        report.records_dropped += planned.iter().filter(|plan| plan.decision != Decision::Keep).count() as u64;
+        // What is durable now bounds what may be dropped: a record is left
+        // out only for a newer one that a power cut cannot take back.
+        self.sync_all()?;
+        let durable_lsn = self.commit.durable_lsn();
+        self.classify_all(&mut planned, Context { segment: id, oldest, now, durable_lsn }, report)?;
+        let dropped = planned.iter().filter(|plan| !matches!(plan.decision, Decision::Keep | Decision::Retain));
+        report.records_dropped += dropped.count() as u64;
         let len = scan.len;
         let kept: u64 = HEADER_BYTES as u64 + planned.iter().map(Planned::kept_bytes).sum::<u64>();
         if kept == HEADER_BYTES as u64 && oldest {
@@ -159,18 +178,11 @@ impl Shard {
 
     /// Classifies every planned record against the index, in short batches
     /// under the lock.
-    fn classify_all(
-        &self,
-        planned: &mut [Planned],
-        segment: u32,
-        oldest: bool,
-        now: u64,
-        report: &mut CompactionReport,
-    ) -> Result<()> {
+    fn classify_all(&self, planned: &mut [Planned], context: Context, report: &mut CompactionReport) -> Result<()> {
         for batch in planned.chunks_mut(BATCH) {
             let mut state = self.lock()?;
             for plan in batch {
-                plan.decision = self.classify(&mut state, plan.hash, &plan.header, segment, oldest, now, report);
+                plan.decision = self.classify(&mut state, plan.hash, &plan.header, context, report);
             }
         }
         Ok(())
@@ -202,23 +214,20 @@ impl Shard {
         }
     }
 
-    /// Decides the fate of one record of segment `segment`; an expired
-    /// newest record leaves the index here.
-    #[expect(clippy::too_many_arguments, reason = "one decision needs the whole context")]
+    /// Decides the fate of one record of the segment; an expired newest
+    /// record leaves the index here.
     fn classify(
         &self,
         state: &mut ShardState,
         hash: u128,
         record: &Header,
-        segment: u32,
-        oldest: bool,
-        now: u64,
+        context: Context,
         report: &mut CompactionReport,
     ) -> Decision {
-        let dead = if oldest { Decision::Drop } else { Decision::Shadow };
+        let dead = if context.oldest { Decision::Drop } else { Decision::Shadow };
         match (record.kind, state.index.get(&hash).copied()) {
-            (Kind::Put(_), Some(entry)) if entry.lsn == record.lsn && entry.segment == segment => {
-                if entry.is_expired(now) {
+            (Kind::Put(_), Some(entry)) if entry.lsn == record.lsn && entry.segment == context.segment => {
+                if entry.is_expired(context.now) {
                     state.index_remove(hash);
                     bump(&self.counters.expirations);
                     report.index_entries_released += 1;
@@ -227,8 +236,14 @@ impl Shard {
                     Decision::Keep
                 }
             }
-            // A newer live record of the key shadows this one.
-            (_, Some(entry)) if entry.lsn > record.lsn => Decision::Drop,
+            // A newer live record of the key shadows this one, once durable.
+            (_, Some(entry)) if entry.lsn > record.lsn => {
+                if entry.lsn <= context.durable_lsn {
+                    Decision::Drop
+                } else {
+                    Decision::Retain
+                }
+            }
             // The key is absent: released, removed, expired or superseded
             // by a tombstone in a later segment.
             _ => dead,
@@ -314,7 +329,7 @@ fn fill(
     for plan in planned {
         match (plan.decision, plan.header.kind) {
             (Decision::Drop, _) => {}
-            (Decision::Keep, _) | (Decision::Shadow, Kind::Tombstone) => {
+            (Decision::Keep | Decision::Retain, _) | (Decision::Shadow, Kind::Tombstone) => {
                 if plan.decision == Decision::Keep {
                     let offset = u32::try_from(out.offset())
                         .map_err(|_| Error::corruption(path, plan.offset, "rewritten segment beyond 4 GiB"))?;
