@@ -91,7 +91,13 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
 /// or the calling thread alone, recover every shard): a refused thread is no
 /// reason to fail an open, let alone to panic.
 fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHasher) -> Result<Vec<Recovered>> {
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize);
+    // One shard needs no helper, nor the question of how many cores there
+    // are (which reads files of its own on Linux).
+    let threads = if shards > 1 {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize)
+    } else {
+        1
+    };
     let next = AtomicU32::new(0);
     let work = || {
         let mut done = Vec::new();
