@@ -17,15 +17,8 @@ fn config(clock: &ManualClock) -> Config {
         .clock(Arc::new(clock.clone()))
 }
 
-/// The segment files of shard 0, oldest first (not its catalog).
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.join("shard-0000"))
-        .expect("ls")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
-        .collect();
-    segments.sort();
-    segments
+    common::segment_files(dir, 0)
 }
 
 /// Writes `count` completed keys and returns the directory.

@@ -34,13 +34,7 @@ fn filled_store() -> tempfile::TempDir {
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.join("shard-0000"))
-        .expect("ls")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
-        .collect();
-    segments.sort();
-    segments
+    common::segment_files(dir, 0)
 }
 
 fn open_error(dir: &Path) -> Error {

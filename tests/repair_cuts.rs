@@ -37,13 +37,7 @@ fn filled_store() -> (tempfile::TempDir, u64) {
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.join("shard-0000"))
-        .expect("ls")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
-        .collect();
-    segments.sort();
-    segments
+    common::segment_files(dir, 0)
 }
 
 /// After a repair: the store opens, verifies clean, serves `key-00`, and a

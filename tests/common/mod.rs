@@ -2,7 +2,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Lease, ManualClock, Record, Store};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The manual clock starts here (2026-01-01), far from zero.
@@ -38,3 +38,15 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
 /// A real axum server behind the idempotency layer and a real HTTP client.
 #[cfg(feature = "tower")]
 pub mod http;
+
+/// The segment files of shard `shard` of the store in `dir`, oldest first
+/// (not its catalog).
+pub fn segment_files(dir: &Path, shard: u32) -> Vec<PathBuf> {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("shard-{shard:04}")))
+        .expect("ls")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
+        .collect();
+    segments.sort();
+    segments
+}
