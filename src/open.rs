@@ -54,6 +54,12 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         let created = (0..manifest.shards)
             .map(|id| create_shard(&*storage, &segment::shard_dir(&dir, id), id))
             .collect::<Result<Vec<_>>>()?;
+        // The shard folders' names, and the store directory's own name in
+        // its parent, are made durable before the manifest can be: a power
+        // cut must never keep a manifest whose shards it lost.
+        storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
+        let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        storage.sync_dir(parent).map_err(|error| Error::io("fsync", parent, error))?;
         manifest.store(&*storage, &dir)?;
         created
     };
