@@ -12,10 +12,25 @@ use hdrhistogram::Histogram;
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Record, State, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Writes one line to stdout. A reader that went away (`idemkv list DIR |
+/// head -1`) ends the command quietly with success; any other failure to
+/// write is an error of the command.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        if let Err(error) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(format!("writing to stdout: {error}"));
+        }
+    };
+}
 
 #[derive(Parser)]
 #[command(name = "idemkv", version, about = "Inspect, verify, compact and load-test an idemkv store directory")]
@@ -171,7 +186,7 @@ fn stats(dir: &Path, format: Format) -> Result<ExitCode, String> {
             }
         }
     }
-    print!("{out}");
+    out!("{}", out.trim_end_matches('\n'));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -202,8 +217,8 @@ fn describe(record: &Record) -> String {
 fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, String> {
     let store = open_existing(dir)?;
     if let Some(record) = store.get(scope.as_bytes(), key.as_bytes()).map_err(|error| error.to_string())? {
-        println!("{}", describe(&record));
-        println!("response: {}", text_or_hex(&record.response));
+        out!("{}", describe(&record));
+        out!("response: {}", text_or_hex(&record.response));
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!("idemkv: no live record for scope {scope:?} key {key:?}");
@@ -227,7 +242,7 @@ fn list(dir: &Path, filter: Option<StateFilter>, limit: usize) -> Result<ExitCod
         if shown == limit {
             break;
         }
-        println!("{}", describe(&record));
+        out!("{}", describe(&record));
         shown += 1;
     }
     Ok(ExitCode::SUCCESS)
@@ -235,16 +250,19 @@ fn list(dir: &Path, filter: Option<StateFilter>, limit: usize) -> Result<ExitCod
 
 fn verify(dir: &Path) -> Result<ExitCode, String> {
     let report = idemkv::verify(dir).map_err(|error| error.to_string())?;
-    println!(
+    out!(
         "{} shards, {} segments, {} records, {} bytes checked",
-        report.shards, report.segments, report.records, report.bytes
+        report.shards,
+        report.segments,
+        report.records,
+        report.bytes
     );
     let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at next open)", span));
     for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
-        println!("{label}: {} offset {} length {}: {}", span.file.display(), span.offset, span.length, span.reason);
+        out!("{label}: {} offset {} length {}: {}", span.file.display(), span.offset, span.length, span.reason);
     }
     if report.is_clean() {
-        println!("clean");
+        out!("clean");
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))
@@ -254,10 +272,10 @@ fn verify(dir: &Path) -> Result<ExitCode, String> {
 fn repair(dir: &Path) -> Result<ExitCode, String> {
     let report = idemkv::repair(dir).map_err(|error| error.to_string())?;
     for action in &report.actions {
-        println!("{action}");
+        out!("{action}");
     }
     for record in &report.records_dropped {
-        println!(
+        out!(
             "dropped: {} scope {:?} key {:?} lsn {} {}",
             record.file.display(),
             String::from_utf8_lossy(&record.scope),
@@ -266,7 +284,7 @@ fn repair(dir: &Path) -> Result<ExitCode, String> {
             record.kind
         );
     }
-    println!(
+    out!(
         "{} records dropped, {} unreadable bytes cut{}",
         report.records_dropped.len(),
         report.unreadable_bytes,
@@ -278,7 +296,7 @@ fn repair(dir: &Path) -> Result<ExitCode, String> {
 fn compact(dir: &Path) -> Result<ExitCode, String> {
     let store = open_existing(dir)?;
     let report = store.compact().map_err(|error| error.to_string())?;
-    println!(
+    out!(
         "segments dropped {}, rewritten {}, bytes reclaimed {}, records dropped {}, index entries released {}",
         report.segments_dropped,
         report.segments_rewritten,
@@ -300,9 +318,25 @@ struct Tally {
     double_holders: AtomicU64,
 }
 
+/// Most threads `load` starts.
+const LOAD_THREADS_MAX: usize = 1024;
+/// Most distinct keys `load` tracks (8 bytes of memory each).
+const LOAD_KEYS_MAX: u64 = 100_000_000;
+/// Longest `load` run: a day.
+const LOAD_SECONDS_MAX: f64 = 86_400.0;
+
 fn load(args: &LoadArgs) -> Result<ExitCode, String> {
-    if args.threads == 0 || args.keys == 0 || !(0.0..=1.0).contains(&args.replay_ratio) || args.duration <= 0.0 {
-        return Err("--threads and --keys must be positive, --duration above 0, --replay-ratio in 0..=1".into());
+    if !(1..=LOAD_THREADS_MAX).contains(&args.threads) {
+        return Err(format!("--threads must be in 1..={LOAD_THREADS_MAX}"));
+    }
+    if !(1..=LOAD_KEYS_MAX).contains(&args.keys) {
+        return Err(format!("--keys must be in 1..={LOAD_KEYS_MAX}"));
+    }
+    if !args.duration.is_finite() || args.duration <= 0.0 || args.duration > LOAD_SECONDS_MAX {
+        return Err(format!("--duration must be a number of seconds above 0 and at most {LOAD_SECONDS_MAX}"));
+    }
+    if !(0.0..=1.0).contains(&args.replay_ratio) {
+        return Err("--replay-ratio must be in 0..=1".into());
     }
     let durability = match args.durability {
         DurabilityArg::Sync => Durability::Sync,
@@ -345,16 +379,16 @@ fn load(args: &LoadArgs) -> Result<ExitCode, String> {
     })?;
     progress.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
-    let mut latency = Histogram::<u64>::new(3).map_err(|error| error.to_string())?;
+    let mut latency = latency_histogram()?;
     for histogram in &histograms {
         latency.add(histogram).map_err(|error| error.to_string())?;
     }
     let claims = latency.len();
-    println!("{claims} claims in {elapsed:.1} s on {} threads: {:.0} claims/s", args.threads, claims as f64 / elapsed);
+    out!("{claims} claims in {elapsed:.1} s on {} threads: {:.0} claims/s", args.threads, claims as f64 / elapsed);
     for (label, quantile) in [("p50", 0.50), ("p99", 0.99), ("p99.9", 0.999)] {
-        println!("claim latency {label}: {:?}", Duration::from_nanos(latency.value_at_quantile(quantile)));
+        out!("claim latency {label}: {:?}", Duration::from_nanos(latency.value_at_quantile(quantile)));
     }
-    println!(
+    out!(
         "answers: acquired {}, replay {}, in progress {}, mismatch {}",
         tally.acquired.load(Ordering::Relaxed),
         tally.replays.load(Ordering::Relaxed),
@@ -362,22 +396,28 @@ fn load(args: &LoadArgs) -> Result<ExitCode, String> {
         tally.mismatches.load(Ordering::Relaxed)
     );
     let stats = store.stats();
-    println!("store: {} live records, {} bytes on disk, {} fsyncs", stats.live_records, stats.disk_bytes, stats.fsyncs);
+    out!("store: {} live records, {} bytes on disk, {} fsyncs", stats.live_records, stats.disk_bytes, stats.fsyncs);
     store.close().map_err(|error| error.to_string())?;
     let doubles = tally.double_holders.load(Ordering::Relaxed);
     if doubles > 0 {
         eprintln!("idemkv: FAILED: {doubles} keys were acquired while another lease on them was valid");
         return Ok(ExitCode::from(1));
     }
-    println!("fencing check: no key was ever held twice");
+    out!("fencing check: no key was ever held twice");
     Ok(ExitCode::SUCCESS)
 }
 
 type Context<'a> = (&'a Store, &'a [AtomicU64], &'a AtomicU64, &'a Tally, &'a AtomicBool);
 
+/// Latencies from 1 ns to an hour at 3 significant digits: a fixed range,
+/// so that no latency is clamped to a small automatic bound.
+fn latency_histogram() -> Result<Histogram<u64>, String> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|error| error.to_string())
+}
+
 fn worker(context: Context<'_>, args: &LoadArgs, thread: u64) -> Result<Histogram<u64>, String> {
     let (store, holders, created, tally, stop) = context;
-    let mut latency = Histogram::<u64>::new(3).map_err(|error| error.to_string())?;
+    let mut latency = latency_histogram()?;
     let fingerprint = Fingerprint::of(b"idemkv load");
     let response = vec![b'v'; args.value_bytes];
     let mut random = 0x9E37_79B9_7F4A_7C15_u64 ^ (thread + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
