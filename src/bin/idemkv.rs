@@ -359,11 +359,13 @@ fn load(args: &LoadArgs) -> Result<ExitCode, String> {
         ProgressStyle::with_template("{bar:40} {elapsed}/{duration} {msg}").map_err(|error| error.to_string())?,
     );
     let started = Instant::now();
-    let histograms: Vec<Histogram<u64>> = std::thread::scope(|scope| {
+    let empty = latency_histogram()?;
+    let histograms: Vec<(Histogram<u64>, Option<String>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..args.threads)
             .map(|thread| {
                 let context = (&store, holders.as_slice(), &created, &tally, &stop);
-                scope.spawn(move || worker(context, args, thread as u64))
+                let latency = empty.clone();
+                scope.spawn(move || worker(context, args, thread as u64, latency))
             })
             .collect();
         while started.elapsed() < duration {
@@ -375,8 +377,12 @@ fn load(args: &LoadArgs) -> Result<ExitCode, String> {
             progress.set_message(format!("{:.0} claims/s", done as f64 / started.elapsed().as_secs_f64()));
         }
         stop.store(true, Ordering::Relaxed);
-        workers.into_iter().map(|worker| worker.join().expect("load thread")).collect::<Result<_, String>>()
-    })?;
+        workers.into_iter().map(|worker| worker.join().expect("load thread")).collect()
+    });
+    // A worker that failed (a full disk, say) stopped them all; what was
+    // acknowledged until then is still summed up below.
+    let (histograms, failures): (Vec<_>, Vec<_>) = histograms.into_iter().unzip();
+    let failure = failures.into_iter().flatten().next();
     progress.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
     let mut latency = latency_histogram()?;
@@ -397,7 +403,11 @@ fn load(args: &LoadArgs) -> Result<ExitCode, String> {
     );
     let stats = store.stats();
     out!("store: {} live records, {} bytes on disk, {} fsyncs", stats.live_records, stats.disk_bytes, stats.fsyncs);
-    store.close().map_err(|error| error.to_string())?;
+    let closed = store.close().map_err(|error| error.to_string());
+    if let Some(failure) = failure {
+        return Err(format!("load stopped early: {failure}"));
+    }
+    closed?;
     let doubles = tally.double_holders.load(Ordering::Relaxed);
     if doubles > 0 {
         eprintln!("idemkv: FAILED: {doubles} keys were acquired while another lease on them was valid");
@@ -415,9 +425,23 @@ fn latency_histogram() -> Result<Histogram<u64>, String> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|error| error.to_string())
 }
 
-fn worker(context: Context<'_>, args: &LoadArgs, thread: u64) -> Result<Histogram<u64>, String> {
+/// Runs claims until stopped; returns their latencies and the error that
+/// stopped this worker early, if one did (it then stops the others too).
+fn worker(
+    context: Context<'_>,
+    args: &LoadArgs,
+    thread: u64,
+    mut latency: Histogram<u64>,
+) -> (Histogram<u64>, Option<String>) {
+    let outcome = claims(context, args, thread, &mut latency);
+    if outcome.is_err() {
+        context.4.store(true, Ordering::Relaxed);
+    }
+    (latency, outcome.err())
+}
+
+fn claims(context: Context<'_>, args: &LoadArgs, thread: u64, latency: &mut Histogram<u64>) -> Result<(), String> {
     let (store, holders, created, tally, stop) = context;
-    let mut latency = latency_histogram()?;
     let fingerprint = Fingerprint::of(b"idemkv load");
     let response = vec![b'v'; args.value_bytes];
     let mut random = 0x9E37_79B9_7F4A_7C15_u64 ^ (thread + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
@@ -439,14 +463,16 @@ fn worker(context: Context<'_>, args: &LoadArgs, thread: u64) -> Result<Histogra
         match claim {
             Claim::Acquired(lease) => {
                 tally.acquired.fetch_add(1, Ordering::Relaxed);
+                // The slot holds this lease's token until the lease is
+                // finished: a second acquire meanwhile is a double holder.
                 let slot = &holders[usize::try_from(index).unwrap_or(usize::MAX)];
-                if slot.compare_exchange(0, lease.token(), Ordering::SeqCst, Ordering::SeqCst).is_err()
-                    && !lease.recovered()
-                {
+                let token = lease.token();
+                if slot.compare_exchange(0, token, Ordering::SeqCst, Ordering::SeqCst).is_err() && !lease.recovered() {
                     tally.double_holders.fetch_add(1, Ordering::Relaxed);
                 }
-                slot.store(0, Ordering::SeqCst);
-                lease.complete(&response).map_err(|error| error.to_string())?;
+                let finished = lease.complete(&response).map_err(|error| error.error.to_string());
+                let _ours_or_a_taker_s = slot.compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
+                finished?;
             }
             Claim::Replay(_) => {
                 tally.replays.fetch_add(1, Ordering::Relaxed);
@@ -459,5 +485,5 @@ fn worker(context: Context<'_>, args: &LoadArgs, thread: u64) -> Result<Histogra
             }
         }
     }
-    Ok(latency)
+    Ok(())
 }
