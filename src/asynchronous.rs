@@ -60,12 +60,13 @@ impl Store {
         let start = Instant::now();
         let mut claim = self.claim_async(request).await?;
         let mut poll = WAIT_POLL_FIRST;
+        // Hashed once: every round waits on the same key.
+        let hash = self.engine().key_ref(request.scope, request.key)?.hash;
         loop {
             let Claim::InProgress { retry_after, .. } = claim else {
                 return Ok(claim);
             };
             let left = timeout.saturating_sub(start.elapsed());
-            let hash = self.engine().key_ref(request.scope, request.key)?.hash;
             let Some(mut waiter) = self.engine().listen(hash).filter(|_| !left.is_zero()) else {
                 return Ok(claim);
             };
