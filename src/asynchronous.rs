@@ -17,6 +17,7 @@ use crate::claim::{Claim, ClaimRequest};
 use crate::error::Result;
 use crate::lease::{FinishError, Lease, LeaseToken};
 use crate::store::{Store, WAIT_POLL_FIRST, WAIT_POLL_MAX};
+use crate::telemetry;
 use crate::transition::Finish;
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,10 @@ impl Store {
     /// # Errors
     /// As [`Store::claim`].
     pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced(request)?;
         self.engine().wait_durable_async(hash, lsn).await?;
+        self.claim_timed(&claim, started);
         Ok(claim)
     }
 

@@ -15,8 +15,8 @@ use crate::background::{Stop, Worker};
 use crate::compaction::{choose, Action, CompactionReport, Policy};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::telemetry::event;
 use std::ops::Deref;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,8 @@ fn pass<E: Deref<Target = Engine>>(mut engine: impl FnMut() -> Option<E>, stop: 
         (engine.shards.len(), Pacer::new(config.compaction_bytes_per_second), policy)
     };
     let mut report = CompactionReport::default();
+    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+    let started = Instant::now();
     for index in 0..shards {
         let actions = {
             let engine = lend()?;
@@ -61,8 +63,18 @@ fn pass<E: Deref<Target = Engine>>(mut engine: impl FnMut() -> Option<E>, stop: 
     }
     let engine = lend()?;
     let counters = &engine.shards[0].counters;
-    counters.compaction_runs.fetch_add(1, Ordering::Relaxed);
-    counters.compaction_bytes_reclaimed.fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
+    counters.compaction_runs.add(1);
+    counters.compaction_bytes_reclaimed.add(report.bytes_reclaimed);
+    event!(
+        info,
+        segments_dropped = report.segments_dropped,
+        segments_rewritten = report.segments_rewritten,
+        bytes_reclaimed = report.bytes_reclaimed,
+        records_dropped = report.records_dropped,
+        index_entries_released = report.index_entries_released,
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "compaction pass"
+    );
     Ok(report)
 }
 

@@ -4,6 +4,7 @@
 use crate::engine::{Engine, TokenRef};
 use crate::error::{Error, Result};
 use crate::stats::bump;
+use crate::telemetry::event;
 use crate::transition::{Finish, Held};
 use std::fmt;
 use std::sync::Arc;
@@ -279,7 +280,14 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.finished {
-            bump(&self.engine.shard_of_hash(self.hash).counters.abandoned_leases);
+            let shard = self.engine.shard_of_hash(self.hash);
+            bump(&shard.counters.abandoned_leases);
+            event!(
+                debug,
+                shard = shard.id,
+                token = self.token,
+                "lease dropped unfinished; the key stays Processing until its lease ends"
+            );
         }
     }
 }

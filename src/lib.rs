@@ -71,7 +71,9 @@
 // public API    lease, claim, store, stats, verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`)
 // around        config, clock, io/ (storage seam, fault injection), error,
-//               fingerprint, fuzzing (decoder entry points for fuzz/)
+//               fingerprint, fuzzing (decoder entry points for fuzz/),
+//               telemetry (counters exported through `metrics`, events
+//               through `tracing`; features of the same names)
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -103,6 +105,7 @@ mod shard;
 mod stats;
 mod store;
 mod sync;
+mod telemetry;
 mod transition;
 mod verify;
 mod waiters;

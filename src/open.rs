@@ -14,6 +14,7 @@ use crate::segment;
 use crate::segment::catalog;
 use crate::segment::header::HEADER_BYTES;
 use crate::shard::Shard;
+use crate::telemetry::{self, event, info_span, ClaimTimes};
 use crate::waiters::WaitLimits;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -31,6 +32,10 @@ pub const LOCK_FILE_NAME: &str = "LOCK";
 pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     config.validate()?;
     let dir = dir.to_path_buf();
+    let _span = info_span!("open", path = %dir.display());
+    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+    let started = std::time::Instant::now();
+    telemetry::describe();
     let storage = Arc::clone(&config.storage);
     storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
     refuse_foreign_directory(&*storage, &dir)?;
@@ -63,6 +68,18 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         manifest.store(&*storage, &dir)?;
         created
     };
+    #[cfg(feature = "tracing")]
+    for (id, shard) in (0..).zip(&recovered) {
+        event!(debug, shard = id, records = shard.index.len(), segments = shard.lengths.len(), "shard recovered");
+        if shard.torn_tail_bytes > 0 {
+            event!(
+                warn,
+                shard = id,
+                bytes = shard.torn_tail_bytes,
+                "torn tail cut: a write in flight at a crash or power cut, never acknowledged as durable"
+            );
+        }
+    }
     // One TTL floor for the whole store: the newest time any shard wrote,
     // or the clock if later.
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
@@ -74,6 +91,13 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         })
         .collect::<Result<_>>()?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
+    event!(
+        info,
+        shards = manifest.shards,
+        created = existing.is_none(),
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "store opened"
+    );
     Ok(Engine {
         dir,
         hasher,
@@ -87,6 +111,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
             total_max: config.waiters_max,
             total: AtomicUsize::new(0),
         },
+        claim_times: ClaimTimes::new(),
         config,
     })
 }

@@ -1,7 +1,7 @@
 //! Counters, kept per shard (no shared cache line on the hot path) and
 //! summed by [`crate::Store::stats`]; the census of records by state.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::telemetry::{self, names, Count, Observe};
 
 /// A snapshot of the store's counters since it was opened.
 ///
@@ -93,47 +93,67 @@ pub struct Census {
 }
 
 macro_rules! counters {
-    ($($name:ident),* $(,)?) => {
-        /// Atomic counters of one shard.
-        #[derive(Debug, Default)]
+    ($($name:ident => $metric:literal, $help:literal;)*) => {
+        /// Counters of one shard, each also exported through `metrics`
+        /// under its name (see [`crate::telemetry`]).
+        #[derive(Debug)]
         pub(crate) struct Counters {
-            $(pub $name: AtomicU64,)*
+            $(pub $name: Count,)*
+            /// Claims that found their key claimed (replays, in-progress
+            /// answers, mismatches); exported only.
+            pub duplicates: Count,
+            /// Records made durable by each fsync; exported only.
+            pub fsync_batch: Observe,
         }
 
         impl Counters {
+            /// Zero counters of shard `shard`.
+            pub(crate) fn new(shard: u32) -> Self {
+                let label = telemetry::Shard::new(shard);
+                Counters {
+                    $($name: Count::new($metric, &label),)*
+                    duplicates: Count::new(names::DUPLICATE_DETECTED, &label),
+                    fsync_batch: Observe::for_shard(names::FSYNC_BATCH_RECORDS, &label),
+                }
+            }
+
             pub(crate) fn add_to(&self, stats: &mut Stats) {
-                $(stats.$name += self.$name.load(Ordering::Relaxed);)*
+                $(stats.$name += self.$name.get();)*
             }
         }
+
+        /// Every counter's exported name and help text.
+        #[cfg_attr(not(feature = "metrics"), expect(dead_code, reason = "read by the exporter"))]
+        pub(crate) const COUNTER_HELP: &[(&str, &str)] = &[$(($metric, $help),)*];
     };
 }
 
-counters!(
-    claims,
-    acquired,
-    replays,
-    in_progress,
-    mismatches,
-    recovered,
-    lease_lost,
-    completions,
-    failures,
-    releases,
-    renewals,
-    abandoned_leases,
-    removes,
-    expirations,
-    abandoned_expired,
-    compaction_runs,
-    compaction_bytes_reclaimed,
-    records_written,
-    bytes_written,
-    fsyncs,
-    records_synced,
-    torn_tail_bytes_cut,
-);
+counters! {
+    claims => "idempo_claims_total", "Calls of claim (each round of claim_wait counts)";
+    acquired => "idempo_acquired_total", "Claims answered Acquired (fresh and recovered)";
+    replays => "idempo_replay_total", "Claims answered Replay (a stored Completed or Failed answer)";
+    in_progress => "idempo_conflict_total", "Claims answered InProgress: another holder's lease is live (HTTP 409)";
+    mismatches => "idempo_mismatch_total", "Claims answered Mismatch: same key, other request fingerprint (HTTP 422)";
+    recovered => "idempo_recovered_total", "Claims that took over a Processing record whose lease had expired";
+    lease_lost => "idempo_lease_lost_total", "Finishing or renewing calls refused with LeaseLost";
+    completions => "idempo_completed_total", "Leases completed";
+    failures => "idempo_failed_total", "Leases failed";
+    releases => "idempo_released_total", "Leases released";
+    renewals => "idempo_renewed_total", "Leases renewed";
+    abandoned_leases => "idempo_abandoned_total", "Leases dropped without being finished";
+    removes => "idempo_removed_total", "Records removed";
+    expirations => "idempo_expired_total", "Completed or Failed records found past their TTL";
+    abandoned_expired => "idempo_abandoned_expired_total", "Processing records found past lease end + TTL";
+    compaction_runs => "idempo_compaction_runs_total", "Compaction passes run";
+    compaction_bytes_reclaimed => "idempo_compaction_reclaimed_bytes_total", "Bytes reclaimed by compaction";
+    records_written => "idempo_records_written_total", "Records appended to the log";
+    bytes_written => "idempo_written_bytes_total", "Bytes appended to the log";
+    fsyncs => "idempo_fsync_total", "fsync calls on segment files";
+    records_synced => "idempo_fsync_records_total", "Records made durable by fsyncs";
+    torn_tail_bytes_cut => "idempo_torn_tail_cut_bytes_total", "Bytes of torn tail cut from active segments at open";
+}
 
 /// Adds one to a counter.
-pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn bump(counter: &Count) {
+    counter.add(1);
 }

@@ -17,6 +17,7 @@ use crate::record::Record;
 use crate::shard::Outcome;
 use crate::stats::{Census, Stats};
 use crate::sync::{self, sync_dirty};
+use crate::telemetry;
 use crate::transition::Finish;
 use std::path::Path;
 use std::sync::Arc;
@@ -89,9 +90,24 @@ impl Store {
     /// [`Error::Poisoned`], [`Error::Corruption`] and I/O errors. An error
     /// changes nothing.
     pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced(request)?;
         self.engine.wait_durable(hash, lsn)?;
+        self.claim_timed(&claim, started);
         Ok(claim)
+    }
+
+    /// Records how long a claim took, by outcome, when claims are timed.
+    pub(crate) fn claim_timed(&self, claim: &Claim, started: Option<Instant>) {
+        if let Some(started) = started {
+            let outcome = match claim {
+                Claim::Acquired(lease) => usize::from(lease.recovered()),
+                Claim::Replay(_) => 2,
+                Claim::InProgress { .. } => 3,
+                Claim::Mismatch => 4,
+            };
+            self.engine.claim_times.record(outcome, started.elapsed());
+        }
     }
 
     /// The claim answer, the index hash, and the LSN the answer rests on,

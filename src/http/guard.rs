@@ -27,6 +27,27 @@ fn answer<R>(problem: Problem) -> Response<LayerBody<R>> {
     problem.response().map(Either::Right)
 }
 
+/// A request refused before its claim (key, scope or body unusable).
+fn refused<R>(problem: Problem) -> Response<LayerBody<R>> {
+    counted("refused", answer(problem))
+}
+
+/// Name of the counter of the layer's answers, by `outcome` and `status`.
+pub(super) const RESPONSES_TOTAL: &str = "idempo_http_responses_total";
+
+/// Counts one answer of the layer under `outcome` (what the layer decided)
+/// and its status.
+fn counted<T>(outcome: &'static str, response: Response<T>) -> Response<T> {
+    count(outcome, response.status().as_str());
+    response
+}
+
+#[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the labels are for the exporter"))]
+fn count(outcome: &'static str, status: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(RESPONSES_TOTAL, "outcome" => outcome, "status" => status.to_owned()).increment(1);
+}
+
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
     mut inner: S,
@@ -48,27 +69,27 @@ where
     let key = match read_key(request.headers(), &config.key_header, limits.key_bytes_max) {
         Ok(Some(key)) => key,
         Ok(None) if !config.require_key => {
-            return inner.call(request).await.map(|response| response.map(Either::Left));
+            return inner.call(request).await.map(|response| counted("unkeyed", response.map(Either::Left)));
         }
-        Ok(None) => return Ok(answer(Problem::KeyMissing)),
-        Err(KeyError::Repeated) => return Ok(answer(Problem::KeyRepeated)),
-        Err(KeyError::Invalid(detail)) => return Ok(answer(Problem::KeyInvalid(detail))),
+        Ok(None) => return Ok(refused(Problem::KeyMissing)),
+        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated)),
+        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail))),
     };
     let (mut parts, body) = request.into_parts();
     let scope = match &config.scope {
         ScopeRule::Global => Vec::new(),
         ScopeRule::PerRequest(scope_of) => match scope_of(&parts) {
             Some(scope) => scope,
-            None => return Ok(answer(Problem::ScopeMissing)),
+            None => return Ok(refused(Problem::ScopeMissing)),
         },
     };
     if scope.len() > limits.scope_bytes_max {
-        return Ok(answer(Problem::ScopeTooLong));
+        return Ok(refused(Problem::ScopeTooLong));
     }
     let Ok(body) =
         Limited::new(body, config.request_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
     else {
-        return Ok(answer(Problem::BodyTooLarge));
+        return Ok(refused(Problem::BodyTooLarge));
     };
     let fingerprint = Fingerprint::builder()
         .part(parts.method.as_str().as_bytes())
@@ -80,12 +101,16 @@ where
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
     let (token, attempt, recovered) = match backend.claim(&scope, &key, fingerprint, options).await {
         Ok(BackendClaim::Acquired { token, attempt, recovered }) => (token, attempt, recovered),
-        Ok(BackendClaim::Replay(stored)) => return Ok(replay(&stored, &config.replay_header).map(Either::Right)),
-        Ok(BackendClaim::InProgress { retry_after }) => return Ok(in_progress(retry_after).map(Either::Right)),
-        Ok(BackendClaim::Mismatch) => return Ok(answer(Problem::KeyReused)),
+        Ok(BackendClaim::Replay(stored)) => {
+            return Ok(counted("replay", replay(&stored, &config.replay_header).map(Either::Right)));
+        }
+        Ok(BackendClaim::InProgress { retry_after }) => {
+            return Ok(counted("in_progress", in_progress(retry_after).map(Either::Right)));
+        }
+        Ok(BackendClaim::Mismatch) => return Ok(counted("mismatch", answer(Problem::KeyReused))),
         Err(error) => {
             tracing::warn!(%error, "idempotency store unavailable; request refused before it ran");
-            return Ok(answer(Problem::StoreUnavailable));
+            return Ok(counted("store_unavailable", answer(Problem::StoreUnavailable)));
         }
     };
     parts.extensions.insert(Attempt { scope, key, attempt, recovered });
@@ -99,7 +124,7 @@ where
         if config.policy.releases_on_error() {
             release(&*backend, &token).await;
         }
-        return Ok(answer(Problem::HandlerFailed));
+        return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
     };
     outcome
 }
@@ -129,6 +154,7 @@ where
         Ok(response) => response,
         Err(error) => {
             handler_failed(&*backend, &config, &token, "the handler returned an error").await;
+            count("handler_failed", "error");
             return Err(error);
         }
     };
@@ -139,19 +165,19 @@ where
         // Not kept: freed before the answer goes out, so that a retry that
         // follows it runs.
         release(&*backend, &token).await;
-        return Ok(Response::from_parts(parts, Either::Left(body)));
+        return Ok(counted("executed_not_kept", Response::from_parts(parts, Either::Left(body))));
     }
     let budget =
         backend.limits().response_bytes_max.saturating_sub(encoded_head_bytes(&parts.headers, &config.replay_deny));
     let body = match Limited::new(body, budget).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            return Ok(keep_too_large(&*backend, &token).await);
+            return Ok(counted("response_too_large", keep_too_large(&*backend, &token).await));
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
             handler_failed(&*backend, &config, &token, "the handler's response body failed").await;
-            return Ok(answer(Problem::ResponseUnreadable));
+            return Ok(counted("handler_failed", answer(Problem::ResponseUnreadable)));
         }
     };
     let encoded = encode_response(parts.status, &parts.headers, &config.replay_deny, &body);
@@ -159,8 +185,9 @@ where
     if let Err(error) = backend.complete(&token, &encoded).await {
         tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
         response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
+        return Ok(counted("executed_not_stored", response));
     }
-    Ok(response)
+    Ok(counted("executed", response))
 }
 
 /// After the handler's error or panic: by default the key stays in

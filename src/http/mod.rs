@@ -32,6 +32,15 @@
 //! `urn:idemkv:problem:*` type and no internal detail (that goes to
 //! `tracing`).
 //!
+//! With the `metrics` feature the layer counts every answer it gives in
+//! `idempo_http_responses_total{outcome, status}`, `outcome` being one of
+//! `executed` (the handler ran and its answer is kept), `executed_not_kept`
+//! ([`NotSpent`] or the failure policy freed the key), `executed_not_stored`
+//! (kept failed: `Idempotency-Stored: false`), `replay`, `in_progress`,
+//! `mismatch`, `refused` (key, scope or body unusable), `store_unavailable`,
+//! `handler_failed`, `response_too_large` and `unkeyed` (no key, not
+//! required: passed through).
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -93,6 +102,13 @@ impl<K> std::fmt::Debug for IdempotencyLayer<K> {
 impl<K: IdempotencyBackend> IdempotencyLayer<K> {
     /// A layer over `backend`.
     pub fn new(backend: K, config: LayerConfig) -> Self {
+        #[cfg(feature = "metrics")]
+        metrics::describe_counter!(
+            guard::RESPONSES_TOTAL,
+            "Answers of the idempotency layer by outcome (executed, executed_not_kept, executed_not_stored, \
+             replay, in_progress, mismatch, refused, store_unavailable, handler_failed, response_too_large, \
+             unkeyed) and status"
+        );
         IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config) }
     }
 }

@@ -12,6 +12,7 @@ use super::header::{Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::stats::{bump, Counters};
+use crate::telemetry::event;
 use event_listener::{Event, EventListener, Listener};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -110,7 +111,7 @@ impl Writer {
         })?;
         commit.written_lsn.store(lsn, Ordering::Release);
         bump(&counters.records_written);
-        counters.bytes_written.fetch_add(frame_len, Ordering::Relaxed);
+        counters.bytes_written.add(frame_len);
         let offset = u32::try_from(offset).expect("segment_bytes is at most 4 GiB");
         let frame_len = u32::try_from(frame_len).expect("segment_bytes is at most 4 GiB");
         Ok(Appended { segment: self.active.id, offset, frame_len })
@@ -235,7 +236,13 @@ impl GroupCommit {
     }
 
     pub(crate) fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            event!(
+                error,
+                shard = self.shard,
+                "shard poisoned: a write or fsync failed; every call on it now fails until the store is reopened"
+            );
+        }
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -261,7 +268,10 @@ impl GroupCommit {
     fn synced(&self, lsn: u64, counters: &Counters) {
         bump(&counters.fsyncs);
         let before = self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
-        counters.records_synced.fetch_add(lsn.saturating_sub(before), Ordering::Relaxed);
+        let batch = lsn.saturating_sub(before);
+        counters.records_synced.add(batch);
+        #[expect(clippy::cast_precision_loss, reason = "a batch is far below 2^52 records")]
+        counters.fsync_batch.record(batch as f64);
     }
 
     /// Makes every record up to `lsn` durable, sharing fsyncs between

@@ -18,6 +18,7 @@ use crate::recovery::Recovered;
 use crate::segment::writer::Turn;
 use crate::segment::writer::{ActiveSnapshot, GroupCommit, Writer};
 use crate::stats::{bump, Census, Counters};
+use crate::telemetry::event;
 use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held, Stored};
 use crate::waiters::Waiters;
 use parking_lot::{Mutex, MutexGuard};
@@ -84,8 +85,8 @@ impl Shard {
         let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
         let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog);
-        let counters = Counters::default();
-        counters.torn_tail_bytes_cut.store(torn_tail_bytes, Ordering::Relaxed);
+        let counters = Counters::new(id);
+        counters.torn_tail_bytes_cut.add(torn_tail_bytes);
         let state = ShardState::new(index, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
@@ -151,14 +152,17 @@ impl Shard {
             }
             ClaimStep::Mismatch => {
                 bump(&self.counters.mismatches);
+                bump(&self.counters.duplicates);
                 Ok((Outcome::Mismatch, stored_lsn))
             }
             ClaimStep::InProgress { retry_after_ms, attempt } => {
                 bump(&self.counters.in_progress);
+                bump(&self.counters.duplicates);
                 Ok((Outcome::InProgress { retry_after_ms, attempt }, stored_lsn))
             }
             ClaimStep::Replay => {
                 bump(&self.counters.replays);
+                bump(&self.counters.duplicates);
                 // `load` checked that the record is the put the index points at.
                 let record = current.and_then(|(_, _, stored)| Record::from_frame(&stored, &state.read_buffer));
                 let record = record.ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
@@ -219,6 +223,7 @@ impl Shard {
         let live = state.live_entry(key.hash, now, &self.counters);
         let Some((entry, lease_end_ms)) = live.filter(|(entry, _)| transition::holds(entry, token)) else {
             bump(&self.counters.lease_lost);
+            event!(warn, shard = self.id, token, "lease lost: the key was taken over or expired; the call is refused");
             return Err(Error::LeaseLost { token });
         };
         match known {

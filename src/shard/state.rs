@@ -14,7 +14,6 @@ use crate::segment::writer::{GroupCommit, Writer};
 use crate::stats::{bump, Counters};
 use crate::transition;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 /// Everything behind the shard's lock.
 #[derive(Debug)]
@@ -59,7 +58,7 @@ impl ShardState {
         };
         let before = state.index.len();
         state.index.retain(|entry| !entry.is_expired(now.wall_ms));
-        counters.expirations.fetch_add((before - state.index.len()) as u64, Ordering::Relaxed);
+        counters.expirations.add((before - state.index.len()) as u64);
         let processing: Vec<(u128, Entry)> =
             state.index.iter().filter(|(_, entry)| entry.state == State::Processing).map(|(h, e)| (h, *e)).collect();
         for (hash, mut entry) in processing {
