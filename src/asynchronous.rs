@@ -47,7 +47,7 @@ impl Store {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced(request)?;
         self.engine().wait_durable_async(hash, lsn).await?;
-        self.claim_timed(&claim, started);
+        self.claim_timed(&claim, hash, started);
         Ok(claim)
     }
 

@@ -13,7 +13,6 @@ use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::shard::{KeyRef, Outcome, Shard};
-use crate::telemetry::ClaimTimes;
 use crate::transition::{ClaimParams, Finish, Held};
 use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
@@ -40,8 +39,6 @@ pub(crate) struct Engine {
     pub compaction: Mutex<()>,
     /// Caps on callers waiting in `claim_wait`.
     pub wait_limits: WaitLimits,
-    /// Claim latencies by outcome, for the metrics exporter.
-    pub claim_times: ClaimTimes,
 }
 
 /// A borrowed `(scope, key, token)`.

@@ -14,7 +14,7 @@ use crate::segment;
 use crate::segment::catalog;
 use crate::segment::header::HEADER_BYTES;
 use crate::shard::Shard;
-use crate::telemetry::{self, event, info_span, ClaimTimes};
+use crate::telemetry::{self, event, info_span};
 use crate::waiters::WaitLimits;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -111,7 +111,6 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
             total_max: config.waiters_max,
             total: AtomicUsize::new(0),
         },
-        claim_times: ClaimTimes::new(),
         config,
     })
 }

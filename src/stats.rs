@@ -1,7 +1,7 @@
 //! Counters, kept per shard (no shared cache line on the hot path) and
 //! summed by [`crate::Store::stats`]; the census of records by state.
 
-use crate::telemetry::{self, names, Count, Observe};
+use crate::telemetry::{self, names, ClaimTimes, Count, Observe};
 
 /// A snapshot of the store's counters since it was opened.
 ///
@@ -104,6 +104,8 @@ macro_rules! counters {
             pub duplicates: Count,
             /// Records made durable by each fsync; exported only.
             pub fsync_batch: Observe,
+            /// Claim latencies by outcome; exported only.
+            pub claim_times: ClaimTimes,
         }
 
         impl Counters {
@@ -114,6 +116,7 @@ macro_rules! counters {
                     $($name: Count::new($metric, &label),)*
                     duplicates: Count::new(names::DUPLICATE_DETECTED, &label),
                     fsync_batch: Observe::for_shard(names::FSYNC_BATCH_RECORDS, &label),
+                    claim_times: ClaimTimes::new(&label),
                 }
             }
 

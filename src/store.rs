@@ -93,12 +93,12 @@ impl Store {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced(request)?;
         self.engine.wait_durable(hash, lsn)?;
-        self.claim_timed(&claim, started);
+        self.claim_timed(&claim, hash, started);
         Ok(claim)
     }
 
     /// Records how long a claim took, by outcome, when claims are timed.
-    pub(crate) fn claim_timed(&self, claim: &Claim, started: Option<Instant>) {
+    pub(crate) fn claim_timed(&self, claim: &Claim, hash: u128, started: Option<Instant>) {
         if let Some(started) = started {
             let outcome = match claim {
                 Claim::Acquired(lease) => usize::from(lease.recovered()),
@@ -106,7 +106,7 @@ impl Store {
                 Claim::InProgress { .. } => 3,
                 Claim::Mismatch => 4,
             };
-            self.engine.claim_times.record(outcome, started.elapsed());
+            self.engine.shard_of_hash(hash).counters.claim_times.record(outcome, started.elapsed());
         }
     }
 

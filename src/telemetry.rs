@@ -79,12 +79,12 @@ impl Observe {
         }
     }
 
-    /// The histogram `name` with label `outcome`.
+    /// The histogram `name` of shard `shard` with label `outcome`.
     #[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the names are for the exporter"))]
-    pub(crate) fn for_outcome(name: &'static str, outcome: &'static str) -> Self {
+    pub(crate) fn for_outcome(name: &'static str, shard: &Shard, outcome: &'static str) -> Self {
         Observe {
             #[cfg(feature = "metrics")]
-            exported: metrics::histogram!(name, "outcome" => outcome),
+            exported: metrics::histogram!(name, "shard" => shard.0.clone(), "outcome" => outcome),
         }
     }
 
@@ -177,13 +177,15 @@ pub(crate) struct NoSpan;
 /// The claim outcomes, as the `outcome` label of claim latencies.
 const CLAIM_OUTCOMES: [&str; 5] = ["acquired", "recovered", "replay", "in_progress", "mismatch"];
 
-/// Latency of claims by outcome (index into [`CLAIM_OUTCOMES`]).
+/// Latency of one shard's claims by outcome (index into
+/// [`CLAIM_OUTCOMES`]); per shard, so that callers on different shards do
+/// not share a histogram's cache lines.
 #[derive(Debug)]
 pub(crate) struct ClaimTimes([Observe; 5]);
 
 impl ClaimTimes {
-    pub(crate) fn new() -> Self {
-        ClaimTimes(CLAIM_OUTCOMES.map(|outcome| Observe::for_outcome(names::CLAIM_SECONDS, outcome)))
+    pub(crate) fn new(shard: &Shard) -> Self {
+        ClaimTimes(CLAIM_OUTCOMES.map(|outcome| Observe::for_outcome(names::CLAIM_SECONDS, shard, outcome)))
     }
 
     /// Records a claim of outcome `outcome` (an index of

@@ -75,7 +75,10 @@ async fn metrics_are_scraped_from_the_running_example() {
     assert_eq!(pay("order-1", r#"{"amount":10}"#).await.expect("first").status(), 201);
     let again = pay("order-1", r#"{"amount":10}"#).await.expect("retry");
     assert_eq!(again.status(), 201);
-    assert_eq!(again.headers().get("idempotency-replay").map(reqwest::header::HeaderValue::as_bytes), Some(&b"true"[..]));
+    assert_eq!(
+        again.headers().get("idempotency-replay").map(reqwest::header::HeaderValue::as_bytes),
+        Some(&b"true"[..])
+    );
     assert_eq!(pay("order-1", r#"{"amount":99}"#).await.expect("reused").status(), 422);
     let ledger = std::fs::read_to_string(dir.path().join("data").join("ledger.txt")).expect("ledger");
     assert_eq!(ledger.lines().count(), 1, "charged once");
