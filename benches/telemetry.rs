@@ -75,7 +75,7 @@ fn main() {
             sums[index][1] += replay;
         }
     }
-    let rounds = ROUNDS as f64;
+    let rounds = support::as_f64(ROUNDS as u64);
     println!("calls/s, {THREADS} threads, Buffered, {ROUNDS} alternating slices of {slice_seconds} s each");
     println!("{:<34} {:>14} {:>14} {:>8}", "", "no recorder", "Prometheus", "ratio");
     for (row, name) in ["fresh claim+complete", "replay"].into_iter().enumerate() {
