@@ -16,6 +16,7 @@
 use crate::claim::{Claim, ClaimRequest};
 use crate::error::Result;
 use crate::lease::{FinishError, Lease, LeaseToken};
+use crate::record::Record;
 use crate::store::{Store, WAIT_POLL_FIRST, WAIT_POLL_MAX};
 use crate::telemetry;
 use crate::transition::Finish;
@@ -115,6 +116,29 @@ impl Store {
         let (deadline_ms, lsn) = self.engine().renew(hash, &token, extend)?;
         self.engine().wait_durable_async(hash, lsn).await?;
         Ok(deadline_ms)
+    }
+
+    /// [`Store::get`] as a future (under `Sync`, the durability wait
+    /// takes no thread).
+    ///
+    /// # Errors
+    /// As [`Store::get`].
+    pub async fn get_async(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        let key = self.engine().key_ref(scope, key)?;
+        let (record, lsn) = self.engine().shard_of_hash(key.hash).get(key.hash, Some(&key))?;
+        self.engine().wait_durable_async(key.hash, lsn).await?;
+        Ok(record)
+    }
+
+    /// [`Store::remove`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::remove`].
+    pub async fn remove_async(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        let key = self.engine().key_ref(scope, key)?;
+        let (removed, lsn) = self.engine().shard_of_hash(key.hash).remove(&key)?;
+        self.engine().wait_durable_async(key.hash, lsn).await?;
+        Ok(removed)
     }
 
     async fn finish_async(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<()> {

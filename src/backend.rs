@@ -7,7 +7,7 @@
 
 #[cfg(feature = "tokio")]
 use crate::{Claim, ClaimRequest, Store};
-use crate::{Error, Fingerprint, LeaseToken};
+use crate::{Error, Fingerprint, LeaseToken, Record};
 use std::future::Future;
 use std::time::Duration;
 
@@ -135,6 +135,21 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// [`Error::InvalidDuration`].
     fn renew(&self, token: &LeaseToken, extend: Duration) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// The live record of `(scope, key)` (state, attempt, token, times,
+    /// response), `None` if absent or expired.
+    ///
+    /// # Errors
+    /// The backend's error; the key errors.
+    fn get(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
+
+    /// Removes `(scope, key)` whatever its state (an admin operation); its
+    /// holder, if any, then gets [`Error::LeaseLost`]. Returns whether a
+    /// live record was removed.
+    ///
+    /// # Errors
+    /// The backend's error; the key errors.
+    fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
+
     /// The sizes this backend accepts.
     fn limits(&self) -> BackendLimits;
 }
@@ -184,6 +199,14 @@ impl IdempotencyBackend for Store {
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<(), Error> {
         self.renew_async(token, extend).await.map(|_| ())
+    }
+
+    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
+        self.get_async(scope, key).await
+    }
+
+    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
+        self.remove_async(scope, key).await
     }
 
     fn limits(&self) -> BackendLimits {

@@ -126,6 +126,47 @@ pub enum Error {
     /// to mix two keys' records.
     #[error("index hash collision between two distinct keys")]
     KeyHashCollision,
+    /// A networked backend did not answer as the contract needs: see
+    /// [`BackendFailure`] for what is known of the call's effect.
+    #[error("{backend}: {failure}: {source}")]
+    Backend {
+        /// `"redis"`, `"postgres"`.
+        backend: &'static str,
+        /// What went wrong, and so what may have happened.
+        failure: BackendFailure,
+        /// The client library's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// How a call to a networked backend failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendFailure {
+    /// The connection failed, was refused or lost, or the answer did not
+    /// come in time: the call **may or may not have taken effect**. A claim
+    /// that took effect leaves the key in progress until its lease ends
+    /// (then a retry runs as a recovered attempt); a finishing call may be
+    /// retried with the same token (a second complete of a completed key
+    /// answers `LeaseLost`: check with `get`).
+    Unavailable,
+    /// The server answered with an error (out of memory under `noeviction`,
+    /// a read-only replica, a refused script): the call did nothing, and
+    /// may be retried as is.
+    Refused,
+    /// The server's answer was not one the contract knows (another program
+    /// wrote the key, or a version mismatch): nothing is guessed from it.
+    Protocol,
+}
+
+impl std::fmt::Display for BackendFailure {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            BackendFailure::Unavailable => "unavailable (the call may or may not have taken effect)",
+            BackendFailure::Refused => "refused by the server (nothing was done)",
+            BackendFailure::Protocol => "unexpected answer",
+        })
+    }
 }
 
 /// `Result` with [`Error`].

@@ -99,6 +99,8 @@ mod manifest;
 mod open;
 mod record;
 mod recovery;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod repair;
 mod segment;
 mod shard;
@@ -110,12 +112,12 @@ mod transition;
 mod verify;
 mod waiters;
 
-pub use backend::{BackendClaim, IdempotencyBackend};
+pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use compaction::CompactionReport;
 pub use config::{Config, Durability};
-pub use error::{Error, Result};
+pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};

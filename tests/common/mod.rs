@@ -39,6 +39,10 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
 #[cfg(feature = "tower")]
 pub mod http;
 
+/// Real Redis servers.
+#[cfg(feature = "redis")]
+pub mod redis;
+
 /// The segment files of shard `shard` of the store in `dir`, oldest first
 /// (not its catalog).
 pub fn segment_files(dir: &Path, shard: u32) -> Vec<PathBuf> {

@@ -1,0 +1,121 @@
+//! One handle over a standalone server (a reconnecting, multiplexed
+//! connection) or a Cluster (the client's slot-routing connection), both
+//! speaking RESP3 so that published messages arrive as pushes.
+
+use super::wait::Pushes;
+use super::{backend_error, protocol};
+use crate::error::{Error, Result};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Client, IntoConnectionInfo, ProtocolVersion, ScriptInvocation, Value};
+use std::time::Duration;
+
+/// How long a call waits for its answer before it is
+/// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub(super) enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+fn invalid(error: &::redis::RedisError) -> Error {
+    Error::InvalidConfig(format!("redis: {error}"))
+}
+
+impl Connection {
+    pub(super) async fn single(url: &str, pushes: Pushes) -> Result<Connection> {
+        let info = url.into_connection_info().map_err(|error| invalid(&error))?;
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(settings)).map_err(|error| invalid(&error))?;
+        let config = ConnectionManagerConfig::new()
+            .set_push_sender(pushes)
+            .set_automatic_resubscription()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_number_of_retries(2);
+        let manager = ConnectionManager::new_with_config(client, config).await.map_err(backend_error)?;
+        Ok(Connection::Single(manager))
+    }
+
+    pub(super) async fn cluster(nodes: &[&str], pushes: Pushes) -> Result<Connection> {
+        let client = ClusterClientBuilder::new(nodes.iter().copied())
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|error| invalid(&error))?;
+        let connection = client.get_async_connection().await.map_err(backend_error)?;
+        Ok(Connection::Cluster(connection))
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
+    /// `SPUBLISH` on a Cluster (the message stays in the key's shard),
+    /// `PUBLISH` on a standalone server.
+    pub(super) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    pub(super) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
+        match self.clone() {
+            Connection::Single(mut connection) => invocation.invoke_async(&mut connection).await,
+            Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
+        }
+        .map_err(backend_error)
+    }
+
+    pub(super) async fn hgetall(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let command = ::redis::cmd("HGETALL").arg(key).clone();
+        let reply: Value = match self.clone() {
+            Connection::Single(mut connection) => command.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => command.query_async(&mut connection).await,
+        }
+        .map_err(backend_error)?;
+        let pairs = match reply {
+            Value::Map(pairs) => pairs,
+            Value::Array(items) => {
+                let mut items = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(field), Some(value)) = (items.next(), items.next()) {
+                    pairs.push((field, value));
+                }
+                pairs
+            }
+            _ => return Err(protocol("HGETALL: not a map")),
+        };
+        pairs
+            .into_iter()
+            .map(|pair| match pair {
+                (Value::BulkString(field), Value::BulkString(value)) => Ok((field, value)),
+                _ => Err(protocol("HGETALL: not strings")),
+            })
+            .collect()
+    }
+
+    pub(super) async fn subscribe(&self, channel: &[u8]) -> Result<()> {
+        match self.clone() {
+            Connection::Single(mut connection) => connection.subscribe(channel).await,
+            Connection::Cluster(mut connection) => connection.ssubscribe(channel).await,
+        }
+        .map_err(backend_error)
+    }
+
+    pub(super) async fn unsubscribe(&self, channel: &[u8]) {
+        let _best_effort = match self.clone() {
+            Connection::Single(mut connection) => connection.unsubscribe(channel).await,
+            Connection::Cluster(mut connection) => connection.sunsubscribe(channel).await,
+        };
+    }
+}

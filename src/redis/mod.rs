@@ -1,0 +1,464 @@
+//! The claim contract on Redis or Valkey, standalone or Cluster (feature
+//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`], so the
+//! HTTP layer runs on it unchanged and a fleet of service instances shares
+//! one store.
+//!
+//! Every transition is one Lua script, one round trip, run by SHA. All a
+//! script touches for `(scope, key)` — the record, its token counter, its
+//! channel — carries one hash tag (a digest of scope and key), so it lives
+//! in one Cluster slot. Leases and TTLs run on the server's clock (`TIME`
+//! inside the script), never a client's: a fleet's clocks disagree. Records
+//! leave through Redis's own expiry (`PEXPIRE`): no reaper, memory stays
+//! flat. `claim_wait` is woken by a publish of the finishing script
+//! (sharded pub/sub on a Cluster), with polling as the fallback.
+//!
+//! # What Redis must be set to
+//!
+//! - **Persistence**: `appendonly yes` with `appendfsync always` for no
+//!   loss of an acknowledged answer at a crash of the server;
+//!   `appendfsync everysec` may lose the last second: a claim or completion
+//!   lost that way lets a retry run the side effect again.
+//! - **`maxmemory-policy noeviction`**: an evicted record is a retry that
+//!   runs twice. Under `noeviction` a full server refuses claims
+//!   ([`BackendFailure::Refused`]) instead.
+//! - **Failover**: replication is asynchronous; a replica promoted after
+//!   its primary died may lack the newest writes, with the same effect as
+//!   a lost write above. `WAIT` is not used: it narrows the window, it does
+//!   not close it.
+//!
+//! # Errors and retries
+//!
+//! A lost connection or a timeout is [`Error::Backend`] with
+//! [`BackendFailure::Unavailable`]: the call may or may not have taken
+//! effect, and nothing is guessed. Retrying a claim is safe (the worst
+//! case is `InProgress` until the lost lease ends, then a recovered
+//! attempt); retrying a completion with the same token is safe (a second
+//! one answers `LeaseLost` when the first took effect: `get` tells).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use idemkv::redis::RedisBackend;
+//! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+//!
+//! # async fn run() -> Result<(), idemkv::Error> {
+//! let backend = RedisBackend::connect("redis://127.0.0.1:6379", Config::new()).await?;
+//! let fingerprint = Fingerprint::of(b"POST /payments amount=10");
+//! match backend.claim(b"account-42", b"order-1", fingerprint, ClaimOptions::new()).await? {
+//!     BackendClaim::Acquired { token, .. } => backend.complete(&token, b"201 charged").await?,
+//!     BackendClaim::Replay(response) => assert_eq!(response, b"201 charged"),
+//!     _ => {}
+//! }
+//! # Ok(()) }
+//! ```
+
+mod connection;
+mod scripts;
+mod wait;
+
+use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+use crate::config::Config;
+use crate::error::{BackendFailure, Error, Result};
+use crate::record::{Record, State};
+use crate::{Fingerprint, LeaseToken};
+use ::redis::{RedisError, Script, Value};
+use connection::Connection;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wait::Waits;
+
+/// How long a key's token counter outlives its record by default: the
+/// server clock may go back by less than this without a token repeating.
+pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// First and longest pause between two claims of a waiting `claim_wait`
+/// when no publish wakes it (the pause doubles).
+const POLL_FIRST: Duration = Duration::from_millis(100);
+const POLL_MAX: Duration = Duration::from_secs(1);
+
+/// The claim contract on a Redis / Valkey server or Cluster.
+#[derive(Clone)]
+pub struct RedisBackend {
+    connection: Connection,
+    config: Arc<Config>,
+    prefix: Arc<str>,
+    keep_ms: u64,
+    waits: Arc<Waits>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    claim: Script,
+    finish: Script,
+    renew: Script,
+    remove: Script,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RedisBackend")
+            .field("cluster", &self.connection.is_cluster())
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The names of one key's record, token counter and channel.
+struct Names {
+    record: Vec<u8>,
+    counter: Vec<u8>,
+    channel: Vec<u8>,
+}
+
+impl Names {
+    fn of(prefix: &str, scope: &[u8], key: &[u8]) -> Names {
+        let mut hasher = Sha256::new();
+        hasher.update(b"idemkv.redis.v1");
+        hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
+        hasher.update(scope);
+        hasher.update(key);
+        let digest = hasher.finalize();
+        let tag = digest.iter().take(16).fold(String::with_capacity(32), |mut tag, byte| {
+            let _ = write!(tag, "{byte:02x}");
+            tag
+        });
+        let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
+        Names { record: name("r"), counter: name("n"), channel: name("w") }
+    }
+}
+
+/// Maps the client's error: see [`BackendFailure`].
+pub(crate) fn backend_error(error: RedisError) -> Error {
+    use ::redis::ErrorKind;
+    let failure = match error.kind() {
+        ErrorKind::Server(_) | ErrorKind::Extension => BackendFailure::Refused,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => BackendFailure::Protocol,
+        _ => BackendFailure::Unavailable,
+    };
+    Error::Backend { backend: "redis", failure, source: Box::new(error) }
+}
+
+fn protocol(what: &str) -> Error {
+    Error::Backend { backend: "redis", failure: BackendFailure::Protocol, source: what.to_string().into() }
+}
+
+/// A whole number from a reply element (integer or decimal string).
+fn number(value: &Value) -> Result<u64> {
+    match value {
+        Value::Int(number) => u64::try_from(*number).map_err(|_| protocol("negative number in a reply")),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| protocol("not a number in a reply")),
+        _ => Err(protocol("not a number in a reply")),
+    }
+}
+
+fn bytes(value: &Value) -> Result<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Ok(bytes.clone()),
+        Value::SimpleString(text) => Ok(text.clone().into_bytes()),
+        _ => Err(protocol("not a string in a reply")),
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RedisBackend {
+    /// Connects to a standalone server (`redis://host:port/db`,
+    /// `rediss://` for TLS when the client supports it). The connection is
+    /// multiplexed and reconnects by itself; `config` gives the default
+    /// lease and TTL and the size limits ([`Config::default_lease`],
+    /// [`Config::default_ttl`], [`Config::key_bytes_max`], ...); its
+    /// storage settings do not apply.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL or configuration;
+    /// [`Error::Backend`] when the server cannot be reached.
+    pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
+        let waits = Arc::new(Waits::default());
+        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
+        Ok(RedisBackend::with(connection, config, waits))
+    }
+
+    /// Connects to a Cluster through any of its nodes.
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect).
+    pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
+        let waits = Arc::new(Waits::default());
+        let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
+        Ok(RedisBackend::with(connection, config, waits))
+    }
+
+    fn with(connection: Connection, config: Config, waits: Arc<Waits>) -> RedisBackend {
+        RedisBackend {
+            connection,
+            config: Arc::new(config),
+            prefix: Arc::from("idemkv"),
+            keep_ms: millis(TOKEN_KEEP_DEFAULT),
+            waits,
+            scripts: Arc::new(Scripts {
+                claim: Script::new(scripts::CLAIM),
+                finish: Script::new(scripts::FINISH),
+                renew: Script::new(scripts::RENEW),
+                remove: Script::new(scripts::REMOVE),
+            }),
+        }
+    }
+
+    /// Names every key with `prefix` (default `idemkv`), so that several
+    /// services can share a server.
+    #[must_use]
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Arc::from(prefix);
+        self
+    }
+
+    /// How long a key's token counter outlives its record (default an
+    /// hour): tokens never repeat as long as the server clock never goes
+    /// back by more than this.
+    #[must_use]
+    pub fn token_keep(mut self, keep: Duration) -> Self {
+        self.keep_ms = millis(keep);
+        self
+    }
+
+    /// One claim, no waiting.
+    async fn claim_once(
+        &self,
+        names: &Names,
+        scope: &[u8],
+        key: &[u8],
+        args: (Fingerprint, u64, u64),
+    ) -> Result<BackendClaim> {
+        let (fingerprint, lease_ms, ttl_ms) = args;
+        let mut invocation = self.scripts.claim.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .key(&names.counter)
+            .arg(scope)
+            .arg(key)
+            .arg(&fingerprint.as_bytes()[..])
+            .arg(lease_ms)
+            .arg(ttl_ms)
+            .arg(self.keep_ms);
+        let reply = self.connection.invoke(&invocation).await?;
+        let Value::Array(items) = reply else {
+            return Err(protocol("claim: not an array"));
+        };
+        let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
+        match (tag.as_slice(), items.as_slice()) {
+            (b"A", [_, token, attempt, recovered, _lease_end]) => Ok(BackendClaim::Acquired {
+                token: LeaseToken { scope: scope.to_vec(), key: key.to_vec(), token: number(token)? },
+                attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
+                recovered: number(recovered)? == 1,
+            }),
+            (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
+            (b"I", [_, left, _attempt]) => {
+                Ok(BackendClaim::InProgress { retry_after: Duration::from_millis(number(left)?) })
+            }
+            (b"M", [_]) => Ok(BackendClaim::Mismatch),
+            (b"X", [_]) => Err(Error::KeyHashCollision),
+            _ => Err(protocol("claim: unknown answer")),
+        }
+    }
+
+    /// Claims again and again while the key is in progress, woken by the
+    /// holder's publish, up to `wait`.
+    async fn claim_waiting(
+        &self,
+        names: &Names,
+        scope: &[u8],
+        key: &[u8],
+        args: (Fingerprint, u64, u64),
+        wait: Duration,
+    ) -> Result<BackendClaim> {
+        let deadline = Instant::now() + wait;
+        let (event, first) = self.waits.join(&names.channel);
+        let _leave = Leave { backend: self, channel: &names.channel };
+        if first {
+            // Without the subscription the wait still ends: by polling.
+            let _polled_instead = self.connection.subscribe(&names.channel).await;
+        }
+        let mut poll = POLL_FIRST;
+        loop {
+            let notified = event.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let answer = self.claim_once(names, scope, key, args).await?;
+            let BackendClaim::InProgress { retry_after } = answer else {
+                return Ok(answer);
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(answer);
+            }
+            let until = deadline.min(now + retry_after.min(poll));
+            let _woken_or_polled = tokio::time::timeout_at(until.into(), notified).await;
+            poll = (poll * 2).min(POLL_MAX);
+        }
+    }
+
+    async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        self.config.check_response(response)?;
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.finish.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .key(&names.counter)
+            .arg(&token.scope)
+            .arg(&token.key)
+            .arg(token.token)
+            .arg(kind)
+            .arg(response)
+            .arg(&names.channel)
+            .arg(self.connection.publish_command())
+            .arg(self.keep_ms);
+        match number(&self.connection.invoke(&invocation).await?)? {
+            1 => Ok(()),
+            _ => Err(Error::LeaseLost { token: token.token }),
+        }
+    }
+}
+
+/// Leaves a channel's waiters when a wait ends (or its future is
+/// dropped); the last one unsubscribes, in the background.
+struct Leave<'a> {
+    backend: &'a RedisBackend,
+    channel: &'a [u8],
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.backend.waits.leave(self.channel) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let connection = self.backend.connection.clone();
+                let channel = self.channel.to_vec();
+                runtime.spawn(async move { connection.unsubscribe(&channel).await });
+            }
+        }
+    }
+}
+
+impl IdempotencyBackend for RedisBackend {
+    async fn claim(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+    ) -> Result<BackendClaim> {
+        self.config.check_key(scope, key)?;
+        let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
+        let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
+        let names = Names::of(&self.prefix, scope, key);
+        let args = (fingerprint, lease_ms, ttl_ms);
+        match options.wait {
+            Some(wait) if !wait.is_zero() => self.claim_waiting(&names, scope, key, args, wait).await,
+            _ => self.claim_once(&names, scope, key, args).await,
+        }
+    }
+
+    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish(token, "C", response).await
+    }
+
+    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish(token, "F", response).await
+    }
+
+    async fn release(&self, token: &LeaseToken) -> Result<()> {
+        self.finish(token, "D", &[]).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.renew.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .key(&names.counter)
+            .arg(&token.scope)
+            .arg(&token.key)
+            .arg(token.token)
+            .arg(extend_ms)
+            .arg(self.keep_ms);
+        match self.connection.invoke(&invocation).await? {
+            Value::Array(items) if items.first().map(number).transpose()? == Some(1) => Ok(()),
+            Value::Array(_) => Err(Error::LeaseLost { token: token.token }),
+            _ => Err(protocol("renew: not an array")),
+        }
+    }
+
+    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        self.config.check_key(scope, key)?;
+        let names = Names::of(&self.prefix, scope, key);
+        let fields = self.connection.hgetall(&names.record).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let field = |name: &str| fields.iter().find(|(field, _)| field == name.as_bytes()).map(|(_, value)| value);
+        let text = |name: &str| -> Result<u64> {
+            let value = field(name).ok_or_else(|| protocol("get: a field is missing"))?;
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| protocol("get: not a number"))
+        };
+        if field("s").map(Vec::as_slice) != Some(scope) || field("k").map(Vec::as_slice) != Some(key) {
+            return Err(Error::KeyHashCollision);
+        }
+        let state = match field("st").map(Vec::as_slice) {
+            Some(b"P") => State::Processing,
+            Some(b"C") => State::Completed,
+            Some(b"F") => State::Failed,
+            _ => return Err(protocol("get: unknown state")),
+        };
+        let fingerprint = field("fp")
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+            .map(Fingerprint::from_bytes)
+            .ok_or_else(|| protocol("get: fingerprint"))?;
+        Ok(Some(Record {
+            scope: scope.to_vec(),
+            key: key.to_vec(),
+            state,
+            fingerprint,
+            token: text("t")?,
+            attempt: u32::try_from(text("a")?).map_err(|_| protocol("get: attempt"))?,
+            recovered: text("rc")? == 1,
+            created_ms: text("c")?,
+            updated_ms: text("u")?,
+            deadline_ms: text("le")?,
+            response: field("r").cloned().unwrap_or_default(),
+        }))
+    }
+
+    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.config.check_key(scope, key)?;
+        let names = Names::of(&self.prefix, scope, key);
+        let mut invocation = self.scripts.remove.prepare_invoke();
+        invocation.key(&names.record).arg(scope).arg(key).arg(&names.channel).arg(self.connection.publish_command());
+        match self.connection.invoke(&invocation).await? {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            Value::Int(-1) => Err(Error::KeyHashCollision),
+            _ => Err(protocol("remove: unknown answer")),
+        }
+    }
+
+    fn limits(&self) -> BackendLimits {
+        BackendLimits {
+            key_bytes_max: self.config.key_bytes_max,
+            scope_bytes_max: self.config.scope_bytes_max,
+            response_bytes_max: self.config.response_bytes_max,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Real Redis servers for the tests, started here from the `redis-server`
+//! on the PATH (`.ci/run` installs Debian's package), on loopback ports
+//! chosen free, in a temporary directory, with AOF (`appendfsync always`),
+//! and killed when their handle drops.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound, then released for the server to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+fn redis_server() -> &'static str {
+    let found = Command::new("redis-server").arg("--version").output().is_ok_and(|output| output.status.success());
+    assert!(found, "redis-server is not on the PATH: install it (`apt-get install -y redis-server`; .ci/run does)");
+    "redis-server"
+}
+
+impl RedisServer {
+    /// A standalone server with AOF in `dir` (created if missing).
+    pub fn start(dir: &Path) -> RedisServer {
+        RedisServer::start_with(dir, free_port(), &[])
+    }
+
+    /// A server on `port` with `extra` arguments (`--cluster-enabled yes`).
+    pub fn start_with(dir: &Path, port: u16, extra: &[&str]) -> RedisServer {
+        std::fs::create_dir_all(dir).expect("server dir");
+        let mut server = RedisServer {
+            port,
+            dir: dir.to_path_buf(),
+            child: None,
+            extra: extra.iter().map(ToString::to_string).collect(),
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts the server again (after [`kill`](RedisServer::kill)) on the
+    /// same port and directory: it loads its AOF.
+    pub fn restart(&mut self) {
+        let child = Command::new(redis_server())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"])
+            .args(["--dir", self.dir.to_str().expect("utf-8 dir"), "--daemonize", "no", "--logfile", "server.log"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if self.cli(&["ping"]).is_some_and(|reply| reply.trim() == "PONG") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not answer within 20 s (see {}/server.log)", self.port, self.dir.display());
+    }
+
+    /// Runs `redis-cli` against this server; its output, `None` on failure.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let output = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The URL clients use.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: no shutdown, no last write.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Cluster of three masters, no replicas, on loopback.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(dir: &Path) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|n| {
+                RedisServer::start_with(
+                    &dir.join(format!("node-{n}")),
+                    free_port(),
+                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+                )
+            })
+            .collect();
+        let addresses: Vec<String> = nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)).collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            let ready = nodes
+                .iter()
+                .all(|node| node.cli(&["cluster", "info"]).is_some_and(|info| info.contains("cluster_state:ok")));
+            if ready {
+                return RedisCluster { nodes };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the cluster did not reach cluster_state:ok within 30 s");
+    }
+
+    /// The URLs of its nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}

@@ -1,0 +1,271 @@
+//! One contract, every backend: the same scenarios — the state table,
+//! fencing, TTL, scopes, `claim_wait`, concurrent duplicates, limits,
+//! renew, get and remove — run against the embedded store, a standalone
+//! Redis server and a three-master Redis Cluster (real servers, started
+//! here). Time is real on every backend (Redis's clock is the server's),
+//! so leases and TTLs are short and waits bounded.
+
+#![cfg(all(feature = "tokio", feature = "redis"))]
+
+mod common;
+
+use common::redis::{RedisCluster, RedisServer};
+use idemkv::redis::RedisBackend;
+use idemkv::{
+    BackendClaim, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken, State,
+};
+use std::time::{Duration, Instant};
+
+const LEASE: Duration = Duration::from_millis(400);
+const TTL: Duration = Duration::from_millis(600);
+
+fn config() -> Config {
+    Config::new().durability(Durability::Buffered).response_bytes_max(4096)
+}
+
+fn options() -> ClaimOptions {
+    ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60))
+}
+
+fn fp(text: &str) -> Fingerprint {
+    Fingerprint::of(text.as_bytes())
+}
+
+/// Keys of one scenario on one target never meet another's.
+struct Keys(String);
+
+impl Keys {
+    fn key(&self, name: &str) -> Vec<u8> {
+        format!("{}-{name}", self.0).into_bytes()
+    }
+}
+
+async fn acquire<B: IdempotencyBackend>(
+    backend: &B,
+    scope: &[u8],
+    key: &[u8],
+    options: ClaimOptions,
+) -> (LeaseToken, u32, bool) {
+    match backend.claim(scope, key, fp("body"), options).await.expect("claim") {
+        BackendClaim::Acquired { token, attempt, recovered } => (token, attempt, recovered),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+async fn state_table<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("table");
+    let (token, attempt, recovered) = acquire(backend, b"", &key, options()).await;
+    assert_eq!((attempt, recovered), (1, false));
+    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
+        BackendClaim::InProgress { retry_after } => assert!(retry_after <= LEASE, "{retry_after:?}"),
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    assert!(matches!(backend.claim(b"", &key, fp("other"), options()).await, Ok(BackendClaim::Mismatch)));
+    backend.complete(&token, b"201 charged").await.expect("complete");
+    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
+        BackendClaim::Replay(response) => assert_eq!(response, b"201 charged"),
+        other => panic!("expected Replay, got {other:?}"),
+    }
+    assert!(matches!(backend.claim(b"", &key, fp("other"), options()).await, Ok(BackendClaim::Mismatch)));
+    assert!(matches!(backend.complete(&token, b"again").await, Err(Error::LeaseLost { .. })), "finished once");
+
+    let failed = keys.key("failed");
+    let (token, _, _) = acquire(backend, b"", &failed, options()).await;
+    backend.fail(&token, b"402 declined").await.expect("fail");
+    match backend.claim(b"", &failed, fp("body"), options()).await.expect("claim") {
+        BackendClaim::Replay(response) => assert_eq!(response, b"402 declined"),
+        other => panic!("expected the failure replayed, got {other:?}"),
+    }
+
+    let released = keys.key("released");
+    let (first, _, _) = acquire(backend, b"", &released, options()).await;
+    backend.release(&first).await.expect("release");
+    let (second, attempt, recovered) = acquire(backend, b"", &released, options()).await;
+    assert_eq!((attempt, recovered), (1, false), "released: absent again");
+    assert!(second.token > first.token, "tokens of a key only grow: {} then {}", first.token, second.token);
+}
+
+async fn fencing<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("fencing");
+    let (stale, _, _) = acquire(backend, b"", &key, options()).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+    let (fresh, attempt, recovered) = acquire(backend, b"", &key, options()).await;
+    assert_eq!((attempt, recovered), (2, true));
+    assert!(fresh.token > stale.token);
+    assert!(matches!(backend.complete(&stale, b"late").await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(backend.renew(&stale, LEASE).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(backend.release(&stale).await, Err(Error::LeaseLost { .. })));
+    backend.complete(&fresh, b"done").await.expect("complete");
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!(
+        (record.state, record.token, record.attempt, record.recovered),
+        (State::Completed, fresh.token, 2, true)
+    );
+    assert_eq!(record.response, b"done");
+}
+
+async fn ttl<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("ttl");
+    let short = ClaimOptions::new().lease(LEASE).ttl(TTL);
+    let (first, _, _) = acquire(backend, b"", &key, short).await;
+    backend.complete(&first, b"done").await.expect("complete");
+    assert!(matches!(backend.claim(b"", &key, fp("body"), short).await, Ok(BackendClaim::Replay(_))));
+    tokio::time::sleep(TTL + Duration::from_millis(300)).await;
+    assert_eq!(backend.get(b"", &key).await.expect("get"), None, "expired");
+    let (second, attempt, recovered) = acquire(backend, b"", &key, short).await;
+    assert_eq!((attempt, recovered), (1, false), "expired: a fresh start");
+    assert!(second.token > first.token, "no token repeats after expiry");
+}
+
+async fn scopes<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("scoped");
+    let (a, _, _) = acquire(backend, b"tenant-a", &key, options()).await;
+    let (b, _, _) = acquire(backend, b"tenant-b", &key, options()).await;
+    backend.complete(&a, b"for a").await.expect("complete a");
+    backend.complete(&b, b"for b").await.expect("complete b");
+    for (scope, answer) in [(&b"tenant-a"[..], &b"for a"[..]), (b"tenant-b", b"for b")] {
+        match backend.claim(scope, &key, fp("body"), options()).await.expect("claim") {
+            BackendClaim::Replay(response) => assert_eq!(response, answer),
+            other => panic!("expected Replay, got {other:?}"),
+        }
+    }
+    assert_eq!(backend.get(b"tenant-c", &key).await.expect("get"), None);
+}
+
+async fn claim_wait<B: IdempotencyBackend + Clone>(backend: &B, keys: &Keys) {
+    let key = keys.key("wait");
+    let long = ClaimOptions::new().lease(Duration::from_secs(10)).ttl(Duration::from_secs(60));
+    let (token, _, _) = acquire(backend, b"", &key, long).await;
+    let waiter = {
+        let (backend, key) = (backend.clone(), key.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = backend.claim(b"", &key, fp("body"), long.wait(Some(Duration::from_secs(8)))).await;
+            (answer, started.elapsed())
+        })
+    };
+    // Held for 1.6 s: the waiter's polls (if it were only polling) come
+    // at 0.1, 0.3, 0.7, 1.5 and 2.5 s, so an answer well before 2.5 s
+    // came from the finish's wake-up.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    backend.complete(&token, b"waited for").await.expect("complete");
+    let completed = Instant::now();
+    let (answer, wait_took) = waiter.await.expect("waiter");
+    let after_finish = completed.elapsed();
+    match answer.expect("claim_wait") {
+        BackendClaim::Replay(response) => assert_eq!(response, b"waited for"),
+        other => panic!("expected Replay after the wait, got {other:?}"),
+    }
+    assert!(wait_took >= Duration::from_millis(1500), "it waited for the holder: {wait_took:?}");
+    assert!(after_finish < Duration::from_millis(500), "woken by the finish, not a poll: {after_finish:?} after it");
+
+    let held = keys.key("wait-held");
+    let (_token, _, _) = acquire(backend, b"", &held, long).await;
+    let started = Instant::now();
+    let answer = backend.claim(b"", &held, fp("body"), long.wait(Some(Duration::from_millis(200)))).await;
+    assert!(matches!(answer, Ok(BackendClaim::InProgress { .. })), "{answer:?}");
+    assert!(started.elapsed() >= Duration::from_millis(190), "waited its time: {:?}", started.elapsed());
+}
+
+async fn duplicates<B: IdempotencyBackend + Clone>(backend: &B, keys: &Keys) {
+    let key = keys.key("duplicates");
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (backend, key) = (backend.clone(), key.clone());
+            tokio::spawn(async move { backend.claim(b"", &key, fp("body"), options()).await })
+        })
+        .collect();
+    let mut acquired = Vec::new();
+    for task in tasks {
+        match task.await.expect("task").expect("claim") {
+            BackendClaim::Acquired { token, .. } => acquired.push(token),
+            BackendClaim::InProgress { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(acquired.len(), 1, "exactly one of 32 concurrent duplicates runs");
+    backend.complete(&acquired[0], b"once").await.expect("complete");
+}
+
+async fn limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let too_long = vec![b'k'; backend.limits().key_bytes_max + 1];
+    assert!(matches!(backend.claim(b"", &too_long, fp("body"), options()).await, Err(Error::KeyTooLong { .. })));
+    assert!(matches!(backend.claim(b"", b"", fp("body"), options()).await, Err(Error::KeyEmpty)));
+    let key = keys.key("limits");
+    let (token, _, _) = acquire(backend, b"", &key, options()).await;
+    let large = vec![0; backend.limits().response_bytes_max + 1];
+    assert!(matches!(backend.complete(&token, &large).await, Err(Error::ResponseTooLarge { .. })));
+    backend.complete(&token, b"small").await.expect("the lease still holds after a refused response");
+    let zero = ClaimOptions::new().lease(Duration::ZERO);
+    assert!(matches!(
+        backend.claim(b"", &keys.key("zero"), fp("body"), zero).await,
+        Err(Error::InvalidDuration { .. })
+    ));
+}
+
+async fn renew_get_remove<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("renew");
+    assert_eq!(backend.get(b"", &key).await.expect("get"), None);
+    let (token, _, _) = acquire(backend, b"", &key, options()).await;
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!((record.state, record.token, record.attempt), (State::Processing, token.token, 1));
+    assert!(record.response.is_empty());
+    backend.renew(&token, Duration::from_secs(5)).await.expect("renew");
+    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+    assert!(
+        matches!(backend.claim(b"", &key, fp("body"), options()).await, Ok(BackendClaim::InProgress { .. })),
+        "renewed past the first lease"
+    );
+    assert!(backend.remove(b"", &key).await.expect("remove"));
+    assert!(!backend.remove(b"", &key).await.expect("remove again"));
+    assert!(
+        matches!(backend.complete(&token, b"late").await, Err(Error::LeaseLost { .. })),
+        "removed under its holder"
+    );
+    let (after, attempt, _) = acquire(backend, b"", &key, options()).await;
+    assert_eq!(attempt, 1);
+    assert!(after.token > token.token);
+}
+
+/// Every scenario, in turn, on `backend`; keys prefixed with `target`.
+async fn conformance<B: IdempotencyBackend + Clone>(backend: B, target: &str) {
+    let keys = |scenario: &str| Keys(format!("{target}-{scenario}"));
+    state_table(&backend, &keys("state_table")).await;
+    fencing(&backend, &keys("fencing")).await;
+    ttl(&backend, &keys("ttl")).await;
+    scopes(&backend, &keys("scopes")).await;
+    claim_wait(&backend, &keys("claim_wait")).await;
+    duplicates(&backend, &keys("duplicates")).await;
+    limits(&backend, &keys("limits")).await;
+    renew_get_remove(&backend, &keys("renew_get_remove")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = idemkv::Store::open(dir.path(), config()).expect("open");
+    conformance(store, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_standalone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
+    conformance(backend, "standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || RedisCluster::start(&dir)
+    })
+    .await
+    .expect("cluster");
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+    conformance(backend, "cluster").await;
+}
