@@ -1,6 +1,6 @@
 //! `get`, `list`, `verify`, `compact` and `repair`.
 
-use crate::output::{self, bytes, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
+use crate::output::{self, bytes, count, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
 use crate::StateFilter;
 use idemkv::{Config, Record, State, Store};
 use std::path::Path;
@@ -115,8 +115,8 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
     out.line(format_args!(
         "{} shards, {} segments, {} records, {} checked",
         report.shards,
-        report.segments,
-        report.records,
+        count(report.segments),
+        count(report.records),
         bytes(report.bytes)
     ))?;
     let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at the next writable open)", span));

@@ -195,9 +195,10 @@ pub fn load(args: &LoadArgs) -> Result<ExitCode, Failure> {
 fn summary(args: &LoadArgs, latency: &Histogram<u64>, elapsed: f64, tally: &Tally, store: &Store) -> Vec<String> {
     let claims = latency.len();
     let mut lines = vec![format!(
-        "{} claims in {elapsed:.1} s on {} threads: {} claims/s",
+        "{} claims in {elapsed:.1} s on {} thread{}: {} claims/s",
         count(claims),
         args.threads,
+        if args.threads == 1 { "" } else { "s" },
         rate(claims, elapsed)
     )];
     if claims > 0 {

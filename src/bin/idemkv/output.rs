@@ -41,7 +41,7 @@ impl From<Error> for Failure {
 pub fn io_message(operation: &str, path: &Path, source: &io::Error) -> String {
     match source.kind() {
         io::ErrorKind::PermissionDenied => {
-            format!("permission denied: cannot {operation} {} as this user ({source})", path.display())
+            format!("permission denied: this user may not {operation} {}", path.display())
         }
         io::ErrorKind::NotADirectory if operation == "list" => format!("{} is not a directory", path.display()),
         io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
