@@ -31,7 +31,11 @@ struct Facts {
     torn_tail_bytes: u64,
 }
 
-/// Where the running counters are, said with every format.
+/// Where the running counters are, in the text format (two lines).
+const COUNTERS_TEXT: &str = "not on disk: claims, replays, fsyncs and the other running counters are\n           \
+                             kept by the process that has the store open (Store::stats() there, or its metrics)";
+
+/// Where the running counters are, in the JSON format.
 const COUNTERS_NOTE: &str = "running counters (claims, replays, fsyncs, ...) are kept by the process that has \
                              the store open: Store::stats() there, or the metrics it emits; they are not on disk";
 
@@ -81,9 +85,10 @@ fn text(dir: &Path, facts: &Facts) -> String {
         "none".to_string()
     } else {
         format!(
-            "{} after the last whole record, left in place (a read-only open never cuts it; the next writable \
-             open does)",
-            bytes(facts.torn_tail_bytes)
+            "{} after the last whole record, left in place:\n{:11}a read-only open never cuts it, the next writable \
+             open does",
+            bytes(facts.torn_tail_bytes),
+            ""
         )
     };
     let lines = [
@@ -105,7 +110,7 @@ fn text(dir: &Path, facts: &Facts) -> String {
         ("expired", format!("{} records past their TTL, not yet compacted away", count(facts.expired))),
         ("oldest", oldest),
         ("torn tail", torn),
-        ("counters", COUNTERS_NOTE.to_string()),
+        ("counters", COUNTERS_TEXT.to_string()),
     ];
     lines.iter().fold(String::new(), |mut text, (label, value)| {
         let _infallible = writeln!(text, "{label:<10} {value}");
