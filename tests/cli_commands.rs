@@ -136,3 +136,19 @@ fn a_directory_held_by_a_live_store_names_the_holder() {
     drop(reader);
     assert!(idemkv(&["compact", path]).status.success());
 }
+
+#[test]
+fn every_argument_of_every_command_has_help_text() {
+    for command in ["stats", "get", "list", "verify", "compact", "repair", "load"] {
+        let output = idemkv(&[command, "-h"]);
+        assert!(output.status.success(), "{command}");
+        let help = stdout(&output);
+        let arguments: Vec<&str> =
+            help.lines().filter(|line| line.starts_with("  <") || line.trim_start().starts_with('-')).collect();
+        assert!(arguments.len() >= 2, "{command}: {help}");
+        for line in arguments {
+            let parts: Vec<&str> = line.trim().split("  ").filter(|part| !part.trim().is_empty()).collect();
+            assert!(parts.len() >= 2 && parts[1].trim().len() > 5, "{command}: no help text in {line:?}");
+        }
+    }
+}
