@@ -152,3 +152,33 @@ fn every_argument_of_every_command_has_help_text() {
         }
     }
 }
+
+#[test]
+fn processing_shows_its_lease_end_and_failed_its_expiry() {
+    use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+    let dir = scratch();
+    let store = Store::open(dir.path(), Config::new()).expect("open");
+    let claim = |key: &'static str| match store.claim(&ClaimRequest::new(key, Fingerprint::of(key.as_bytes()))) {
+        Ok(Claim::Acquired(lease)) => lease,
+        other => panic!("{other:?}"),
+    };
+    let _held = claim("in-flight").into_token();
+    claim("declined").fail(&[0xff, 0x00]).expect("fail");
+    store.close().expect("close");
+    let path = dir.path().to_str().expect("utf-8");
+
+    let processing = stdout(&idemkv(&["get", path, "in-flight"]));
+    let lease_end = processing.lines().find(|line| line.starts_with("lease end ")).expect("a lease end");
+    // The default lease is 30 s.
+    assert!(lease_end.contains("Z (in 2") || lease_end.ends_with("Z (in 30s)"), "{lease_end}");
+    assert!(!processing.contains("expires"), "{processing}");
+    let failed = stdout(&idemkv(&["get", path, "declined"]));
+    assert!(failed.contains("state     Failed\n") && failed.contains("expires   20"), "{failed}");
+    assert!(failed.contains("response  0xff00 (hex, 2 B)"), "{failed}");
+    let listed = stdout(&idemkv(&["list", path]));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    for line in listed.lines() {
+        let expected = if line.contains("state=Processing") { " lease_end=20" } else { " expires=20" };
+        assert!(line.contains(expected), "{line}");
+    }
+}
