@@ -68,9 +68,9 @@
 //               open (lock, manifest, parallel recovery), sync (fsync
 //               fan-out, interval flusher), compactor (passes, pacer),
 //               background (periodic worker threads)
-// public API    lease, claim, store (iter: its records), stats, verify, repair,
-//               backend (the trait any backend implements), http/ (tower
-//               layer, feature `tower`)
+// public API    lease, claim, store (iter: its records; read_only: read-only
+//               handles), stats, verify, repair, backend (the trait any
+//               backend implements), http/ (tower layer, feature `tower`)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/)
 
@@ -97,6 +97,7 @@ mod iter;
 mod lease;
 mod manifest;
 mod open;
+mod read_only;
 mod record;
 mod recovery;
 mod repair;
