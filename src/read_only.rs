@@ -47,8 +47,9 @@ impl Store {
     /// like damage), and while a read-only handle is open a writer's open
     /// fails with [`Error::Locked`] (without a process id: a reader cannot
     /// write one). A store without a lock file was never opened by a writer
-    /// (a writer creates it first), so there is nothing to lock; the file is
-    /// not created.
+    /// (a writer creates it before the manifest), so there is nothing to
+    /// lock and the file is not created; a lock file the user may not read
+    /// is an I/O error, not a reason to read unlocked.
     ///
     /// `config` gives the clock (what has expired), the storage and the
     /// key limits; a shard count, if set, must match the store's.

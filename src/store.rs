@@ -67,7 +67,8 @@ impl Store {
     /// # Errors
     /// [`Error::InvalidConfig`]; [`Error::NotAStore`] for a non-empty
     /// directory without a manifest; [`Error::Locked`] when another handle
-    /// has it open; [`Error::ShardCountMismatch`];
+    /// has it open (a writer, or read-only handles from
+    /// [`Store::open_read_only`]); [`Error::ShardCountMismatch`];
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail; I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
