@@ -9,7 +9,7 @@
 
 use crate::background::{Stop, Worker};
 use crate::config::{Config, Durability};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::shard::{KeyRef, Outcome, Shard};
@@ -39,6 +39,12 @@ pub(crate) struct Engine {
     pub compaction: Mutex<()>,
     /// Caps on callers waiting in `claim_wait`.
     pub wait_limits: WaitLimits,
+    /// Opened with `Store::open_read_only`: every call that would write is
+    /// refused, and nothing waits for durability.
+    pub read_only: bool,
+    /// Bytes of torn tail found at open (cut, or for a read-only open left
+    /// on disk and ignored).
+    pub torn_tail_bytes: u64,
 }
 
 /// A borrowed `(scope, key, token)`.
@@ -70,6 +76,14 @@ impl Engine {
         &self.shards[top & (self.shards.len() - 1)]
     }
 
+    /// Refuses `operation` on a read-only engine with [`Error::ReadOnly`].
+    pub(crate) fn refuse_if_read_only(&self, operation: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly { operation });
+        }
+        Ok(())
+    }
+
     /// `(scope, key)` checked against the limits, with its index hash.
     pub(crate) fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> Result<KeyRef<'a>> {
         self.config.check_key(scope, key)?;
@@ -85,6 +99,7 @@ impl Engine {
         lease: Option<Duration>,
         ttl: Option<Duration>,
     ) -> Result<Claimed> {
+        self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
         let params = ClaimParams {
             fingerprint,
@@ -98,6 +113,11 @@ impl Engine {
     /// Finishes the lease `token` on the key of hash `hash`; returns the
     /// LSN of the record written.
     pub(crate) fn finish(&self, hash: u128, token: &TokenRef<'_>, finish: Finish<'_>) -> Result<u64> {
+        self.refuse_if_read_only(match finish {
+            Finish::Complete(_) => "complete",
+            Finish::Fail(_) => "fail",
+            Finish::Release => "release",
+        })?;
         if let Finish::Complete(response) | Finish::Fail(response) = finish {
             self.config.check_response(response)?;
         }
@@ -108,6 +128,7 @@ impl Engine {
     /// Renews the lease `token` on the key of hash `hash`; returns its new
     /// end and the LSN of the record written.
     pub(crate) fn renew(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<(u64, u64)> {
+        self.refuse_if_read_only("renew")?;
         let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
         let key = KeyRef { hash, scope: token.scope, key: token.key };
         self.shard_of_hash(hash).renew(&key, token.token, extend_ms, token.held.as_ref())
@@ -122,6 +143,10 @@ impl Engine {
     /// Under `Sync`, blocks until the record at `lsn` in the shard of
     /// `hash` is durable.
     pub(crate) fn wait_durable(&self, hash: u128, lsn: u64) -> Result<()> {
+        if self.read_only {
+            // What a read-only handle reads was found on disk at open.
+            return Ok(());
+        }
         match self.config.durability {
             Durability::Sync => self.shard_of_hash(hash).sync_to(lsn),
             Durability::Buffered | Durability::Interval(_) => Ok(()),
@@ -135,7 +160,7 @@ impl Engine {
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {
         use crate::segment::writer::Turn;
-        if !matches!(self.config.durability, Durability::Sync) {
+        if self.read_only || !matches!(self.config.durability, Durability::Sync) {
             return Ok(());
         }
         loop {
@@ -147,7 +172,7 @@ impl Engine {
                     // while it runs cannot leave the shard without a leader.
                     let engine = std::sync::Arc::clone(self);
                     let led = tokio::task::spawn_blocking(move || engine.shard_of_hash(hash).lead_commit()).await;
-                    led.map_err(|join| crate::Error::io("fsync task", &self.dir, std::io::Error::other(join)))??;
+                    led.map_err(|join| Error::io("fsync task", &self.dir, std::io::Error::other(join)))??;
                 }
             }
         }

@@ -32,11 +32,29 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// The directory exists and is not empty but holds no idemkv manifest.
-    #[error("{} is not an idemkv store (no MANIFEST, directory not empty)", path.display())]
+    /// The directory holds no idemkv manifest: for [`crate::Store::open`]
+    /// it is not empty either (an empty directory becomes a new store); for
+    /// [`crate::Store::open_read_only`], `verify` and
+    /// `repair`, which never create a store, it may be empty.
+    #[error("{} is not an idemkv store (it has no MANIFEST)", path.display())]
     NotAStore {
         /// The directory that was opened.
         path: PathBuf,
+    },
+    /// The store directory does not exist, and the call does not create one
+    /// ([`crate::Store::open_read_only`], `verify`,
+    /// `repair`).
+    #[error("{} does not exist", path.display())]
+    NotFound {
+        /// The directory that was asked for.
+        path: PathBuf,
+    },
+    /// A call that would change the store was made on a handle opened with
+    /// [`crate::Store::open_read_only`]; nothing was changed.
+    #[error("the store is open read-only: {operation} is refused")]
+    ReadOnly {
+        /// The refused call (`"claim"`, `"complete"`, `"remove"`, ...).
+        operation: &'static str,
     },
     /// A file was written by a format version this build does not know.
     #[error("{} has format version {found}, this build reads only version {supported}", file.display())]
@@ -48,12 +66,20 @@ pub enum Error {
         /// The newest version this build reads.
         supported: u8,
     },
-    /// Another handle (in this process or another) has the directory open.
-    #[error("{} is locked by another open store{}", path.display(), holder_pid.map(|pid| format!(" (process {pid})")).unwrap_or_default())]
+    /// Another handle (in this process or another) has the directory open:
+    /// a writer refuses any other handle, a read-only handle
+    /// ([`crate::Store::open_read_only`]) refuses writers but not other
+    /// readers.
+    #[error("{} is locked by another open store{}", path.display(), match holder_pid {
+        Some(pid) => format!(" (process {pid})"),
+        None => " (no process id recorded: a read-only handle, or a writer that recorded none)".to_string(),
+    })]
     Locked {
         /// The lock file.
         path: PathBuf,
-        /// The process that holds it, as it wrote in the lock file.
+        /// The writing process that holds it, as it wrote in the lock file;
+        /// `None` when the holders are read-only handles (they cannot write
+        /// the file) or the file names no process.
         holder_pid: Option<u32>,
     },
     /// The store was created with another shard count than the one configured.

@@ -68,7 +68,8 @@
 //               open (lock, manifest, parallel recovery), sync (fsync
 //               fan-out, interval flusher), compactor (passes, pacer),
 //               background (periodic worker threads)
-// public API    lease, claim, store, stats, verify, repair, backend (the trait any
+// public API    lease, claim, store (iter: its records; read_only: read-only
+//               handles), stats, verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
@@ -94,9 +95,11 @@ pub mod fuzzing;
 pub mod http;
 mod index;
 pub mod io;
+mod iter;
 mod lease;
 mod manifest;
 mod open;
+mod read_only;
 mod record;
 mod recovery;
 #[cfg(feature = "redis")]

@@ -88,10 +88,11 @@ impl Manifest {
         Ok(Manifest { shards, hash_key: [read_u64(bytes, OFFSET_HASH_KEY), read_u64(bytes, OFFSET_HASH_KEY + 8)] })
     }
 
-    /// Reads the manifest of `dir`, `None` if there is none.
+    /// Reads the manifest of `dir`, `None` if there is none. The file is
+    /// opened for reading only, so a user who may not write it can read it.
     pub(crate) fn load(storage: &dyn Storage, dir: &Path) -> Result<Option<Self>> {
         let path = dir.join(FILE_NAME);
-        let file = match storage.open(&path, false) {
+        let file = match storage.open_read_only(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(Error::io("open", path, error)),

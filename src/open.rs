@@ -1,6 +1,7 @@
 //! Opening a store directory: refuse a directory that belongs to something
 //! else, take the advisory lock, load or create the manifest, recover every
-//! shard (in parallel), and settle one time floor for the whole store.
+//! shard (in parallel), and settle one time floor for the whole store. A
+//! read-only open takes the lock shared and changes nothing on disk.
 
 use crate::clock::Now;
 use crate::config::Config;
@@ -9,16 +10,17 @@ use crate::error::{Error, Result};
 use crate::index::KeyHasher;
 use crate::io::Storage;
 use crate::manifest::{self, Manifest};
-use crate::recovery::{create_shard, recover_shard, Recovered};
+use crate::recovery::{create_shard, recover_shard, Access, Recovered};
 use crate::segment;
 use crate::segment::catalog;
 use crate::segment::header::HEADER_BYTES;
 use crate::shard::Shard;
-use crate::telemetry::{self, event, info_span};
+use crate::stats;
+use crate::telemetry::{event, info_span};
 use crate::waiters::WaitLimits;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -35,7 +37,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     let _span = info_span!("open", path = %dir.display());
     #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
     let started = std::time::Instant::now();
-    telemetry::describe();
+    stats::describe();
     let storage = Arc::clone(&config.storage);
     storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
     refuse_foreign_directory(&*storage, &dir)?;
@@ -50,9 +52,9 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     let hasher = KeyHasher::new(manifest.hash_key);
     // Both clocks read together: a lease found on disk gets the wall-clock
     // time it has left from here, on the monotonic scale from here.
-    let (now_ms, monotonic_ms) = (config.clock.now_ms(), config.clock.monotonic_ms());
+    let now = Now { wall_ms: config.clock.now_ms(), monotonic_ms: config.clock.monotonic_ms() };
     let recovered = if existing.is_some() {
-        recover_shards(&*storage, &dir, manifest.shards, &hasher)?
+        recover_shards(&*storage, &dir, manifest.shards, &hasher, Access::ReadWrite)?
     } else {
         // A new store: every shard is made before the manifest names them,
         // so a manifest never names a shard that was never made.
@@ -80,16 +82,8 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
             );
         }
     }
-    // One TTL floor for the whole store: the newest time any shard wrote,
-    // or the clock if later.
-    let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now_ms, u64::max);
-    let now = Now { wall_ms: floor_ms, monotonic_ms };
-    let shards = (0..)
-        .zip(recovered)
-        .map(|(id, recovered)| {
-            Shard::new(id, Arc::clone(&storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
-        })
-        .collect::<Result<_>>()?;
+    let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
+    let shards = build_shards(&config, recovered, now)?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     event!(
         info,
@@ -98,11 +92,93 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "store opened"
     );
-    Ok(Engine {
+    Ok(engine(dir, config, hasher, shards, Some(lock_file), Opened { read_only: false, torn_tail_bytes }))
+}
+
+/// Opens the store in `dir` for reading only. See
+/// [`crate::Store::open_read_only`]: nothing on disk is created, deleted,
+/// truncated, renamed or synced.
+pub(crate) fn open_read_only(dir: &Path, config: Config) -> Result<Engine> {
+    config.validate()?;
+    let dir = dir.to_path_buf();
+    let _span = info_span!("open_read_only", path = %dir.display());
+    stats::describe();
+    let storage = Arc::clone(&config.storage);
+    check_directory(&*storage, &dir)?;
+    // The shared lock before the manifest: no writer is creating the store
+    // or changing its files while they are read.
+    let lock_file = lock_shared(&dir)?;
+    let manifest = Manifest::load(&*storage, &dir)?.ok_or_else(|| Error::NotAStore { path: dir.clone() })?;
+    if let Some(configured) = config.shards.filter(|configured| *configured != manifest.shards) {
+        return Err(Error::ShardCountMismatch { on_disk: manifest.shards, configured });
+    }
+    let hasher = KeyHasher::new(manifest.hash_key);
+    let now = Now { wall_ms: config.clock.now_ms(), monotonic_ms: config.clock.monotonic_ms() };
+    let mut recovered = recover_shards(&*storage, &dir, manifest.shards, &hasher, Access::ReadOnly)?;
+    let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
+    // Found, not cut: the shards' count of bytes cut stays 0.
+    for shard in &mut recovered {
+        shard.torn_tail_bytes = 0;
+    }
+    let shards = build_shards(&config, recovered, now)?;
+    Ok(engine(dir, config, hasher, shards, lock_file, Opened { read_only: true, torn_tail_bytes }))
+}
+
+/// The manifest of an existing store directory, read without changing
+/// anything (for read-only opens, verify and repair).
+///
+/// # Errors
+/// [`Error::NotFound`] when `dir` does not exist, [`Error::NotAStore`] when
+/// it has no manifest, a damaged manifest as [`Error::Corruption`], I/O
+/// errors (a directory that may not be read, a path that is a file).
+pub(crate) fn existing_manifest(storage: &dyn Storage, dir: &Path) -> Result<Manifest> {
+    check_directory(storage, dir)?;
+    Manifest::load(storage, dir)?.ok_or_else(|| Error::NotAStore { path: dir.to_path_buf() })
+}
+
+/// Listing the directory tells a missing or unreadable directory (or a
+/// path that is a file) apart from one without a manifest.
+fn check_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    match storage.read_dir(dir) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound { path: dir.to_path_buf() }),
+        Err(error) => Err(Error::io("list", dir, error)),
+    }
+}
+
+/// How an engine was opened.
+#[derive(Clone, Copy)]
+struct Opened {
+    read_only: bool,
+    torn_tail_bytes: u64,
+}
+
+/// The shards recovered at open, at `now` (one TTL floor for the whole
+/// store: the newest time any shard wrote, or the clock if later).
+fn build_shards(config: &Config, recovered: Vec<Recovered>, now: Now) -> Result<Box<[Shard]>> {
+    let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now.wall_ms, u64::max);
+    let now = Now { wall_ms: floor_ms, monotonic_ms: now.monotonic_ms };
+    (0..)
+        .zip(recovered)
+        .map(|(id, recovered)| {
+            Shard::new(id, Arc::clone(&config.storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
+        })
+        .collect()
+}
+
+fn engine(
+    dir: PathBuf,
+    config: Config,
+    hasher: KeyHasher,
+    shards: Box<[Shard]>,
+    lock_file: Option<File>,
+    opened: Opened,
+) -> Engine {
+    Engine {
         dir,
         hasher,
         shards,
-        lock_file: Mutex::new(Some(lock_file)),
+        lock_file: Mutex::new(lock_file),
         workers: Mutex::new(Vec::new()),
         stop: Arc::default(),
         compaction: Mutex::new(()),
@@ -111,8 +187,10 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
             total_max: config.waiters_max,
             total: AtomicUsize::new(0),
         },
+        read_only: opened.read_only,
+        torn_tail_bytes: opened.torn_tail_bytes,
         config,
-    })
+    }
 }
 
 /// Rebuilds every shard, on as many threads as there are cores (shards are
@@ -120,7 +198,13 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
 /// part; helper threads the system refuses are simply not there (the others,
 /// or the calling thread alone, recover every shard): a refused thread is no
 /// reason to fail an open, let alone to panic.
-fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHasher) -> Result<Vec<Recovered>> {
+fn recover_shards(
+    storage: &dyn Storage,
+    dir: &Path,
+    shards: u32,
+    hasher: &KeyHasher,
+    access: Access,
+) -> Result<Vec<Recovered>> {
     // One shard needs no helper, nor the question of how many cores there
     // are (which reads files of its own on Linux).
     let threads = if shards > 1 {
@@ -136,7 +220,7 @@ fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHa
             if id >= shards {
                 return done;
             }
-            done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher)));
+            done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher, access)));
         }
     };
     let mut results: Vec<(u32, Result<Recovered>)> = std::thread::scope(|scope| {
@@ -158,8 +242,11 @@ fn recover_shards(storage: &dyn Storage, dir: &Path, shards: u32, hasher: &KeyHa
 /// temporary manifest and shard folders that hold no record yet (shards are
 /// made before the manifest), which count as empty.
 fn refuse_foreign_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    if storage.open(&dir.join(manifest::FILE_NAME), false).is_ok() {
-        return Ok(());
+    match storage.open_read_only(&dir.join(manifest::FILE_NAME)) {
+        // A manifest that is there but may not be read is reported by its
+        // load (or by the lock before it), not taken for a foreign one.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return Ok(()),
     }
     let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
     for path in entries {
@@ -197,7 +284,8 @@ fn holds_no_record(storage: &dyn Storage, shard_dir: &Path) -> Result<bool> {
 }
 
 /// Takes the advisory lock that keeps a second open (in this process or
-/// another) out of the directory.
+/// another) out of the directory: exclusive, refused while any handle,
+/// writer or read-only, holds the lock.
 pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
     let path = dir.join(LOCK_FILE_NAME);
     let file = OpenOptions::new()
@@ -217,9 +305,36 @@ pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
             Ok(file)
         }
         Err(TryLockError::WouldBlock) => {
-            let holder_pid = std::fs::read_to_string(&path).ok().and_then(|text| text.trim().parse().ok());
+            // A shared lock that can be had beside the holders means they
+            // are all read-only handles, which cannot write their process
+            // id: the id in the file is that of an earlier writer.
+            let holder_pid = if file.try_lock_shared().is_ok() { None } else { holder_pid(&path) };
             Err(Error::Locked { path, holder_pid })
         }
         Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
     }
+}
+
+/// Takes the shared lock of a read-only open: beside other read-only
+/// handles, refused while a writer holds the exclusive lock (its compaction
+/// could delete a segment while it is read). A store without a lock file
+/// was never opened by a writer (a writer creates the file before anything
+/// else), so there is nothing to lock and nothing is created.
+fn lock_shared(dir: &Path) -> Result<Option<File>> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(Error::io("open", path, error)),
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked { holder_pid: holder_pid(&path), path }),
+        Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
+    }
+}
+
+/// The process id a writer wrote in the lock file, if it is there.
+fn holder_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok())
 }

@@ -16,6 +16,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// How recovery may treat a shard's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A writable open: segments are opened for writing, a torn tail is cut
+    /// and the leftovers of an unfinished roll, drop or compaction deleted.
+    ReadWrite,
+    /// A read-only open: every file is opened for reading only and nothing
+    /// is changed. A torn tail is left on disk and ignored (the log ends
+    /// at the last whole record); leftovers are ignored.
+    ReadOnly,
+}
+
 /// A shard's log as found on disk.
 #[derive(Debug)]
 pub(crate) struct Recovered {
@@ -27,6 +39,8 @@ pub(crate) struct Recovered {
     pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
     /// The LSN the next record gets.
     pub next_lsn: u64,
+    /// Bytes after the last whole record of the active segment: cut by a
+    /// writable open, ignored by a read-only one.
     pub torn_tail_bytes: u64,
     /// The newest time written to the shard's log.
     pub max_updated_ms: u64,
@@ -85,8 +99,12 @@ pub(crate) struct CatalogCheck {
 /// [`Error::Corruption`] for a missing folder or a missing or damaged
 /// catalog; I/O errors.
 pub(crate) fn check_catalog(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<CatalogCheck> {
-    if storage.read_dir(dir).is_err() {
-        return Err(Error::corruption(dir, 0, "the shard's folder is missing"));
+    match storage.read_dir(dir) {
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::corruption(dir, 0, "the shard's folder is missing"));
+        }
+        Err(error) => return Err(Error::io("list", dir, error)),
     }
     let catalog = Catalog::load(storage, dir, shard)?;
     let mut check =
@@ -110,18 +128,27 @@ pub(crate) fn check_catalog(storage: &dyn Storage, dir: &Path, shard: u32) -> Re
 }
 
 /// The segments of shard `shard` in `dir` as its catalog names them, oldest
-/// first, after deleting the leftovers of an unfinished roll or drop.
+/// first, after deleting the leftovers of an unfinished roll or drop (a
+/// read-only open leaves them, ignored).
 ///
 /// # Errors
 /// [`Error::Corruption`] for a missing folder, catalog or segment, or a
 /// segment the catalog does not know; I/O errors.
-fn catalogued_segments(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<(Catalog, Vec<(u32, PathBuf)>)> {
+fn catalogued_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    shard: u32,
+    access: Access,
+) -> Result<(Catalog, Vec<(u32, PathBuf)>)> {
     let check = check_catalog(storage, dir, shard)?;
     if let Some(missing) = check.missing.first() {
         return Err(Error::corruption(missing, 0, "segment missing: the shard's catalog names it"));
     }
     if let Some(unknown) = check.unknown.first() {
         return Err(Error::corruption(unknown, 0, "segment beyond the shard's catalog"));
+    }
+    if access == Access::ReadOnly {
+        return Ok((check.catalog, check.present));
     }
     for path in &check.leftovers {
         storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
@@ -132,10 +159,19 @@ fn catalogued_segments(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<
     Ok((check.catalog, check.present))
 }
 
-/// Rebuilds shard `shard` in folder `dir`.
-pub(crate) fn recover_shard(storage: &dyn Storage, dir: &Path, shard: u32, hasher: &KeyHasher) -> Result<Recovered> {
-    let (catalog, segments) = catalogued_segments(storage, dir, shard)?;
-    discard_unfinished_compaction(storage, dir)?;
+/// Rebuilds shard `shard` in folder `dir`; with [`Access::ReadOnly`] it
+/// changes nothing on disk.
+pub(crate) fn recover_shard(
+    storage: &dyn Storage,
+    dir: &Path,
+    shard: u32,
+    hasher: &KeyHasher,
+    access: Access,
+) -> Result<Recovered> {
+    let (catalog, segments) = catalogued_segments(storage, dir, shard, access)?;
+    if access == Access::ReadWrite {
+        discard_unfinished_compaction(storage, dir)?;
+    }
     let mut replay =
         Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
     let mut lsn_floor = 1;
@@ -145,14 +181,20 @@ pub(crate) fn recover_shard(storage: &dyn Storage, dir: &Path, shard: u32, hashe
     let mut active_end = 0;
     let mut lengths = BTreeMap::new();
     for (id, path) in &segments {
-        let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
+        let file = match access {
+            Access::ReadWrite => storage.open(path, false),
+            Access::ReadOnly => storage.open_read_only(path),
+        };
+        let file = file.map_err(|error| Error::io("open", path, error))?;
         let expected = Expected { shard, segment: *id, active: *id == catalog.last };
         let scan = scanner::scan(&*file, path, expected, |frame| replay.apply(*id, &frame, path))?;
         lsn_floor = lsn_floor.max(scan.header.lsn_floor);
         if scan.valid_end < scan.len {
-            file.set_len(scan.valid_end)
-                .and_then(|()| file.sync())
-                .map_err(|error| Error::io("truncate", path, error))?;
+            if access == Access::ReadWrite {
+                file.set_len(scan.valid_end)
+                    .and_then(|()| file.sync())
+                    .map_err(|error| Error::io("truncate", path, error))?;
+            }
             torn_tail_bytes = scan.len - scan.valid_end;
         }
         if expected.active {

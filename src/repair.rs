@@ -7,7 +7,6 @@
 
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage, StorageFile};
-use crate::manifest::Manifest;
 use crate::record::Kind;
 use crate::recovery::{check_catalog, create_shard};
 use crate::segment::catalog::Catalog;
@@ -72,12 +71,13 @@ impl RepairReport {
 /// ```
 ///
 /// # Errors
-/// [`Error::NotAStore`], [`Error::Locked`] when a store has it open, a
+/// [`Error::NotFound`] when `dir` does not exist, [`Error::NotAStore`]
+/// when it has no manifest, [`Error::Locked`] when a store has it open, a
 /// damaged manifest as [`Error::Corruption`] (repair does not guess the
 /// shard count or the hash key), I/O errors.
 pub fn repair(dir: &Path) -> Result<RepairReport> {
     let storage = StdStorage;
-    let manifest = Manifest::load(&storage, dir)?.ok_or_else(|| Error::NotAStore { path: dir.to_path_buf() })?;
+    let manifest = crate::open::existing_manifest(&storage, dir)?;
     let _lock = crate::open::lock_directory(dir)?;
     let mut report = RepairReport::default();
     for shard in 0..manifest.shards {

@@ -156,6 +156,31 @@ counters! {
     torn_tail_bytes_cut => "idempo_torn_tail_cut_bytes_total", "Bytes of torn tail cut from active segments at open";
 }
 
+/// Describes every metric to the installed recorder (its help text), once
+/// per open.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        for (name, help) in COUNTER_HELP {
+            metrics::describe_counter!(*name, *help);
+        }
+        metrics::describe_counter!(
+            telemetry::names::DUPLICATE_DETECTED,
+            "Claims that found their key already claimed (replays, in-progress answers and mismatches)"
+        );
+        metrics::describe_histogram!(
+            telemetry::names::CLAIM_SECONDS,
+            metrics::Unit::Seconds,
+            "Claim latency, call to answer (durable under Sync), by outcome"
+        );
+        metrics::describe_histogram!(
+            telemetry::names::FSYNC_BATCH_RECORDS,
+            metrics::Unit::Count,
+            "Records made durable by one fsync (group-commit batch size)"
+        );
+    }
+}
+
 /// Adds one to a counter.
 pub(crate) fn bump(counter: &Count) {
     counter.add(1);

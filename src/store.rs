@@ -11,6 +11,7 @@ use crate::engine::{Engine, TokenRef};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+pub use crate::iter::Iter;
 use crate::lease::{Lease, LeaseToken};
 use crate::open;
 use crate::record::Record;
@@ -67,7 +68,8 @@ impl Store {
     /// # Errors
     /// [`Error::InvalidConfig`]; [`Error::NotAStore`] for a non-empty
     /// directory without a manifest; [`Error::Locked`] when another handle
-    /// has it open; [`Error::ShardCountMismatch`];
+    /// has it open (a writer, or read-only handles from
+    /// [`Store::open_read_only`]); [`Error::ShardCountMismatch`];
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail; I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
@@ -86,9 +88,9 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`],
-    /// [`Error::InvalidDuration`] for the request; [`Error::Closed`],
-    /// [`Error::Poisoned`], [`Error::Corruption`] and I/O errors. An error
-    /// changes nothing.
+    /// [`Error::InvalidDuration`] for the request; [`Error::ReadOnly`],
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`] and I/O
+    /// errors. An error changes nothing.
     pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced(request)?;
@@ -191,8 +193,9 @@ impl Store {
     /// waits for durability, as [`get`](Store::get) does.
     ///
     /// # Errors
-    /// As [`get`](Store::get).
+    /// As [`get`](Store::get), and [`Error::ReadOnly`].
     pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.engine.refuse_if_read_only("remove")?;
         let key = self.engine.key_ref(scope, key)?;
         let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
         self.engine.wait_durable(key.hash, lsn)?;
@@ -204,7 +207,7 @@ impl Store {
     /// # Errors
     /// [`Error::LeaseLost`] if the token no longer holds the key;
     /// [`Error::ResponseTooLarge`]; the key errors of
-    /// [`claim`](Store::claim); I/O errors.
+    /// [`claim`](Store::claim); [`Error::ReadOnly`]; I/O errors.
     pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
         let (hash, token) = self.token_ref(token)?;
         let lsn = self.engine.finish(hash, &token, Finish::Complete(response))?;
@@ -250,7 +253,7 @@ impl Store {
     /// snapshot: records that change while it runs may or may not be seen).
     #[must_use]
     pub fn iter(&self) -> Iter<'_> {
-        Iter { store: self, shard: 0, hashes: Vec::new().into_iter(), started: false }
+        Iter::new(&self.engine.shards)
     }
 
     /// Runs one compaction pass now: in every shard, Processing records
@@ -265,8 +268,9 @@ impl Store {
     /// I/O errors (the pass stops; nothing is lost, a half-written file is
     /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`]
     /// (also when [`close`](Store::close) cuts the pass short),
-    /// [`Error::Poisoned`].
+    /// [`Error::Poisoned`], [`Error::ReadOnly`].
     pub fn compact(&self) -> Result<CompactionReport> {
+        self.engine.refuse_if_read_only("compact")?;
         compactor::compact(&self.engine)
     }
 
@@ -348,9 +352,13 @@ impl Store {
     }
 
     /// The engine this handle shares.
-    #[cfg(feature = "tokio")]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// A handle on an engine just opened.
+    pub(crate) fn from_engine(engine: Engine) -> Store {
+        Store { engine: Arc::new(engine) }
     }
 
     /// A lease token's key, checked against the limits, and its hash.
@@ -366,43 +374,5 @@ impl<'a> IntoIterator for &'a Store {
 
     fn into_iter(self) -> Iter<'a> {
         self.iter()
-    }
-}
-
-/// Iterator over live records, from [`Store::iter`].
-#[derive(Debug)]
-pub struct Iter<'a> {
-    store: &'a Store,
-    shard: usize,
-    hashes: std::vec::IntoIter<u128>,
-    started: bool,
-}
-
-impl Iterator for Iter<'_> {
-    type Item = Result<Record>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let shards = &self.store.engine.shards;
-        loop {
-            if let Some(hash) = self.hashes.next() {
-                match shards[self.shard].get(hash, None) {
-                    Ok((Some(record), _)) => return Some(Ok(record)),
-                    Ok((None, _)) => continue,
-                    Err(error) => return Some(Err(error)),
-                }
-            }
-            if self.started {
-                self.shard += 1;
-            }
-            self.started = true;
-            let shard = shards.get(self.shard)?;
-            match shard.hashes() {
-                Ok(hashes) => self.hashes = hashes.into_iter(),
-                Err(error) => {
-                    self.shard = shards.len();
-                    return Some(Err(error));
-                }
-            }
-        }
     }
 }

@@ -110,7 +110,7 @@ impl fmt::Debug for Observe {
 pub(crate) const TIMES_CLAIMS: bool = cfg!(feature = "metrics");
 
 /// Names of the histograms (the counters' names are beside their fields in
-/// [`crate::stats`]).
+/// the stats module).
 pub(crate) mod names {
     /// Seconds from a claim's call to its answer (durable under `Sync`), by
     /// outcome.
@@ -120,31 +120,6 @@ pub(crate) mod names {
     /// Claims that found their key already claimed: replays, in-progress
     /// answers and mismatches together.
     pub(crate) const DUPLICATE_DETECTED: &str = "duplicate_detected_total";
-}
-
-/// Describes every metric to the installed recorder (its help text), once
-/// per open.
-pub(crate) fn describe() {
-    #[cfg(feature = "metrics")]
-    {
-        for (name, help) in crate::stats::COUNTER_HELP {
-            metrics::describe_counter!(*name, *help);
-        }
-        metrics::describe_counter!(
-            names::DUPLICATE_DETECTED,
-            "Claims that found their key already claimed (replays, in-progress answers and mismatches)"
-        );
-        metrics::describe_histogram!(
-            names::CLAIM_SECONDS,
-            metrics::Unit::Seconds,
-            "Claim latency, call to answer (durable under Sync), by outcome"
-        );
-        metrics::describe_histogram!(
-            names::FSYNC_BATCH_RECORDS,
-            metrics::Unit::Count,
-            "Records made durable by one fsync (group-commit batch size)"
-        );
-    }
 }
 
 /// An event through `tracing` (target `idemkv`) when the feature is on;

@@ -1,11 +1,13 @@
 //! Offline verification of a store directory: every shard's files against
 //! its catalog, every header and every record's CRC, with the scanner and
-//! the rules that open uses, without opening the store (nothing is written,
-//! no lock is taken).
+//! the rules that open uses, without opening the store: every file is opened
+//! for reading only, nothing is written and no lock is taken (so a
+//! compaction of a live writer may delete a segment while it is checked,
+//! which is then reported missing).
 
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage, StorageFile};
-use crate::manifest::Manifest;
+use crate::open::existing_manifest;
 use crate::recovery::check_catalog;
 use crate::segment;
 use crate::segment::scanner::{self, Expected};
@@ -65,13 +67,20 @@ impl VerifyReport {
 /// # Ok(()) }
 /// ```
 ///
+/// Every file is opened for reading only, so a user who may read the store
+/// but not write it can verify it. No lock is taken: it works beside a live
+/// writer, but that writer's compaction may delete a segment while it is
+/// checked, which is then reported missing; verify a store nobody has open
+/// for a verdict.
+///
 /// # Errors
-/// [`Error::NotAStore`] when `dir` has no manifest, a damaged manifest as
-/// [`Error::Corruption`], I/O errors. Damage inside segments is reported,
-/// not returned as an error.
+/// [`Error::NotFound`] when `dir` does not exist, [`Error::NotAStore`] when
+/// it has no manifest, a damaged manifest as [`Error::Corruption`], I/O
+/// errors (a directory or file the user may not read). Damage inside
+/// segments is reported, not returned as an error.
 pub fn verify(dir: &Path) -> Result<VerifyReport> {
     let storage = StdStorage;
-    let manifest = Manifest::load(&storage, dir)?.ok_or_else(|| Error::NotAStore { path: dir.to_path_buf() })?;
+    let manifest = existing_manifest(&storage, dir)?;
     let mut report = VerifyReport { shards: manifest.shards, ..VerifyReport::default() };
     for shard in 0..manifest.shards {
         let shard_dir = segment::shard_dir(dir, shard);
@@ -96,7 +105,7 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
         let leftover = "left by an unfinished roll or drop (no record); deleted at the next open";
         report.torn_tails.extend(check.leftovers.iter().map(|file| whole(file, leftover)));
         for (id, path) in &check.present {
-            let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
+            let file = storage.open_read_only(path).map_err(|error| Error::io("open", path, error))?;
             let expected = Expected { shard, segment: *id, active: *id == check.catalog.last };
             check_segment(&*file, path, expected, &mut report)?;
         }

@@ -1,122 +1,184 @@
-//! The `idemkv` binary, run as a user would: every subcommand, bad
-//! arguments, a missing directory, a directory that is not a store, a
-//! damaged segment, and a directory held by a live store.
+//! The `idemkv` binary, run as a user would: every subcommand on a loaded
+//! store, a damaged segment, bad arguments, and a directory held by a live
+//! store.
 #![cfg(feature = "cli")]
 
+mod cli_support;
+
+use cli_support::{assert_fails, idemkv, loaded_store, scratch, stderr, stdout};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn idemkv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_idemkv")).args(args).output().expect("run idemkv")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// A store with some load in it.
-fn loaded_store() -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = dir.path().join("store");
-    let path = store.to_str().expect("utf-8 path").to_string();
-    let output =
-        idemkv(&["load", &path, "--duration", "0.5", "--threads", "2", "--keys", "500", "--value-bytes", "64"]);
-    assert!(output.status.success(), "load failed: {}", stderr(&output));
-    let text = stdout(&output);
-    assert!(text.contains("fencing check: no key was ever held twice"), "{text}");
-    assert!(text.contains("acquired 500"), "{text}");
-    (dir, path)
-}
 
 #[test]
-fn load_then_stats_in_three_formats() {
-    let (_dir, path) = loaded_store();
-    let text = stdout(&idemkv(&["stats", &path]));
-    assert!(text.contains("records_completed                500"), "{text}");
-    let json = stdout(&idemkv(&["stats", &path, "--format", "json"]));
-    assert!(json.trim().starts_with('{') && json.contains("\"records_completed\":500"), "{json}");
-    let prometheus = stdout(&idemkv(&["stats", &path, "--format", "prometheus"]));
-    assert!(prometheus.contains("# TYPE idemkv_shards gauge\nidemkv_shards 4"), "{prometheus}");
-}
-
-#[test]
-fn get_and_list_show_records() {
-    let (_dir, path) = loaded_store();
-    let output = idemkv(&["get", &path, "load-0000000000000007"]);
+fn stats_after_a_load_shows_what_is_on_disk_in_three_formats() {
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let output = idemkv(&["stats", path]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
-    assert!(text.contains("state=Completed") && text.contains(&format!("response: {}", "v".repeat(64))), "{text}");
-    let missing = idemkv(&["get", &path, "no-such-key", "--scope", "nobody"]);
-    assert_eq!(missing.status.code(), Some(1));
-    assert!(stderr(&missing).contains("no live record"));
-    let listed = stdout(&idemkv(&["list", &path, "--state", "completed", "--limit", "7"]));
+    // The records the load left, not the counters of the stats process.
+    assert!(text.contains("records    500 live: 0 processing, 500 completed, 0 failed"), "{text}");
+    assert!(text.contains("shards     4\n"), "{text}");
+    assert!(text.contains(" bytes) in segment files"), "{text}");
+    assert!(text.contains("oldest     created 20"), "{text}");
+    assert!(text.contains("torn tail  none"), "{text}");
+    assert!(text.contains("kept by the process that has the store open"), "{text}");
+    let json = stdout(&idemkv(&["stats", path, "--format", "json"]));
+    assert!(json.trim().starts_with('{') && json.trim().ends_with('}'), "{json}");
+    assert!(json.contains("\"records_completed\":500") && json.contains("\"shards\":4"), "{json}");
+    let prometheus = stdout(&idemkv(&["stats", path, "--format", "prometheus"]));
+    assert!(prometheus.contains("# TYPE idemkv_shards gauge\nidemkv_shards 4\n"), "{prometheus}");
+    assert!(prometheus.contains("idemkv_records{state=\"completed\"} 500\n"), "{prometheus}");
+}
+
+#[test]
+fn get_and_list_show_records_with_rfc_3339_times() {
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let output = idemkv(&["get", path, "load-0000000000000007"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("state     Completed\n"), "{text}");
+    assert!(text.contains(&format!("response  {} (text, 64 B)", "v".repeat(64))), "{text}");
+    let expires = text.lines().find(|line| line.starts_with("expires ")).expect("an expiry line");
+    assert!(expires.contains("Z (in 23h 59m"), "{expires}");
+    let missing = idemkv(&["get", path, "no-such-key", "--scope", "nobody"]);
+    assert_fails(&missing, 1, "no live record", "get of an absent key");
+    let listed = stdout(&idemkv(&["list", path, "--state", "completed", "--limit", "7"]));
     assert_eq!(listed.lines().count(), 7, "{listed}");
-    let none = stdout(&idemkv(&["list", &path, "--state", "processing"]));
+    for line in listed.lines() {
+        assert!(line.contains("state=Completed") && line.contains(" expires=20"), "{line}");
+        assert!(!line.contains("_ms="), "epoch milliseconds: {line}");
+    }
+    let none = stdout(&idemkv(&["list", path, "--state", "processing"]));
     assert_eq!(none.lines().count(), 0, "{none}");
 }
 
 #[test]
 fn verify_and_compact_a_clean_store() {
-    let (_dir, path) = loaded_store();
-    let output = idemkv(&["verify", &path]);
-    assert!(output.status.success());
-    assert!(stdout(&output).contains("1000 records") && stdout(&output).contains("clean"), "{}", stdout(&output));
-    let output = idemkv(&["compact", &path]);
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let output = idemkv(&["verify", path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("1,000 records") && text.contains("clean"), "{text}");
+    let output = idemkv(&["compact", path]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(stdout(&output).starts_with("segments dropped 0"), "{}", stdout(&output));
 }
 
 #[test]
 fn verify_reports_a_damaged_segment_with_file_and_offset() {
-    let (_dir, path) = loaded_store();
-    let segment = Path::new(&path).join("shard-0000/0000000001.seg");
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let segment = Path::new(path).join("shard-0000/0000000001.seg");
     let mut bytes = std::fs::read(&segment).expect("read");
     bytes[64 + 20] ^= 0xFF; // inside the first record (after the 64-byte header)
     std::fs::write(&segment, bytes).expect("write");
-    let output = idemkv(&["verify", &path]);
+    let output = idemkv(&["verify", path]);
     assert_eq!(output.status.code(), Some(1));
     let text = stdout(&output);
     assert!(text.contains(&format!("DAMAGE: {} offset 64", segment.display())), "{text}");
+    // The read-only commands refuse it as damage too.
+    assert_fails(&idemkv(&["stats", path]), 1, "corruption in", "stats of a damaged store");
 }
 
 #[test]
-fn bad_arguments_missing_and_foreign_directories_fail_cleanly() {
+fn bad_arguments_and_foreign_directories_fail_cleanly() {
     let bad = idemkv(&["load"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("Usage"), "{}", stderr(&bad));
-    let bad_ratio = idemkv(&["load", "/tmp/x", "--replay-ratio", "3"]);
-    assert_eq!(bad_ratio.status.code(), Some(2));
-    assert!(stderr(&bad_ratio).starts_with("idemkv: "), "{}", stderr(&bad_ratio));
-    let unknown = idemkv(&["frobnicate"]);
-    assert_eq!(unknown.status.code(), Some(2));
+    let dir = scratch();
+    let fresh = dir.path().join("fresh");
+    let fresh = fresh.to_str().expect("utf-8");
+    assert_fails(&idemkv(&["load", fresh, "--replay-ratio", "3"]), 2, "--replay-ratio", "a ratio of 3");
+    for case in [&["frobnicate"][..], &["stats", fresh, "--format", "xml"], &["list", fresh, "--limit", "-1"]] {
+        let output = idemkv(case);
+        assert_eq!(output.status.code(), Some(2), "{case:?}");
+        assert!(stderr(&output).starts_with("error: "), "{case:?}: {}", stderr(&output));
+    }
+    assert!(!Path::new(fresh).exists(), "a refused command created the directory");
 
-    let missing = idemkv(&["stats", "/nonexistent/idemkv"]);
-    assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("not an idemkv store"), "{}", stderr(&missing));
-    let foreign = tempfile::tempdir().expect("tempdir");
+    let foreign = scratch();
     std::fs::write(foreign.path().join("notes.txt"), b"mine").expect("write");
     let path = foreign.path().to_str().expect("utf-8");
-    for command in ["stats", "verify", "compact"] {
-        let output = idemkv(&[command, path]);
-        assert_eq!(output.status.code(), Some(2), "{command}");
-        assert!(stderr(&output).contains("not an idemkv store"), "{command}: {}", stderr(&output));
-        assert!(!stderr(&output).contains("panicked"), "{command}");
+    for command in ["stats", "list", "verify", "compact", "repair"] {
+        assert_fails(&idemkv(&[command, path]), 2, "is not an idemkv store (it has no MANIFEST)", command);
     }
+    assert_fails(&idemkv(&["get", path, "key"]), 2, "is not an idemkv store", "get");
+    assert_eq!(std::fs::read_dir(foreign.path()).expect("ls").count(), 1, "a file was created");
 }
 
 #[test]
 fn a_directory_held_by_a_live_store_names_the_holder() {
-    let (_dir, path) = loaded_store();
-    let store = idemkv::Store::open(&path, idemkv::Config::new()).expect("open");
-    let output = idemkv(&["stats", &path]);
-    assert_eq!(output.status.code(), Some(2));
-    let message = stderr(&output);
-    assert!(message.contains(&format!("process {}", std::process::id())), "{message}");
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let writer = idemkv::Store::open(path, idemkv::Config::new()).expect("open");
+    let pid = std::process::id();
+    for args in [&["stats", path][..], &["get", path, "k"], &["list", path], &["compact", path], &["repair", path]] {
+        assert_fails(&idemkv(args), 2, &format!("is locked by another open store (process {pid})"), args[0]);
+    }
     // verify reads without the lock.
-    assert!(idemkv(&["verify", &path]).status.success());
-    drop(store);
+    assert!(idemkv(&["verify", path]).status.success());
+    drop(writer);
+
+    // A read-only handle keeps writers out, and lets readers in.
+    let reader = idemkv::Store::open_read_only(path, idemkv::Config::new()).expect("read-only open");
+    assert!(idemkv(&["stats", path]).status.success());
+    assert!(idemkv(&["list", path, "--limit", "1"]).status.success());
+    for args in [&["compact", path][..], &["repair", path], &["load", path, "--duration", "0.1"]] {
+        assert_fails(&idemkv(args), 2, "is locked by another open store (no process id recorded", args[0]);
+    }
+    drop(reader);
+    assert!(idemkv(&["compact", path]).status.success());
+}
+
+#[test]
+fn every_argument_of_every_command_has_help_text() {
+    for command in ["stats", "get", "list", "verify", "compact", "repair", "load"] {
+        let output = idemkv(&[command, "-h"]);
+        assert!(output.status.success(), "{command}");
+        let help = stdout(&output);
+        let arguments: Vec<&str> =
+            help.lines().filter(|line| line.starts_with("  <") || line.trim_start().starts_with('-')).collect();
+        assert!(arguments.len() >= 2, "{command}: {help}");
+        for line in arguments {
+            let parts: Vec<&str> = line.trim().split("  ").filter(|part| !part.trim().is_empty()).collect();
+            assert!(parts.len() >= 2 && parts[1].trim().len() > 5, "{command}: no help text in {line:?}");
+        }
+    }
+}
+
+#[test]
+fn processing_shows_its_lease_end_and_failed_its_expiry() {
+    use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+    let dir = scratch();
+    let store = Store::open(dir.path(), Config::new()).expect("open");
+    let claim = |key: &'static str| match store.claim(&ClaimRequest::new(key, Fingerprint::of(key.as_bytes()))) {
+        Ok(Claim::Acquired(lease)) => lease,
+        other => panic!("{other:?}"),
+    };
+    let _held = claim("in-flight").into_token();
+    claim("declined").fail(&[0xff, 0x00]).expect("fail");
+    store.close().expect("close");
+    let path = dir.path().to_str().expect("utf-8");
+
+    let processing = stdout(&idemkv(&["get", path, "in-flight"]));
+    let lease_end = processing.lines().find(|line| line.starts_with("lease end ")).expect("a lease end");
+    // The default lease is 30 s.
+    assert!(lease_end.contains("Z (in 2") || lease_end.ends_with("Z (in 30s)"), "{lease_end}");
+    assert!(!processing.contains("expires"), "{processing}");
+    let failed = stdout(&idemkv(&["get", path, "declined"]));
+    assert!(failed.contains("state     Failed\n") && failed.contains("expires   20"), "{failed}");
+    assert!(failed.contains("response  0xff00 (hex, 2 B)"), "{failed}");
+    let listed = stdout(&idemkv(&["list", path]));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    for line in listed.lines() {
+        let expected = if line.contains("state=Processing") { " lease_end=20" } else { " expires=20" };
+        assert!(line.contains(expected), "{line}");
+    }
 }

@@ -62,6 +62,22 @@ pub trait Storage: Send + Sync + Debug {
     /// The operating system's error.
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>>;
 
+    /// Opens an existing file for reading only: a store opened with
+    /// [`crate::Store::open_read_only`], `verify` and every load of
+    /// a manifest or catalog read through it, so that they work on files the
+    /// user may read but not write. The file's writing calls may then fail.
+    ///
+    /// The default opens the file as [`open`](Storage::open) does, without
+    /// creating it; [`StdStorage`] asks the operating system for read
+    /// access only.
+    ///
+    /// # Errors
+    /// The operating system's error ([`io::ErrorKind::NotFound`] when the
+    /// file does not exist).
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(path, false)
+    }
+
     /// Creates a directory and its parents.
     ///
     /// # Errors
@@ -128,6 +144,10 @@ impl Storage for StdStorage {
         Ok(Arc::new(StdFile(file)))
     }
 
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(Arc::new(StdFile(File::open(path)?)))
+    }
+
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path)
     }
@@ -171,5 +191,22 @@ mod tests {
         assert_eq!(file.len().expect("len"), 2);
         StdStorage.sync_dir(dir.path()).expect("sync dir");
         assert_eq!(StdStorage.read_dir(dir.path()).expect("ls"), vec![path]);
+    }
+
+    #[test]
+    fn std_read_only_file_reads_and_refuses_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        StdStorage.open(&path, true).expect("create").write_all_at(b"hello", 0).expect("write");
+        let file = StdStorage.open_read_only(&path).expect("open read-only");
+        let mut buf = [0u8; 5];
+        file.read_exact_at(&mut buf, 0).expect("read");
+        assert_eq!(&buf, b"hello");
+        // A descriptor opened for reading cannot write, whoever runs the test.
+        assert!(file.write_all_at(b"x", 0).is_err());
+        assert!(file.set_len(0).is_err());
+        assert_eq!(file.len().expect("len"), 5);
+        let missing = StdStorage.open_read_only(&dir.path().join("missing")).expect_err("absent");
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
 }

@@ -2,8 +2,8 @@
 //! connection) or a Cluster (the client's slot-routing connection), both
 //! speaking RESP3 so that published messages arrive as pushes.
 
+use super::reply::{backend_error, protocol};
 use super::wait::Pushes;
-use super::{backend_error, protocol};
 use crate::error::{Error, Result};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;

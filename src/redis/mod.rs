@@ -53,16 +53,18 @@
 //! ```
 
 mod connection;
+mod reply;
 mod scripts;
 mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 use crate::config::Config;
-use crate::error::{BackendFailure, Error, Result};
-use crate::record::{Record, State};
+use crate::error::{Error, Result};
+use crate::record::Record;
 use crate::{Fingerprint, LeaseToken};
-use ::redis::{RedisError, Script, Value};
+use ::redis::{Script, Value};
 use connection::Connection;
+use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -127,41 +129,6 @@ impl Names {
         });
         let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
         Names { record: name("r"), counter: name("n"), channel: name("w") }
-    }
-}
-
-/// Maps the client's error: see [`BackendFailure`].
-pub(crate) fn backend_error(error: RedisError) -> Error {
-    use ::redis::ErrorKind;
-    let failure = match error.kind() {
-        ErrorKind::Server(_) | ErrorKind::Extension => BackendFailure::Refused,
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => BackendFailure::Protocol,
-        _ => BackendFailure::Unavailable,
-    };
-    Error::Backend { backend: "redis", failure, source: Box::new(error) }
-}
-
-fn protocol(what: &str) -> Error {
-    Error::Backend { backend: "redis", failure: BackendFailure::Protocol, source: what.to_string().into() }
-}
-
-/// A whole number from a reply element (integer or decimal string).
-fn number(value: &Value) -> Result<u64> {
-    match value {
-        Value::Int(number) => u64::try_from(*number).map_err(|_| protocol("negative number in a reply")),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .ok_or_else(|| protocol("not a number in a reply")),
-        _ => Err(protocol("not a number in a reply")),
-    }
-}
-
-fn bytes(value: &Value) -> Result<Vec<u8>> {
-    match value {
-        Value::BulkString(bytes) => Ok(bytes.clone()),
-        Value::SimpleString(text) => Ok(text.clone().into_bytes()),
-        _ => Err(protocol("not a string in a reply")),
     }
 }
 
@@ -405,40 +372,7 @@ impl IdempotencyBackend for RedisBackend {
         if fields.is_empty() {
             return Ok(None);
         }
-        let field = |name: &str| fields.iter().find(|(field, _)| field == name.as_bytes()).map(|(_, value)| value);
-        let text = |name: &str| -> Result<u64> {
-            let value = field(name).ok_or_else(|| protocol("get: a field is missing"))?;
-            std::str::from_utf8(value)
-                .ok()
-                .and_then(|text| text.parse().ok())
-                .ok_or_else(|| protocol("get: not a number"))
-        };
-        if field("s").map(Vec::as_slice) != Some(scope) || field("k").map(Vec::as_slice) != Some(key) {
-            return Err(Error::KeyHashCollision);
-        }
-        let state = match field("st").map(Vec::as_slice) {
-            Some(b"P") => State::Processing,
-            Some(b"C") => State::Completed,
-            Some(b"F") => State::Failed,
-            _ => return Err(protocol("get: unknown state")),
-        };
-        let fingerprint = field("fp")
-            .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
-            .map(Fingerprint::from_bytes)
-            .ok_or_else(|| protocol("get: fingerprint"))?;
-        Ok(Some(Record {
-            scope: scope.to_vec(),
-            key: key.to_vec(),
-            state,
-            fingerprint,
-            token: text("t")?,
-            attempt: u32::try_from(text("a")?).map_err(|_| protocol("get: attempt"))?,
-            recovered: text("rc")? == 1,
-            created_ms: text("c")?,
-            updated_ms: text("u")?,
-            deadline_ms: text("le")?,
-            response: field("r").cloned().unwrap_or_default(),
-        }))
+        reply::record(scope, key, &fields).map(Some)
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {

@@ -90,14 +90,15 @@ impl Catalog {
         Ok(catalog)
     }
 
-    /// The catalog of the shard in folder `dir`.
+    /// The catalog of the shard in folder `dir`, read through a file opened
+    /// for reading only.
     ///
     /// # Errors
     /// [`Error::Corruption`] when it is missing or damaged, or names another
     /// shard; I/O errors.
     pub(crate) fn load(storage: &dyn Storage, dir: &Path, shard: u32) -> Result<Self> {
         let path = dir.join(FILE_NAME);
-        let file = storage.open(&path, false).map_err(|error| match error.kind() {
+        let file = storage.open_read_only(&path).map_err(|error| match error.kind() {
             std::io::ErrorKind::NotFound => Error::corruption(&path, 0, "the shard's catalog is missing"),
             _ => Error::io("open", &path, error),
         })?;

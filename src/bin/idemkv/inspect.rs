@@ -1,0 +1,179 @@
+//! `get`, `list`, `verify`, `compact` and `repair`.
+
+use crate::output::{self, bytes, count, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
+use crate::StateFilter;
+use idemkv::{Config, Record, State, Store};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The configuration of the tool's opens: no background compactor, and
+/// the largest keys and scopes a store may hold, so that any stored key can
+/// be looked up.
+pub fn config() -> Config {
+    Config::new().compaction_interval(None).key_bytes_max(65_535).scope_bytes_max(65_535)
+}
+
+/// Opens an existing store read-only (see [`Store::open_read_only`]).
+pub fn open_read_only(dir: &Path) -> Result<Store, Failure> {
+    Ok(Store::open_read_only(dir, config())?)
+}
+
+/// Opens an existing store for writing; never creates one.
+fn open_existing(dir: &Path) -> Result<Store, Failure> {
+    // Checked first, so that a missing or unreadable directory, or one
+    // without a manifest, is said as such rather than being created.
+    if let Err(error) = std::fs::read_dir(dir) {
+        return Err(Failure::other(io_message("list", dir, &error)));
+    }
+    if let Err(error) = std::fs::symlink_metadata(dir.join("MANIFEST")) {
+        return Err(Failure::other(if error.kind() == std::io::ErrorKind::NotFound {
+            format!("{} is not an idemkv store (it has no MANIFEST)", dir.display())
+        } else {
+            io_message("read", &dir.join("MANIFEST"), &error)
+        }));
+    }
+    Ok(Store::open(dir, config())?)
+}
+
+/// When a record's deadline is, said for its state.
+fn deadline(record: &Record) -> (&'static str, String) {
+    match record.state {
+        State::Processing => ("lease_end", time(record.deadline_ms)),
+        _ => ("expires", time(record.deadline_ms)),
+    }
+}
+
+/// One record on one line.
+fn describe(record: &Record) -> String {
+    let (label, when) = deadline(record);
+    format!(
+        "scope={:?} key={:?} state={:?} attempt={} token={}{} created={} updated={} {label}={when}",
+        text_or_hex(&record.scope),
+        text_or_hex(&record.key),
+        record.state,
+        record.attempt,
+        record.token,
+        if record.recovered { " recovered" } else { "" },
+        time(record.created_ms),
+        time(record.updated_ms),
+    )
+}
+
+pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
+    let store = open_read_only(dir)?;
+    let Some(record) = store.get(scope.as_bytes(), key.as_bytes())? else {
+        output::warn(&format!("no live record for scope {scope:?} key {key:?}"));
+        return Ok(ExitCode::from(EXIT_DAMAGE));
+    };
+    let now_ms = output::now_ms();
+    let recovered = if record.recovered { ", took over an expired lease" } else { "" };
+    let kind = if std::str::from_utf8(&record.response).is_ok() { "text" } else { "hex" };
+    let deadline = if record.state == State::Processing { "lease end" } else { "expires" };
+    let lines = [
+        ("scope", format!("{:?}", text_or_hex(&record.scope))),
+        ("key", format!("{:?}", text_or_hex(&record.key))),
+        ("state", format!("{:?}", record.state)),
+        ("attempt", format!("{} (token {}{recovered})", record.attempt, record.token)),
+        ("created", format!("{} ({})", time(record.created_ms), relative(record.created_ms, now_ms))),
+        ("updated", format!("{} ({})", time(record.updated_ms), relative(record.updated_ms, now_ms))),
+        (deadline, format!("{} ({})", time(record.deadline_ms), relative(record.deadline_ms, now_ms))),
+        ("response", format!("{} ({kind}, {})", text_or_hex(&record.response), bytes(record.response.len() as u64))),
+    ];
+    let mut out = Out::default();
+    for (label, value) in lines {
+        out.line(format_args!("{label:<9} {value}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(dir: &Path, filter: Option<StateFilter>, limit: usize) -> Result<ExitCode, Failure> {
+    let store = open_read_only(dir)?;
+    let wanted = filter.map(|filter| match filter {
+        StateFilter::Processing => State::Processing,
+        StateFilter::Completed => State::Completed,
+        StateFilter::Failed => State::Failed,
+    });
+    let mut out = Out::default();
+    let mut shown = 0;
+    for record in &store {
+        if shown == limit || out.is_closed() {
+            break;
+        }
+        let record = record?;
+        if wanted.is_some_and(|state| state != record.state) {
+            continue;
+        }
+        out.line(describe(&record))?;
+        shown += 1;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
+    let report = idemkv::verify(dir)?;
+    let mut out = Out::default();
+    out.line(format_args!(
+        "{} shards, {} segments, {} records, {} checked",
+        report.shards,
+        count(report.segments),
+        count(report.records),
+        bytes(report.bytes)
+    ))?;
+    let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at the next writable open)", span));
+    for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
+        out.line(format_args!(
+            "{label}: {} offset {} length {}: {}",
+            span.file.display(),
+            span.offset,
+            span.length,
+            span.reason
+        ))?;
+    }
+    if report.is_clean() {
+        out.line("clean")?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(EXIT_DAMAGE))
+    }
+}
+
+pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
+    let report = idemkv::repair(dir)?;
+    let mut out = Out::default();
+    for action in &report.actions {
+        out.line(action)?;
+    }
+    for record in &report.records_dropped {
+        out.line(format_args!(
+            "dropped: {} scope {:?} key {:?} lsn {} {}",
+            record.file.display(),
+            String::from_utf8_lossy(&record.scope),
+            String::from_utf8_lossy(&record.key),
+            record.lsn,
+            record.kind
+        ))?;
+    }
+    out.line(format_args!(
+        "{} records dropped, {} unreadable bytes cut{}",
+        report.records_dropped.len(),
+        report.unreadable_bytes,
+        if report.dropped_nothing() { "; nothing to repair" } else { "" }
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn compact(dir: &Path) -> Result<ExitCode, Failure> {
+    let store = open_existing(dir)?;
+    let report = store.compact()?;
+    store.close()?;
+    let mut out = Out::default();
+    out.line(format_args!(
+        "segments dropped {}, rewritten {}, {} reclaimed, records dropped {}, index entries released {}",
+        report.segments_dropped,
+        report.segments_rewritten,
+        bytes(report.bytes_reclaimed),
+        report.records_dropped,
+        report.index_entries_released
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
