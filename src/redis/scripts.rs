@@ -51,7 +51,6 @@ local lease_end = string.format('%.0f', now + lease)
 redis.call('HSET', KEYS[1], 'st', 'P', 'fp', ARGV[3], 'a', attempt, 'rc', recovered, 't', token,
   'c', string.format('%.0f', created), 'u', string.format('%.0f', now), 'le', lease_end, 'tt', ARGV[5],
   's', ARGV[1], 'k', ARGV[2])
-redis.call('HDEL', KEYS[1], 'r')
 redis.call('PEXPIRE', KEYS[1], lease + ttl)
 redis.call('SET', KEYS[2], token, 'PX', lease + ttl + tonumber(ARGV[6]))
 return {'A', token, attempt, recovered, lease_end}
