@@ -70,7 +70,9 @@
 //               background (periodic worker threads)
 // public API    lease, claim, store (iter: its records; read_only: read-only
 //               handles), stats, verify, repair, backend (the trait any
-//               backend implements), http/ (tower layer, feature `tower`)
+//               backend implements), http/ (tower layer, feature `tower`),
+//               redis/ (the contract on Redis / Valkey, feature `redis`:
+//               scripts, connection, replies, claim_wait's wake-ups)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
 //               telemetry (counters exported through `metrics`, events
