@@ -194,7 +194,9 @@ async fn main() {
         })
         .await;
     }
-    println!("Redis on loopback, AOF appendfsync {appendfsync}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s");
+    println!(
+        "Redis on loopback, AOF appendfsync {appendfsync}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
+    );
     println!("{:<44} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
     for (pair, name) in [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")] {
         let (ours, theirs) = (&rows[pair], &rows[pair + 1]);

@@ -61,7 +61,7 @@ return {'A', token, attempt, recovered, lease_end}
 /// channel, publish command, keep ms. Replies 1, or 0 when the token no
 /// longer holds the key.
 pub(super) const FINISH: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'st', 't', 'tt', 's', 'k')
+local f = redis.call('HMGET', KEYS[1], 'st', 't', 'tt', 's', 'k', 'le')
 if f[1] ~= 'P' or f[2] ~= ARGV[3] or f[4] ~= ARGV[1] or f[5] ~= ARGV[2] then return 0 end
 if ARGV[4] == 'D' then
   redis.call('DEL', KEYS[1])
@@ -72,7 +72,11 @@ else
   redis.call('HSET', KEYS[1], 'st', ARGV[4], 'r', ARGV[5], 'u', string.format('%.0f', now),
     'le', string.format('%.0f', now + ttl))
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl + tonumber(ARGV[8]))
+  -- The counter expires at lease end + TTL + keep (set by claim and
+  -- renew): within the lease it already outlives the record by keep.
+  if now > tonumber(f[6]) then
+    redis.call('PEXPIRE', KEYS[2], ttl + tonumber(ARGV[8]))
+  end
 end
 redis.call(ARGV[7], ARGV[6], ARGV[4])
 return 1
