@@ -2,7 +2,7 @@
 //! connection) or a Cluster (the client's slot-routing connection), both
 //! speaking RESP3 so that published messages arrive as pushes.
 
-use super::reply::{backend_error, protocol};
+use super::reply::backend_error;
 use super::wait::Pushes;
 use crate::error::{Error, Result};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -74,34 +74,6 @@ impl Connection {
             Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
         }
         .map_err(backend_error)
-    }
-
-    pub(super) async fn hgetall(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let command = ::redis::cmd("HGETALL").arg(key).clone();
-        let reply: Value = match self.clone() {
-            Connection::Single(mut connection) => command.query_async(&mut connection).await,
-            Connection::Cluster(mut connection) => command.query_async(&mut connection).await,
-        }
-        .map_err(backend_error)?;
-        let pairs = match reply {
-            Value::Map(pairs) => pairs,
-            Value::Array(items) => {
-                let mut items = items.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(field), Some(value)) = (items.next(), items.next()) {
-                    pairs.push((field, value));
-                }
-                pairs
-            }
-            _ => return Err(protocol("HGETALL: not a map")),
-        };
-        pairs
-            .into_iter()
-            .map(|pair| match pair {
-                (Value::BulkString(field), Value::BulkString(value)) => Ok((field, value)),
-                _ => Err(protocol("HGETALL: not strings")),
-            })
-            .collect()
     }
 
     pub(super) async fn subscribe(&self, channel: &[u8]) -> Result<()> {

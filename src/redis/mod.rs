@@ -96,6 +96,7 @@ struct Scripts {
     finish: Script,
     renew: Script,
     remove: Script,
+    get: Script,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -175,6 +176,7 @@ impl RedisBackend {
                 finish: Script::new(scripts::FINISH),
                 renew: Script::new(scripts::RENEW),
                 remove: Script::new(scripts::REMOVE),
+                get: Script::new(scripts::GET),
             }),
         }
     }
@@ -368,11 +370,13 @@ impl IdempotencyBackend for RedisBackend {
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         self.config.check_key(scope, key)?;
         let names = Names::of(&self.prefix, scope, key);
-        let fields = self.connection.hgetall(&names.record).await?;
-        if fields.is_empty() {
-            return Ok(None);
+        let mut invocation = self.scripts.get.prepare_invoke();
+        invocation.key(&names.record);
+        match self.connection.invoke(&invocation).await? {
+            Value::Array(fields) if fields.is_empty() => Ok(None),
+            Value::Array(fields) => reply::record(scope, key, &fields).map(Some),
+            _ => Err(protocol("get: not an array")),
         }
-        reply::record(scope, key, &fields).map(Some)
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {

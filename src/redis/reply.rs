@@ -45,38 +45,37 @@ pub(super) fn bytes(value: &Value) -> Result<Vec<u8>> {
     }
 }
 
-/// The record of `(scope, key)` from its hash's fields (see the scripts'
-/// docs for the field names).
-pub(super) fn record(scope: &[u8], key: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Record> {
-    let field = |name: &str| fields.iter().find(|(field, _)| field == name.as_bytes()).map(|(_, value)| value);
-    let text = |name: &str| -> Result<u64> {
-        let value = field(name).ok_or_else(|| protocol("get: a field is missing"))?;
-        std::str::from_utf8(value).ok().and_then(|text| text.parse().ok()).ok_or_else(|| protocol("get: not a number"))
+/// The record of `(scope, key)` from the twelve fields the `GET` script
+/// answers (see the scripts' docs for their order).
+pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Record> {
+    let [state, fingerprint, attempt, recovered, token, created, updated, deadline, _ttl, stored_scope, stored_key, response] =
+        fields
+    else {
+        return Err(protocol("get: not twelve fields"));
     };
-    if field("s").map(Vec::as_slice) != Some(scope) || field("k").map(Vec::as_slice) != Some(key) {
+    if bytes(stored_scope)? != scope || bytes(stored_key)? != key {
         return Err(Error::KeyHashCollision);
     }
-    let state = match field("st").map(Vec::as_slice) {
-        Some(b"P") => State::Processing,
-        Some(b"C") => State::Completed,
-        Some(b"F") => State::Failed,
+    let state = match bytes(state)?.as_slice() {
+        b"P" => State::Processing,
+        b"C" => State::Completed,
+        b"F" => State::Failed,
         _ => return Err(protocol("get: unknown state")),
     };
-    let fingerprint = field("fp")
-        .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+    let fingerprint = <[u8; 32]>::try_from(bytes(fingerprint)?.as_slice())
         .map(Fingerprint::from_bytes)
-        .ok_or_else(|| protocol("get: fingerprint"))?;
+        .map_err(|_| protocol("get: fingerprint"))?;
     Ok(Record {
         scope: scope.to_vec(),
         key: key.to_vec(),
         state,
         fingerprint,
-        token: text("t")?,
-        attempt: u32::try_from(text("a")?).map_err(|_| protocol("get: attempt"))?,
-        recovered: text("rc")? == 1,
-        created_ms: text("c")?,
-        updated_ms: text("u")?,
-        deadline_ms: text("le")?,
-        response: field("r").cloned().unwrap_or_default(),
+        token: number(token)?,
+        attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("get: attempt"))?,
+        recovered: number(recovered)? == 1,
+        created_ms: number(created)?,
+        updated_ms: number(updated)?,
+        deadline_ms: number(deadline)?,
+        response: bytes(response)?,
     })
 }

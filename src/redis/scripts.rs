@@ -2,26 +2,30 @@
 //! run by SHA (`EVALSHA`, loaded again on `NOSCRIPT` by the client).
 //!
 //! Every script touches only the two keys of one `(scope, key)` — the
-//! record hash and its token counter — and publishes on that key's channel,
-//! all three under one hash tag, so one Cluster slot. Time is the server's
-//! (`TIME`), never the client's. Numbers are written with `%.0f`: Lua's
-//! numbers are doubles, exact for the integers used here (microseconds
-//! since the epoch are about 2^51), and its default `%.14g` would round
-//! them.
+//! record and its token counter — and publishes on that key's channel, all
+//! three under one hash tag, so one Cluster slot. Time is the server's
+//! (`TIME`), never the client's. Numbers leave a script as `%.0f` strings:
+//! Lua's numbers are doubles, exact for the integers used here
+//! (microseconds since the epoch are about 2^51), and its default `%.14g`
+//! would round them.
 //!
-//! The record hash: `st` state (`P`, `C`, `F`), `fp` fingerprint, `a`
-//! attempt, `rc` recovered (0/1), `t` token, `c` created ms, `u` updated ms,
-//! `le` lease end (Processing) or expiry (finished) ms, `tt` TTL ms, `s`
-//! scope, `k` key, `r` response. Its `PEXPIRE` is lease end + TTL while
-//! Processing (an abandoned claim expires as on the embedded store), the
-//! TTL once finished: Redis's own expiry removes it.
+//! The record is one string, a `MessagePack` array (Redis's `cmsgpack`), so
+//! that a claim or a finish is one `GET` and one `SET ... PX` rather than a
+//! hash's many fields: `[1]` state (`P`, `C`, `F`), `[2]` fingerprint,
+//! `[3]` attempt, `[4]` recovered (0/1), `[5]` token, `[6]` created ms,
+//! `[7]` updated ms, `[8]` lease end (Processing) or expiry (finished) ms,
+//! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response. It expires
+//! (`PX`) at lease end + TTL while Processing (an abandoned claim expires
+//! as on the embedded store), a TTL after its finish: Redis's own expiry
+//! removes it.
 //!
 //! Fencing tokens: `max(last + 1, now in µs)`, `last` kept in the counter
-//! key, which outlives the record by `keep` (an hour by default). While
-//! the counter lives, tokens of the key grow whatever the clock does; once
-//! it has expired, a new token is the server's time in µs, above every
-//! earlier token of the key as long as the server clock (across restarts
-//! and failovers) never goes back by more than `keep`.
+//! key, which expires at lease end + TTL + `keep` (an hour by default), so
+//! it outlives the record by at least `keep`. While the counter lives,
+//! tokens of the key grow whatever the clock does; once it has expired, a
+//! new token is the server's time in µs, above every earlier token of the
+//! key as long as the server clock (across restarts and failovers) never
+//! goes back by more than `keep`.
 
 /// Claim. KEYS: record, counter. ARGV: scope, key, fingerprint, lease ms,
 /// TTL ms, keep ms. Replies `{'A', token, attempt, recovered, lease end}`,
@@ -33,27 +37,26 @@ local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(now_us / 1000)
 local lease = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
-local f = redis.call('HMGET', KEYS[1], 'st', 'fp', 'le', 'a', 's', 'k', 'r', 'c')
+local packed = redis.call('GET', KEYS[1])
 local attempt, recovered, created = 1, 0, now
-if f[1] then
-  if f[5] ~= ARGV[1] or f[6] ~= ARGV[2] then return {'X'} end
-  if f[2] ~= ARGV[3] then return {'M'} end
-  if f[1] ~= 'P' then return {'R', f[1], f[7] or ''} end
-  local lease_end = tonumber(f[3])
-  if lease_end > now then return {'I', string.format('%.0f', lease_end - now), f[4]} end
-  attempt = tonumber(f[4]) + 1
+if packed then
+  local r = cmsgpack.unpack(packed)
+  if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
+  if r[2] ~= ARGV[3] then return {'M'} end
+  if r[1] ~= 'P' then return {'R', r[1], r[12]} end
+  if r[8] > now then return {'I', string.format('%.0f', r[8] - now), r[3]} end
+  attempt = r[3] + 1
   recovered = 1
-  created = tonumber(f[8])
+  created = r[6]
 end
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local token = string.format('%.0f', math.max(last + 1, now_us))
-local lease_end = string.format('%.0f', now + lease)
-redis.call('HSET', KEYS[1], 'st', 'P', 'fp', ARGV[3], 'a', attempt, 'rc', recovered, 't', token,
-  'c', string.format('%.0f', created), 'u', string.format('%.0f', now), 'le', lease_end, 'tt', ARGV[5],
-  's', ARGV[1], 'k', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], lease + ttl)
+local token = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now_us)
+local lease_end = now + lease
+redis.call('SET', KEYS[1],
+  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], ''}),
+  'PX', lease + ttl)
+token = string.format('%.0f', token)
 redis.call('SET', KEYS[2], token, 'PX', lease + ttl + tonumber(ARGV[6]))
-return {'A', token, attempt, recovered, lease_end}
+return {'A', token, attempt, recovered, string.format('%.0f', lease_end)}
 ";
 
 /// Complete (`C`), fail (`F`) or release (`D`, the record is deleted).
@@ -61,21 +64,22 @@ return {'A', token, attempt, recovered, lease_end}
 /// channel, publish command, keep ms. Replies 1, or 0 when the token no
 /// longer holds the key.
 pub(super) const FINISH: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'st', 't', 'tt', 's', 'k', 'le')
-if f[1] ~= 'P' or f[2] ~= ARGV[3] or f[4] ~= ARGV[1] or f[5] ~= ARGV[2] then return 0 end
+local packed = redis.call('GET', KEYS[1])
+if not packed then return 0 end
+local r = cmsgpack.unpack(packed)
+if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return 0 end
 if ARGV[4] == 'D' then
   redis.call('DEL', KEYS[1])
 else
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  local ttl = tonumber(f[3])
-  redis.call('HSET', KEYS[1], 'st', ARGV[4], 'r', ARGV[5], 'u', string.format('%.0f', now),
-    'le', string.format('%.0f', now + ttl))
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  local lease_end = r[8]
+  r[1], r[7], r[8], r[12] = ARGV[4], now, now + r[9], ARGV[5]
+  redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9])
   -- The counter expires at lease end + TTL + keep (set by claim and
   -- renew): within the lease it already outlives the record by keep.
-  if now > tonumber(f[6]) then
-    redis.call('PEXPIRE', KEYS[2], ttl + tonumber(ARGV[8]))
+  if now > lease_end then
+    redis.call('PEXPIRE', KEYS[2], r[9] + tonumber(ARGV[8]))
   end
 end
 redis.call(ARGV[7], ARGV[6], ARGV[4])
@@ -86,26 +90,38 @@ return 1
 /// counter. ARGV: scope, key, token, extend ms, keep ms. Replies
 /// `{1, lease end}`, or `{0}` when the token no longer holds the key.
 pub(super) const RENEW: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'st', 't', 'tt', 's', 'k', 'le')
-if f[1] ~= 'P' or f[2] ~= ARGV[3] or f[4] ~= ARGV[1] or f[5] ~= ARGV[2] then return {0} end
+local packed = redis.call('GET', KEYS[1])
+if not packed then return {0} end
+local r = cmsgpack.unpack(packed)
+if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {0} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local lease_end = math.max(tonumber(f[6]), now + tonumber(ARGV[4]))
-local ttl = tonumber(f[3])
-redis.call('HSET', KEYS[1], 'le', string.format('%.0f', lease_end), 'u', string.format('%.0f', now))
-redis.call('PEXPIRE', KEYS[1], lease_end - now + ttl)
-redis.call('PEXPIRE', KEYS[2], lease_end - now + ttl + tonumber(ARGV[5]))
-return {1, string.format('%.0f', lease_end)}
+r[8] = math.max(r[8], now + tonumber(ARGV[4]))
+r[7] = now
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + r[9])
+redis.call('PEXPIRE', KEYS[2], r[8] - now + r[9] + tonumber(ARGV[5]))
+return {1, string.format('%.0f', r[8])}
 ";
 
 /// Remove whatever the state. KEYS: record. ARGV: scope, key, channel,
 /// publish command. Replies 1 (removed), 0 (absent) or -1 (the record
 /// names another `(scope, key)`).
 pub(super) const REMOVE: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 'k')
-if not f[1] then return 0 end
-if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then return -1 end
+local packed = redis.call('GET', KEYS[1])
+if not packed then return 0 end
+local r = cmsgpack.unpack(packed)
+if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call(ARGV[4], ARGV[3], 'D')
 return 1
+";
+
+/// Read. KEYS: record. Replies the record's twelve fields in order,
+/// numbers as decimal strings, or an empty array when absent.
+pub(super) const GET: &str = r"
+local packed = redis.call('GET', KEYS[1])
+if not packed then return {} end
+local r = cmsgpack.unpack(packed)
+for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
+return r
 ";
