@@ -77,16 +77,21 @@ fn an_unreachable_server_or_a_bad_url_is_one_line_and_exit_2() {
     for url in ["http://127.0.0.1:6379", "", "redis://:@:99999999"] {
         assert_fails(&idemkv(&["load", "--redis", url, "--duration", "1"]), 2, "--redis", url);
     }
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 5] = [
         &["--redis", &nobody, "--threads", "4"],
         &["--redis", &nobody, "--durability", "sync"],
         &["--redis", &nobody, "--tasks", "0"],
         &["--redis", &nobody, "--ttl", "0"],
-        &["--redis", &nobody, "--redis-cluster", &nobody],
-        &["some-dir", "--redis", &nobody],
+        &["some-dir", "--tasks", "4"],
     ];
     for case in cases {
         assert_fails(&idemkv(&[&["load"][..], case].concat()), 2, "--", &format!("{case:?}"));
+    }
+    // Usage errors, as clap words them.
+    for case in [&["--redis", &nobody, "--redis-cluster", &nobody][..], &["some-dir", "--redis", &nobody]] {
+        let output = idemkv(&[&["load"][..], case].concat());
+        assert_eq!(output.status.code(), Some(2), "{case:?}");
+        assert!(stderr(&output).starts_with("error: the argument "), "{case:?}: {}", stderr(&output));
     }
 }
 

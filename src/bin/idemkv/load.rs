@@ -63,11 +63,12 @@ pub enum DurabilityArg {
 pub struct LoadArgs {
     /// The store directory; created (with a new store) if it does not
     /// exist. Not with --redis or --redis-cluster.
+    #[arg(required_unless_present_any = ["redis", "redis_cluster"], conflicts_with_all = ["redis", "redis_cluster"])]
     dir: Option<PathBuf>,
     /// Load this Redis / Valkey server instead of a store directory
     /// (`redis://host:port/db`). Needs idemkv built with the `redis`
     /// feature.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "redis_cluster")]
     redis: Option<String>,
     /// Load a Redis Cluster through these nodes (comma-separated URLs).
     /// Needs idemkv built with the `redis` feature.
