@@ -1,29 +1,47 @@
-//! `load`: claims from many threads for a while, then throughput, latency
-//! percentiles, the count of each answer and the fencing check (no key was
-//! ever held by two leases at once).
+//! `load`: claims for a while — from threads on a store directory, or from
+//! tokio tasks through the [`idemkv::IdempotencyBackend`] trait on a Redis
+//! server or Cluster — then throughput, latency percentiles, the count of
+//! each answer and the fencing check (no key was ever held by two leases at
+//! once). Both paths share the workload (which key next, the holders of
+//! the fencing check, the tally), the progress bar and the summary.
 
 #![expect(clippy::cast_precision_loss, reason = "rates and ratios for display")]
 
-use crate::output::{self, bytes, count, latency as show_latency, Failure, Out, EXIT_DAMAGE};
+#[cfg(feature = "redis")]
+mod backend;
+mod embedded;
+mod workload;
+
+use crate::output::{self, count, latency as show_latency, Failure, Out, EXIT_DAMAGE};
 use clap::ValueEnum;
 use hdrhistogram::Histogram;
-use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
-use indicatif::{ProgressBar, ProgressStyle};
+use idemkv::Durability;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use workload::Tally;
 
-/// Most threads `load` starts.
+/// Most threads `load` starts on a store directory.
 const LOAD_THREADS_MAX: usize = 1024;
+/// Most tasks `load` runs on a backend.
+const LOAD_TASKS_MAX: usize = 4096;
+/// Threads on a store directory unless `--threads` says otherwise.
+const DEFAULT_THREADS: usize = 4;
+/// Tasks on a backend unless `--tasks` says otherwise.
+const DEFAULT_TASKS: usize = 64;
 /// Most distinct keys `load` tracks (8 bytes of memory each).
 const LOAD_KEYS_MAX: u64 = 100_000_000;
 /// Longest `load` run: a day.
 const LOAD_SECONDS_MAX: f64 = 86_400.0;
-/// Largest response `load` stores (each thread keeps one in memory).
+/// Largest response `load` stores (each worker keeps one in memory).
 const LOAD_VALUE_BYTES_MAX: usize = 16 << 20;
 /// Longest fsync interval of `--durability interval`: an hour.
 const LOAD_INTERVAL_MS_MAX: u64 = 3_600_000;
+/// Longest `--ttl`: a year, the longest duration a store accepts by default.
+const LOAD_TTL_SECONDS_MAX: u64 = 365 * 24 * 3600;
+/// Default fsync interval of `--durability interval`.
+const DEFAULT_INTERVAL_MS: u64 = 100;
 
 /// When a claim's record reaches stable storage.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -38,12 +56,32 @@ pub enum DurabilityArg {
 }
 
 #[derive(clap::Args)]
+#[command(after_help = "A store directory is loaded from threads calling the store. --redis and --redis-cluster \
+                        (only when idemkv is built with the `redis` feature) load a Redis or Valkey server from \
+                        tokio tasks through the backend trait, each run under a scope of its own; their records \
+                        expire after --ttl.")]
 pub struct LoadArgs {
-    /// The store directory; created (with a new store) if it does not exist.
-    dir: PathBuf,
-    /// Threads issuing claims (1..=1024).
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
+    /// The store directory; created (with a new store) if it does not
+    /// exist. Not with --redis or --redis-cluster.
+    #[arg(required_unless_present_any = ["redis", "redis_cluster"], conflicts_with_all = ["redis", "redis_cluster"])]
+    dir: Option<PathBuf>,
+    /// Load this Redis / Valkey server instead of a store directory
+    /// (`redis://host:port/db`). Needs idemkv built with the `redis`
+    /// feature.
+    #[arg(long, value_name = "URL", conflicts_with = "redis_cluster")]
+    redis: Option<String>,
+    /// Load a Redis Cluster through these nodes (comma-separated URLs).
+    /// Needs idemkv built with the `redis` feature.
+    #[arg(long, value_name = "URL,...", value_delimiter = ',')]
+    redis_cluster: Vec<String>,
+    /// On a store directory: threads issuing claims (1..=1024; default 4).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// On --redis or --redis-cluster: concurrent tasks issuing claims over
+    /// the client's multiplexed connection, on one runtime thread
+    /// (1..=4096; default 64).
+    #[arg(long)]
+    tasks: Option<usize>,
     /// How long to run, in seconds (above 0, at most a day).
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -54,11 +92,12 @@ pub struct LoadArgs {
     /// Share of claims that go to keys already created (0.0..=1.0).
     #[arg(long, default_value_t = 0.5)]
     replay_ratio: f64,
-    /// When a claim is durable: sync (fsync before it returns), buffered
-    /// (no fsync), or interval (fsync in the background every
-    /// --interval-ms).
-    #[arg(long, value_enum, default_value_t = DurabilityArg::Buffered)]
-    durability: DurabilityArg,
+    /// On a store directory: when a claim is durable: sync (fsync before
+    /// it returns), buffered (no fsync; the default), or interval (fsync
+    /// in the background every --interval-ms). Redis's durability is its
+    /// own `appendfsync` setting.
+    #[arg(long, value_enum)]
+    durability: Option<DurabilityArg>,
     /// With --durability interval: milliseconds between background fsyncs
     /// (1..=3,600,000; default 100, so a power cut loses at most the last
     /// tenth of a second of claims).
@@ -67,27 +106,33 @@ pub struct LoadArgs {
     /// Bytes of each stored response (0..=16 MiB).
     #[arg(long, default_value_t = 200)]
     value_bytes: usize,
+    /// Seconds a completed record is kept (1..=31,536,000; default a day,
+    /// the store's default TTL).
+    #[arg(long)]
+    ttl: Option<u64>,
 }
 
-/// Default fsync interval of `--durability interval`.
-const DEFAULT_INTERVAL_MS: u64 = 100;
-
-/// Counts of each answer, and the fencing check's findings.
-#[derive(Default)]
-struct Tally {
-    acquired: AtomicU64,
-    replays: AtomicU64,
-    in_progress: AtomicU64,
-    mismatches: AtomicU64,
-    double_holders: AtomicU64,
+/// What is loaded.
+enum Target {
+    /// A store directory, from threads.
+    Directory { dir: PathBuf, durability: Durability, threads: usize },
+    /// A Redis server (`cluster` false, one URL) or Cluster, from tasks.
+    #[cfg_attr(not(feature = "redis"), expect(dead_code, reason = "refused without the redis feature"))]
+    Redis { urls: Vec<String>, cluster: bool, tasks: usize },
 }
 
-/// The arguments checked before anything is created, and the durability
-/// they ask for.
-fn check(args: &LoadArgs) -> Result<Durability, Failure> {
-    if !(1..=LOAD_THREADS_MAX).contains(&args.threads) {
-        return Err(Failure::other(format!("--threads must be in 1..={LOAD_THREADS_MAX}")));
-    }
+/// The checked arguments.
+struct Plan {
+    target: Target,
+    duration: Duration,
+    keys: u64,
+    replay_ratio: f64,
+    value_bytes: usize,
+    ttl: Option<Duration>,
+}
+
+/// Checks the numbers of `args`, before anything is created or connected.
+fn check_numbers(args: &LoadArgs) -> Result<(), Failure> {
     if !(1..=LOAD_KEYS_MAX).contains(&args.keys) {
         return Err(Failure::other(format!("--keys must be in 1..={LOAD_KEYS_MAX}")));
     }
@@ -102,7 +147,15 @@ fn check(args: &LoadArgs) -> Result<Durability, Failure> {
     if args.value_bytes > LOAD_VALUE_BYTES_MAX {
         return Err(Failure::other(format!("--value-bytes must be at most {LOAD_VALUE_BYTES_MAX}")));
     }
-    match (args.durability, args.interval_ms) {
+    if args.ttl.is_some_and(|ttl| !(1..=LOAD_TTL_SECONDS_MAX).contains(&ttl)) {
+        return Err(Failure::other(format!("--ttl must be in 1..={LOAD_TTL_SECONDS_MAX} seconds")));
+    }
+    Ok(())
+}
+
+/// The durability a store directory is loaded with.
+fn durability(args: &LoadArgs) -> Result<Durability, Failure> {
+    match (args.durability.unwrap_or(DurabilityArg::Buffered), args.interval_ms) {
         (DurabilityArg::Sync, None) => Ok(Durability::Sync),
         (DurabilityArg::Buffered, None) => Ok(Durability::Buffered),
         (DurabilityArg::Interval, interval_ms) => {
@@ -116,89 +169,79 @@ fn check(args: &LoadArgs) -> Result<Durability, Failure> {
     }
 }
 
-pub fn load(args: &LoadArgs) -> Result<ExitCode, Failure> {
-    let durability = check(args)?;
-    let keys = usize::try_from(args.keys).map_err(|_| Failure::other("--keys too large for this machine"))?;
-    let config = Config::new()
-        .durability(durability)
-        .response_bytes_max(args.value_bytes.max(1 << 20))
-        .segment_bytes((64 << 20).max(2 * args.value_bytes as u64 + (1 << 20)));
-    let store = Store::open(&args.dir, config)?;
-    // Per key, the token of the holder between its Acquired and its finish.
-    let holders: Vec<AtomicU64> = (0..keys).map(|_| AtomicU64::new(0)).collect();
-    let created = AtomicU64::new(0);
-    let tally = Tally::default();
-    let stop = AtomicBool::new(false);
-    let duration = Duration::from_secs_f64(args.duration);
-    let progress = ProgressBar::new(duration.as_millis().try_into().unwrap_or(u64::MAX));
-    let style = ProgressStyle::with_template("{bar:40} {elapsed}/{duration} {msg}")
-        .map_err(|error| Failure::other(error.to_string()))?;
-    progress.set_style(style);
-    let started = Instant::now();
-    let empty = latency_histogram()?;
-    let histograms: Vec<(Histogram<u64>, Option<String>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..args.threads)
-            .map(|thread| {
-                let context = (&store, holders.as_slice(), &created, &tally, &stop);
-                let latency = empty.clone();
-                scope.spawn(move || worker(context, args, thread as u64, latency))
-            })
-            .collect();
-        while started.elapsed() < duration && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(started.elapsed())));
-            let done = tally.acquired.load(Ordering::Relaxed)
-                + tally.replays.load(Ordering::Relaxed)
-                + tally.in_progress.load(Ordering::Relaxed);
-            progress.set_position(started.elapsed().as_millis().try_into().unwrap_or(u64::MAX));
-            progress.set_message(format!("{:.0} claims/s", done as f64 / started.elapsed().as_secs_f64()));
+/// What `args` ask to load, with what: every argument checked.
+fn check(args: &LoadArgs) -> Result<Plan, Failure> {
+    check_numbers(args)?;
+    let redis = match (&args.redis, args.redis_cluster.as_slice()) {
+        (None, []) => None,
+        (Some(url), []) => Some((vec![url.clone()], false)),
+        (None, nodes) => Some((nodes.to_vec(), true)),
+        (Some(_), _) => return Err(Failure::other("give --redis or --redis-cluster, not both")),
+    };
+    let target = match (args.dir.clone(), redis) {
+        (Some(dir), None) => {
+            if args.tasks.is_some() {
+                return Err(Failure::other("--tasks is for --redis and --redis-cluster; use --threads"));
+            }
+            let threads = args.threads.unwrap_or(DEFAULT_THREADS);
+            if !(1..=LOAD_THREADS_MAX).contains(&threads) {
+                return Err(Failure::other(format!("--threads must be in 1..={LOAD_THREADS_MAX}")));
+            }
+            Target::Directory { dir, durability: durability(args)?, threads }
         }
-        stop.store(true, Ordering::Relaxed);
-        workers
-            .into_iter()
-            .map(|worker| worker.join().unwrap_or_else(|_| (empty.clone(), Some("a load thread panicked".into()))))
-            .collect()
-    });
-    // A worker that failed (a full disk, say) stopped them all; what was
-    // acknowledged until then is still summed up below.
-    let (histograms, failures): (Vec<_>, Vec<_>) = histograms.into_iter().unzip();
-    let failure = failures.into_iter().flatten().next();
-    progress.finish_and_clear();
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut latency = latency_histogram()?;
-    for histogram in &histograms {
-        latency.add(histogram).map_err(|error| Failure::other(error.to_string()))?;
-    }
-    let mut summary = summary(args, &latency, elapsed, &tally, &store);
-    let closed = store.close();
-    let doubles = tally.double_holders.load(Ordering::Relaxed);
-    if failure.is_none() && closed.is_ok() && doubles == 0 {
-        summary.push("fencing check: no key was ever held twice".into());
-    }
-    // The summary is printed even when the run stopped on an error: the
-    // count of acknowledged claims is not lost.
-    let mut out = Out::default();
-    for line in &summary {
-        out.line(line)?;
-    }
-    if let Some(failure) = failure {
-        return Err(Failure::other(format!("load stopped early: {failure}")));
-    }
-    closed?;
-    if doubles > 0 {
-        output::warn(&format!("FAILED: {doubles} keys were acquired while another lease on them was valid"));
-        return Ok(ExitCode::from(EXIT_DAMAGE));
-    }
-    Ok(ExitCode::SUCCESS)
+        (None, Some((urls, cluster))) => {
+            if args.threads.is_some() {
+                return Err(Failure::other("--threads is for a store directory; use --tasks"));
+            }
+            if args.durability.is_some() || args.interval_ms.is_some() {
+                return Err(Failure::other(
+                    "--durability and --interval-ms are for a store directory (Redis has appendfsync)",
+                ));
+            }
+            let tasks = args.tasks.unwrap_or(DEFAULT_TASKS);
+            if !(1..=LOAD_TASKS_MAX).contains(&tasks) {
+                return Err(Failure::other(format!("--tasks must be in 1..={LOAD_TASKS_MAX}")));
+            }
+            if !cfg!(feature = "redis") {
+                return Err(Failure::other(
+                    "--redis needs idemkv built with the `redis` feature (cargo install idemkv --features redis)",
+                ));
+            }
+            Target::Redis { urls, cluster, tasks }
+        }
+        (Some(_), Some(_)) => return Err(Failure::other("give a store directory or --redis, not both")),
+        (None, None) => return Err(Failure::other("give a store directory (or --redis URL)")),
+    };
+    Ok(Plan {
+        target,
+        duration: Duration::from_secs_f64(args.duration),
+        keys: args.keys,
+        replay_ratio: args.replay_ratio,
+        value_bytes: args.value_bytes,
+        ttl: args.ttl.map(Duration::from_secs),
+    })
 }
 
-/// The lines of the summary: throughput, latencies, answers, the store.
-fn summary(args: &LoadArgs, latency: &Histogram<u64>, elapsed: f64, tally: &Tally, store: &Store) -> Vec<String> {
+pub fn load(args: &LoadArgs) -> Result<ExitCode, Failure> {
+    let plan = check(args)?;
+    match &plan.target {
+        Target::Directory { dir, durability, threads } => embedded::run(&plan, dir, *durability, *threads),
+        #[cfg(feature = "redis")]
+        Target::Redis { urls, cluster, tasks } => backend::run(&plan, urls, *cluster, *tasks),
+        #[cfg(not(feature = "redis"))]
+        Target::Redis { .. } => Err(Failure::other("--redis needs idemkv built with the `redis` feature")),
+    }
+}
+
+/// The lines of the summary: throughput, latencies, answers. `workers` is
+/// the count and name of what issued the claims (`threads`, `tasks`).
+fn summary(workers: (usize, &str), latency: &Histogram<u64>, elapsed: f64, tally: &Tally) -> Vec<String> {
     let claims = latency.len();
+    let (workers, name) = workers;
     let mut lines = vec![format!(
-        "{} claims in {elapsed:.1} s on {} thread{}: {} claims/s",
+        "{} claims in {elapsed:.1} s on {workers} {}: {} claims/s",
         count(claims),
-        args.threads,
-        if args.threads == 1 { "" } else { "s" },
+        if workers == 1 { name.trim_end_matches('s') } else { name },
         rate(claims, elapsed)
     )];
     if claims > 0 {
@@ -213,89 +256,39 @@ fn summary(args: &LoadArgs, latency: &Histogram<u64>, elapsed: f64, tally: &Tall
         count(tally.in_progress.load(Ordering::Relaxed)),
         count(tally.mismatches.load(Ordering::Relaxed))
     ));
-    let stats = store.stats();
-    lines.push(format!(
-        "store: {} live records, {} on disk, {} fsyncs",
-        count(stats.live_records),
-        bytes(stats.disk_bytes),
-        count(stats.fsyncs)
-    ));
     lines
+}
+
+/// Prints the summary — even when the run stopped on an error, so that the
+/// count of acknowledged claims is not lost — and decides the exit: the
+/// error that stopped the run, then `closed`'s, then a double holder.
+fn report(
+    mut lines: Vec<String>,
+    failure: Option<String>,
+    closed: Result<(), Failure>,
+    tally: &Tally,
+) -> Result<ExitCode, Failure> {
+    let doubles = tally.double_holders.load(Ordering::Relaxed);
+    if failure.is_none() && closed.is_ok() && doubles == 0 {
+        lines.push("fencing check: no key was ever held twice".into());
+    }
+    let mut out = Out::default();
+    for line in &lines {
+        out.line(line)?;
+    }
+    if let Some(failure) = failure {
+        return Err(Failure::other(format!("load stopped early: {failure}")));
+    }
+    closed?;
+    if doubles > 0 {
+        output::warn(&format!("FAILED: {doubles} keys were acquired while another lease on them was valid"));
+        return Ok(ExitCode::from(EXIT_DAMAGE));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Claims per second, rounded, with thousands separators.
 fn rate(claims: u64, seconds: f64) -> String {
     let rate = format!("{:.0}", claims as f64 / seconds);
     rate.parse().map_or(rate, count)
-}
-
-type Context<'a> = (&'a Store, &'a [AtomicU64], &'a AtomicU64, &'a Tally, &'a AtomicBool);
-
-/// Latencies from 1 ns to an hour at 3 significant digits: a fixed range,
-/// so that no latency is clamped to a small automatic bound.
-fn latency_histogram() -> Result<Histogram<u64>, Failure> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).map_err(|error| Failure::other(error.to_string()))
-}
-
-/// Runs claims until stopped; returns their latencies and the error that
-/// stopped this worker early, if one did (it then stops the others too).
-fn worker(
-    context: Context<'_>,
-    args: &LoadArgs,
-    thread: u64,
-    mut latency: Histogram<u64>,
-) -> (Histogram<u64>, Option<String>) {
-    let outcome = claims(context, args, thread, &mut latency);
-    if outcome.is_err() {
-        context.4.store(true, Ordering::Relaxed);
-    }
-    (latency, outcome.err())
-}
-
-fn claims(context: Context<'_>, args: &LoadArgs, thread: u64, latency: &mut Histogram<u64>) -> Result<(), String> {
-    let (store, holders, created, tally, stop) = context;
-    let fingerprint = Fingerprint::of(b"idemkv load");
-    let response = vec![b'v'; args.value_bytes];
-    let mut random = 0x9E37_79B9_7F4A_7C15_u64 ^ (thread + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
-    while !stop.load(Ordering::Relaxed) {
-        random ^= random << 13;
-        random ^= random >> 7;
-        random ^= random << 17;
-        let existing = created.load(Ordering::Relaxed);
-        let replay = existing > 0 && ((random % 10_000) as f64) < args.replay_ratio * 10_000.0;
-        let index = if replay || existing >= args.keys {
-            (random >> 16) % existing.max(1)
-        } else {
-            created.fetch_add(1, Ordering::Relaxed).min(args.keys - 1)
-        };
-        let key = format!("load-{index:016x}");
-        let call = Instant::now();
-        let claim = store.claim(&ClaimRequest::new(&key, fingerprint)).map_err(|error| error.to_string())?;
-        latency.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        match claim {
-            Claim::Acquired(lease) => {
-                tally.acquired.fetch_add(1, Ordering::Relaxed);
-                // The slot holds this lease's token until the lease is
-                // finished: a second acquire meanwhile is a double holder.
-                let slot = &holders[usize::try_from(index).unwrap_or(usize::MAX)];
-                let token = lease.token();
-                if slot.compare_exchange(0, token, Ordering::SeqCst, Ordering::SeqCst).is_err() && !lease.recovered() {
-                    tally.double_holders.fetch_add(1, Ordering::Relaxed);
-                }
-                let finished = lease.complete(&response).map_err(|error| error.error.to_string());
-                let _ours_or_a_taker_s = slot.compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
-                finished?;
-            }
-            Claim::Replay(_) => {
-                tally.replays.fetch_add(1, Ordering::Relaxed);
-            }
-            Claim::InProgress { .. } => {
-                tally.in_progress.fetch_add(1, Ordering::Relaxed);
-            }
-            Claim::Mismatch => {
-                tally.mismatches.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    Ok(())
 }

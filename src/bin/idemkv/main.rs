@@ -1,4 +1,6 @@
-//! `idemkv`: inspect, verify, compact and load-test a store directory.
+//! `idemkv`: inspect, verify, compact and load-test a store directory —
+//! and, built with the `redis` feature, load-test a Redis server or Cluster
+//! (`idemkv load --redis URL`).
 //!
 //! `stats`, `get` and `list` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
@@ -83,8 +85,10 @@ enum Command {
         /// The store directory.
         dir: PathBuf,
     },
-    /// Generate load: claims from many threads, then latency and answers
-    /// (creates the store if it does not exist).
+    /// Generate load: claims from many threads on a store directory
+    /// (created if it does not exist), or from many tasks on Redis
+    /// (--redis, --redis-cluster; needs the `redis` feature), then latency
+    /// and answers.
     Load(load::LoadArgs),
 }
 
