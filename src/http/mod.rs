@@ -87,10 +87,16 @@ use std::task::{Context, Poll};
 pub type LayerBody<R> = Either<R, Full<Bytes>>;
 
 /// The `tower::Layer`.
-#[derive(Clone)]
 pub struct IdempotencyLayer<K> {
     backend: Arc<K>,
     config: Arc<LayerConfig>,
+}
+
+// By hand: the backend is shared, so it need not be `Clone` itself.
+impl<K> Clone for IdempotencyLayer<K> {
+    fn clone(&self) -> Self {
+        IdempotencyLayer { backend: Arc::clone(&self.backend), config: Arc::clone(&self.config) }
+    }
 }
 
 impl<K> std::fmt::Debug for IdempotencyLayer<K> {
@@ -122,11 +128,20 @@ impl<S, K> tower::Layer<S> for IdempotencyLayer<K> {
 }
 
 /// The service the layer wraps around an inner service.
-#[derive(Clone)]
 pub struct IdempotencyService<S, K> {
     inner: S,
     backend: Arc<K>,
     config: Arc<LayerConfig>,
+}
+
+impl<S: Clone, K> Clone for IdempotencyService<S, K> {
+    fn clone(&self) -> Self {
+        IdempotencyService {
+            inner: self.inner.clone(),
+            backend: Arc::clone(&self.backend),
+            config: Arc::clone(&self.config),
+        }
+    }
 }
 
 impl<S, K> std::fmt::Debug for IdempotencyService<S, K> {

@@ -20,7 +20,7 @@
 //!   lost that way lets a retry run the side effect again.
 //! - **`maxmemory-policy noeviction`**: an evicted record is a retry that
 //!   runs twice. Under `noeviction` a full server refuses claims
-//!   ([`BackendFailure::Refused`]) instead.
+//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
 //! - **Failover**: replication is asynchronous; a replica promoted after
 //!   its primary died may lack the newest writes, with the same effect as
 //!   a lost write above. `WAIT` is not used: it narrows the window, it does
@@ -29,7 +29,7 @@
 //! # Errors and retries
 //!
 //! A lost connection or a timeout is [`Error::Backend`] with
-//! [`BackendFailure::Unavailable`]: the call may or may not have taken
+//! [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or may not have taken
 //! effect, and nothing is guessed. Retrying a claim is safe (the worst
 //! case is `InProgress` until the lost lease ends, then a recovered
 //! attempt); retrying a completion with the same token is safe (a second
