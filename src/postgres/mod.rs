@@ -76,6 +76,8 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row, Transaction};
 use wait::{Listening, Stop};
+/// The pool and client crates, at the versions this build uses.
+pub use {deadpool_postgres, tokio_postgres};
 
 /// Connections in the pool of [`PostgresBackend::connect`].
 pub const POOL_SIZE_DEFAULT: usize = 16;
