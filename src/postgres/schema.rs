@@ -87,6 +87,26 @@ DECLARE
     v_ttl interval := p_ttl_ms * interval '1 millisecond';
     r idemkv_records%ROWTYPE;
 BEGIN
+    -- A live row that answers without a change (replay, mismatch, in
+    -- progress) is answered from a plain read: no lock, no transaction id,
+    -- no commit to flush, no token drawn. Finished rows stay as they are
+    -- until they expire, so the answer holds as of this statement.
+    SELECT * INTO r FROM idemkv_records WHERE scope = p_scope AND key = p_key;
+    IF FOUND AND r.expires_at > v_now THEN
+        IF r.fingerprint <> p_fingerprint THEN
+            o_answer := 'M';
+            RETURN;
+        ELSIF r.state <> 'P' THEN
+            o_answer := 'R';
+            o_response := r.response;
+            RETURN;
+        ELSIF r.lease_end > v_now AND (r.waited OR NOT p_wait) THEN
+            o_answer := 'I';
+            o_attempt := r.attempt;
+            o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
+            RETURN;
+        END IF;
+    END IF;
     INSERT INTO idemkv_records AS t (scope, key, fingerprint, state, token, attempt, recovered, waited,
         lease_end, ttl, response, created_at, updated_at, finished_at, expires_at)
     VALUES (p_scope, p_key, p_fingerprint, 'P', nextval('idemkv_tokens'), 1, false, false,
