@@ -19,10 +19,10 @@
 //! # Errors and retries
 //!
 //! A lost connection or a call without an answer in time is
-//! [`Error::Backend`] with [`BackendFailure::Unavailable`]: the call may or
+//! [`Error::Backend`] with [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or
 //! may not have taken effect, and nothing is guessed. A server's refusal (a
 //! serialization failure, a deadlock, a constraint violation, a read-only
-//! standby) is [`BackendFailure::Refused`]: nothing was done. Retrying a
+//! standby) is [`BackendFailure::Refused`](crate::BackendFailure::Refused): nothing was done. Retrying a
 //! claim is safe (the worst case is `InProgress` until the lost lease ends,
 //! then a recovered attempt); retrying a completion with the same token is
 //! safe (a second one answers `LeaseLost` when the first took effect: `get`
