@@ -72,7 +72,9 @@
 //               handles), stats, verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`),
 //               redis/ (the contract on Redis / Valkey, feature `redis`:
-//               scripts, connection, replies, claim_wait's wake-ups)
+//               scripts, connection, replies, claim_wait's wake-ups),
+//               postgres/ (the contract on PostgreSQL, feature `postgres`:
+//               schema and functions, replies, reaper, LISTEN wake-ups)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
 //               telemetry (counters exported through `metrics`, events
@@ -101,6 +103,8 @@ mod iter;
 mod lease;
 mod manifest;
 mod open;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod read_only;
 mod record;
 mod recovery;

@@ -269,3 +269,12 @@ async fn redis_cluster() {
     let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
     conformance(backend, "cluster").await;
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = common::postgres::PostgresServer::start(dir.path());
+    let backend = idemkv::postgres::PostgresBackend::connect(&server.url(), config()).await.expect("connect");
+    conformance(backend, "postgres").await;
+}

@@ -39,6 +39,10 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
 #[cfg(feature = "tower")]
 pub mod http;
 
+/// Real PostgreSQL servers.
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 /// Real Redis servers.
 #[cfg(feature = "redis")]
 pub mod redis;

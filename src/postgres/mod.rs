@@ -1,0 +1,413 @@
+//! The claim contract on PostgreSQL (feature `postgres`):
+//! [`PostgresBackend`] implements [`IdempotencyBackend`], and a lease can
+//! also be finished inside the caller's own transaction
+//! ([`PostgresBackend::complete_in`]), so that the business rows and the
+//! key's completion commit or roll back together: a crash can never leave
+//! "charged but not recorded" or "recorded but not charged".
+//!
+//! Every transition is one statement calling a server-side function that
+//! [`PostgresBackend::connect`] creates (a versioned schema, see the
+//! `schema` module's docs): one round trip, on a pooled connection
+//! (`deadpool-postgres` over `tokio-postgres`), with the statement prepared
+//! once per connection. Leases and TTLs run on the server's clock
+//! (`clock_timestamp()`), never a client's; fencing tokens come from one
+//! sequence, so a token is never reused for any key, across release and
+//! expiry. Expired rows are absent to every call; [`PostgresBackend::reap`]
+//! (or the background [`Reaper`]) deletes them in bounded batches.
+//! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
+//!
+//! # Errors and retries
+//!
+//! A lost connection or a call without an answer in time is
+//! [`Error::Backend`] with [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or
+//! may not have taken effect, and nothing is guessed. A server's refusal (a
+//! serialization failure, a deadlock, a constraint violation, a read-only
+//! standby) is [`BackendFailure::Refused`](crate::BackendFailure::Refused): nothing was done. Retrying a
+//! claim is safe (the worst case is `InProgress` until the lost lease ends,
+//! then a recovered attempt); retrying a completion with the same token is
+//! safe (a second one answers `LeaseLost` when the first took effect: `get`
+//! tells).
+//!
+//! # Durability
+//!
+//! An acknowledged claim or completion is as durable as the server makes
+//! a commit: keep `synchronous_commit` on (the default) and, for
+//! failover, a synchronous standby.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use idemkv::postgres::PostgresBackend;
+//! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let backend = PostgresBackend::connect("postgres://app@127.0.0.1/shop", Config::new()).await?;
+//! let fingerprint = Fingerprint::of(b"POST /payments amount=10");
+//! match backend.claim(b"account-42", b"order-1", fingerprint, ClaimOptions::new()).await? {
+//!     BackendClaim::Acquired { token, .. } => {
+//!         // The charge and the key's completion commit together.
+//!         let mut client = backend.pool().get().await?;
+//!         let transaction = client.transaction().await?;
+//!         transaction.execute("INSERT INTO charges (order_id, cents) VALUES ('order-1', 1000)", &[]).await?;
+//!         backend.complete_in(&transaction, &token, b"201 charged").await?;
+//!         transaction.commit().await?;
+//!     }
+//!     BackendClaim::Replay(response) => assert_eq!(response, b"201 charged"),
+//!     _ => {}
+//! }
+//! # Ok(()) }
+//! ```
+
+mod reaper;
+mod reply;
+mod schema;
+mod wait;
+
+use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::{Fingerprint, LeaseToken};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+pub use reaper::Reaper;
+use reply::{pool_error, postgres_error, protocol, timed_out};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{NoTls, Row, Transaction};
+use wait::{Listening, Stop};
+/// The pool and client crates, at the versions this build uses.
+pub use {deadpool_postgres, tokio_postgres};
+
+/// Connections in the pool of [`PostgresBackend::connect`].
+pub const POOL_SIZE_DEFAULT: usize = 16;
+/// How long a call waits for a connection and its answer before it is
+/// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// First and longest pause between two claims of a waiting `claim_wait`
+/// when no notification wakes it (the pause doubles).
+const POLL_FIRST: Duration = Duration::from_millis(100);
+const POLL_MAX: Duration = Duration::from_secs(1);
+/// How long the first wait lets the listener connect before it polls.
+const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
+
+const CLAIM: &str = "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response \
+                     FROM idemkv_claim($1, $2, $3, $4, $5, $6)";
+const FINISH: &str = "SELECT idemkv_finish($1, $2, $3, $4, $5)";
+const RENEW: &str = "SELECT idemkv_renew($1, $2, $3, $4)";
+const REMOVE: &str = "SELECT idemkv_remove($1, $2)";
+const REAP: &str = "SELECT idemkv_reap($1)";
+const GET: &str = "SELECT state, fingerprint, token, attempt, recovered, idemkv_ms(created_at), \
+                   idemkv_ms(updated_at), idemkv_ms(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), \
+                   response FROM idemkv_records \
+                   WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()";
+
+/// The claim contract on a PostgreSQL server. Clones share the pool.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    pool: Pool,
+    config: Arc<Config>,
+    listening: Arc<Listening>,
+    _stop: Arc<Stop>,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("PostgresBackend").field("pool", &self.pool.status()).finish_non_exhaustive()
+    }
+}
+
+fn ms(duration: u64) -> i64 {
+    i64::try_from(duration).unwrap_or(i64::MAX)
+}
+
+impl PostgresBackend {
+    /// Connects with a URL (`postgres://user:password@host:port/db`) or a
+    /// key-value string (`host=... dbname=...`), a pool of
+    /// [`POOL_SIZE_DEFAULT`] connections, and creates or migrates the
+    /// schema. `config` gives the default lease and TTL and the size limits
+    /// ([`Config::default_lease`], [`Config::default_ttl`],
+    /// [`Config::key_bytes_max`], ...); its storage settings do not apply.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL, or a schema migrated by a
+    /// newer build; [`Error::Backend`] when the server cannot be reached or
+    /// refuses the migration.
+    pub async fn connect(url: &str, config: Config) -> Result<PostgresBackend> {
+        let connect: tokio_postgres::Config =
+            url.parse().map_err(|error| Error::InvalidConfig(format!("postgres: {error}")))?;
+        PostgresBackend::connect_with(connect, POOL_SIZE_DEFAULT, config).await
+    }
+
+    /// As [`connect`](PostgresBackend::connect), with the client's
+    /// configuration and a pool of `pool_size` connections (plus one that
+    /// listens for `claim_wait`, opened at the first wait).
+    ///
+    /// # Errors
+    /// As [`connect`](PostgresBackend::connect).
+    pub async fn connect_with(
+        mut connect: tokio_postgres::Config,
+        pool_size: usize,
+        config: Config,
+    ) -> Result<PostgresBackend> {
+        if connect.get_connect_timeout().is_none() {
+            connect.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let manager =
+            Manager::from_config(connect.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CALL_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|error| Error::InvalidConfig(format!("postgres pool: {error}")))?;
+        let mut client = pool.get().await.map_err(pool_error)?;
+        schema::migrate(&mut client).await?;
+        drop(client);
+        let (listening, stop) = Listening::new(connect);
+        Ok(PostgresBackend { pool, config: Arc::new(config), listening, _stop: stop })
+    }
+
+    /// The pool, for the caller's own transactions
+    /// ([`complete_in`](PostgresBackend::complete_in)).
+    #[must_use]
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The schema version this build creates and uses.
+    #[must_use]
+    pub fn schema_version() -> i32 {
+        schema::SCHEMA_VERSION
+    }
+
+    /// Completes the lease inside `transaction`: the key is Completed (and
+    /// its waiters woken) when the transaction commits, and still held by
+    /// `token` if it rolls back (its retry after the lease is then a
+    /// `recovered` attempt). Until the commit the key's row stays locked: a
+    /// concurrent claim of the key waits for the outcome.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the token no longer holds the key,
+    /// [`Error::ResponseTooLarge`], or [`Error::Backend`]; after an error
+    /// from the server the transaction is aborted and must be rolled back.
+    pub async fn complete_in(&self, transaction: &Transaction<'_>, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_in(transaction, token, "C", response).await
+    }
+
+    /// As [`complete_in`](PostgresBackend::complete_in), storing a replayed
+    /// terminal failure.
+    ///
+    /// # Errors
+    /// As [`complete_in`](PostgresBackend::complete_in).
+    pub async fn fail_in(&self, transaction: &Transaction<'_>, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_in(transaction, token, "F", response).await
+    }
+
+    /// Deletes up to `batch` expired rows (oldest expiry first); returns
+    /// how many it deleted. Expired rows are already absent to every call.
+    ///
+    /// # Errors
+    /// [`Error::Backend`].
+    pub async fn reap(&self, batch: u32) -> Result<u64> {
+        let batch = i32::try_from(batch).unwrap_or(i32::MAX);
+        let row = self.call("reap", REAP, &[&batch]).await?;
+        let deleted: i64 = row.try_get(0).map_err(|_| protocol("reap: count"))?;
+        u64::try_from(deleted).map_err(|_| protocol("reap: count"))
+    }
+
+    /// Runs [`reap`](PostgresBackend::reap) in the background every
+    /// `interval`, batch after batch while batches come back full (up to a
+    /// bound per pass); it stops when the returned [`Reaper`] drops. Needs
+    /// a tokio runtime.
+    #[must_use]
+    pub fn spawn_reaper(&self, interval: Duration, batch: u32) -> Reaper {
+        Reaper::spawn(self.clone(), interval, batch.max(1))
+    }
+
+    /// One statement on a pooled connection, prepared once per connection,
+    /// answering one row.
+    async fn call(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row> {
+        self.call_optional(what, sql, params).await?.ok_or_else(|| protocol(what))
+    }
+
+    async fn call_optional(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
+        let call = async {
+            let client = self.pool.get().await.map_err(pool_error)?;
+            let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
+            client.query_opt(&statement, params).await.map_err(postgres_error)
+        };
+        tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out(what))?
+    }
+
+    async fn claim_once(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        args: (Fingerprint, i64, i64),
+        wait: bool,
+    ) -> Result<BackendClaim> {
+        let (fingerprint, lease_ms, ttl_ms) = args;
+        let fingerprint = &fingerprint.as_bytes()[..];
+        let row = self.call("claim", CLAIM, &[&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &wait]).await?;
+        reply::claim(scope, key, &row)
+    }
+
+    /// Claims again and again while the key is in progress, woken by the
+    /// holder's notification, up to `wait`.
+    async fn claim_waiting(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        args: (Fingerprint, i64, i64),
+        wait: Duration,
+    ) -> Result<BackendClaim> {
+        let deadline = Instant::now() + wait;
+        let tag = wait::tag(scope, key);
+        let event = self.listening.join(&tag);
+        let _leave = Leave { listening: &self.listening, tag: &tag };
+        // Without the listener the wait still ends: by polling.
+        let _listening = self.listening.ensure(LISTEN_PATIENCE.min(wait)).await;
+        let mut poll = POLL_FIRST;
+        loop {
+            let notified = event.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let answer = self.claim_once(scope, key, args, true).await?;
+            let BackendClaim::InProgress { retry_after } = answer else {
+                return Ok(answer);
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(answer);
+            }
+            let until = deadline.min(now + retry_after.min(poll));
+            let _woken_or_polled = tokio::time::timeout_at(until.into(), notified).await;
+            poll = (poll * 2).min(POLL_MAX);
+        }
+    }
+
+    async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        self.config.check_response(response)?;
+        let Ok(number) = i64::try_from(token.token) else {
+            return Err(Error::LeaseLost { token: token.token });
+        };
+        let row = self.call("finish", FINISH, &[&token.scope, &token.key, &number, &kind, &response]).await?;
+        finished(&row, token)
+    }
+
+    async fn finish_in(
+        &self,
+        transaction: &Transaction<'_>,
+        token: &LeaseToken,
+        kind: &str,
+        response: &[u8],
+    ) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        self.config.check_response(response)?;
+        let Ok(number) = i64::try_from(token.token) else {
+            return Err(Error::LeaseLost { token: token.token });
+        };
+        let (scope, key) = (token.scope.as_slice(), token.key.as_slice());
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&scope, Type::BYTEA),
+            (&key, Type::BYTEA),
+            (&number, Type::INT8),
+            (&kind, Type::TEXT),
+            (&response, Type::BYTEA),
+        ];
+        let call = transaction.query_typed(FINISH, &params);
+        let rows =
+            tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out("finish"))?.map_err(postgres_error)?;
+        finished(rows.first().ok_or_else(|| protocol("finish: no row"))?, token)
+    }
+}
+
+/// The answer of `idemkv_finish`: whether the token held the key.
+fn finished(row: &Row, token: &LeaseToken) -> Result<()> {
+    match row.try_get::<_, bool>(0) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::LeaseLost { token: token.token }),
+        Err(_) => Err(protocol("finish: not a boolean")),
+    }
+}
+
+/// Leaves a tag's waiters when a wait ends (or its future is dropped).
+struct Leave<'a> {
+    listening: &'a Listening,
+    tag: &'a str,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.listening.leave(self.tag);
+    }
+}
+
+impl IdempotencyBackend for PostgresBackend {
+    async fn claim(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+    ) -> Result<BackendClaim> {
+        self.config.check_key(scope, key)?;
+        let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
+        let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
+        let args = (fingerprint, ms(lease_ms), ms(ttl_ms));
+        match options.wait {
+            Some(wait) if !wait.is_zero() => self.claim_waiting(scope, key, args, wait).await,
+            _ => self.claim_once(scope, key, args, false).await,
+        }
+    }
+
+    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish(token, "C", response).await
+    }
+
+    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish(token, "F", response).await
+    }
+
+    async fn release(&self, token: &LeaseToken) -> Result<()> {
+        self.finish(token, "D", &[]).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        let extend_ms = ms(self.config.check_duration("renewal", Some(extend), 0)?);
+        let Ok(number) = i64::try_from(token.token) else {
+            return Err(Error::LeaseLost { token: token.token });
+        };
+        let row = self.call("renew", RENEW, &[&token.scope, &token.key, &number, &extend_ms]).await?;
+        finished(&row, token)
+    }
+
+    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        self.config.check_key(scope, key)?;
+        match self.call_optional("get", GET, &[&scope, &key]).await? {
+            Some(row) => reply::record(scope, key, &row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.config.check_key(scope, key)?;
+        let row = self.call("remove", REMOVE, &[&scope, &key]).await?;
+        row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
+    }
+
+    fn limits(&self) -> BackendLimits {
+        BackendLimits {
+            key_bytes_max: self.config.key_bytes_max,
+            scope_bytes_max: self.config.scope_bytes_max,
+            response_bytes_max: self.config.response_bytes_max,
+        }
+    }
+}

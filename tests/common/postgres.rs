@@ -1,0 +1,132 @@
+//! A real PostgreSQL server for the tests, started here from the `initdb`,
+//! `postgres` and `pg_ctl` on the PATH (`.ci/run` installs Debian's
+//! packages where they are missing): a new cluster in a temporary
+//! directory, listening on a free loopback port, `fsync` and
+//! `synchronous_commit` on, stopped (`pg_ctl stop -m immediate`, no
+//! checkpoint: a crash) when its handle drops. PostgreSQL refuses to run
+//! as root, so as root the server runs as `nobody`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound, then released for the server to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// One `postgres` process over its data directory.
+pub struct PostgresServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+fn id(flag: &str, user: &str) -> u32 {
+    let output = Command::new("id").args([flag, user]).output().expect("id");
+    String::from_utf8_lossy(&output.stdout).trim().parse().expect("a numeric id")
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+}
+
+/// `program` run as `nobody` when we are root (PostgreSQL refuses root).
+fn as_server_user(program: &str) -> Command {
+    if is_root() {
+        let mut command = Command::new("setpriv");
+        command.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", program]);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+impl PostgresServer {
+    /// A new cluster in `dir/data` (`dir` is created if missing), started.
+    pub fn start(dir: &Path) -> PostgresServer {
+        std::fs::create_dir_all(dir).expect("server dir");
+        if is_root() {
+            std::os::unix::fs::chown(dir, Some(id("-u", "nobody")), Some(id("-g", "nobody"))).expect("chown");
+        }
+        let data = dir.join("data");
+        let initdb = as_server_user("initdb")
+            .args(["-D", data.to_str().expect("utf-8 dir"), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
+            .args(["--no-sync", "--no-instructions"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("initdb is not on the PATH: install postgresql (.ci/run does)");
+        assert!(initdb.success(), "initdb failed in {}", data.display());
+        let mut server = PostgresServer { port: free_port(), dir: dir.to_path_buf(), child: None };
+        server.restart();
+        server
+    }
+
+    /// Starts the server (again, after [`stop_immediate`]) on the same
+    /// port and data directory: after an immediate stop it recovers from
+    /// its WAL.
+    ///
+    /// [`stop_immediate`]: PostgresServer::stop_immediate
+    pub fn restart(&mut self) {
+        let log = std::fs::File::create(self.dir.join("server.log")).expect("log file");
+        let child = as_server_user("postgres")
+            .args(["-D", self.data().to_str().expect("utf-8 dir"), "-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-k", self.dir.to_str().expect("utf-8 dir")])
+            .args(["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "max_connections=200"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start postgres");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Ready when `postmaster.pid` says so (what `pg_ctl -w` waits for)
+    /// and the port takes connections.
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap_or_default();
+            let ready = pid_file.lines().nth(7).is_some_and(|status| status.trim() == "ready");
+            if ready && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("postgres on port {} was not ready within 30 s (see {}/server.log)", self.port, self.dir.display());
+    }
+
+    /// The URL clients use.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// `pg_ctl stop -m immediate`: every server process quits at once, no
+    /// checkpoint, as at a crash; the next start replays the WAL.
+    pub fn stop_immediate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let stopped = as_server_user("pg_ctl")
+                .args(["stop", "-D", self.data().to_str().expect("utf-8 dir"), "-m", "immediate", "-w"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if !stopped.is_ok_and(|status| status.success()) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop_immediate();
+    }
+}
