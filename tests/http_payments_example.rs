@@ -5,35 +5,10 @@
 
 #![cfg(all(feature = "tower", feature = "metrics"))]
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod common;
 
-/// The example binary, which `cargo test` builds beside the tests
-/// (`target/<profile>/examples/payments`).
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = profile.join("examples").join("payments");
-    assert!(
-        path.is_file(),
-        "{} not built: `cargo test --all-features` builds it (a `--test` filter does not; \
-         add `--example payments`)",
-        path.display()
-    );
-    path
-}
-
-/// Kills the example when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::payments::{client, example, pay, start};
+use std::process::Command;
 
 /// The values of the `name{labels} value` lines of a Prometheus text
 /// scrape whose labels contain `label`, summed (counters are whole).
@@ -49,37 +24,12 @@ fn total(scrape: &str, name: &str, label: &str) -> u64 {
 #[tokio::test]
 async fn metrics_are_scraped_from_the_running_example() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(example())
-        .arg(dir.path().join("data"))
-        .arg("127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the example");
-    let stdout = child.stdout.take().expect("stdout");
-    let running = Running(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("the line printed at start");
-    let base = line.split_whitespace().find(|word| word.starts_with("http://")).expect("address").trim_end_matches(',');
-    let base = base.to_string();
-
-    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build().expect("client");
-    let pay = |key: &'static str, body: &'static str| {
-        client
-            .post(format!("{base}/payments"))
-            .header("x-account", "acct-1")
-            .header("idempotency-key", key)
-            .body(body)
-            .send()
-    };
-    assert_eq!(pay("order-1", r#"{"amount":10}"#).await.expect("first").status(), 201);
-    let again = pay("order-1", r#"{"amount":10}"#).await.expect("retry");
-    assert_eq!(again.status(), 201);
-    assert_eq!(
-        again.headers().get("idempotency-replay").map(reqwest::header::HeaderValue::as_bytes),
-        Some(&b"true"[..])
-    );
-    assert_eq!(pay("order-1", r#"{"amount":99}"#).await.expect("reused").status(), 422);
+    let running = start(&dir.path().join("data"), &[], "store and ledger in");
+    let (client, base) = (client(), running.base.clone());
+    let first = pay(&client, &running, "order-1", r#"{"amount":10}"#).await;
+    assert_eq!((first.0, first.1), (201, false));
+    assert_eq!(pay(&client, &running, "order-1", r#"{"amount":10}"#).await, (201, true, first.2.clone()));
+    assert_eq!(pay(&client, &running, "order-1", r#"{"amount":99}"#).await.0, 422);
     let ledger = std::fs::read_to_string(dir.path().join("data").join("ledger.txt")).expect("ledger");
     assert_eq!(ledger.lines().count(), 1, "charged once");
 

@@ -8,79 +8,14 @@
 
 mod common;
 
+use common::payments::{self, client, pay, Instance};
 use common::redis::RedisServer;
-use reqwest::header::HeaderValue;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
-/// The example binary, which `cargo test` builds beside the tests
-/// (`target/<profile>/examples/payments`).
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = profile.join("examples").join("payments");
-    assert!(
-        path.is_file(),
-        "{} not built: `cargo test --all-features` builds it (a `--test` filter does not; \
-         `cargo build --all-features --example payments` first)",
-        path.display()
-    );
-    path
-}
-
-/// One running instance, killed when the test ends, however it ends.
-struct Instance {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts an instance on a free port with the ledger in `dir` and the
-/// store on the Redis server at `url`; its base URL is read from the line
-/// it prints at start.
+/// An instance with its ledger in `dir` and the store on the Redis
+/// server at `url`.
 fn start(dir: &Path, url: &str) -> Instance {
-    let mut child = Command::new(example())
-        .arg(dir)
-        .arg("127.0.0.1:0")
-        .args(["--redis", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the example");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut instance = Instance { child, base: String::new() };
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("the line printed at start");
-    let base = line.split_whitespace().find(|word| word.starts_with("http://"));
-    instance.base = base.unwrap_or_else(|| panic!("no address in {line:?}")).trim_end_matches(',').to_string();
-    assert!(line.contains("store on Redis"), "{line}");
-    instance
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().expect("client")
-}
-
-/// POSTs a payment; its status, whether it was a replay, and its body.
-async fn pay(client: &reqwest::Client, instance: &Instance, key: &str, body: &str) -> (u16, bool, String) {
-    let response = client
-        .post(format!("{}/payments", instance.base))
-        .header("x-account", "acct-1")
-        .header("idempotency-key", key)
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("a response");
-    let replay = response.headers().get("idempotency-replay").map(HeaderValue::as_bytes) == Some(&b"true"[..]);
-    (response.status().as_u16(), replay, response.text().await.expect("a body"))
+    payments::start(dir, &["--redis", url], "store on Redis")
 }
 
 fn ledger(dir: &Path) -> String {

@@ -43,6 +43,10 @@ pub mod http;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+/// The payments example, run as a user runs it.
+#[cfg(all(feature = "tower", feature = "metrics"))]
+pub mod payments;
+
 /// Real Redis servers.
 #[cfg(feature = "redis")]
 pub mod redis;

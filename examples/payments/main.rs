@@ -25,7 +25,15 @@
 //! cat /tmp/payments/ledger.txt                                                            # one line
 //! ```
 //!
-//! Usage: `payments [DIR] [ADDR] [--redis URL | --redis-cluster URL,URL,...]`
+//! On PostgreSQL (feature `postgres`, `--postgres URL`) the charge is a row
+//! of `payments_charges` and the key's completion commits in the same
+//! transaction (see `postgres.rs`):
+//!
+//! ```text
+//! cargo run --example payments --features tower,postgres -- /tmp/payments 127.0.0.1:3000 --postgres postgres://localhost/shop
+//! ```
+//!
+//! Usage: `payments [DIR] [ADDR] [--redis URL | --redis-cluster URL,URL,... | --postgres URL]`
 //! (DIR defaults to `payments-data`, ADDR to `127.0.0.1:3000`). An address
 //! with port 0 picks a free port; the line printed at start names it.
 
@@ -40,10 +48,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: payments [DIR] [ADDR] [--redis URL | --redis-cluster URL,URL,...]";
+#[cfg(feature = "postgres")]
+mod postgres;
+
+const USAGE: &str = "usage: payments [DIR] [ADDR] [--redis URL | --redis-cluster URL,URL,... | --postgres URL]";
 
 /// Where the idempotency records live.
-#[cfg_attr(not(feature = "redis"), allow(dead_code, reason = "refused without the redis feature"))]
+#[cfg_attr(
+    not(all(feature = "redis", feature = "postgres")),
+    allow(dead_code, reason = "refused without the redis or postgres feature")
+)]
 enum Records {
     /// A store in `DIR/idempotency`.
     Directory,
@@ -51,6 +65,8 @@ enum Records {
     Redis(String),
     /// A Redis Cluster, through these nodes.
     Cluster(Vec<String>),
+    /// A PostgreSQL database.
+    Postgres(String),
 }
 
 /// The command line: the directory (ledger, and store if there is one),
@@ -74,18 +90,18 @@ fn arguments(mut args: impl Iterator<Item = OsString>) -> Result<Arguments, Stri
             Some((option, value)) => (option.to_string(), Some(OsString::from(value))),
             None => (text.to_string(), None),
         };
-        if option != "--redis" && option != "--redis-cluster" {
+        if option != "--redis" && option != "--redis-cluster" && option != "--postgres" {
             return Err(format!("unknown option {option} ({USAGE})"));
         }
         let value = inline.or_else(|| args.next()).ok_or_else(|| format!("{option} needs a value ({USAGE})"))?;
         let value = value.into_string().map_err(|_| format!("{option}: the URL is not UTF-8"))?;
         if !matches!(records, Records::Directory) {
-            return Err(format!("give --redis or --redis-cluster once ({USAGE})"));
+            return Err(format!("give one of --redis, --redis-cluster, --postgres, once ({USAGE})"));
         }
-        records = if option == "--redis" {
-            Records::Redis(value)
-        } else {
-            Records::Cluster(value.split(',').map(str::to_string).collect())
+        records = match option.as_str() {
+            "--redis" => Records::Redis(value),
+            "--postgres" => Records::Postgres(value),
+            _ => Records::Cluster(value.split(',').map(str::to_string).collect()),
         };
     }
     let mut positional = positional.into_iter();
@@ -135,19 +151,24 @@ fn account(request: &axum::http::request::Parts) -> Option<Vec<u8>> {
 
 /// The service on any backend: `/payments` behind the layer, `/metrics`
 /// beside it.
-fn app<B: IdempotencyBackend + Clone>(backend: B, ledger: PathBuf, metrics: PrometheusHandle) -> Router {
-    Router::new()
+fn app<B: IdempotencyBackend>(backend: B, ledger: PathBuf, metrics: PrometheusHandle) -> Router {
+    let guarded = Router::new()
         .route("/payments", post(charge))
         .with_state(Arc::new(ledger))
-        .layer(IdempotencyLayer::new(backend, LayerConfig::scoped(account)))
-        // Added after the layer, so not guarded (a GET is not anyway).
-        .route(
-            "/metrics",
-            get(move || {
-                metrics.run_upkeep();
-                std::future::ready(metrics.render())
-            }),
-        )
+        .layer(IdempotencyLayer::new(backend, LayerConfig::scoped(account)));
+    // Added after the layer, so not guarded (a GET is not anyway).
+    with_metrics(guarded, metrics)
+}
+
+/// `GET /metrics`: the Prometheus scrape.
+fn with_metrics(router: Router, metrics: PrometheusHandle) -> Router {
+    router.route(
+        "/metrics",
+        get(move || {
+            metrics.run_upkeep();
+            std::future::ready(metrics.render())
+        }),
+    )
 }
 
 #[cfg(feature = "redis")]
@@ -159,7 +180,7 @@ async fn redis(records: &Records) -> Result<idemkv::redis::RedisBackend, String>
             RedisBackend::connect_cluster(&nodes, Config::new()).await
         }
         Records::Redis(url) => RedisBackend::connect(url, Config::new()).await,
-        Records::Directory => return Err("no Redis given".into()),
+        Records::Directory | Records::Postgres(_) => return Err("no Redis given".into()),
     };
     // The client's messages may span lines; ours is one.
     let one_line = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -182,8 +203,11 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), String> {
     let Arguments { dir, address, records } = arguments(std::env::args_os().skip(1))?;
-    if !cfg!(feature = "redis") && !matches!(records, Records::Directory) {
+    if !cfg!(feature = "redis") && matches!(records, Records::Redis(_) | Records::Cluster(_)) {
         return Err("--redis needs the example built with the `redis` feature".into());
+    }
+    if !cfg!(feature = "postgres") && matches!(records, Records::Postgres(_)) {
+        return Err("--postgres needs the example built with the `postgres` feature".into());
     }
     // The port first: a busy one must not leave a store directory behind.
     let listener = tokio::net::TcpListener::bind(&address)
@@ -195,9 +219,16 @@ async fn serve() -> Result<(), String> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|error| format!("cannot install the metrics recorder: {error}"))?;
+    #[cfg(feature = "postgres")]
+    if let Records::Postgres(url) = &records {
+        let backend = postgres::connect(url).await?;
+        println!("payments on http://{address}, charges and keys in PostgreSQL");
+        let app = with_metrics(Router::new().route("/payments", post(postgres::pay)).with_state(backend), metrics);
+        return axum::serve(listener, app).await.map_err(|error| format!("serving on {address}: {error}"));
+    }
     #[cfg(feature = "redis")]
     let backend = match records {
-        Records::Directory => None,
+        Records::Directory | Records::Postgres(_) => None,
         _ => Some(redis(&records).await?),
     };
     std::fs::create_dir_all(&dir).map_err(|error| format!("cannot create {}: {error}", dir.display()))?;

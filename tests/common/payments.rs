@@ -1,0 +1,79 @@
+//! The payments example as the tests run it: the binary `cargo test`
+//! builds beside them, started on a free loopback port, and a client for
+//! its `POST /payments`.
+
+use reqwest::header::HeaderValue;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The example binary (`target/<profile>/examples/payments`).
+pub fn example() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile.join("examples").join("payments");
+    assert!(
+        path.is_file(),
+        "{} not built: `cargo test --all-features` builds it (a `--test` filter does not; \
+         `cargo build --all-features --example payments` first)",
+        path.display()
+    );
+    path
+}
+
+/// One running instance, killed when the test ends, however it ends.
+pub struct Instance {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts an instance on a free port with its directory `dir` and `args`;
+/// its base URL is read from the line it prints at start, which must
+/// contain `marker`.
+pub fn start(dir: &Path, args: &[&str], marker: &str) -> Instance {
+    let mut child = Command::new(example())
+        .arg(dir)
+        .arg("127.0.0.1:0")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the example");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut instance = Instance { child, base: String::new() };
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("the line printed at start");
+    let base = line.split_whitespace().find(|word| word.starts_with("http://"));
+    instance.base = base.unwrap_or_else(|| panic!("no address in {line:?}")).trim_end_matches(',').to_string();
+    assert!(line.contains(marker), "{line}");
+    instance
+}
+
+/// A client that ignores proxy settings.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().expect("client")
+}
+
+/// POSTs a payment of account `acct-1`; its status, whether it was a
+/// replay, and its body.
+pub async fn pay(client: &reqwest::Client, instance: &Instance, key: &str, body: &str) -> (u16, bool, String) {
+    let response = client
+        .post(format!("{}/payments", instance.base))
+        .header("x-account", "acct-1")
+        .header("idempotency-key", key)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("a response");
+    let replay = response.headers().get("idempotency-replay").map(HeaderValue::as_bytes) == Some(&b"true"[..]);
+    (response.status().as_u16(), replay, response.text().await.expect("a body"))
+}
