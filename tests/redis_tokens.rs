@@ -1,8 +1,8 @@
 //! What the Redis backend's fencing tokens rest on, checked on a real
-//! server: a key's token counter always outlives its record by the keep
-//! time (after a claim, a finish within the lease, a late finish, a
-//! renewal), and once both are gone a new token is still above every
-//! earlier one (it is the server's time in µs).
+//! server: Redis keeps a record `keep` beyond its live time (after a claim,
+//! a renewal, a finish, a release), so a new token grows from the last
+//! one; once Redis has dropped it, a new token is still above every earlier
+//! one (it is the server's time in µs).
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
@@ -15,10 +15,9 @@ use std::time::Duration;
 
 const KEEP: Duration = Duration::from_millis(1500);
 
-/// Remaining life (ms) of the key of `(prefix, kind)` whose name ends in
-/// `suffix` (`r` record, `n` counter), `-2` if absent.
-fn pttl(server: &RedisServer, prefix: &str, suffix: &str) -> i64 {
-    let names = server.cli(&["--raw", "keys", &format!("{prefix}:*:{suffix}")]).expect("keys");
+/// Remaining life (ms) of the record of prefix `prefix`, `-2` if absent.
+fn pttl(server: &RedisServer, prefix: &str) -> i64 {
+    let names = server.cli(&["--raw", "keys", &format!("{prefix}:*:r")]).expect("keys");
     let Some(name) = names.lines().next().filter(|name| !name.is_empty()) else {
         return -2;
     };
@@ -32,17 +31,19 @@ async fn claim(backend: &RedisBackend, options: ClaimOptions) -> LeaseToken {
     }
 }
 
-/// The counter lives at least `KEEP` (less a little for the time between
-/// the two reads) beyond the record.
-fn assert_counter_outlives(server: &RedisServer, prefix: &str, when: &str) {
-    let (record, counter) = (pttl(server, prefix, "r"), pttl(server, prefix, "n"));
-    assert!(record > 0, "{when}: the record lives ({record})");
+/// Redis keeps the record `KEEP` beyond `live_ms` more of live time
+/// (less a little for the time the calls took).
+fn assert_kept(server: &RedisServer, prefix: &str, live_ms: i64, when: &str) {
+    let left = pttl(server, prefix);
     let keep = i64::try_from(KEEP.as_millis()).expect("small");
-    assert!(counter >= record + keep - 50, "{when}: counter {counter} ms, record {record} ms, keep {keep} ms");
+    assert!(
+        left > live_ms + keep - 200 && left <= live_ms + keep,
+        "{when}: {left} ms left, live {live_ms} + keep {keep}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_counter_outlives_the_record_and_tokens_never_repeat() {
+async fn records_outlive_their_life_by_keep_and_tokens_never_repeat() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(dir.path());
     let connect = |prefix: &str| {
@@ -51,33 +52,35 @@ async fn the_counter_outlives_the_record_and_tokens_never_repeat() {
     };
     let options = ClaimOptions::new().lease(Duration::from_millis(400)).ttl(Duration::from_millis(600));
 
-    // A finish within the lease.
-    let backend = connect("within").await;
+    // Processing lives lease + TTL; finished, TTL; released, nothing.
+    let backend = connect("kept").await;
     let first = claim(&backend, options).await;
-    assert_counter_outlives(&server, "within", "after a claim");
+    assert_kept(&server, "kept", 1000, "after a claim");
+    backend.renew(&first, Duration::from_millis(800)).await.expect("renew");
+    assert_kept(&server, "kept", 1400, "after a renewal");
     backend.complete(&first, b"done").await.expect("complete");
-    assert_counter_outlives(&server, "within", "after a finish within the lease");
+    assert_kept(&server, "kept", 600, "after a finish");
+    let released = connect("released").await;
+    let held = claim(&released, options).await;
+    released.release(&held).await.expect("release");
+    assert_kept(&server, "released", 0, "after a release");
+    let again = claim(&released, options).await;
+    assert!(again.token > held.token, "after a release: {} then {}", held.token, again.token);
 
-    // A late finish (the lease ended, nobody took the key over) and a
-    // renewal.
-    let backend = connect("late").await;
-    let held = claim(&backend, options).await;
-    backend.renew(&held, Duration::from_millis(800)).await.expect("renew");
-    assert_counter_outlives(&server, "late", "after a renewal");
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    backend.complete(&held, b"late").await.expect("a late finish of an untaken key");
-    assert_counter_outlives(&server, "late", "after a late finish");
-
-    // Record and counter both expire; the next token is still larger.
+    // Past its TTL the record is absent (a fresh attempt 1) but its token
+    // is still there to grow from; once Redis dropped it too, the next
+    // token is still larger.
     let backend = connect("gone").await;
     let mut last = 0;
-    for round in 0..2 {
+    for (round, pause) in [Duration::from_millis(800), Duration::from_millis(800) + KEEP].into_iter().enumerate() {
         let token = claim(&backend, options).await;
         assert!(token.token > last, "round {round}: token {} after {last}", token.token);
         last = token.token;
         backend.complete(&token, b"done").await.expect("complete");
-        // The counter goes at lease end + TTL + keep.
-        tokio::time::sleep(Duration::from_millis(400 + 600 + 300) + KEEP).await;
-        assert_eq!((pttl(&server, "gone", "r"), pttl(&server, "gone", "n")), (-2, -2), "both expired");
+        tokio::time::sleep(pause).await;
+        assert_eq!(backend.get(b"", b"key").await.expect("get"), None, "round {round}: expired");
     }
+    assert_eq!(pttl(&server, "gone"), -2, "dropped by Redis after TTL + keep");
+    let token = claim(&backend, options).await;
+    assert!(token.token > last, "after Redis dropped the record: {} after {last}", token.token);
 }

@@ -4,12 +4,13 @@
 //! one store.
 //!
 //! Every transition is one Lua script, one round trip, run by SHA. All a
-//! script touches for `(scope, key)` — the record, its token counter, its
-//! channel — carries one hash tag (a digest of scope and key), so it lives
-//! in one Cluster slot. Leases and TTLs run on the server's clock (`TIME`
-//! inside the script), never a client's: a fleet's clocks disagree. Records
-//! leave through Redis's own expiry (`PEXPIRE`): no reaper, memory stays
-//! flat. `claim_wait` is woken by a publish of the finishing script
+//! script touches for `(scope, key)` — the record and its channel —
+//! carries one hash tag (a digest of scope and key), so it lives in one
+//! Cluster slot. Leases and TTLs run on the server's clock (`TIME` inside
+//! the script), never a client's: a fleet's clocks disagree. Records leave
+//! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
+//! after they stop being live (their fencing token outlives them that
+//! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
 //! (sharded pub/sub on a Cluster), with polling as the fallback.
 //!
 //! # What Redis must be set to
@@ -71,7 +72,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wait::Waits;
 
-/// How long a key's token counter outlives its record by default: the
+/// How long Redis keeps a record after it stopped being live (expired,
+/// released, removed) by default, for its fencing token: the
 /// server clock may go back by less than this without a token repeating.
 pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
 
@@ -109,10 +111,9 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// The names of one key's record, token counter and channel.
+/// The names of one key's record and channel.
 struct Names {
     record: Vec<u8>,
-    counter: Vec<u8>,
     channel: Vec<u8>,
 }
 
@@ -129,7 +130,7 @@ impl Names {
             tag
         });
         let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
-        Names { record: name("r"), counter: name("n"), channel: name("w") }
+        Names { record: name("r"), channel: name("w") }
     }
 }
 
@@ -189,9 +190,11 @@ impl RedisBackend {
         self
     }
 
-    /// How long a key's token counter outlives its record (default an
-    /// hour): tokens never repeat as long as the server clock never goes
-    /// back by more than this.
+    /// How long Redis keeps a record after it stopped being live (expired,
+    /// released, removed; default an hour), absent to every call but for
+    /// its fencing token: tokens of a key never repeat as long as the
+    /// server clock never goes back by more than this. It costs that much
+    /// longer in memory per record.
     #[must_use]
     pub fn token_keep(mut self, keep: Duration) -> Self {
         self.keep_ms = millis(keep);
@@ -210,7 +213,6 @@ impl RedisBackend {
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
             .key(&names.record)
-            .key(&names.counter)
             .arg(scope)
             .arg(key)
             .arg(&fingerprint.as_bytes()[..])
@@ -281,7 +283,6 @@ impl RedisBackend {
         let mut invocation = self.scripts.finish.prepare_invoke();
         invocation
             .key(&names.record)
-            .key(&names.counter)
             .arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
@@ -354,7 +355,6 @@ impl IdempotencyBackend for RedisBackend {
         let mut invocation = self.scripts.renew.prepare_invoke();
         invocation
             .key(&names.record)
-            .key(&names.counter)
             .arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
@@ -383,7 +383,13 @@ impl IdempotencyBackend for RedisBackend {
         self.config.check_key(scope, key)?;
         let names = Names::of(&self.prefix, scope, key);
         let mut invocation = self.scripts.remove.prepare_invoke();
-        invocation.key(&names.record).arg(scope).arg(key).arg(&names.channel).arg(self.connection.publish_command());
+        invocation
+            .key(&names.record)
+            .arg(scope)
+            .arg(key)
+            .arg(&names.channel)
+            .arg(self.connection.publish_command())
+            .arg(self.keep_ms);
         match self.connection.invoke(&invocation).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),

@@ -1,127 +1,154 @@
 //! The Lua scripts behind every transition: one script, one round trip,
 //! run by SHA (`EVALSHA`, loaded again on `NOSCRIPT` by the client).
 //!
-//! Every script touches only the two keys of one `(scope, key)` — the
-//! record and its token counter — and publishes on that key's channel, all
-//! three under one hash tag, so one Cluster slot. Time is the server's
-//! (`TIME`), never the client's. Numbers leave a script as `%.0f` strings:
-//! Lua's numbers are doubles, exact for the integers used here
-//! (microseconds since the epoch are about 2^51), and its default `%.14g`
-//! would round them.
+//! Every script touches only the one key of its `(scope, key)` — the
+//! record — and publishes on that key's channel, both under one hash tag,
+//! so one Cluster slot. Time is the server's (`TIME`), never the client's.
+//! Numbers leave a script as `%.0f` strings: Lua's numbers are doubles,
+//! exact for the integers used here (microseconds since the epoch are
+//! about 2^51), and its default `%.14g` would round them.
 //!
 //! The record is one string, a `MessagePack` array (Redis's `cmsgpack`), so
-//! that a claim or a finish is one `GET` and one `SET ... PX` rather than a
-//! hash's many fields: `[1]` state (`P`, `C`, `F`), `[2]` fingerprint,
+//! that a claim or a finish is one `GET` and one `SET ... PX`: `[1]` state
+//! (`P`, `C`, `F`, or `D` for released or removed), `[2]` fingerprint,
 //! `[3]` attempt, `[4]` recovered (0/1), `[5]` token, `[6]` created ms,
 //! `[7]` updated ms, `[8]` lease end (Processing) or expiry (finished) ms,
-//! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response. It expires
-//! (`PX`) at lease end + TTL while Processing (an abandoned claim expires
-//! as on the embedded store), a TTL after its finish: Redis's own expiry
-//! removes it.
+//! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response.
 //!
-//! Fencing tokens: `max(last + 1, now in µs)`, `last` kept in the counter
-//! key, which expires at lease end + TTL + `keep` (an hour by default), so
-//! it outlives the record by at least `keep`. While the counter lives,
-//! tokens of the key grow whatever the clock does; once it has expired, a
-//! new token is the server's time in µs, above every earlier token of the
-//! key as long as the server clock (across restarts and failovers) never
-//! goes back by more than `keep`.
+//! A record is **live** while Processing until lease end + TTL (an
+//! abandoned claim expires as on the embedded store), while Completed or
+//! Failed until its expiry, and never once released or removed. A record
+//! that is not live is absent to every call, but Redis keeps it `keep`
+//! longer (`PX` = its life + keep; an hour by default) for one reason: its
+//! fencing token. A new token is `max(last + 1, now in µs)`, `last` read
+//! from the record while Redis keeps it; once Redis has dropped it, a new
+//! token is the server's time in µs, above every earlier token of the key
+//! as long as the server clock (across restarts and failovers) never goes
+//! back by more than `keep`. Redis's own expiry removes it: no reaper.
 
-/// Claim. KEYS: record, counter. ARGV: scope, key, fingerprint, lease ms,
-/// TTL ms, keep ms. Replies `{'A', token, attempt, recovered, lease end}`,
-/// `{'R', state, response}`, `{'I', ms left, attempt}`, `{'M'}`, or
-/// `{'X'}` when the record names another `(scope, key)` (a hash collision).
-pub(super) const CLAIM: &str = r"
+/// The start of every script: whether record `r` is live at `now` (see the
+/// module docs), and the server's time.
+macro_rules! live {
+    () => {
+        r"
+local function live(r, now)
+  if r[1] == 'P' then return r[8] + r[9] > now end
+  if r[1] == 'D' then return false end
+  return r[8] > now
+end
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(now_us / 1000)
+"
+    };
+}
+
+/// Claim. KEYS: record. ARGV: scope, key, fingerprint, lease ms, TTL ms,
+/// keep ms. Replies `{'A', token, attempt, recovered, lease end}`, `{'R',
+/// state, response}`, `{'I', ms left, attempt}`, `{'M'}`, or `{'X'}` when
+/// the record names another `(scope, key)` (a hash collision).
+pub(super) const CLAIM: &str = concat!(
+    live!(),
+    r"
 local lease = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local packed = redis.call('GET', KEYS[1])
-local attempt, recovered, created = 1, 0, now
+local attempt, recovered, created, last = 1, 0, now, 0
 if packed then
   local r = cmsgpack.unpack(packed)
   if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
-  if r[2] ~= ARGV[3] then return {'M'} end
-  if r[1] ~= 'P' then return {'R', r[1], r[12]} end
-  if r[8] > now then return {'I', string.format('%.0f', r[8] - now), r[3]} end
-  attempt = r[3] + 1
-  recovered = 1
-  created = r[6]
+  last = r[5]
+  if live(r, now) then
+    if r[2] ~= ARGV[3] then return {'M'} end
+    if r[1] ~= 'P' then return {'R', r[1], r[12]} end
+    if r[8] > now then return {'I', string.format('%.0f', r[8] - now), r[3]} end
+    attempt = r[3] + 1
+    recovered = 1
+    created = r[6]
+  end
 end
-local token = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now_us)
+local token = math.max(last + 1, now_us)
 local lease_end = now + lease
 redis.call('SET', KEYS[1],
   cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], ''}),
-  'PX', lease + ttl)
-token = string.format('%.0f', token)
-redis.call('SET', KEYS[2], token, 'PX', lease + ttl + tonumber(ARGV[6]))
-return {'A', token, attempt, recovered, string.format('%.0f', lease_end)}
-";
+  'PX', lease + ttl + tonumber(ARGV[6]))
+return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end)}
+"
+);
 
-/// Complete (`C`), fail (`F`) or release (`D`, the record is deleted).
-/// KEYS: record, counter. ARGV: scope, key, token, kind, response,
-/// channel, publish command, keep ms. Replies 1, or 0 when the token no
-/// longer holds the key.
-pub(super) const FINISH: &str = r"
+/// Complete (`C`), fail (`F`) or release (`D`). KEYS: record. ARGV:
+/// scope, key, token, kind, response, channel, publish command, keep ms.
+/// Replies 1, or 0 when the token no longer holds the key.
+pub(super) const FINISH: &str = concat!(
+    live!(),
+    r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
 local r = cmsgpack.unpack(packed)
-if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return 0 end
+if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
+  return 0
+end
+local keep = tonumber(ARGV[8])
 if ARGV[4] == 'D' then
-  redis.call('DEL', KEYS[1])
+  r[1], r[7], r[8], r[12] = 'D', now, 0, ''
+  redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', keep)
 else
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  local lease_end = r[8]
   r[1], r[7], r[8], r[12] = ARGV[4], now, now + r[9], ARGV[5]
-  redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9])
-  -- The counter expires at lease end + TTL + keep (set by claim and
-  -- renew): within the lease it already outlives the record by keep.
-  if now > lease_end then
-    redis.call('PEXPIRE', KEYS[2], r[9] + tonumber(ARGV[8]))
-  end
+  redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9] + keep)
 end
 redis.call(ARGV[7], ARGV[6], ARGV[4])
 return 1
-";
+"
+);
 
-/// Renew: the lease ends at least `extend` from now. KEYS: record,
-/// counter. ARGV: scope, key, token, extend ms, keep ms. Replies
-/// `{1, lease end}`, or `{0}` when the token no longer holds the key.
-pub(super) const RENEW: &str = r"
+/// Renew: the lease ends at least `extend` from now. KEYS: record. ARGV:
+/// scope, key, token, extend ms, keep ms. Replies `{1, lease end}`, or
+/// `{0}` when the token no longer holds the key.
+pub(super) const RENEW: &str = concat!(
+    live!(),
+    r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return {0} end
 local r = cmsgpack.unpack(packed)
-if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {0} end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
+  return {0}
+end
 r[8] = math.max(r[8], now + tonumber(ARGV[4]))
 r[7] = now
-redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + r[9])
-redis.call('PEXPIRE', KEYS[2], r[8] - now + r[9] + tonumber(ARGV[5]))
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + r[9] + tonumber(ARGV[5]))
 return {1, string.format('%.0f', r[8])}
-";
+"
+);
 
-/// Remove whatever the state. KEYS: record. ARGV: scope, key, channel,
-/// publish command. Replies 1 (removed), 0 (absent) or -1 (the record
+/// Remove whatever the state: the record becomes `D` (absent) and is kept
+/// `keep` for its token. KEYS: record. ARGV: scope, key, channel, publish
+/// command, keep ms. Replies 1 (removed), 0 (absent) or -1 (the record
 /// names another `(scope, key)`).
-pub(super) const REMOVE: &str = r"
+pub(super) const REMOVE: &str = concat!(
+    live!(),
+    r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
 local r = cmsgpack.unpack(packed)
 if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
-redis.call('DEL', KEYS[1])
+if not live(r, now) then return 0 end
+r[1], r[7], r[8], r[12] = 'D', now, 0, ''
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', tonumber(ARGV[5]))
 redis.call(ARGV[4], ARGV[3], 'D')
 return 1
-";
+"
+);
 
-/// Read. KEYS: record. Replies the record's twelve fields in order,
-/// numbers as decimal strings, or an empty array when absent.
-pub(super) const GET: &str = r"
+/// Read. KEYS: record. Replies the live record's twelve fields in order,
+/// numbers as decimal strings, or an empty array when it is absent.
+pub(super) const GET: &str = concat!(
+    live!(),
+    r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return {} end
 local r = cmsgpack.unpack(packed)
+if not live(r, now) then return {} end
 for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
 return r
-";
+"
+);
