@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 async fn rows(backend: &PostgresBackend) -> i64 {
     let client = backend.pool().get().await.expect("client");
-    client.query_one("SELECT count(*) FROM idemkv_records", &[]).await.expect("count").get(0)
+    client.query_one("SELECT count(*) FROM idempo_store", &[]).await.expect("count").get(0)
 }
 
 async fn claim_complete(backend: &PostgresBackend, key: &str, options: ClaimOptions) {

@@ -101,7 +101,7 @@ const REMOVE: &str = "SELECT idemkv_remove($1, $2)";
 const REAP: &str = "SELECT idemkv_reap($1)";
 const GET: &str = "SELECT state, fingerprint, token, attempt, recovered, idemkv_ms(created_at), \
                    idemkv_ms(updated_at), idemkv_ms(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), \
-                   response FROM idemkv_records \
+                   response FROM idempo_store \
                    WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()";
 
 /// The claim contract on a PostgreSQL server. Clones share the pool.

@@ -9,7 +9,7 @@
 //!
 //! # Tables
 //!
-//! `idemkv_records`, primary key `(scope, key)`, both `bytea`:
+//! `idempo_store`, primary key `(scope, key)`, both `bytea`:
 //! `fingerprint` (32 bytes), `state` (`P` processing, `C` completed, `F`
 //! failed), `token` (fencing token, from the global sequence
 //! `idemkv_tokens`: never reused for any key, across release and expiry),
@@ -38,7 +38,7 @@ const MIGRATIONS: [&str; 1] = [V1];
 const V1: &str = r"
 CREATE SEQUENCE idemkv_tokens AS bigint;
 
-CREATE TABLE idemkv_records (
+CREATE TABLE idempo_store (
     scope bytea NOT NULL,
     key bytea NOT NULL,
     fingerprint bytea NOT NULL,
@@ -57,7 +57,7 @@ CREATE TABLE idemkv_records (
     PRIMARY KEY (scope, key)
 );
 
-CREATE INDEX idemkv_records_expires_at ON idemkv_records (expires_at);
+CREATE INDEX idempo_store_expires_at ON idempo_store (expires_at);
 
 -- The notification payload of a key: the first 16 bytes of
 -- SHA-256(u32 big-endian scope length, scope, key), in hex.
@@ -85,13 +85,13 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_lease_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
     v_ttl interval := p_ttl_ms * interval '1 millisecond';
-    r idemkv_records%ROWTYPE;
+    r idempo_store%ROWTYPE;
 BEGIN
     -- A live row that answers without a change (replay, mismatch, in
     -- progress) is answered from a plain read: no lock, no transaction id,
     -- no commit to flush, no token drawn. Finished rows stay as they are
     -- until they expire, so the answer holds as of this statement.
-    SELECT * INTO r FROM idemkv_records WHERE scope = p_scope AND key = p_key;
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
     IF FOUND AND r.expires_at > v_now THEN
         IF r.fingerprint <> p_fingerprint THEN
             o_answer := 'M';
@@ -107,7 +107,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    INSERT INTO idemkv_records AS t (scope, key, fingerprint, state, token, attempt, recovered, waited,
+    INSERT INTO idempo_store AS t (scope, key, fingerprint, state, token, attempt, recovered, waited,
         lease_end, ttl, response, created_at, updated_at, finished_at, expires_at)
     VALUES (p_scope, p_key, p_fingerprint, 'P', nextval('idemkv_tokens'), 1, false, false,
         v_lease_end, v_ttl, '', v_now, v_now, NULL, v_lease_end + v_ttl)
@@ -132,7 +132,7 @@ BEGIN
         o_answer := 'A';
         RETURN;
     END IF;
-    SELECT * INTO r FROM idemkv_records WHERE scope = p_scope AND key = p_key;
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
     IF NOT FOUND THEN
         o_answer := 'X';
     ELSIF r.fingerprint <> p_fingerprint THEN
@@ -145,7 +145,7 @@ BEGIN
         o_attempt := r.attempt;
         o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
         IF p_wait AND NOT r.waited THEN
-            UPDATE idemkv_records SET waited = true WHERE scope = p_scope AND key = p_key;
+            UPDATE idempo_store SET waited = true WHERE scope = p_scope AND key = p_key;
         END IF;
     END IF;
 END $$;
@@ -159,11 +159,11 @@ DECLARE
     v_waited boolean;
 BEGIN
     IF p_kind = 'D' THEN
-        DELETE FROM idemkv_records
+        DELETE FROM idempo_store
         WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
         RETURNING waited INTO v_waited;
     ELSIF p_kind IN ('C', 'F') THEN
-        UPDATE idemkv_records
+        UPDATE idempo_store
         SET state = p_kind, response = p_response, updated_at = v_now, finished_at = v_now,
             expires_at = v_now + ttl
         WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
@@ -187,7 +187,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_end timestamptz := v_now + p_extend_ms * interval '1 millisecond';
 BEGIN
-    UPDATE idemkv_records
+    UPDATE idempo_store
     SET lease_end = greatest(lease_end, v_end), expires_at = greatest(lease_end, v_end) + ttl, updated_at = v_now
     WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now;
     RETURN FOUND;
@@ -200,7 +200,7 @@ DECLARE
     v_live boolean;
     v_waited boolean;
 BEGIN
-    DELETE FROM idemkv_records WHERE scope = p_scope AND key = p_key
+    DELETE FROM idempo_store WHERE scope = p_scope AND key = p_key
     RETURNING expires_at > clock_timestamp(), waited INTO v_live, v_waited;
     IF NOT FOUND THEN
         RETURN false;
@@ -220,10 +220,10 @@ DECLARE
     v_deleted bigint;
 BEGIN
     WITH doomed AS (
-        SELECT scope, key FROM idemkv_records WHERE expires_at <= v_now
+        SELECT scope, key FROM idempo_store WHERE expires_at <= v_now
         ORDER BY expires_at LIMIT p_batch FOR UPDATE SKIP LOCKED
     )
-    DELETE FROM idemkv_records t USING doomed d
+    DELETE FROM idempo_store t USING doomed d
     WHERE t.scope = d.scope AND t.key = d.key AND t.expires_at <= v_now;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
