@@ -77,6 +77,8 @@
 //               schema and functions, replies, reaper, LISTEN wake-ups)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
+//               wake (claim_wait on a networked backend: waiters per key,
+//               the claim-and-park loop),
 //               telemetry (counters exported through `metrics`, events
 //               through `tracing`; features of the same names)
 
@@ -120,6 +122,8 @@ mod telemetry;
 mod transition;
 mod verify;
 mod waiters;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod wake;
 
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use claim::{Claim, ClaimRequest};

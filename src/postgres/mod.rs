@@ -67,12 +67,13 @@ use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBacke
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::record::Record;
+use crate::wake;
 use crate::{Fingerprint, LeaseToken};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 pub use reaper::Reaper;
 use reply::{pool_error, postgres_error, protocol, timed_out};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row, Transaction};
 use wait::{Listening, Stop};
@@ -86,10 +87,6 @@ pub const POOL_SIZE_DEFAULT: usize = 16;
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// First and longest pause between two claims of a waiting `claim_wait`
-/// when no notification wakes it (the pause doubles).
-const POLL_FIRST: Duration = Duration::from_millis(100);
-const POLL_MAX: Duration = Duration::from_secs(1);
 /// How long the first wait lets the listener connect before it polls.
 const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
 
@@ -266,29 +263,12 @@ impl PostgresBackend {
         args: (Fingerprint, i64, i64),
         wait: Duration,
     ) -> Result<BackendClaim> {
-        let deadline = Instant::now() + wait;
         let tag = wait::tag(scope, key);
         let event = self.listening.join(&tag);
         let _leave = Leave { listening: &self.listening, tag: &tag };
         // Without the listener the wait still ends: by polling.
         let _listening = self.listening.ensure(LISTEN_PATIENCE.min(wait)).await;
-        let mut poll = POLL_FIRST;
-        loop {
-            let notified = event.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let answer = self.claim_once(scope, key, args, true).await?;
-            let BackendClaim::InProgress { retry_after } = answer else {
-                return Ok(answer);
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(answer);
-            }
-            let until = deadline.min(now + retry_after.min(poll));
-            let _woken_or_polled = tokio::time::timeout_at(until.into(), notified).await;
-            poll = (poll * 2).min(POLL_MAX);
-        }
+        wake::claim_until(&event, wait, || self.claim_once(scope, key, args, true)).await
     }
 
     async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {

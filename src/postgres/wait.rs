@@ -12,9 +12,8 @@
 //! with backoff, and every wait is also bounded by a poll interval, so a
 //! notification lost with a connection costs at most one interval.
 
-use parking_lot::Mutex;
+use crate::wake::Waits;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,18 +43,6 @@ pub(super) fn tag(scope: &[u8], key: &[u8]) -> String {
     })
 }
 
-/// The tags someone waits on, with how many wait and their event.
-#[derive(Debug, Default)]
-struct Waits {
-    tags: Mutex<HashMap<String, Waiting>>,
-}
-
-#[derive(Debug)]
-struct Waiting {
-    count: usize,
-    event: Arc<Notify>,
-}
-
 /// The listening side of one backend (shared by its clones and its
 /// listener task).
 #[derive(Debug)]
@@ -83,33 +70,12 @@ impl Listening {
     /// Joins the waiters of `tag`; the returned event fires at its
     /// notification or when the listener's connection is lost.
     pub(super) fn join(&self, tag: &str) -> Arc<Notify> {
-        let mut tags = self.waits.tags.lock();
-        let entry = tags.entry(tag.to_string()).or_insert_with(|| Waiting { count: 0, event: Arc::new(Notify::new()) });
-        entry.count += 1;
-        Arc::clone(&entry.event)
+        self.waits.join(tag.as_bytes()).0
     }
 
     /// Leaves the waiters of `tag`.
     pub(super) fn leave(&self, tag: &str) {
-        let mut tags = self.waits.tags.lock();
-        if let Some(entry) = tags.get_mut(tag) {
-            entry.count = entry.count.saturating_sub(1);
-            if entry.count == 0 {
-                tags.remove(tag);
-            }
-        }
-    }
-
-    fn wake(&self, tag: &str) {
-        if let Some(waiting) = self.waits.tags.lock().get(tag) {
-            waiting.event.notify_waiters();
-        }
-    }
-
-    fn wake_all(&self) {
-        for waiting in self.waits.tags.lock().values() {
-            waiting.event.notify_waiters();
-        }
+        self.waits.leave(tag.as_bytes());
     }
 
     /// Starts the listener task once, then waits up to `patience` for it
@@ -134,7 +100,7 @@ async fn listen(listening: Arc<Listening>) {
             listened = session(&listening) => if listened { pause = RECONNECT_FIRST },
         }
         listening.ready.send_replace(false);
-        listening.wake_all();
+        listening.waits.wake_all();
         tokio::select! {
             _ = stop.changed() => return,
             () = tokio::time::sleep(pause) => {}
@@ -154,7 +120,7 @@ async fn session(listening: &Listening) -> bool {
     let drive = async {
         while let Some(Ok(message)) = std::future::poll_fn(|context| connection.poll_message(context)).await {
             if let AsyncMessage::Notification(notification) = message {
-                listening.wake(notification.payload());
+                listening.waits.wake(notification.payload().as_bytes());
             }
         }
     };

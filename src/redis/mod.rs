@@ -62,6 +62,7 @@ use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBacke
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::record::Record;
+use crate::wake::{self, Waits};
 use crate::{Fingerprint, LeaseToken};
 use ::redis::{Script, Value};
 use connection::Connection;
@@ -69,18 +70,12 @@ use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use wait::Waits;
+use std::time::Duration;
 
 /// How long Redis keeps a record after it stopped being live (expired,
 /// released, removed) by default, for its fencing token: the
 /// server clock may go back by less than this without a token repeating.
 pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
-
-/// First and longest pause between two claims of a waiting `claim_wait`
-/// when no publish wakes it (the pause doubles).
-const POLL_FIRST: Duration = Duration::from_millis(100);
-const POLL_MAX: Duration = Duration::from_secs(1);
 
 /// The claim contract on a Redis / Valkey server or Cluster.
 #[derive(Clone)]
@@ -250,30 +245,13 @@ impl RedisBackend {
         args: (Fingerprint, u64, u64),
         wait: Duration,
     ) -> Result<BackendClaim> {
-        let deadline = Instant::now() + wait;
         let (event, first) = self.waits.join(&names.channel);
         let _leave = Leave { backend: self, channel: &names.channel };
         if first {
             // Without the subscription the wait still ends: by polling.
             let _polled_instead = self.connection.subscribe(&names.channel).await;
         }
-        let mut poll = POLL_FIRST;
-        loop {
-            let notified = event.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let answer = self.claim_once(names, scope, key, args).await?;
-            let BackendClaim::InProgress { retry_after } = answer else {
-                return Ok(answer);
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(answer);
-            }
-            let until = deadline.min(now + retry_after.min(poll));
-            let _woken_or_polled = tokio::time::timeout_at(until.into(), notified).await;
-            poll = (poll * 2).min(POLL_MAX);
-        }
+        wake::claim_until(&event, wait, || self.claim_once(names, scope, key, args)).await
     }
 
     async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {
