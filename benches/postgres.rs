@@ -18,102 +18,19 @@
 #[allow(dead_code, reason = "the bench uses part of the test fixture")]
 mod fixture;
 
-use hdrhistogram::Histogram;
-use idemkv::postgres::PostgresBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod support;
 
-const TASKS: usize = 64;
+use idemkv::postgres::PostgresBackend;
+use idemkv::Config;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use support::tasks::{claim_complete, drive, key, Row, ANSWER, TASKS};
+
 const ROUNDS: usize = 5;
 const REPLAY_KEYS: u64 = 10_000;
-const ANSWER: [u8; 200] = [b'a'; 200];
-
-fn seconds() -> f64 {
-    std::env::var("IDEMKV_BENCH_SECONDS").ok().and_then(|value| value.parse().ok()).unwrap_or(1.0)
-}
 
 fn pool_size() -> usize {
     std::env::var("IDEMKV_BENCH_POOL").ok().and_then(|value| value.parse().ok()).unwrap_or(16)
-}
-
-fn key(kind: &str, n: u64) -> String {
-    format!("{kind}-{n:031}")
-}
-
-fn options() -> ClaimOptions {
-    ClaimOptions::new().lease(Duration::from_secs(30)).ttl(Duration::from_secs(3600))
-}
-
-/// Operations and latencies of one row, over its slices.
-struct Row {
-    operations: u64,
-    seconds: f64,
-    latencies: Histogram<u64>,
-}
-
-impl Row {
-    fn new() -> Row {
-        Row {
-            operations: 0,
-            seconds: 0.0,
-            latencies: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds"),
-        }
-    }
-
-    #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    fn rate(&self) -> f64 {
-        self.operations as f64 / self.seconds.max(f64::MIN_POSITIVE)
-    }
-
-    fn percentile(&self, quantile: f64) -> Duration {
-        Duration::from_nanos(self.latencies.value_at_quantile(quantile))
-    }
-}
-
-/// Runs `operation(n)` from `TASKS` tasks for `slice` and adds to `row`.
-async fn drive<F, Fut>(row: &mut Row, slice: f64, operation: F)
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    let operation = Arc::new(operation);
-    let stop = Arc::new(AtomicBool::new(false));
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let (operation, stop, next) = (Arc::clone(&operation), Arc::clone(&stop), Arc::clone(&next));
-            tokio::spawn(async move {
-                let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
-                while !stop.load(Ordering::Relaxed) {
-                    let call = Instant::now();
-                    operation(next.fetch_add(1, Ordering::Relaxed)).await;
-                    latencies.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
-                }
-                latencies
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs_f64(slice)).await;
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        let latencies = task.await.expect("task");
-        row.operations += latencies.len();
-        row.latencies.add(&latencies).expect("same bounds");
-    }
-    row.seconds += started.elapsed().as_secs_f64();
-}
-
-async fn claim_complete(backend: &PostgresBackend, key: &str) {
-    let fingerprint = Fingerprint::of(key.as_bytes());
-    match backend.claim(b"", key.as_bytes(), fingerprint, options()).await.expect("claim") {
-        BackendClaim::Acquired { token, .. } => backend.complete(&token, &ANSWER).await.expect("complete"),
-        BackendClaim::Replay(_) => {}
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 const BASELINE_INSERT: &str = "INSERT INTO plain (key, state, response) VALUES ($1, 'P', '') ON CONFLICT DO NOTHING";
@@ -155,7 +72,7 @@ async fn main() {
         claim_complete(&backend, &key("idemkv-replay", n)).await;
         baseline_fresh(&backend, &key("plain-replay", n)).await;
     }
-    let slice = seconds();
+    let slice = support::seconds(1.0);
     let mut rows: Vec<Row> = (0..4).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {

@@ -8,6 +8,8 @@
     reason = "bench statistics: each binary uses a subset, and figures are approximate by nature"
 )]
 
+pub mod tasks;
+
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -1,0 +1,95 @@
+//! For the networked backends' benches: many tokio tasks calling one
+//! operation for a slice of time, the rows they fill, and the
+//! claim+complete both benches measure on any backend.
+
+use hdrhistogram::Histogram;
+use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Concurrent tasks of every slice.
+pub const TASKS: usize = 64;
+/// The stored answer: 200 bytes.
+pub const ANSWER: [u8; 200] = [b'a'; 200];
+
+/// A 36-byte key of `kind`.
+pub fn key(kind: &str, n: u64) -> String {
+    format!("{kind}-{n:031}")
+}
+
+/// A 30 s lease, a one-hour TTL.
+pub fn options() -> ClaimOptions {
+    ClaimOptions::new().lease(Duration::from_secs(30)).ttl(Duration::from_secs(3600))
+}
+
+/// Claims `key`; when acquired, completes it with [`ANSWER`].
+pub async fn claim_complete<B: IdempotencyBackend>(backend: &B, key: &str) {
+    let fingerprint = Fingerprint::of(key.as_bytes());
+    match backend.claim(b"", key.as_bytes(), fingerprint, options()).await.expect("claim") {
+        BackendClaim::Acquired { token, .. } => backend.complete(&token, &ANSWER).await.expect("complete"),
+        BackendClaim::Replay(_) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")
+}
+
+/// Operations and latencies of one row, over its slices.
+pub struct Row {
+    operations: u64,
+    seconds: f64,
+    latencies: Histogram<u64>,
+}
+
+impl Row {
+    pub fn new() -> Row {
+        Row { operations: 0, seconds: 0.0, latencies: histogram() }
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.operations as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+
+    pub fn percentile(&self, quantile: f64) -> Duration {
+        Duration::from_nanos(self.latencies.value_at_quantile(quantile))
+    }
+}
+
+/// Runs `operation(n)` from [`TASKS`] tasks for `slice` seconds and adds
+/// to `row`.
+pub async fn drive<F, Fut>(row: &mut Row, slice: f64, operation: F)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let operation = Arc::new(operation);
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (operation, stop, next) = (Arc::clone(&operation), Arc::clone(&stop), Arc::clone(&next));
+            tokio::spawn(async move {
+                let mut latencies = histogram();
+                while !stop.load(Ordering::Relaxed) {
+                    let call = Instant::now();
+                    operation(next.fetch_add(1, Ordering::Relaxed)).await;
+                    latencies.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                }
+                latencies
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(slice)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let latencies = task.await.expect("task");
+        row.operations += latencies.len();
+        row.latencies.add(&latencies).expect("same bounds");
+    }
+    row.seconds += started.elapsed().as_secs_f64();
+}
