@@ -47,6 +47,10 @@ pub mod postgres;
 #[cfg(all(feature = "tower", feature = "metrics"))]
 pub mod payments;
 
+/// A load on a networked backend stopped hard, and the check after.
+#[cfg(feature = "tokio")]
+pub mod crash_load;
+
 /// Real Redis servers.
 #[cfg(feature = "redis")]
 pub mod redis;
