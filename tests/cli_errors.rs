@@ -7,8 +7,10 @@
 #![cfg(feature = "cli")]
 
 mod cli_support;
+mod common;
 
-use cli_support::{assert_fails, chmod_all, idemkv, loaded_store, scratch, snapshot, stderr, stdout, Restricted};
+use cli_support::{assert_fails, chmod_all, idemkv, loaded_store, scratch, stderr, stdout, Restricted};
+use common::snapshot::snapshot;
 use std::os::unix::fs::PermissionsExt;
 
 /// Every command that takes a store directory, with the arguments after it.

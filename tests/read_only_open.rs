@@ -6,16 +6,16 @@
 
 mod common;
 
+use common::snapshot::snapshot;
 use common::{acquire, fingerprint, START_MS};
 use idemkv::io::{StdStorage, Storage, StorageFile};
 use idemkv::{Claim, ClaimRequest, Config, Durability, Error, LeaseToken, ManualClock, State, Store};
-use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// A storage that passes everything to the real file system and writes
 /// down every call that could change it.
@@ -92,26 +92,6 @@ impl Storage for Recording {
         self.note(format!("sync_dir {}", path.display()));
         StdStorage.sync_dir(path)
     }
-}
-
-/// Every file and folder under `dir`: its bytes (files), length,
-/// modification time and permissions.
-type Snapshot = BTreeMap<PathBuf, (Option<Vec<u8>>, u64, SystemTime, u32)>;
-
-fn snapshot(dir: &Path) -> Snapshot {
-    let mut found = Snapshot::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        let meta = std::fs::symlink_metadata(&path).expect("stat");
-        let bytes = if meta.is_dir() {
-            pending.extend(std::fs::read_dir(&path).expect("ls").map(|entry| entry.expect("entry").path()));
-            None
-        } else {
-            Some(std::fs::read(&path).expect("read"))
-        };
-        found.insert(path, (bytes, meta.len(), meta.modified().expect("mtime"), meta.permissions().mode()));
-    }
-    found
 }
 
 /// Sets the permission bits of every file (`file_mode`) and folder

@@ -126,24 +126,6 @@ impl Restricted {
     }
 }
 
-/// Every file and folder under `dir` with its bytes (files), length and
-/// modification time, to show that a command changed nothing.
-pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, (Option<Vec<u8>>, u64, std::time::SystemTime)> {
-    let mut found = std::collections::BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        let meta = std::fs::symlink_metadata(&path).expect("stat");
-        let bytes = if meta.is_dir() {
-            pending.extend(std::fs::read_dir(&path).expect("ls").map(|entry| entry.expect("entry").path()));
-            None
-        } else {
-            Some(std::fs::read(&path).expect("read"))
-        };
-        found.insert(path, (bytes, meta.len(), meta.modified().expect("mtime")));
-    }
-    found
-}
-
 /// Sets the permission bits of every file (`file_mode`) and folder
 /// (`dir_mode`) under `dir`, itself included.
 pub fn chmod_all(dir: &Path, file_mode: u32, dir_mode: u32) {

@@ -39,6 +39,9 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
 #[cfg(feature = "tower")]
 pub mod http;
 
+/// The files of a directory as they stand.
+pub mod snapshot;
+
 /// Real PostgreSQL servers.
 #[cfg(feature = "postgres")]
 pub mod postgres;
