@@ -189,7 +189,9 @@ pub(crate) fn recover_shard(
         let expected = Expected { shard, segment: *id, active: *id == catalog.last };
         let scan = scanner::scan(&*file, path, expected, |frame| replay.apply(*id, &frame, path))?;
         lsn_floor = lsn_floor.max(scan.header.lsn_floor);
-        if scan.valid_end < scan.len {
+        // Zeros the writer filled ahead of its records stay (it writes into
+        // them next); anything else after the last whole frame is torn.
+        if scan.valid_end + scan.unwritten < scan.len {
             if access == Access::ReadWrite {
                 file.set_len(scan.valid_end)
                     .and_then(|()| file.sync())

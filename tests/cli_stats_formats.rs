@@ -81,8 +81,13 @@ fn a_torn_tail_is_reported_in_every_format_and_left_in_place() {
     segments.sort();
     let active = segments.pop().expect("a segment");
     let len = std::fs::metadata(&active).expect("stat").len();
-    // A crash after the file grew, before the data landed: zeros.
-    std::fs::OpenOptions::new().write(true).open(&active).expect("open").set_len(len + 4096).expect("extend");
+    // Zeros after the last record are space the writer filled ahead and
+    // never wrote (a store killed mid-run ends so): not a torn tail.
+    let file = std::fs::OpenOptions::new().write(true).open(&active).expect("open");
+    file.set_len(len + 4096).expect("extend");
+    assert!(stdout(&idemkv(&["stats", path])).contains("torn tail  none"));
+    // A crash in the middle of a record's write: bytes that are not a record.
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5; 100], len + 1000).expect("write");
 
     let text = stdout(&idemkv(&["stats", path]));
     assert!(text.contains("torn tail  4.0 KiB (4096 bytes) after the last whole record, left in place"), "{text}");

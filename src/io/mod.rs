@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod fault;
+mod map;
 pub mod powercut;
 
 pub use fault::{Fault, FaultyStorage};
+pub use map::Map;
 pub use powercut::{PowerCut, PowerCutStorage, FILE_BYTES_MAX, SECTOR_BYTES};
 
 /// One open file, addressed by offset (no shared cursor, so readers and the
@@ -52,6 +54,19 @@ pub trait StorageFile: Send + Sync + Debug {
     /// The operating system's error. After a failed sync the state of the
     /// written data is unknown.
     fn sync(&self) -> io::Result<()>;
+
+    /// A read-only memory map of the file's current length, through which
+    /// the store reads records without a system call; `None` (the default)
+    /// when the file cannot be mapped, and reads go through
+    /// [`read_exact_at`](StorageFile::read_exact_at). [`StdStorage`] maps
+    /// its files; the fault-injecting and power-cut storages do not, so
+    /// that every read of theirs passes through their plan.
+    ///
+    /// # Errors
+    /// The operating system's error.
+    fn map(&self) -> io::Result<Option<Map>> {
+        Ok(None)
+    }
 }
 
 /// The directory operations the store needs.
@@ -135,6 +150,10 @@ impl StorageFile for StdFile {
 
     fn sync(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn map(&self) -> io::Result<Option<Map>> {
+        Map::new(&self.0, self.0.metadata()?.len()).map(Some)
     }
 }
 

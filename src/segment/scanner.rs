@@ -12,7 +12,10 @@
 //! mark (see `header.rs`) is a **torn tail** — writes that were never
 //! fsynced, cut at open — and damage before it is corruption. In a sealed
 //! segment, which was fsynced whole before the next one was created, any
-//! damage is corruption.
+//! damage is corruption. The active segment may end in zeros the writer
+//! filled ahead of its records: a span of zeros only, from the end of the
+//! last whole frame past the durable mark to the end of the file, is space
+//! never written ([`Scan::unwritten`]), neither torn nor damaged.
 
 use super::header::{HeaderError, Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
@@ -42,6 +45,10 @@ pub(crate) struct Scan {
     pub valid_end: u64,
     /// The file's length.
     pub len: u64,
+    /// Zero bytes from `valid_end` to the end of the active segment: space
+    /// the writer zero-filled ahead of its records and never wrote (see
+    /// `writer.rs`), not damage.
+    pub unwritten: u64,
 }
 
 /// Which segment a file must be: the shard and segment id its header names.
@@ -115,6 +122,19 @@ impl Reader<'_> {
             at += piece as u64;
         }
         Ok((hasher.finalize() == stored_crc).then_some((header, frame_len)))
+    }
+
+    /// Whether every byte from `offset` to the end of the file is zero.
+    fn zeros(&mut self, offset: u64) -> Result<bool> {
+        let mut at = offset;
+        while at < self.len {
+            let piece = usize::try_from((self.len - at).min(WINDOW_BYTES as u64)).unwrap_or(WINDOW_BYTES);
+            if self.get(at, piece)?.iter().any(|byte| *byte != 0) {
+                return Ok(false);
+            }
+            at += piece as u64;
+        }
+        Ok(true)
     }
 
     /// Why the frame at `offset` is damaged (for the report).
@@ -201,7 +221,7 @@ pub(crate) fn walk(
             reason: "segment is shorter than its durable mark",
             torn_tail: false,
         })?;
-        return Ok(Scan { header, valid_end: len, len });
+        return Ok(Scan { header, valid_end: len, len, unwritten: 0 });
     }
     let mut reader = Reader { file, path, len, window: Vec::new(), start: 0 };
     let mut offset = HEADER_BYTES as u64;
@@ -214,8 +234,11 @@ pub(crate) fn walk(
                 None => reader.reason(offset)?,
             };
             let torn_tail = offset >= durable_end;
+            if torn_tail && reader.zeros(offset)? {
+                return Ok(Scan { header, valid_end: offset, len, unwritten: len - offset });
+            }
             damaged(&Damaged { offset, length: len - offset, reason, torn_tail })?;
-            return Ok(Scan { header, valid_end: offset, len });
+            return Ok(Scan { header, valid_end: offset, len, unwritten: 0 });
         };
         last_lsn = frame.lsn;
         let names = usize::from(frame.scope_len) + usize::from(frame.key_len);
@@ -225,7 +248,7 @@ pub(crate) fn walk(
         visit(Frame { header: frame, offset, len: frame_len, scope, key })?;
         offset += frame_len;
     }
-    Ok(Scan { header, valid_end: offset, len })
+    Ok(Scan { header, valid_end: offset, len, unwritten: 0 })
 }
 
 /// Reads whole frames of a segment again, in increasing offsets, through

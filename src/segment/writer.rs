@@ -1,7 +1,16 @@
 //! The append side of a shard's log: the active segment and the sealed
 //! ones, appending a frame (rolling to a new segment when the active one is
-//! full), creating segment files crash-safely, and group commit — one fsync
+//! full), creating segment files crash-safely, reading records back (through
+//! a memory map where the storage offers one), and group commit — one fsync
 //! shared by every caller that waits for it.
+//!
+//! The active segment is zero-filled ahead of the write position, a
+//! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
+//! already has, so the fsync that makes it durable commits data only, not a
+//! new file length (on ext4 here: 208 against 330 µs a `fdatasync`), and a
+//! full disk fails the zero-fill (nothing of the record written) rather than
+//! the record. Sealing trims the zeros off; open takes a zero tail for
+//! space never written, not for damage.
 //!
 //! The [`Writer`] lives behind its shard's lock; the [`GroupCommit`] is
 //! shared outside it, so that callers wait for an fsync without holding up
@@ -10,15 +19,21 @@
 use super::catalog::Catalog;
 use super::header::{Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
-use crate::io::{Storage, StorageFile};
+use crate::io::{Map, Storage, StorageFile};
 use crate::stats::{bump, Counters};
 use crate::telemetry::event;
 use event_listener::{Event, EventListener, Listener};
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// How far ahead of the write position the active segment is zero-filled.
+pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
+/// Zeros written a piece at a time.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -45,7 +60,12 @@ pub(crate) struct Writer {
     storage: Arc<dyn Storage>,
     segment_bytes: u64,
     pub active: ActiveSegment,
+    /// The active segment's file length: its records, then zeros.
+    allocated: u64,
     pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
+    /// A read-only map of every segment whose storage maps files, each no
+    /// longer than its file (see `io::map` for why that holds).
+    maps: BTreeMap<u32, Map>,
     pub next_lsn: u64,
     /// The segments the shard must have, as stored in its catalog.
     pub catalog: Catalog,
@@ -63,8 +83,26 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
-    ) -> Self {
-        Writer { dir, shard, storage, segment_bytes, active, sealed, next_lsn, catalog }
+    ) -> Result<Self> {
+        let path = super::segment_path(&dir, active.id);
+        let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
+        let mut writer = Writer {
+            dir,
+            shard,
+            storage,
+            segment_bytes,
+            active,
+            allocated,
+            sealed,
+            maps: BTreeMap::new(),
+            next_lsn,
+            catalog,
+        };
+        let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
+        for id in ids {
+            writer.remap(id);
+        }
+        Ok(writer)
     }
 
     /// The path of segment `segment`.
@@ -79,6 +117,47 @@ impl Writer {
         } else {
             self.sealed.get(&segment)
         }
+    }
+
+    /// Maps segment `segment` again at its file's current length; without a
+    /// map (the storage maps nothing, or mapping failed) its records are
+    /// read with `pread`.
+    fn remap(&mut self, segment: u32) {
+        self.maps.remove(&segment);
+        if let Some(Ok(Some(map))) = self.file(segment).map(|file| file.map()) {
+            self.maps.insert(segment, map);
+        }
+    }
+
+    /// Puts `file` in place of sealed segment `segment` (a compaction
+    /// rewrote it), with its map.
+    pub(crate) fn replace_sealed(&mut self, segment: u32, file: Arc<dyn StorageFile>) {
+        self.sealed.insert(segment, file);
+        self.remap(segment);
+    }
+
+    /// Forgets sealed segment `segment` (a compaction dropped it).
+    pub(crate) fn remove_sealed(&mut self, segment: u32) {
+        self.sealed.remove(&segment);
+        self.maps.remove(&segment);
+    }
+
+    /// The `len` bytes at `offset` of segment `segment`: borrowed from its
+    /// map, or read into a new buffer.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] for a segment the shard does not have; the
+    /// read's I/O error (a record past the end of its file).
+    pub(crate) fn read(&self, segment: u32, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        if let Some(bytes) = self.maps.get(&segment).and_then(|map| map.get(offset, len)) {
+            return Ok(Cow::Borrowed(bytes));
+        }
+        let file = self
+            .file(segment)
+            .ok_or_else(|| Error::corruption(self.path(segment), offset, "index points at a missing segment"))?;
+        let mut buffer = vec![0; len];
+        file.read_exact_at(&mut buffer, offset).map_err(|error| Error::io("read", self.path(segment), error))?;
+        Ok(Cow::Owned(buffer))
     }
 
     /// Appends one encoded frame with LSN `lsn` (the next LSN) to the active
@@ -98,10 +177,11 @@ impl Writer {
             self.roll(commit, counters)?;
         }
         let offset = self.active.end;
+        if offset + frame_len > self.allocated {
+            self.allocate(offset + frame_len, commit)?;
+        }
         if let Err(error) = self.active.file.write_all_at(frame, offset) {
-            if self.active.file.set_len(offset).is_err() {
-                commit.poison();
-            }
+            self.cut_back(offset, commit);
             return Err(Error::io("write", self.path(self.active.id), error));
         }
         self.active.end += frame_len;
@@ -117,12 +197,58 @@ impl Writer {
         Ok(Appended { segment: self.active.id, offset, frame_len })
     }
 
-    /// Seals the active segment (fsync) and starts the next one.
+    /// Zero-fills the active segment up to at least `need` bytes (an
+    /// [`ALLOCATION_STEP`] boundary, at most the segment size). On failure
+    /// (a full disk) the file is cut back to what it was: nothing of the
+    /// record that needed the space has been written.
+    fn allocate(&mut self, need: u64, commit: &GroupCommit) -> Result<()> {
+        let target = need.div_ceil(ALLOCATION_STEP).saturating_mul(ALLOCATION_STEP).min(self.segment_bytes).max(need);
+        let mut at = self.allocated;
+        while at < target {
+            let piece = (target - at).min(ZEROS.len() as u64);
+            let piece_len = usize::try_from(piece).expect("a piece is at most 64 KiB");
+            if let Err(error) = self.active.file.write_all_at(&ZEROS[..piece_len], at) {
+                let previous = self.allocated;
+                self.cut_back(previous, commit);
+                return Err(Error::io("allocate", self.path(self.active.id), error));
+            }
+            at += piece;
+        }
+        self.allocated = target;
+        self.remap(self.active.id);
+        Ok(())
+    }
+
+    /// Cuts the active segment back to `len` bytes after a failed write;
+    /// the shard is poisoned if even that fails.
+    fn cut_back(&mut self, len: u64, commit: &GroupCommit) {
+        if self.active.file.set_len(len).is_err() {
+            commit.poison();
+        }
+        self.allocated = len;
+        self.remap(self.active.id);
+    }
+
+    /// Cuts the zeros ahead of the write position off the active segment
+    /// (at close, so that a closed store's files end at their last record).
+    /// Best effort: zeros left behind read as space never written.
+    pub(crate) fn trim(&mut self) {
+        if self.allocated > self.active.end && self.active.file.set_len(self.active.end).is_ok() {
+            self.allocated = self.active.end;
+            self.remap(self.active.id);
+        }
+    }
+
+    /// Seals the active segment (zeros cut off, fsync) and starts the next
+    /// one.
     fn roll(&mut self, commit: &GroupCommit, counters: &Counters) -> Result<()> {
-        if let Err(error) = self.active.file.sync() {
+        let trimmed = if self.allocated > self.active.end { self.active.file.set_len(self.active.end) } else { Ok(()) };
+        if let Err(error) = trimmed.and_then(|()| self.active.file.sync()) {
             commit.poison();
             return Err(Error::io("fsync", self.path(self.active.id), error));
         }
+        self.allocated = self.active.end;
+        self.remap(self.active.id);
         commit.synced(self.next_lsn.saturating_sub(1), counters);
         let id = self.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.shard, id, self.next_lsn)?;
@@ -137,7 +263,9 @@ impl Writer {
         self.catalog = catalog;
         let next = ActiveSegment { id, file, end: HEADER_BYTES as u64 };
         let previous = std::mem::replace(&mut self.active, next);
+        self.allocated = HEADER_BYTES as u64;
         self.sealed.insert(previous.id, previous.file);
+        self.remap(id);
         Ok(())
     }
 }

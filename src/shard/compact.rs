@@ -113,7 +113,7 @@ impl Shard {
     /// The sealed segments as the policy sees them at the shard's time,
     /// oldest first.
     pub(crate) fn sealed_views(&self) -> Result<Vec<SegmentView>> {
-        let mut state = self.lock()?;
+        let state = self.read()?;
         let now = state.now_ms(&*self.clock);
         let views = state
             .log
@@ -133,7 +133,7 @@ impl Shard {
     /// and written, for pacing.
     pub(crate) fn compact_segment(&self, id: u32, hasher: &KeyHasher, report: &mut CompactionReport) -> Result<u64> {
         let (file, oldest, now) = {
-            let mut state = self.lock()?;
+            let state = self.read()?;
             let now = state.now_ms(&*self.clock);
             let Some(file) = state.log.sealed.get(&id).cloned() else { return Ok(0) };
             (file, state.log.sealed.keys().next() == Some(&id), now)
@@ -164,7 +164,7 @@ impl Shard {
         }
         if kept >= len {
             // Nothing to reclaim: remember that until something changes.
-            self.state.lock().usage.entry(id).or_default().settled = true;
+            self.state.write().usage.entry(id).or_default().settled = true;
             return Ok(len);
         }
         let header = SegmentHeader { shard: self.id, segment: id, lsn_floor: scan.header.lsn_floor };
@@ -263,7 +263,7 @@ impl Shard {
         // either file is whole, and the old handle stays valid, so on failure
         // the shard keeps reading the old one.
         self.storage.sync_dir(&self.dir).map_err(|error| Error::io("fsync", &self.dir, error))?;
-        let mut state = self.state.lock();
+        let mut state = self.state.write();
         for (hash, lsn, offset) in &rewritten.moved {
             if let Some(entry) = state.index.get_mut(hash) {
                 if entry.lsn == *lsn && entry.segment == id {
@@ -271,7 +271,7 @@ impl Shard {
                 }
             }
         }
-        state.log.sealed.insert(id, Arc::clone(file));
+        state.log.replace_sealed(id, Arc::clone(file));
         let usage = state.usage.entry(id).or_default();
         usage.total_bytes = rewritten.len;
         usage.settled = true;
@@ -294,7 +294,7 @@ impl Shard {
             let catalog = Catalog { first: next, ..state.log.catalog };
             catalog.store(&*self.storage, &self.dir)?;
             state.log.catalog = catalog;
-            state.log.sealed.remove(&id);
+            state.log.remove_sealed(id);
             state.usage.remove(&id);
         }
         self.storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
@@ -304,7 +304,7 @@ impl Shard {
     /// Gives memory back when the index has shrunk to a quarter of its
     /// capacity.
     pub(crate) fn shrink_index(&self) {
-        let mut state = self.state.lock();
+        let mut state = self.state.write();
         let len = state.index.len();
         if state.index.capacity() > 4 * len.max(1024) {
             state.index.shrink_to(len * 2);

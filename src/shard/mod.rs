@@ -21,8 +21,8 @@ use crate::stats::{bump, Census, Counters};
 use crate::telemetry::event;
 use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held, Stored};
 use crate::waiters::Waiters;
-use parking_lot::{Mutex, MutexGuard};
-use state::ShardState;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use state::{Lookup, ShardState};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,7 +61,10 @@ pub(crate) struct Shard {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
     clock: Arc<dyn Clock>,
-    state: Mutex<ShardState>,
+    /// Writers take it exclusively; a claim answered from the stored record
+    /// (replay, in progress, mismatch) and `get` share it, so they never
+    /// queue behind one another, only behind a write.
+    state: RwLock<ShardState>,
     /// Callers waiting for a key to leave Processing (`claim_wait`).
     pub waiters: Waiters,
     commit: GroupCommit,
@@ -84,7 +87,7 @@ impl Shard {
     ) -> Result<Self> {
         let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
-        let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog);
+        let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog)?;
         let counters = Counters::new(id);
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);
         let state = ShardState::new(index, log, now, &lengths, &counters)?;
@@ -93,7 +96,7 @@ impl Shard {
             dir,
             storage,
             clock,
-            state: Mutex::new(state),
+            state: RwLock::new(state),
             waiters: Waiters::default(),
             // Everything recovered at open was synced by recovery.
             commit: GroupCommit::new(id, next_lsn.saturating_sub(1), next_round),
@@ -102,22 +105,38 @@ impl Shard {
         })
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, ShardState>> {
-        let state = self.state.lock();
+    /// The state for writing, unless the shard is closed or poisoned.
+    fn lock(&self) -> Result<RwLockWriteGuard<'_, ShardState>> {
+        let state = self.state.write();
+        self.check_open()?;
+        Ok(state)
+    }
+
+    /// The state for reading, shared with other readers, unless the shard
+    /// is closed or poisoned.
+    fn read(&self) -> Result<RwLockReadGuard<'_, ShardState>> {
+        let state = self.state.read();
+        self.check_open()?;
+        Ok(state)
+    }
+
+    fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         if self.commit.is_poisoned() {
             return Err(Error::Poisoned { shard: self.id });
         }
-        Ok(state)
+        Ok(())
     }
 
     /// Refuses every later call. Taking the lock waits for the call in
-    /// flight, so nothing is written after this returns.
+    /// flight, so nothing is written after this returns; the zeros ahead of
+    /// the active segment's last record are cut off.
     pub(crate) fn close(&self) {
-        let _state = self.state.lock();
+        let mut state = self.state.write();
         self.closed.store(true, Ordering::Release);
+        state.log.trim();
     }
 
     fn segment_path(&self, segment: u32) -> PathBuf {
@@ -125,19 +144,35 @@ impl Shard {
     }
 
     /// Decides a claim and writes its record. Returns the answer and the LSN
-    /// of the record it rests on (for the durability wait).
+    /// of the record it rests on (for the durability wait). A key whose
+    /// stored record answers the claim (replay, in progress, mismatch) is
+    /// answered under the shared lock; only a claim that writes takes it
+    /// exclusively.
     pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams) -> Result<(Outcome, u64)> {
+        {
+            let state = self.read()?;
+            bump(&self.counters.claims);
+            let now = state.now(&*self.clock);
+            if let Lookup::Live(entry, lease_end_ms) = state.lookup(key.hash, now) {
+                let (header, frame) = state.load(&entry, Some(key))?;
+                let stored = Stored { record: &header, lease_end_ms };
+                match transition::claim(Some(stored), params, state.log.next_lsn, now) {
+                    ClaimStep::Acquire(_) => {}
+                    step => return self.answer(step, entry.lsn, &header, &frame),
+                }
+            }
+        }
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        bump(&self.counters.claims);
         let current = match state.live_entry(key.hash, now, &self.counters) {
             Some((entry, lease_end_ms)) => Some((entry.lsn, lease_end_ms, state.load(&entry, Some(key))?)),
             None => None,
         };
-        let stored_lsn = current.map_or(0, |(lsn, _, _)| lsn);
-        let stored = current.as_ref().map(|(_, lease_end_ms, record)| Stored { record, lease_end_ms: *lease_end_ms });
+        let stored =
+            current.as_ref().map(|(_, lease_end_ms, (record, _))| Stored { record, lease_end_ms: *lease_end_ms });
         match transition::claim(stored, params, state.log.next_lsn, now) {
             ClaimStep::Acquire(header) => {
+                drop(current);
                 if header.recovered {
                     bump(&self.counters.recovered);
                 }
@@ -150,25 +185,39 @@ impl Shard {
                 };
                 Ok((outcome, header.lsn))
             }
+            step => {
+                let (lsn, _, (header, frame)) =
+                    current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
+                self.answer(step, lsn, &header, &frame)
+            }
+        }
+    }
+
+    /// The answer to a claim that the stored record (`header`, `frame`, at
+    /// LSN `lsn`) decides without a write: mismatch, in progress or replay.
+    fn answer(&self, step: ClaimStep, lsn: u64, header: &Header, frame: &[u8]) -> Result<(Outcome, u64)> {
+        let outcome = match step {
+            ClaimStep::Acquire(_) => {
+                return Err(Error::corruption(&self.dir, 0, "an acquired claim has no stored answer"))
+            }
             ClaimStep::Mismatch => {
                 bump(&self.counters.mismatches);
-                bump(&self.counters.duplicates);
-                Ok((Outcome::Mismatch, stored_lsn))
+                Outcome::Mismatch
             }
             ClaimStep::InProgress { retry_after_ms, attempt } => {
                 bump(&self.counters.in_progress);
-                bump(&self.counters.duplicates);
-                Ok((Outcome::InProgress { retry_after_ms, attempt }, stored_lsn))
+                Outcome::InProgress { retry_after_ms, attempt }
             }
             ClaimStep::Replay => {
                 bump(&self.counters.replays);
-                bump(&self.counters.duplicates);
                 // `load` checked that the record is the put the index points at.
-                let record = current.and_then(|(_, _, stored)| Record::from_frame(&stored, &state.read_buffer));
-                let record = record.ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
-                Ok((Outcome::Replay(record), stored_lsn))
+                let record = Record::from_frame(header, frame)
+                    .ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
+                Outcome::Replay(record)
             }
-        }
+        };
+        bump(&self.counters.duplicates);
+        Ok((outcome, lsn))
     }
 
     /// Finishes the lease `token` on `key`: complete, fail or release.
@@ -228,7 +277,7 @@ impl Shard {
         };
         match known {
             Some(held) => Ok((held.record(&entry), lease_end_ms)),
-            None => Ok((state.load(&entry, Some(key))?, lease_end_ms)),
+            None => Ok((state.load(&entry, Some(key))?.0, lease_end_ms)),
         }
     }
 
@@ -241,7 +290,7 @@ impl Shard {
         let Some((entry, _)) = state.live_entry(key.hash, now, &self.counters) else {
             return Ok((false, self.commit.written_lsn()));
         };
-        let stored = state.load(&entry, Some(key))?;
+        let (stored, _) = state.load(&entry, Some(key))?;
         let header = transition::remove(&stored, state.log.next_lsn, now.wall_ms);
         state.write(key, &header, &[], &self.commit, &self.counters, now)?;
         bump(&self.counters.removes);
@@ -254,14 +303,28 @@ impl Shard {
     /// one is given (iteration has only the hash), and the LSN the answer
     /// rests on: the record's, or for an absent key the newest written (the
     /// tombstone or expiry that made it absent is no newer).
+    /// Read under the shared lock; an expired key is dropped under the
+    /// exclusive one.
     pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<(Option<Record>, u64)> {
+        {
+            let state = self.read()?;
+            let now = state.now(&*self.clock);
+            match state.lookup(hash, now) {
+                Lookup::Absent => return Ok((None, self.commit.written_lsn())),
+                Lookup::Live(entry, _) => {
+                    let (header, frame) = state.load(&entry, key)?;
+                    return Ok((Record::from_frame(&header, &frame), entry.lsn));
+                }
+                Lookup::Gone => {}
+            }
+        }
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
         let Some((entry, _)) = state.live_entry(hash, now, &self.counters) else {
             return Ok((None, self.commit.written_lsn()));
         };
-        let stored = state.load(&entry, key)?;
-        Ok((Record::from_frame(&stored, &state.read_buffer), entry.lsn))
+        let (header, frame) = state.load(&entry, key)?;
+        Ok((Record::from_frame(&header, &frame), entry.lsn))
     }
 
     /// Drops the Processing records abandoned past their lease end + TTL, so
@@ -274,12 +337,12 @@ impl Shard {
 
     /// The index hashes of every key (for iteration).
     pub(crate) fn hashes(&self) -> Result<Vec<u128>> {
-        Ok(self.lock()?.index.hashes().collect())
+        Ok(self.read()?.index.hashes().collect())
     }
 
     /// Adds this shard's records by state to `census`.
     pub(crate) fn census(&self, census: &mut Census) -> Result<()> {
-        let mut state = self.lock()?;
+        let state = self.read()?;
         let now = state.now(&*self.clock);
         for (hash, entry) in state.index.iter() {
             let lease_end_ms = if entry.state == State::Processing { state.lease_end(hash) } else { 0 };
@@ -296,7 +359,7 @@ impl Shard {
 
     /// Records, live bytes, disk bytes and segments of this shard.
     pub(crate) fn footprint(&self) -> Footprint {
-        let mut state = self.state.lock();
+        let state = self.state.read();
         let now = state.now_ms(&*self.clock);
         let mut footprint = Footprint { records: state.index.len() as u64, ..Footprint::default() };
         for usage in state.usage.values() {
@@ -325,7 +388,7 @@ impl Shard {
     }
 
     fn active_snapshot(&self) -> ActiveSnapshot {
-        let state = self.state.lock();
+        let state = self.state.read();
         ActiveSnapshot {
             file: Arc::clone(&state.log.active.file),
             path: state.log.path(state.log.active.id),

@@ -13,7 +13,9 @@ use crate::record::{self, Header, Kind, State};
 use crate::segment::writer::{GroupCommit, Writer};
 use crate::stats::{bump, Counters};
 use crate::transition;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Everything behind the shard's lock.
 #[derive(Debug)]
@@ -23,15 +25,25 @@ pub(crate) struct ShardState {
     pub leases: LeaseEnds,
     pub log: Writer,
     /// The largest wall-clock time seen: TTL time never goes backwards (see
-    /// the argument in [`crate::clock`]).
-    pub now_floor_ms: u64,
+    /// the argument in [`crate::clock`]). Atomic, so that readers sharing
+    /// the lock raise it too.
+    now_floor_ms: AtomicU64,
     /// The largest monotonic reading seen (a correct clock never needs it).
-    monotonic_floor_ms: u64,
+    monotonic_floor_ms: AtomicU64,
     /// Live-data accounting per segment (sealed and active), for compaction.
     pub usage: BTreeMap<u32, SegmentUsage>,
     encode_buffer: Vec<u8>,
-    /// The record last read by [`ShardState::load`].
-    pub read_buffer: Vec<u8>,
+}
+
+/// What the index says of a key, looked up without changing anything.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lookup {
+    Absent,
+    /// Expired (a TTL that passed, or an abandoned lease past its end +
+    /// TTL), still in the index: only a writer drops it.
+    Gone,
+    /// Live, with its lease end (monotonic) if Processing.
+    Live(Entry, u64),
 }
 
 impl ShardState {
@@ -50,11 +62,10 @@ impl ShardState {
             index,
             leases: LeaseEnds::default(),
             log,
-            now_floor_ms: now.wall_ms,
-            monotonic_floor_ms: now.monotonic_ms,
+            now_floor_ms: AtomicU64::new(now.wall_ms),
+            monotonic_floor_ms: AtomicU64::new(now.monotonic_ms),
             usage: BTreeMap::new(),
             encode_buffer: Vec::new(),
-            read_buffer: Vec::new(),
         };
         let before = state.index.len();
         state.index.retain(|entry| !entry.is_expired(now.wall_ms));
@@ -62,7 +73,7 @@ impl ShardState {
         let processing: Vec<(u128, Entry)> =
             state.index.iter().filter(|(_, entry)| entry.state == State::Processing).map(|(h, e)| (h, *e)).collect();
         for (hash, mut entry) in processing {
-            let header = state.load(&entry, None)?;
+            let (header, _) = state.load(&entry, None)?;
             let lease_end_ms = transition::lease_end(&header, now);
             entry.deadline_ms = transition::gone_ms(&header);
             if transition::is_gone(&entry, lease_end_ms, now) {
@@ -109,14 +120,16 @@ impl ShardState {
 
     /// The shard's time: the wall clock never earlier than any seen (for
     /// TTLs), and elapsed time (for leases).
-    pub(crate) fn now(&mut self, clock: &dyn Clock) -> Now {
-        self.now_floor_ms = self.now_floor_ms.max(clock.now_ms());
-        self.monotonic_floor_ms = self.monotonic_floor_ms.max(clock.monotonic_ms());
-        Now { wall_ms: self.now_floor_ms, monotonic_ms: self.monotonic_floor_ms }
+    pub(crate) fn now(&self, clock: &dyn Clock) -> Now {
+        let raise = |floor: &AtomicU64, reading: u64| floor.fetch_max(reading, Ordering::AcqRel).max(reading);
+        Now {
+            wall_ms: raise(&self.now_floor_ms, clock.now_ms()),
+            monotonic_ms: raise(&self.monotonic_floor_ms, clock.monotonic_ms()),
+        }
     }
 
     /// The shard's wall-clock time for TTLs (see [`ShardState::now`]).
-    pub(crate) fn now_ms(&mut self, clock: &dyn Clock) -> u64 {
+    pub(crate) fn now_ms(&self, clock: &dyn Clock) -> u64 {
         self.now(clock).wall_ms
     }
 
@@ -127,19 +140,32 @@ impl ShardState {
         self.leases.get(hash).unwrap_or(u64::MAX)
     }
 
+    /// What the index says of the key at `hash` at `now`, changing nothing
+    /// (what a reader sharing the lock may do).
+    pub(crate) fn lookup(&self, hash: u128, now: Now) -> Lookup {
+        let Some(entry) = self.index.get(&hash).copied() else {
+            return Lookup::Absent;
+        };
+        let lease_end_ms = if entry.state == State::Processing { self.lease_end(hash) } else { 0 };
+        if transition::is_gone(&entry, lease_end_ms, now) {
+            Lookup::Gone
+        } else {
+            Lookup::Live(entry, lease_end_ms)
+        }
+    }
+
     /// The index entry of a key and, if Processing, its lease end; the key
     /// is dropped (and counted) if it has expired: a TTL that passed, or an
     /// abandoned lease past its end + TTL.
     pub(crate) fn live_entry(&mut self, hash: u128, now: Now, counters: &Counters) -> Option<(Entry, u64)> {
-        let entry = *self.index.get(&hash)?;
-        let lease_end_ms = if entry.state == State::Processing { self.lease_end(hash) } else { 0 };
-        if transition::is_gone(&entry, lease_end_ms, now) {
+        let Lookup::Live(entry, lease_end_ms) = self.lookup(hash, now) else {
+            let entry = *self.index.get(&hash)?;
             let counter =
                 if entry.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
             bump(counter);
             self.index_remove(hash);
             return None;
-        }
+        };
         Some((entry, lease_end_ms))
     }
 
@@ -205,18 +231,14 @@ impl ShardState {
         Ok(())
     }
 
-    /// Reads the record of `entry` into the read buffer and checks its CRC
-    /// and, when given, that it belongs to `key`.
-    pub(crate) fn load(&mut self, entry: &Entry, key: Option<&KeyRef<'_>>) -> Result<Header> {
+    /// The record of `entry` (its header and its whole frame, borrowed from
+    /// the segment's map where there is one), its CRC checked, and checked
+    /// to belong to `key` when one is given.
+    pub(crate) fn load(&self, entry: &Entry, key: Option<&KeyRef<'_>>) -> Result<(Header, Cow<'_, [u8]>)> {
         let offset = u64::from(entry.offset);
         let path = || self.log.path(entry.segment);
-        let file = self
-            .log
-            .file(entry.segment)
-            .ok_or_else(|| Error::corruption(path(), offset, "index points at a missing segment"))?;
-        self.read_buffer.resize(entry.frame_len as usize, 0);
-        file.read_exact_at(&mut self.read_buffer, offset).map_err(|error| Error::io("read", path(), error))?;
-        let (header, _) = record::decode(&self.read_buffer).map_err(|error| {
+        let frame = self.log.read(entry.segment, offset, entry.frame_len as usize)?;
+        let (header, _) = record::decode(&frame).map_err(|error| {
             let reason = match error {
                 record::DecodeError::Truncated => "record is shorter than indexed",
                 record::DecodeError::Invalid(reason) => reason,
@@ -230,11 +252,11 @@ impl ShardState {
             return Err(Error::corruption(path(), offset, "record state differs from the index"));
         }
         if let Some(key) = key {
-            let (scope, stored_key, _) = record::body(&header, &self.read_buffer);
+            let (scope, stored_key, _) = record::body(&header, &frame);
             if scope != key.scope || stored_key != key.key {
                 return Err(Error::KeyHashCollision);
             }
         }
-        Ok(header)
+        Ok((header, frame))
     }
 }
