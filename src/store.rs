@@ -326,7 +326,7 @@ impl Store {
         let workers = std::mem::take(&mut *self.engine.workers.lock());
         drop(workers);
         for shard in &*self.engine.shards {
-            shard.close();
+            shard.close(!self.engine.read_only);
         }
         let synced = self.sync();
         self.engine.lock_file.lock().take();

@@ -54,6 +54,10 @@ fn config(clock: &ManualClock, storage: Arc<dyn idemkv::io::Storage>) -> Config 
         .durability(Durability::Sync)
         .segment_bytes(4096)
         .response_bytes_max(512)
+        // The sweep plans a fault at each call of the workload by its
+        // count; a compaction on the background timer would make the count
+        // depend on how fast the machine is.
+        .compaction_interval(None)
         .clock(Arc::new(clock.clone()))
         .storage(storage)
 }
@@ -187,8 +191,9 @@ fn a_failed_fsync_latches_the_shard_until_reopen() {
     let storage = FaultyStorage::new(Arc::new(StdStorage));
     let store = Store::open(dir.path(), config(&clock, Arc::new(storage.clone())).shards(1)).expect("open");
     let request = ClaimRequest::new("k", Fingerprint::of(b"r"));
-    // The claim's calls are: write, then fsync. Fail the fsync.
-    storage.fail_after(1, Fault::Io);
+    // The claim's calls are: the zero-fill ahead of the first record, the
+    // record's write, then fsync. Fail the fsync.
+    storage.fail_after(2, Fault::Io);
     assert!(matches!(store.claim(&request), Err(Error::Io { operation: "fsync", .. })));
     // Healthy disk again, but the shard must not pretend the fsync succeeded.
     assert!(matches!(store.claim(&request), Err(Error::Poisoned { shard: 0 })));

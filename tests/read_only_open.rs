@@ -110,7 +110,7 @@ fn config(clock: &ManualClock) -> Config {
 }
 
 /// Records in every state, then a crash: no fsync of the last writes, a
-/// zero-filled torn tail on shard 0's active segment, and the leftovers of
+/// torn tail (bytes of a record never finished) on shard 0's active segment, and the leftovers of
 /// an unfinished roll and compaction in shard 1. Returns the token of the
 /// Processing record and the torn tail's length.
 fn crashed_store(dir: &Path, clock: &ManualClock) -> (LeaseToken, u64) {
@@ -125,8 +125,10 @@ fn crashed_store(dir: &Path, clock: &ManualClock) -> (LeaseToken, u64) {
     let token = acquire(&store, &ClaimRequest::new("processing", fingerprint("p"))).into_token();
     drop(store);
     let active = common::segment_files(dir, 0).pop().expect("a segment");
-    let len = std::fs::metadata(&active).expect("stat").len();
-    OpenOptions::new().write(true).open(&active).expect("open").set_len(len + 4096).expect("extend");
+    let end = common::records_end(&active);
+    let file = OpenOptions::new().write(true).open(&active).expect("open");
+    file.set_len(end).expect("cut the zeros");
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5; 4096], end).expect("torn bytes");
     let shard_1 = dir.join("shard-0001");
     let last = common::segment_files(dir, 1).pop().expect("a segment");
     let next = last.file_stem().and_then(|stem| stem.to_str()).and_then(|stem| stem.parse::<u32>().ok());

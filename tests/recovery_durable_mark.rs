@@ -23,7 +23,7 @@ fn three_records(store: &Store, dir: &Path) -> Vec<u64> {
     let mut offsets = Vec::new();
     for key in ["a", "b", "c"] {
         let lease = acquire(store, &ClaimRequest::new(key, fingerprint(key)));
-        offsets.push(std::fs::metadata(active_segment(dir)).expect("stat").len());
+        offsets.push(common::records_end(&active_segment(dir)));
         lease.complete(format!("response {key}").as_bytes()).expect("complete");
     }
     offsets

@@ -55,9 +55,9 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_last_record() {
         let store = Store::open(original.path(), config(&clock)).expect("open");
         acquire(&store, &first).complete(b"first response").expect("complete");
         let lease = acquire(&store, &last);
-        let before = std::fs::metadata(active_segment(original.path())).expect("stat").len();
+        let before = common::records_end(&active_segment(original.path()));
         lease.complete(b"the last response, torn").expect("complete");
-        let after = std::fs::metadata(active_segment(original.path())).expect("stat").len();
+        let after = common::records_end(&active_segment(original.path()));
         // A crash before any fsync: nothing past the header is durable, so
         // a tear anywhere in the records is a torn tail.
         drop(store);
@@ -69,10 +69,17 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_last_record() {
         copy_store(original.path(), copy.path());
         let segment = active_segment(copy.path());
         OpenOptions::new().write(true).open(&segment).expect("open").set_len(cut).expect("truncate");
+        // A tear that left only zero bytes reads as space never written.
+        let bytes = std::fs::read(&segment).expect("read");
+        let (torn, len) = if bytes[as_index(whole_len)..].iter().all(|byte| *byte == 0) {
+            (0, cut)
+        } else {
+            (cut - whole_len, whole_len)
+        };
 
         let store = Store::open(copy.path(), config(&clock)).unwrap_or_else(|error| panic!("cut at {cut}: {error}"));
-        assert_eq!(store.stats().torn_tail_bytes_cut, cut - whole_len, "cut at {cut}");
-        assert_eq!(std::fs::metadata(&segment).expect("stat").len(), whole_len);
+        assert_eq!(store.stats().torn_tail_bytes_cut, torn, "cut at {cut}");
+        assert_eq!(std::fs::metadata(&segment).expect("stat").len(), len);
         assert_eq!(replay(&store, &first).response, b"first response");
         // The torn completion is gone; the claim before it survived.
         let record = store.get(b"", b"last").expect("get").expect("claim record survives");
@@ -88,8 +95,12 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_last_record() {
     }
 }
 
+fn as_index(offset: u64) -> usize {
+    usize::try_from(offset).expect("small")
+}
+
 #[test]
-fn zero_filled_tail_is_cut() {
+fn a_zero_filled_tail_is_space_never_written_and_is_written_next() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(START_MS);
     let request = ClaimRequest::new("k", fingerprint("1"));
@@ -98,9 +109,40 @@ fn zero_filled_tail_is_cut() {
         acquire(&store, &request).complete(b"kept").expect("complete");
     }
     let segment = active_segment(dir.path());
-    let len = std::fs::metadata(&segment).expect("stat").len();
-    // A power cut after the size grew but before the data landed.
-    OpenOptions::new().write(true).open(&segment).expect("open").set_len(len + 4096).expect("extend");
+    let end = common::records_end(&segment);
+    // The writer's zero-fill ahead of its records, or a power cut after the
+    // size grew but before the data landed: zeros only.
+    OpenOptions::new().write(true).open(&segment).expect("open").set_len(end + 4096).expect("extend");
+    let store = Store::open(dir.path(), config(&clock)).expect("open");
+    assert_eq!(store.stats().torn_tail_bytes_cut, 0, "zeros are not a tear");
+    assert_eq!(replay(&store, &request).response, b"kept");
+    // The next record goes where the records end, into the zeros.
+    let next = ClaimRequest::new("next", fingerprint("2"));
+    acquire(&store, &next).complete(b"after the zeros").expect("complete");
+    assert!(common::records_end(&segment) > end);
+    store.close().expect("close");
+    assert_eq!(std::fs::metadata(&segment).expect("stat").len(), common::records_end(&segment), "close trims");
+    let store = Store::open(dir.path(), config(&clock)).expect("reopen");
+    assert_eq!(store.stats().torn_tail_bytes_cut, 0);
+    assert_eq!(replay(&store, &next).response, b"after the zeros");
+    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+}
+
+#[test]
+fn bytes_after_the_zeros_make_it_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let request = ClaimRequest::new("k", fingerprint("1"));
+    {
+        let store = Store::open(dir.path(), config(&clock)).expect("open");
+        acquire(&store, &request).complete(b"kept").expect("complete");
+    }
+    let segment = active_segment(dir.path());
+    let end = common::records_end(&segment);
+    let file = OpenOptions::new().write(true).open(&segment).expect("open");
+    file.set_len(end + 4096).expect("extend");
+    // A later write landed, an earlier one did not: zeros, then bytes.
+    std::os::unix::fs::FileExt::write_all_at(&file, b"stray", end + 4000).expect("write");
     let store = Store::open(dir.path(), config(&clock)).expect("open");
     assert_eq!(store.stats().torn_tail_bytes_cut, 4096);
     assert_eq!(replay(&store, &request).response, b"kept");

@@ -55,16 +55,18 @@ pub trait StorageFile: Send + Sync + Debug {
     /// written data is unknown.
     fn sync(&self) -> io::Result<()>;
 
-    /// A read-only memory map of the file's current length, through which
-    /// the store reads records without a system call; `None` (the default)
-    /// when the file cannot be mapped, and reads go through
-    /// [`read_exact_at`](StorageFile::read_exact_at). [`StdStorage`] maps
+    /// A memory map of the file's current length, through which the store
+    /// reads records (and, `writable`, writes them into space it
+    /// zero-filled with [`write_all_at`](StorageFile::write_all_at)) without
+    /// a system call; `None` (the default) when the file cannot be mapped,
+    /// and reads and writes go through the calls above. [`StdStorage`] maps
     /// its files; the fault-injecting and power-cut storages do not, so
-    /// that every read of theirs passes through their plan.
+    /// that every read and write of theirs passes through their plan.
     ///
     /// # Errors
     /// The operating system's error.
-    fn map(&self) -> io::Result<Option<Map>> {
+    fn map(&self, writable: bool) -> io::Result<Option<Map>> {
+        let _ = writable;
         Ok(None)
     }
 }
@@ -152,8 +154,9 @@ impl StorageFile for StdFile {
         self.0.sync_data()
     }
 
-    fn map(&self) -> io::Result<Option<Map>> {
-        Map::new(&self.0, self.0.metadata()?.len()).map(Some)
+    fn map(&self, writable: bool) -> io::Result<Option<Map>> {
+        let len = self.0.metadata()?.len();
+        if writable { Map::writable(&self.0, len) } else { Map::new(&self.0, len) }.map(Some)
     }
 }
 

@@ -9,8 +9,10 @@
 //! already has, so the fsync that makes it durable commits data only, not a
 //! new file length (on ext4 here: 208 against 330 µs a `fdatasync`), and a
 //! full disk fails the zero-fill (nothing of the record written) rather than
-//! the record. Sealing trims the zeros off; open takes a zero tail for
-//! space never written, not for damage.
+//! the record. Records are then copied into the segment's writable map
+//! (`pwrite` where the storage maps nothing), which puts them in the page
+//! cache as `pwrite` would, without a system call. Sealing trims the zeros
+//! off; open takes a zero tail for space never written, not for damage.
 //!
 //! The [`Writer`] lives behind its shard's lock; the [`GroupCommit`] is
 //! shared outside it, so that callers wait for an fsync without holding up
@@ -32,8 +34,9 @@ use std::sync::Arc;
 
 /// How far ahead of the write position the active segment is zero-filled.
 pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
-/// Zeros written a piece at a time.
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// Zeros to fill with (a static in zero-initialised memory: it costs no
+/// memory until read, and then only the kernel's shared zero page).
+static ZEROS: [u8; ALLOCATION_STEP as usize] = [0; ALLOCATION_STEP as usize];
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -119,12 +122,21 @@ impl Writer {
         }
     }
 
-    /// Maps segment `segment` again at its file's current length; without a
+    /// Maps segment `segment` again at its file's current length, writable
+    /// if it is the active segment and its file may be written; without a
     /// map (the storage maps nothing, or mapping failed) its records are
-    /// read with `pread`.
+    /// read with `pread` and written with `pwrite`.
     fn remap(&mut self, segment: u32) {
         self.maps.remove(&segment);
-        if let Some(Ok(Some(map))) = self.file(segment).map(|file| file.map()) {
+        let Some(file) = self.file(segment) else { return };
+        let writable = segment == self.active.id;
+        let map = match file.map(writable) {
+            Ok(map) => map,
+            // A file opened for reading only maps for reading only.
+            Err(_) if writable => file.map(false).ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some(map) = map {
             self.maps.insert(segment, map);
         }
     }
@@ -180,9 +192,12 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        if let Err(error) = self.active.file.write_all_at(frame, offset) {
-            self.cut_back(offset, commit);
-            return Err(Error::io("write", self.path(self.active.id), error));
+        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
+        if !mapped {
+            if let Err(error) = self.active.file.write_all_at(frame, offset) {
+                self.cut_back(offset, commit);
+                return Err(Error::io("write", self.path(self.active.id), error));
+            }
         }
         self.active.end += frame_len;
         self.next_lsn = lsn.checked_add(1).ok_or_else(|| {
@@ -206,7 +221,7 @@ impl Writer {
         let mut at = self.allocated;
         while at < target {
             let piece = (target - at).min(ZEROS.len() as u64);
-            let piece_len = usize::try_from(piece).expect("a piece is at most 64 KiB");
+            let piece_len = usize::try_from(piece).expect("a piece is at most an allocation step");
             if let Err(error) = self.active.file.write_all_at(&ZEROS[..piece_len], at) {
                 let previous = self.allocated;
                 self.cut_back(previous, commit);

@@ -131,12 +131,15 @@ impl Shard {
     }
 
     /// Refuses every later call. Taking the lock waits for the call in
-    /// flight, so nothing is written after this returns; the zeros ahead of
-    /// the active segment's last record are cut off.
-    pub(crate) fn close(&self) {
+    /// flight, so nothing is written after this returns; with `trim`
+    /// (a writable store), the zeros ahead of the active segment's last
+    /// record are cut off.
+    pub(crate) fn close(&self, trim: bool) {
         let mut state = self.state.write();
         self.closed.store(true, Ordering::Release);
-        state.log.trim();
+        if trim {
+            state.log.trim();
+        }
     }
 
     fn segment_path(&self, segment: u32) -> PathBuf {

@@ -58,6 +58,14 @@ pub mod crash_load;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+/// Where the records of a segment end: the writer zero-fills the active
+/// segment ahead of its records, so its file length says nothing. Every
+/// record the tests write ends in a non-zero byte (a key or a response).
+pub fn records_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read segment");
+    bytes.iter().rposition(|byte| *byte != 0).map_or(0, |last| last as u64 + 1)
+}
+
 /// The segment files of shard `shard` of the store in `dir`, oldest first
 /// (not its catalog).
 pub fn segment_files(dir: &Path, shard: u32) -> Vec<PathBuf> {
