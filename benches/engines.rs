@@ -159,11 +159,11 @@ impl Bench {
 
         let mut group = self.group("mixed_90_10_1t", &BUFFERED, 1, "ops/s");
         for (kind, _, engine) in &preloaded {
-            let mut n = 0;
+            let mut n = 0_u64;
             group.bench_function(kind.name(), |bencher| {
                 bencher.iter(|| {
                     n += 1;
-                    if n % 10 == 0 {
+                    if n.is_multiple_of(10) {
                         engine.fresh(&key(0, n), &FINGERPRINT, &RESPONSE);
                     } else {
                         replay(engine.as_ref(), n);

@@ -61,7 +61,7 @@ fn grouped(value: f64) -> String {
     let digits = (value.round().max(0.0) as u64).to_string();
     let mut out = String::new();
     for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
             out.push(',');
         }
         out.push(digit);
