@@ -1,7 +1,7 @@
 //! The ratio summary printed after the criterion groups: each engine's
 //! throughput read back from criterion's own estimates
-//! (`<criterion dir>/<group>/<engine>/new/estimates.json`, the mean time
-//! per iteration), its ratio to naive and to idemkv, and the replay
+//! (`<criterion dir>/<group>/<engine>/new/estimates.json`, the time per
+//! iteration), its ratio to naive and to idemkv, and the replay
 //! latencies measured call by call.
 
 use std::fmt::Write as _;
@@ -38,21 +38,25 @@ pub fn criterion_directory() -> PathBuf {
     }
 }
 
-/// Mean nanoseconds per iteration that criterion saved for group/engine
-/// during this run (a file older than `since` is an earlier run's).
-fn mean_ns(dir: &Path, group: &str, engine: &str, since: SystemTime) -> Option<f64> {
+/// Nanoseconds per iteration that criterion saved for group/engine during
+/// this run (a file older than `since` is an earlier run's): the slope of
+/// time over iterations where criterion sampled linearly (the `time` it
+/// prints), else (flat sampling) the mean of the samples' time per
+/// iteration.
+fn time_ns(dir: &Path, group: &str, engine: &str, since: SystemTime) -> Option<f64> {
     let path = dir.join(group).join(engine).join("new").join("estimates.json");
     let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
     if modified < since {
         return None;
     }
     let estimates: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-    estimates["mean"]["point_estimate"].as_f64().filter(|mean| *mean > 0.0)
+    let slope = estimates["slope"]["point_estimate"].as_f64();
+    slope.or_else(|| estimates["mean"]["point_estimate"].as_f64()).filter(|time| *time > 0.0)
 }
 
 #[allow(clippy::cast_precision_loss, reason = "element counts far below 2^52")]
-fn per_second(elements: u64, mean_ns: f64) -> f64 {
-    elements as f64 * 1e9 / mean_ns
+fn per_second(elements: u64, time_ns: f64) -> f64 {
+    elements as f64 * 1e9 / time_ns
 }
 
 /// 1234567.8 → "1,234,568".
@@ -85,28 +89,37 @@ pub fn print(dir: &Path, since: SystemTime, quick: bool, groups: &[Group], laten
         println!("no figures: criterion's test mode runs each bench once and measures nothing");
         return;
     }
-    println!("throughput = elements per iteration / criterion's mean time per iteration ({})", dir.display());
+    println!(
+        "throughput = elements per iteration / criterion's time per iteration (the slope it prints as `time`; \
+         the mean for open, sampled flat), from {}",
+        dir.display()
+    );
     println!(
         "{:<18} {:<8} {:>12} {:>16} {:>9} {:>9}",
-        "group", "engine", "mean/iter", "elements/s", "× naive", "× idemkv"
+        "group", "engine", "time/iter", "elements/s", "× naive", "× idemkv"
     );
     let mut missing = false;
     let rate = |group: &Group, engine: &str| {
-        mean_ns(dir, group.name, engine, since).map(|mean| (mean, per_second(group.elements, mean)))
+        time_ns(dir, group.name, engine, since).map(|time| (time, per_second(group.elements, time)))
     };
     for group in groups {
         let naive = rate(group, "naive").map(|(_, rate)| rate);
         let idemkv = rate(group, "idemkv").map(|(_, rate)| rate);
+        if group.engines.iter().all(|engine| rate(group, engine).is_none()) {
+            missing = true;
+            println!("{:<18} —", group.name);
+            continue;
+        }
         for (index, engine) in group.engines.iter().enumerate() {
             let label = if index == 0 { group.name } else { "" };
-            let Some((mean, ours)) = rate(group, engine) else {
+            let Some((time, ours)) = rate(group, engine) else {
                 missing = true;
                 println!("{label:<18} {engine:<8} {:>12} {:>16}", "—", "—");
                 continue;
             };
             println!(
                 "{label:<18} {engine:<8} {:>12} {:>16} {:>9} {:>9}",
-                format!("{:.1?}", Duration::from_secs_f64(mean / 1e9)),
+                format!("{:.1?}", Duration::from_secs_f64(time / 1e9)),
                 format!("{} {}", grouped(ours), group.unit),
                 ratio(Some(ours), naive),
                 ratio(Some(ours), idemkv),
@@ -120,6 +133,9 @@ pub fn print(dir: &Path, since: SystemTime, quick: bool, groups: &[Group], laten
     for (what, one, two) in [("fresh", "fresh_buffered_1t", "fresh_buffered_2t"), ("replay", "replay_1t", "replay_2t")]
     {
         let (Some(one), Some(two)) = (find(one), find(two)) else { continue };
+        if one.engines.iter().all(|engine| rate(one, engine).is_none() || rate(two, engine).is_none()) {
+            continue;
+        }
         let mut line = format!("2 threads / 1 thread, {what}:");
         for engine in &one.engines {
             let scaling = ratio(rate(two, engine).map(|(_, rate)| rate), rate(one, engine).map(|(_, rate)| rate));
