@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Against a build without the `metrics` feature (no handles, claims not
-//! timed), run the `peers` bench with and without `--no-default-features
+//! timed), run the `engines` bench with and without `--no-default-features
 //! --features cli`.
 
 mod support;

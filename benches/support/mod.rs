@@ -8,6 +8,9 @@
     reason = "bench statistics: each binary uses a subset, and figures are approximate by nature"
 )]
 
+pub mod engines;
+pub mod pool;
+pub mod summary;
 pub mod tasks;
 
 use hdrhistogram::Histogram;
