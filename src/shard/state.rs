@@ -121,7 +121,17 @@ impl ShardState {
     /// The shard's time: the wall clock never earlier than any seen (for
     /// TTLs), and elapsed time (for leases).
     pub(crate) fn now(&self, clock: &dyn Clock) -> Now {
-        let raise = |floor: &AtomicU64, reading: u64| floor.fetch_max(reading, Ordering::AcqRel).max(reading);
+        // Read first: most calls find the floor already there (the same
+        // millisecond), and a plain load leaves the cache line shared
+        // between the threads reading the shard.
+        let raise = |floor: &AtomicU64, reading: u64| {
+            let seen = floor.load(Ordering::Acquire);
+            if reading <= seen {
+                seen
+            } else {
+                floor.fetch_max(reading, Ordering::AcqRel).max(reading)
+            }
+        };
         Now {
             wall_ms: raise(&self.now_floor_ms, clock.now_ms()),
             monotonic_ms: raise(&self.monotonic_floor_ms, clock.monotonic_ms()),
