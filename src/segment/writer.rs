@@ -9,6 +9,7 @@
 
 use super::catalog::Catalog;
 use super::header::{Mark, SegmentHeader, HEADER_BYTES};
+use super::hint::HintBuilder;
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::stats::{bump, Counters};
@@ -27,6 +28,8 @@ pub(crate) struct ActiveSegment {
     pub file: Arc<dyn StorageFile>,
     /// End of the last whole record: where the next one goes.
     pub end: u64,
+    /// The segment's hint so far, written when it is sealed (or at close).
+    pub hint: HintBuilder,
 }
 
 /// Where an appended frame landed.
@@ -135,10 +138,19 @@ impl Writer {
             return Err(error);
         }
         self.catalog = catalog;
-        let next = ActiveSegment { id, file, end: HEADER_BYTES as u64 };
-        let previous = std::mem::replace(&mut self.active, next);
+        let hint = HintBuilder::new(self.shard, id, self.next_lsn);
+        let next = ActiveSegment { id, file, end: HEADER_BYTES as u64, hint };
+        let mut previous = std::mem::replace(&mut self.active, next);
+        previous.hint.write_logged(&*self.storage, &self.dir, &*previous.file, previous.end);
         self.sealed.insert(previous.id, previous.file);
         Ok(())
+    }
+
+    /// Writes the hint of the active segment as far as it is written (at
+    /// close, once everything is durable).
+    pub(crate) fn write_active_hint(&mut self) {
+        let active = &mut self.active;
+        active.hint.write_logged(&*self.storage, &self.dir, &*active.file, active.end);
     }
 }
 

@@ -1,0 +1,188 @@
+//! How long `Store::open` takes with per-segment hint files and without
+//! them (warm page cache), and the RSS per live record after open.
+//!
+//! Loads N keys (36-byte keys, 200-byte responses, claim + complete, so two
+//! log records a key) into a `Buffered` store with 4 shards, closes it, reads
+//! every file once to warm the page cache, then times:
+//!
+//! - `hints`: a writable open that loads every segment's hint file;
+//! - `no hints, read-only`: the hint files deleted, a read-only open, which
+//!   replays every record and writes nothing (the log path alone);
+//! - `no hints, writable`: the hint files deleted, a writable open, which
+//!   replays every record and writes the missing hints back.
+//!
+//! Each is the best of `IDEMKV_OPEN_RUNS` runs (default 3).
+//!
+//! ```text
+//! cargo bench --bench open                                  # 10 M records
+//! IDEMKV_OPEN_RECORDS=100000 cargo bench --bench open       # a smoke run
+//! IDEMKV_OPEN_DIR=/var/tmp/open cargo bench --bench open    # keep the store for the next run
+//! ```
+
+mod support;
+
+use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use support::as_f64;
+
+const THREADS: u64 = 2;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// Resident memory of this process (`VmRSS`), in bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap_or("");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+fn config() -> Config {
+    Config::new().shards(4).durability(Durability::Buffered).compaction_interval(None)
+}
+
+fn load(dir: &Path, records: u64) {
+    let store = Store::open(dir, config()).expect("open");
+    let started = Instant::now();
+    let fingerprint = Fingerprint::of(b"POST /payments");
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let store = &store;
+            scope.spawn(move || {
+                let response = [b'r'; 200];
+                for n in (thread..records).step_by(usize::try_from(THREADS).expect("small")) {
+                    let key = format!("{n:08x}-0000-4000-8000-{:012x}", n.wrapping_mul(0x9E37_79B9));
+                    let request = ClaimRequest::new(&key, fingerprint);
+                    let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("not acquired") };
+                    lease.complete(&response).expect("complete");
+                }
+            });
+        }
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = store.stats();
+    assert_eq!(stats.live_records, records);
+    println!(
+        "built: {records} records in {seconds:.1} s, {} segments, {:.2} GB of log",
+        stats.segments,
+        as_f64(stats.disk_bytes) / 1e9
+    );
+    store.close().expect("close");
+}
+
+/// Every file under `dir`, the deepest first.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("ls") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            found.extend(files(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Reads every file once, so the timed opens find them in the page cache.
+fn warm(dir: &Path) -> u64 {
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0;
+    for path in files(dir) {
+        let mut file = std::fs::File::open(&path).expect("open");
+        loop {
+            let read = file.read(&mut buffer).expect("read");
+            if read == 0 {
+                break;
+            }
+            bytes += read as u64;
+        }
+    }
+    bytes
+}
+
+/// Deletes the hint files; returns how many there were.
+fn delete_hints(dir: &Path) -> usize {
+    let hints: Vec<PathBuf> =
+        files(dir).into_iter().filter(|path| path.extension().is_some_and(|extension| extension == "hint")).collect();
+    for path in &hints {
+        std::fs::remove_file(path).expect("remove hint");
+    }
+    hints.len()
+}
+
+/// One timed open: seconds, and RSS bytes it added per live record.
+fn timed_open(dir: &Path, records: u64, read_only: bool) -> (f64, f64) {
+    let before = rss_bytes();
+    let started = Instant::now();
+    let store = if read_only { Store::open_read_only(dir, config()) } else { Store::open(dir, config()) };
+    let store = store.expect("open");
+    let seconds = started.elapsed().as_secs_f64();
+    let after = rss_bytes();
+    assert_eq!(store.stats().live_records, records);
+    if read_only {
+        drop(store);
+    } else {
+        store.close().expect("close");
+    }
+    (seconds, as_f64(after.saturating_sub(before)) / as_f64(records))
+}
+
+/// The best of `runs` opens, each after `prepare`; and the RSS per record of
+/// that best run.
+fn best_of(runs: u64, dir: &Path, records: u64, read_only: bool, prepare: impl Fn()) -> (f64, f64) {
+    let mut best = (f64::INFINITY, 0.0);
+    for _ in 0..runs {
+        prepare();
+        let run = timed_open(dir, records, read_only);
+        if run.0 < best.0 {
+            best = run;
+        }
+    }
+    best
+}
+
+fn main() {
+    let records = env_u64("IDEMKV_OPEN_RECORDS", 10_000_000);
+    let runs = env_u64("IDEMKV_OPEN_RUNS", 3).max(1);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let parent = std::env::var_os("IDEMKV_OPEN_DIR").map_or_else(|| scratch.path().to_path_buf(), PathBuf::from);
+    let dir = parent.join(format!("store-{records}"));
+    if dir.join("MANIFEST").exists() {
+        println!("reusing the store in {}", dir.display());
+    } else {
+        std::fs::create_dir_all(&parent).expect("mkdir");
+        load(&dir, records);
+    }
+    // One writable open and close, so that every sealed segment and the
+    // active one have a hint whatever wrote the store.
+    timed_open(&dir, records, false);
+    let warmed = warm(&dir);
+    println!("page cache warmed: {:.2} GB read", as_f64(warmed) / 1e9);
+
+    let (hints, hints_rss) = best_of(runs, &dir, records, false, || {});
+    let (read_only, read_only_rss) = best_of(runs, &dir, records, true, || {
+        delete_hints(&dir);
+    });
+    let (writable, writable_rss) = best_of(runs, &dir, records, false, || {
+        delete_hints(&dir);
+    });
+    let hint_files = files(&dir).iter().filter(|path| path.extension().is_some_and(|ext| ext == "hint")).count();
+    println!("open of {records} records, best of {runs}, warm cache ({hint_files} hint files):");
+    println!(
+        "  hints                {hints:8.3} s   {:>10.0} records/s   RSS {hints_rss:5.1} B/record",
+        as_f64(records) / hints
+    );
+    println!(
+        "  no hints, read-only  {read_only:8.3} s   {:>10.0} records/s   RSS {read_only_rss:5.1} B/record",
+        as_f64(records) / read_only
+    );
+    println!(
+        "  no hints, writable   {writable:8.3} s   {:>10.0} records/s   RSS {writable_rss:5.1} B/record (writes the hints back)",
+        as_f64(records) / writable
+    );
+    println!("  ratio: no hints (read-only) / hints = {:.1}x", read_only / hints);
+}
