@@ -73,9 +73,11 @@
 //! open.
 
 mod builder;
+mod check;
 mod reader;
 
 pub(crate) use builder::HintBuilder;
+pub(crate) use check::{Checker, Verdict};
 pub(crate) use reader::{open, Described, HintReader, Opened};
 
 use crate::record::{read_u32, read_u64, Header, Kind, State, PREFIX_BYTES};
