@@ -147,10 +147,13 @@ impl Writer {
     }
 
     /// Writes the hint of the active segment as far as it is written (at
-    /// close, once everything is durable).
+    /// close, once everything is durable); none for a segment without a
+    /// record, which open reads at no cost.
     pub(crate) fn write_active_hint(&mut self) {
         let active = &mut self.active;
-        active.hint.write_logged(&*self.storage, &self.dir, &*active.file, active.end);
+        if active.end > HEADER_BYTES as u64 {
+            active.hint.write_logged(&*self.storage, &self.dir, &*active.file, active.end);
+        }
     }
 }
 
