@@ -158,9 +158,12 @@ fn load(
     replay: &mut Replay<'_>,
     builder: &mut HintBuilder,
 ) -> std::result::Result<(), &'static str> {
-    while let Some(entry) = reader.next_entry()? {
-        replay.apply(id, &entry)?;
-        builder.push(&entry, 0, entry.is_claim());
+    let mut entries = Vec::new();
+    while reader.next_block(&mut entries)? {
+        for entry in &entries {
+            replay.apply(id, entry)?;
+            builder.push(entry, 0, entry.is_claim());
+        }
     }
     replay.max_updated_ms = replay.max_updated_ms.max(reader.header.max_updated_ms);
     builder.raise_updated(reader.header.max_updated_ms);

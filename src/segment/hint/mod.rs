@@ -235,19 +235,22 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 /// the end of `bytes` or beyond 64 bits.
 pub(crate) fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
+    let mut shift = 0u32;
+    loop {
         let byte = *bytes.get(*at)?;
         *at += 1;
-        let bits = u64::from(byte & 0x7f);
-        if shift == 63 && bits > 1 {
+        if shift == 63 && byte > 1 {
             return None;
         }
-        value |= bits << shift;
-        if byte & 0x80 == 0 {
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
             return Some(value);
         }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
     }
-    None
 }
 
 /// A difference as an unsigned number, small for small differences either

@@ -13,6 +13,8 @@ use std::sync::Arc;
 /// Bytes read from a hint at a time (a block is at most 64 KiB).
 const WINDOW_BYTES: usize = 1 << 20;
 const _: () = assert!(BLOCK_HEADER_BYTES + BLOCK_PAYLOAD_MAX <= WINDOW_BYTES);
+/// Bytes the smallest entry takes: kind, hash and two one-byte varints.
+const MIN_ENTRY_BYTES: usize = 19;
 /// Bytes of a large frame checked at a time.
 const PIECE_BYTES: u64 = 64 << 10;
 
@@ -165,12 +167,13 @@ pub(crate) struct HintReader {
     window_start: u64,
     /// File offset of the next block.
     next_block: u64,
-    /// The current block's entries not yet decoded, between these indices
-    /// of the window.
+    /// The current block's payload: these indices of the window.
     payload_at: usize,
     payload_end: usize,
-    block_left: u32,
     deltas: Deltas,
+    /// Entries decoded and not yet returned by `next_entry`.
+    pending: Vec<HintEntry>,
+    pending_at: usize,
     /// Segment offset of the next frame.
     offset: u64,
     decoded: u64,
@@ -188,8 +191,9 @@ impl HintReader {
             next_block: super::HEADER_BYTES as u64,
             payload_at: 0,
             payload_end: 0,
-            block_left: 0,
             deltas: Deltas::new(header.lsn_floor),
+            pending: Vec::new(),
+            pending_at: 0,
             offset: HEADER_BYTES as u64,
             decoded: 0,
         }
@@ -203,39 +207,64 @@ impl HintReader {
     /// inconsistent. The entries returned before came from blocks whose CRC
     /// checked.
     pub(crate) fn next_entry(&mut self) -> Result<Option<HintEntry>, &'static str> {
-        loop {
-            if self.block_left > 0 {
-                let payload = &self.window[..self.payload_end];
-                let entry = self.deltas.decode(payload, &mut self.payload_at, self.offset)?;
-                self.offset = (self.offset.checked_add(entry.len))
-                    .filter(|end| *end <= self.header.end)
-                    .ok_or("the hint's frames run past its end")?;
-                self.block_left -= 1;
-                self.decoded += 1;
-                return Ok(Some(entry));
+        while self.pending_at == self.pending.len() {
+            let mut pending = std::mem::take(&mut self.pending);
+            let more = self.next_block(&mut pending);
+            self.pending = pending;
+            self.pending_at = 0;
+            if !more? {
+                return Ok(None);
             }
-            if self.payload_at != self.payload_end {
-                return Err("a hint block holds more than its entries");
-            }
-            if self.next_block == self.len {
-                return self.finish();
-            }
-            self.load_block()?;
         }
+        self.pending_at += 1;
+        Ok(Some(self.pending[self.pending_at - 1]))
+    }
+
+    /// Decodes the next block's entries into `entries` (cleared first);
+    /// `false` after the last block, once the counts were checked against
+    /// the header.
+    ///
+    /// # Errors
+    /// As [`next_entry`](HintReader::next_entry).
+    pub(crate) fn next_block(&mut self, entries: &mut Vec<HintEntry>) -> Result<bool, &'static str> {
+        entries.clear();
+        if self.next_block == self.len {
+            self.finish()?;
+            return Ok(false);
+        }
+        let count = self.load_block()?;
+        // The count is untrusted: room for what the payload can hold.
+        entries.reserve((count as usize).min(BLOCK_PAYLOAD_MAX / MIN_ENTRY_BYTES));
+        let payload = &self.window[..self.payload_end];
+        let mut at = self.payload_at;
+        for _ in 0..count {
+            let entry = self.deltas.decode(payload, &mut at, self.offset)?;
+            self.offset = (self.offset.checked_add(entry.len))
+                .filter(|end| *end <= self.header.end)
+                .ok_or("the hint's frames run past its end")?;
+            entries.push(entry);
+        }
+        if at != self.payload_end {
+            return Err("a hint block holds more than its entries");
+        }
+        self.decoded += u64::from(count);
+        Ok(true)
     }
 
     /// After the last block: the entries must be the header's.
-    fn finish(&self) -> Result<Option<HintEntry>, &'static str> {
+    fn finish(&self) -> Result<(), &'static str> {
         if self.decoded != self.header.frames
             || self.offset != self.header.end
             || self.deltas.lsn != self.header.last_lsn
         {
             return Err("the hint ends before its last frame");
         }
-        Ok(None)
+        Ok(())
     }
 
-    fn load_block(&mut self) -> Result<(), &'static str> {
+    /// Reads the next block into the window and checks its CRC; returns
+    /// its count of entries.
+    fn load_block(&mut self) -> Result<u32, &'static str> {
         let at = self.next_block;
         let left = self.len - at;
         if left < BLOCK_HEADER_BYTES as u64 {
@@ -259,9 +288,8 @@ impl HintReader {
         }
         self.payload_at = body;
         self.payload_end = body + payload;
-        self.block_left = count;
         self.next_block = at + (BLOCK_HEADER_BYTES + payload) as u64;
-        Ok(())
+        Ok(count)
     }
 
     /// The index in the window of the file's bytes `offset..offset + len`
