@@ -72,7 +72,15 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     };
     #[cfg(feature = "tracing")]
     for (id, shard) in (0..).zip(&recovered) {
-        event!(debug, shard = id, records = shard.index.len(), segments = shard.lengths.len(), "shard recovered");
+        event!(
+            debug,
+            shard = id,
+            records = shard.index.len(),
+            segments = shard.lengths.len(),
+            hints_loaded = shard.hints_loaded,
+            hints_ignored = shard.hints_ignored,
+            "shard recovered"
+        );
         if shard.torn_tail_bytes > 0 {
             event!(
                 warn,

@@ -74,6 +74,7 @@
 
 mod builder;
 mod check;
+pub(crate) mod fuzz;
 mod reader;
 
 pub(crate) use builder::HintBuilder;
