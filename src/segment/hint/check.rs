@@ -29,7 +29,7 @@ pub(crate) enum Verdict {
 /// Compares a hint with the frames of its segment as a walk visits them.
 pub(crate) struct Checker<'a> {
     hasher: &'a KeyHasher,
-    reader: Option<HintReader>,
+    reader: Option<Box<HintReader>>,
     verdict: Option<Verdict>,
 }
 

@@ -117,7 +117,7 @@ pub(crate) enum Opened {
     Ignored(&'static str),
     /// It names the segment and its fingerprint matches; its blocks are
     /// checked as they are read.
-    Usable(HintReader),
+    Usable(Box<HintReader>),
 }
 
 /// Opens the hint of `segment` in folder `dir` (for reading only) and
@@ -130,7 +130,7 @@ pub(crate) fn open(storage: &dyn Storage, dir: &Path, segment: &Described<'_>) -
         Err(_) => return Opened::Ignored("the hint cannot be opened"),
     };
     match check_header(&*file, segment) {
-        Ok((header, header_crc, len)) => Opened::Usable(HintReader::new(file, header, header_crc, len)),
+        Ok((header, header_crc, len)) => Opened::Usable(Box::new(HintReader::new(file, header, header_crc, len))),
         Err(reason) => Opened::Ignored(reason),
     }
 }
