@@ -189,8 +189,15 @@ pub(crate) fn recover_shard(
         .map(|(id, path)| one_segment::prepare(context, *id, path, *id == catalog.last))
         .collect::<Result<Vec<_>>>()?;
     let mut replay = Replay::new(hasher);
-    let hinted_keys: u64 = prepared.iter().map(one_segment::Prepared::hinted_keys).sum();
-    replay.index.reserve(usize::try_from(hinted_keys).unwrap_or(0));
+    // Pre-sized from the hints (claims less tombstones), so the table is
+    // not rebuilt as it grows: never more than the keys the hints name.
+    let (keys, tombstones) = prepared
+        .iter()
+        .map(one_segment::Prepared::hinted_keys)
+        .fold((0u64, 0u64), |(keys, tombstones), (more, fewer)| {
+            (keys.saturating_add(more), tombstones.saturating_add(fewer))
+        });
+    replay.index.reserve(usize::try_from(keys.saturating_sub(tombstones)).unwrap_or(0));
     let mut shard_log = ShardLog::default();
     for prepared in prepared {
         let id = prepared.id();

@@ -304,10 +304,10 @@ fn a_hint_that_lies_about_its_segment_is_damage_to_verify_and_gone_after_repair(
     // which names another key. Open trusts it.
     let hint = hint_files(dir.path(), 0)[0].clone();
     let mut bytes = std::fs::read(&hint).expect("read");
-    let (header, block) = bytes.split_at_mut(80);
+    let (header, block) = bytes.split_at_mut(88);
     block[12 + 1] ^= 0xff;
     let payload_len = usize::try_from(u32::from_le_bytes(block[..4].try_into().expect("4 bytes"))).expect("small");
-    let crc = block_crc(&header[76..80], &block[..8], &block[12..12 + payload_len]);
+    let crc = block_crc(&header[84..88], &block[..8], &block[12..12 + payload_len]);
     block[8..12].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&hint, &bytes).expect("write");
     let report = idemkv::verify(dir.path()).expect("verify");

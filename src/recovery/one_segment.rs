@@ -39,12 +39,12 @@ impl Prepared {
         self.id
     }
 
-    /// Keys the hint says the segment brings into the index (an estimate
-    /// for pre-sizing; 0 without a usable hint).
-    pub(crate) fn hinted_keys(&self) -> u64 {
+    /// Keys the hint says the segment brings into the index, and its
+    /// tombstones (estimates for pre-sizing; 0 without a usable hint).
+    pub(crate) fn hinted_keys(&self) -> (u64, u64) {
         match &self.hint {
-            Opened::Usable(reader) => reader.header.keys,
-            Opened::Missing | Opened::Ignored(_) => 0,
+            Opened::Usable(reader) => (reader.header.keys, reader.header.tombstones),
+            Opened::Missing | Opened::Ignored(_) => (0, 0),
         }
     }
 }

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
-use crate::record::read_u32;
+use crate::record::{read_u32, Kind};
 use crate::segment::header::HEADER_BYTES;
 use crate::telemetry::event;
 use std::path::Path;
@@ -31,6 +31,7 @@ pub(crate) struct HintBuilder {
     block_entries: u32,
     frames: u64,
     keys: u64,
+    tombstones: u64,
     /// The offset after the last frame: where the next one must start.
     end: u64,
     last_lsn: u64,
@@ -54,6 +55,7 @@ impl HintBuilder {
             block_entries: 0,
             frames: 0,
             keys: 0,
+            tombstones: 0,
             end: HEADER_BYTES as u64,
             last_lsn: lsn_floor,
             last_len: 0,
@@ -107,6 +109,7 @@ impl HintBuilder {
         self.block_entries += 1;
         self.frames += 1;
         self.keys += u64::from(new_key);
+        self.tombstones += u64::from(entry.kind == Kind::Tombstone);
         self.end = entry.offset + entry.len;
         self.last_lsn = entry.lsn;
         self.last_len = entry.len;
@@ -154,6 +157,7 @@ impl HintBuilder {
             end: self.end,
             frames: self.frames,
             keys: self.keys,
+            tombstones: self.tombstones,
             last_lsn: self.last_lsn,
             max_updated_ms: self.max_updated_ms,
             last_len: u32::try_from(self.last_len).map_err(|_| Error::corruption(&path, 0, "frame beyond 4 GiB"))?,

@@ -9,7 +9,7 @@
 //! entry). Offsets are implied: frames are contiguous from the header on.
 //!
 //! ```text
-//! header (80 bytes)
+//! header (88 bytes)
 //! offset size field
 //!      0    8 magic "IDEMKVHT"
 //!      8    1 hint version (1), independent of the store's format version
@@ -19,13 +19,15 @@
 //!     20    8 lsn floor of the segment header (u64 LE)
 //!     28    8 end: the prefix covered, offset after its last frame (u64 LE)
 //!     36    8 frames in the prefix (u64 LE)
-//!     44    8 keys: puts that bring a key into the index, an estimate for
-//!             pre-sizing only (u64 LE)
-//!     52    8 lsn of the last frame, or the lsn floor (u64 LE)
-//!     60    8 newest updated_ms of the prefix's frames (u64 LE)
-//!     68    4 length of the last frame, or 0 (u32 LE)
-//!     72    4 stored CRC field of the last frame, or 0 (u32 LE)
-//!     76    4 crc32 of bytes 0..76
+//!     44    8 keys: puts that bring a key into the index (claims; for a
+//!             compacted segment, the puts it kept) (u64 LE)
+//!     52    8 tombstones in the prefix (u64 LE); keys − tombstones, summed
+//!             over a shard's hints, pre-sizes its index (an estimate only)
+//!     60    8 lsn of the last frame, or the lsn floor (u64 LE)
+//!     68    8 newest updated_ms of the prefix's frames (u64 LE)
+//!     76    4 length of the last frame, or 0 (u32 LE)
+//!     80    4 stored CRC field of the last frame, or 0 (u32 LE)
+//!     84    4 crc32 of bytes 0..84
 //! blocks, each
 //!      0    4 payload length, at most 64 KiB (u32 LE)
 //!      4    4 entries in the block (u32 LE)
@@ -92,7 +94,7 @@ const MAGIC: [u8; 8] = *b"IDEMKVHT";
 /// The hint layout this build writes and reads; any other is ignored.
 pub(crate) const VERSION: u8 = 1;
 /// Bytes of the hint header.
-pub(crate) const HEADER_BYTES: usize = 80;
+pub(crate) const HEADER_BYTES: usize = 88;
 /// Bytes before a block's payload.
 pub(crate) const BLOCK_HEADER_BYTES: usize = 12;
 /// Largest block payload.
@@ -106,11 +108,12 @@ const OFFSET_LSN_FLOOR: usize = 20;
 const OFFSET_END: usize = 28;
 const OFFSET_FRAMES: usize = 36;
 const OFFSET_KEYS: usize = 44;
-const OFFSET_LAST_LSN: usize = 52;
-const OFFSET_MAX_UPDATED: usize = 60;
-const OFFSET_LAST_LEN: usize = 68;
-const OFFSET_LAST_CRC: usize = 72;
-const OFFSET_CRC: usize = 76;
+const OFFSET_TOMBSTONES: usize = 52;
+const OFFSET_LAST_LSN: usize = 60;
+const OFFSET_MAX_UPDATED: usize = 68;
+const OFFSET_LAST_LEN: usize = 76;
+const OFFSET_LAST_CRC: usize = 80;
+const OFFSET_CRC: usize = 84;
 const _: () = assert!(OFFSET_CRC + 4 == HEADER_BYTES);
 const _: () = assert!(ENTRY_BYTES_MAX < BLOCK_PAYLOAD_MAX);
 
@@ -147,6 +150,7 @@ pub(crate) struct HintHeader {
     pub end: u64,
     pub frames: u64,
     pub keys: u64,
+    pub tombstones: u64,
     pub last_lsn: u64,
     pub max_updated_ms: u64,
     pub last_len: u32,
@@ -165,6 +169,7 @@ impl HintHeader {
             (OFFSET_END, self.end),
             (OFFSET_FRAMES, self.frames),
             (OFFSET_KEYS, self.keys),
+            (OFFSET_TOMBSTONES, self.tombstones),
             (OFFSET_LAST_LSN, self.last_lsn),
             (OFFSET_MAX_UPDATED, self.max_updated_ms),
         ];
@@ -202,6 +207,7 @@ impl HintHeader {
             end: read_u64(bytes, OFFSET_END),
             frames: read_u64(bytes, OFFSET_FRAMES),
             keys: read_u64(bytes, OFFSET_KEYS),
+            tombstones: read_u64(bytes, OFFSET_TOMBSTONES),
             last_lsn: read_u64(bytes, OFFSET_LAST_LSN),
             max_updated_ms: read_u64(bytes, OFFSET_MAX_UPDATED),
             last_len: read_u32(bytes, OFFSET_LAST_LEN),

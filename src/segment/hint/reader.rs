@@ -87,7 +87,8 @@ pub(crate) fn check_prefix(header: &HintHeader, segment: &Described<'_>) -> Resu
         return Err("the hint covers writes not known to be durable");
     }
     let room = header.end - HEADER_BYTES as u64;
-    if header.keys > header.frames || header.frames > room / PREFIX_BYTES as u64 {
+    let counted = header.keys.checked_add(header.tombstones);
+    if counted.is_none_or(|counted| counted > header.frames) || header.frames > room / PREFIX_BYTES as u64 {
         return Err("the hint's counts disagree with its length");
     }
     if header.frames == 0 {
