@@ -47,6 +47,19 @@ pub(crate) struct Engine {
     pub torn_tail_bytes: u64,
 }
 
+impl Drop for Engine {
+    /// The last handle dropped without `close`: each shard whose writes are
+    /// all durable still gets the hint of its active segment (the lock is
+    /// released after this, with the other fields).
+    fn drop(&mut self) {
+        if !self.read_only && self.lock_file.get_mut().is_some() {
+            for shard in &*self.shards {
+                shard.write_active_hint();
+            }
+        }
+    }
+}
+
 /// A borrowed `(scope, key, token)`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TokenRef<'a> {

@@ -1,4 +1,9 @@
 //! The on-disk format version, shared by the manifest and segment headers.
+//!
+//! Hint files (`segment/hint`) are not part of it: they are optional caches
+//! beside the segments with a version byte of their own; a store without
+//! them opens as before, and a hint of a version this build does not know
+//! is ignored (the segment is replayed from the log), never an error.
 
 /// A known on-disk format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -46,3 +46,19 @@ pub fn catalog(shard: u32, first: u32, last: u32) -> Vec<u8> {
 pub fn manifest(shards: u32) -> Vec<u8> {
     crate::manifest::Manifest { shards, hash_key: [1, 2] }.encode().to_vec()
 }
+
+/// Reads `hint` as the hint file of a small fixed segment (on an in-memory
+/// disk), the way open reads hints: `Some(entries)` when open would use it
+/// whole. With `fix_crcs` the header's and the blocks' CRCs are first made
+/// right, so that a fuzzer reaches the decoding behind them. Never panics
+/// on any input.
+#[must_use]
+pub fn read_hint(hint: &[u8], fix_crcs: bool) -> Option<usize> {
+    crate::segment::hint::fuzz::read(hint, fix_crcs)
+}
+
+/// A valid hint of the segment [`read_hint`] reads against.
+#[must_use]
+pub fn sample_hint() -> Vec<u8> {
+    crate::segment::hint::fuzz::sample()
+}

@@ -106,6 +106,28 @@ impl Index {
         self.0.insert(IndexKey::from(hash), entry)
     }
 
+    /// Inserts `entry` unless the key's entry is as new or newer (by LSN);
+    /// returns whether it did. One probe of the table.
+    pub(crate) fn insert_newer(&mut self, hash: u128, entry: Entry) -> bool {
+        match self.0.entry(IndexKey::from(hash)) {
+            std::collections::hash_map::Entry::Occupied(mut present) => {
+                if present.get().lsn >= entry.lsn {
+                    return false;
+                }
+                present.insert(entry);
+            }
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(entry);
+            }
+        }
+        true
+    }
+
+    /// Makes room for `additional` more keys.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.0.reserve(additional);
+    }
+
     pub(crate) fn remove(&mut self, hash: &u128) -> Option<Entry> {
         self.0.remove(&IndexKey::from(*hash))
     }

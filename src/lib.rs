@@ -57,13 +57,16 @@
 //
 // on disk       record (frame codec, `Record`, `State`), segment/ (header,
 //               scanner: the one walk for open, verify and compaction;
-//               writer: append, roll, group commit), manifest, format
+//               writer: append, roll, group commit; hint/: per-segment
+//               hint files, the cache open rebuilds an index from),
+//               manifest, format
 // in memory     index (hash -> newest record), compaction (usage accounting
 //               and the pure `choose` policy), transition (the pure claim
 //               state machine of DESIGN §3)
 // one shard     shard/ (executes transitions under its lock; state: index
 //               upkeep, record reads and writes; compact: executes a plan),
-//               recovery (rebuilds a shard's log as plain data)
+//               recovery (rebuilds a shard's log as plain data, each
+//               segment from its hint and the log after it)
 // one store     engine (the shards behind every handle, calls by key hash),
 //               open (lock, manifest, parallel recovery), sync (fsync
 //               fan-out, interval flusher), compactor (passes, pacer),

@@ -72,7 +72,15 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     };
     #[cfg(feature = "tracing")]
     for (id, shard) in (0..).zip(&recovered) {
-        event!(debug, shard = id, records = shard.index.len(), segments = shard.lengths.len(), "shard recovered");
+        event!(
+            debug,
+            shard = id,
+            records = shard.index.len(),
+            segments = shard.lengths.len(),
+            hints_loaded = shard.hints_loaded,
+            hints_ignored = shard.hints_ignored,
+            "shard recovered"
+        );
         if shard.torn_tail_bytes > 0 {
             event!(
                 warn,
@@ -154,16 +162,20 @@ struct Opened {
 }
 
 /// The shards recovered at open, at `now` (one TTL floor for the whole
-/// store: the newest time any shard wrote, or the clock if later).
+/// store: the newest time any shard wrote, or the clock if later), built
+/// on as many threads as recovery used: building drops expired keys and
+/// sums each index's accounting, a pass over every key.
 fn build_shards(config: &Config, recovered: Vec<Recovered>, now: Now) -> Result<Box<[Shard]>> {
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now.wall_ms, u64::max);
     let now = Now { wall_ms: floor_ms, monotonic_ms: now.monotonic_ms };
-    (0..)
-        .zip(recovered)
-        .map(|(id, recovered)| {
-            Shard::new(id, Arc::clone(&config.storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
-        })
-        .collect()
+    let count = u32::try_from(recovered.len()).unwrap_or(u32::MAX);
+    let slots: Vec<Mutex<Option<Recovered>>> = recovered.into_iter().map(|shard| Mutex::new(Some(shard))).collect();
+    let build = |id: u32| {
+        // Each id is built once, so its slot is full.
+        let recovered = slots[id as usize].lock().take().ok_or(Error::Closed)?;
+        Shard::new(id, Arc::clone(&config.storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
+    };
+    on_cores(count, build).into_iter().collect()
 }
 
 fn engine(
@@ -194,10 +206,7 @@ fn engine(
 }
 
 /// Rebuilds every shard, on as many threads as there are cores (shards are
-/// independent), and returns them in shard order. The calling thread takes
-/// part; helper threads the system refuses are simply not there (the others,
-/// or the calling thread alone, recover every shard): a refused thread is no
-/// reason to fail an open, let alone to panic.
+/// independent), and returns them in shard order.
 fn recover_shards(
     storage: &dyn Storage,
     dir: &Path,
@@ -205,36 +214,47 @@ fn recover_shards(
     hasher: &KeyHasher,
     access: Access,
 ) -> Result<Vec<Recovered>> {
-    // One shard needs no helper, nor the question of how many cores there
+    on_cores(shards, |id| recover_shard(storage, &segment::shard_dir(dir, id), id, hasher, access))
+        .into_iter()
+        .collect()
+}
+
+/// Runs `work` for every id in `0..count` on as many threads as there are
+/// cores (at most `count`), and returns the results in id order. The
+/// calling thread takes part; helper threads the system refuses are simply
+/// not there (the others, or the calling thread alone, do the work): a
+/// refused thread is no reason to fail an open, let alone to panic.
+fn on_cores<T: Send>(count: u32, work: impl Fn(u32) -> T + Sync) -> Vec<T> {
+    // One item needs no helper, nor the question of how many cores there
     // are (which reads files of its own on Linux).
-    let threads = if shards > 1 {
-        std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(shards as usize)
+    let threads = if count > 1 {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(count as usize)
     } else {
         1
     };
     let next = AtomicU32::new(0);
-    let work = || {
+    let run = || {
         let mut done = Vec::new();
         loop {
             let id = next.fetch_add(1, Ordering::Relaxed);
-            if id >= shards {
+            if id >= count {
                 return done;
             }
-            done.push((id, recover_shard(storage, &segment::shard_dir(dir, id), id, hasher, access)));
+            done.push((id, work(id)));
         }
     };
-    let mut results: Vec<(u32, Result<Recovered>)> = std::thread::scope(|scope| {
+    let mut results: Vec<(u32, T)> = std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads)
-            .filter_map(|_| std::thread::Builder::new().name("idemkv-recover".into()).spawn_scoped(scope, work).ok())
+            .filter_map(|_| std::thread::Builder::new().name("idemkv-recover".into()).spawn_scoped(scope, run).ok())
             .collect();
-        let mut results = work();
+        let mut results = run();
         for helper in helpers {
             results.extend(helper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
         }
         results
     });
     results.sort_by_key(|(id, _)| *id);
-    results.into_iter().map(|(_, recovered)| recovered).collect()
+    results.into_iter().map(|(_, result)| result).collect()
 }
 
 /// A directory that holds files but no manifest belongs to something else:

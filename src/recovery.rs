@@ -3,16 +3,18 @@
 //! damage anywhere else. The result is plain data ([`Recovered`]) from
 //! which the shard builds itself.
 
+mod one_segment;
+mod replay;
+
 use crate::error::{Error, Result};
-use crate::index::{Entry, Index, KeyHasher};
+use crate::index::{Index, KeyHasher};
 use crate::io::{Storage, StorageFile};
-use crate::record::Kind;
-use crate::segment;
 use crate::segment::catalog::{self, Catalog};
 use crate::segment::header::HEADER_BYTES;
-use crate::segment::scanner::{self, Expected};
+use crate::segment::hint::{self, HintBuilder};
 use crate::segment::writer::{create_segment, ActiveSegment};
-use std::collections::{BTreeMap, HashMap};
+use replay::Replay;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,6 +51,11 @@ pub(crate) struct Recovered {
     pub catalog: Catalog,
     /// The round of the active segment's next durable mark.
     pub next_round: u32,
+    /// Segments rebuilt (whole or a prefix) from their hint files.
+    pub hints_loaded: u64,
+    /// Hint files found but not used (damaged, truncated, stale): those
+    /// segments were replayed from the log.
+    pub hints_ignored: u64,
 }
 
 /// Creates shard `shard` in folder `dir` for a new store: its first segment,
@@ -65,7 +72,7 @@ pub(crate) fn create_shard(storage: &dyn Storage, dir: &Path, shard: u32) -> Res
     Ok(Recovered {
         dir: dir.to_path_buf(),
         index: Index::default(),
-        active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64 },
+        active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64, hint: HintBuilder::new(shard, 1, 1) },
         sealed: BTreeMap::new(),
         next_lsn: 1,
         torn_tail_bytes: 0,
@@ -73,6 +80,8 @@ pub(crate) fn create_shard(storage: &dyn Storage, dir: &Path, shard: u32) -> Res
         lengths: BTreeMap::from([(1, HEADER_BYTES as u64)]),
         catalog,
         next_round: 2,
+        hints_loaded: 0,
+        hints_ignored: 0,
     })
 }
 
@@ -109,7 +118,7 @@ pub(crate) fn check_catalog(storage: &dyn Storage, dir: &Path, shard: u32) -> Re
     let catalog = Catalog::load(storage, dir, shard)?;
     let mut check =
         CatalogCheck { catalog, present: Vec::new(), leftovers: Vec::new(), missing: Vec::new(), unknown: Vec::new() };
-    for (id, path) in segment::list_segments(storage, dir)? {
+    for (id, path) in crate::segment::list_segments(storage, dir)? {
         if id < catalog.first || id == catalog.last.saturating_add(1) {
             check.leftovers.push(path);
         } else if id > catalog.last {
@@ -121,7 +130,7 @@ pub(crate) fn check_catalog(storage: &dyn Storage, dir: &Path, shard: u32) -> Re
     let mut present = check.present.iter().map(|(id, _)| *id).peekable();
     for id in catalog.first..=catalog.last {
         if present.next_if_eq(&id).is_none() {
-            check.missing.push(segment::segment_path(dir, id));
+            check.missing.push(crate::segment::segment_path(dir, id));
         }
     }
     Ok(check)
@@ -160,7 +169,9 @@ fn catalogued_segments(
 }
 
 /// Rebuilds shard `shard` in folder `dir`; with [`Access::ReadOnly`] it
-/// changes nothing on disk.
+/// changes nothing on disk. Each segment is rebuilt from its hint where one
+/// matches it, and from the log after (or without) it; a writable open
+/// writes the hints that were missing.
 pub(crate) fn recover_shard(
     storage: &dyn Storage,
     dir: &Path,
@@ -170,68 +181,110 @@ pub(crate) fn recover_shard(
 ) -> Result<Recovered> {
     let (catalog, segments) = catalogued_segments(storage, dir, shard, access)?;
     if access == Access::ReadWrite {
-        discard_unfinished_compaction(storage, dir)?;
+        discard_unfinished_compaction(storage, dir, &catalog)?;
     }
-    let mut replay =
-        Replay { hasher, index: Index::default(), tombstones: HashMap::new(), max_lsn: 0, max_updated_ms: 0 };
-    let mut lsn_floor = 1;
-    let mut torn_tail_bytes = 0;
-    let mut next_round = 0;
-    let mut files = BTreeMap::new();
-    let mut active_end = 0;
-    let mut lengths = BTreeMap::new();
-    for (id, path) in &segments {
-        let file = match access {
-            Access::ReadWrite => storage.open(path, false),
-            Access::ReadOnly => storage.open_read_only(path),
-        };
-        let file = file.map_err(|error| Error::io("open", path, error))?;
-        let expected = Expected { shard, segment: *id, active: *id == catalog.last };
-        let scan = scanner::scan(&*file, path, expected, |frame| replay.apply(*id, &frame, path))?;
-        lsn_floor = lsn_floor.max(scan.header.lsn_floor);
-        // Zeros the writer filled ahead of its records stay (it writes into
-        // them next); anything else after the last whole frame is torn.
-        if scan.valid_end + scan.unwritten < scan.len {
-            if access == Access::ReadWrite {
-                file.set_len(scan.valid_end)
-                    .and_then(|()| file.sync())
-                    .map_err(|error| Error::io("truncate", path, error))?;
-            }
-            torn_tail_bytes = scan.len - scan.valid_end;
-        }
-        if expected.active {
-            let (_, mark) = scanner::read_header(&*file, path, scan.valid_end, expected)?;
-            next_round = mark.round.saturating_add(1);
-        }
-        active_end = scan.valid_end;
-        lengths.insert(*id, scan.valid_end);
-        files.insert(*id, file);
+    let context = one_segment::Context { storage, dir, shard, access };
+    let prepared = segments
+        .iter()
+        .map(|(id, path)| one_segment::prepare(context, *id, path, *id == catalog.last))
+        .collect::<Result<Vec<_>>>()?;
+    let mut replay = Replay::new(hasher);
+    // Pre-sized from the hints (claims less tombstones), so the table is
+    // not rebuilt as it grows: never more than the keys the hints name.
+    let (keys, tombstones) = prepared
+        .iter()
+        .map(one_segment::Prepared::hinted_keys)
+        .fold((0u64, 0u64), |(keys, tombstones), (more, fewer)| {
+            (keys.saturating_add(more), tombstones.saturating_add(fewer))
+        });
+    replay.index.reserve(usize::try_from(keys.saturating_sub(tombstones)).unwrap_or(0));
+    let mut shard_log = ShardLog::default();
+    for prepared in prepared {
+        let id = prepared.id();
+        let recovered = one_segment::recover(context, prepared, &mut replay)?;
+        shard_log.add(id, recovered);
     }
-    let (active_id, active_file) = files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
+    let (active_id, active_file) = shard_log.files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
+    let active = ActiveSegment { id: active_id, file: active_file, end: shard_log.active_end, hint: shard_log.hint };
     let after_max = replay.max_lsn.checked_add(1).ok_or_else(|| Error::corruption(dir, 0, "LSNs exhausted"))?;
     Ok(Recovered {
         dir: dir.to_path_buf(),
         index: replay.index,
-        active: ActiveSegment { id: active_id, file: active_file, end: active_end },
-        sealed: files,
-        next_lsn: lsn_floor.max(after_max),
-        torn_tail_bytes,
+        active,
+        sealed: shard_log.files,
+        next_lsn: shard_log.lsn_floor.max(after_max),
+        torn_tail_bytes: shard_log.torn_tail_bytes,
         max_updated_ms: replay.max_updated_ms,
-        lengths,
+        lengths: shard_log.lengths,
         catalog,
-        next_round,
+        next_round: shard_log.next_round,
+        hints_loaded: shard_log.hints_loaded,
+        hints_ignored: shard_log.hints_ignored,
     })
+}
+
+/// The segments of a shard as they are recovered, oldest first.
+struct ShardLog {
+    lsn_floor: u64,
+    torn_tail_bytes: u64,
+    next_round: u32,
+    files: BTreeMap<u32, Arc<dyn StorageFile>>,
+    active_end: u64,
+    lengths: BTreeMap<u32, u64>,
+    /// The hint of the last segment added (the active one, at the end).
+    hint: HintBuilder,
+    hints_loaded: u64,
+    hints_ignored: u64,
+}
+
+impl Default for ShardLog {
+    fn default() -> Self {
+        ShardLog {
+            lsn_floor: 1,
+            torn_tail_bytes: 0,
+            next_round: 0,
+            files: BTreeMap::new(),
+            active_end: 0,
+            lengths: BTreeMap::new(),
+            hint: HintBuilder::off(),
+            hints_loaded: 0,
+            hints_ignored: 0,
+        }
+    }
+}
+
+impl ShardLog {
+    fn add(&mut self, id: u32, recovered: one_segment::Recovered) {
+        self.lsn_floor = self.lsn_floor.max(recovered.lsn_floor);
+        if recovered.torn_tail_bytes > 0 {
+            self.torn_tail_bytes = recovered.torn_tail_bytes;
+        }
+        self.next_round = recovered.mark.round.saturating_add(1);
+        self.active_end = recovered.valid_end;
+        self.lengths.insert(id, recovered.valid_end);
+        self.files.insert(id, recovered.file);
+        self.hint = recovered.hint;
+        self.hints_loaded += u64::from(recovered.hint_loaded);
+        self.hints_ignored += u64::from(recovered.hint_ignored);
+    }
 }
 
 /// A compaction that crashed before its rename leaves a temporary file; the
 /// segment it was rewriting is still whole, so the temporary file goes. So
-/// does a catalog that was never renamed into place.
-fn discard_unfinished_compaction(storage: &dyn Storage, dir: &Path) -> Result<()> {
+/// does a catalog that was never renamed into place, a hint that was never
+/// renamed into place, and the hint of a segment outside the catalog (a
+/// segment dropped, or a roll never finished).
+fn discard_unfinished_compaction(storage: &dyn Storage, dir: &Path, catalog: &Catalog) -> Result<()> {
     let entries = storage.read_dir(dir).map_err(|error| Error::io("list", dir, error))?;
     let mut removed = false;
     for path in entries {
         let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
-        if name.ends_with(segment::COMPACTION_SUFFIX) || name == catalog::TEMP_NAME {
+        let orphan_hint = hint::parse_hint_name(&path).is_some_and(|id| !(catalog.first..=catalog.last).contains(&id));
+        if name.ends_with(crate::segment::COMPACTION_SUFFIX)
+            || name == catalog::TEMP_NAME
+            || hint::is_temp_name(&path)
+            || orphan_hint
+        {
             storage.remove_file(&path).map_err(|error| Error::io("remove", &path, error))?;
             removed = true;
         }
@@ -240,48 +293,4 @@ fn discard_unfinished_compaction(storage: &dyn Storage, dir: &Path) -> Result<()
         storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
     }
     Ok(())
-}
-
-/// The index being rebuilt. Frames are applied newest-LSN-wins, so the
-/// result does not depend on the order segments are read in.
-struct Replay<'a> {
-    hasher: &'a KeyHasher,
-    index: Index,
-    tombstones: HashMap<u128, u64>,
-    max_lsn: u64,
-    max_updated_ms: u64,
-}
-
-impl Replay<'_> {
-    fn apply(&mut self, segment: u32, frame: &scanner::Frame<'_>, path: &Path) -> Result<()> {
-        let header = &frame.header;
-        self.max_lsn = self.max_lsn.max(header.lsn);
-        self.max_updated_ms = self.max_updated_ms.max(header.updated_ms);
-        let hash = self.hasher.hash(frame.scope, frame.key);
-        let newest = self.index.get(&hash).map(|entry| entry.lsn).max(self.tombstones.get(&hash).copied()).unwrap_or(0);
-        if header.lsn <= newest {
-            return Ok(());
-        }
-        match header.kind {
-            Kind::Put(state) => {
-                self.tombstones.remove(&hash);
-                let too_large = || Error::corruption(path, frame.offset, "frame beyond 4 GiB");
-                let entry = Entry {
-                    lsn: header.lsn,
-                    token: header.token,
-                    deadline_ms: header.deadline_ms,
-                    segment,
-                    offset: u32::try_from(frame.offset).map_err(|_| too_large())?,
-                    frame_len: u32::try_from(frame.len).map_err(|_| too_large())?,
-                    state,
-                };
-                self.index.insert(hash, entry);
-            }
-            Kind::Tombstone => {
-                self.index.remove(&hash);
-                self.tombstones.insert(hash, header.lsn);
-            }
-        }
-        Ok(())
-    }
 }

@@ -3,14 +3,18 @@
 //! without a gap, up to the first damaged frame — and reports exactly what
 //! it dropped. A store that `verify` calls clean is left as it is (but for
 //! the leftovers of an unfinished roll or drop, which open would delete
-//! too).
+//! too). The hint file of every segment it cuts or deletes goes too, and so
+//! does a hint that differs from its segment (open would trust it); the
+//! next writable open writes them again from the log.
 
 use crate::error::{Error, Result};
+use crate::index::KeyHasher;
 use crate::io::{StdStorage, Storage, StorageFile};
 use crate::record::Kind;
 use crate::recovery::{check_catalog, create_shard};
 use crate::segment::catalog::Catalog;
 use crate::segment::header::Mark;
+use crate::segment::hint::{self, Checker, Verdict};
 use crate::segment::scanner::{self, Expected};
 use crate::segment::{self, writer::create_segment};
 use std::path::{Path, PathBuf};
@@ -79,17 +83,24 @@ pub fn repair(dir: &Path) -> Result<RepairReport> {
     let storage = StdStorage;
     let manifest = crate::open::existing_manifest(&storage, dir)?;
     let _lock = crate::open::lock_directory(dir)?;
+    let hasher = KeyHasher::new(manifest.hash_key);
     let mut report = RepairReport::default();
     for shard in 0..manifest.shards {
-        repair_shard(&storage, &segment::shard_dir(dir, shard), shard, &mut report)?;
+        repair_shard(&storage, &segment::shard_dir(dir, shard), shard, &hasher, &mut report)?;
     }
     Ok(report)
 }
 
-fn repair_shard(storage: &dyn Storage, dir: &Path, shard: u32, report: &mut RepairReport) -> Result<()> {
+fn repair_shard(
+    storage: &dyn Storage,
+    dir: &Path,
+    shard: u32,
+    hasher: &KeyHasher,
+    report: &mut RepairReport,
+) -> Result<()> {
     let check = match check_catalog(storage, dir, shard) {
         Ok(check) => check,
-        Err(Error::Corruption { reason, .. }) => return rebuild_catalog(storage, dir, shard, &reason, report),
+        Err(Error::Corruption { reason, .. }) => return rebuild_catalog(storage, dir, shard, hasher, &reason, report),
         Err(error) => return Err(error),
     };
     for path in check.leftovers.iter().chain(&check.unknown) {
@@ -114,9 +125,13 @@ fn repair_shard(storage: &dyn Storage, dir: &Path, shard: u32, report: &mut Repa
         let file = storage.open(path, false).map_err(|error| Error::io("open", path, error))?;
         let active = position + 1 == run.len() && after_gap.is_empty() && *id == check.catalog.last;
         let expected = Expected { shard, segment: *id, active };
-        match first_damage(&*file, path, expected, &mut max_lsn)? {
-            None => {}
-            Some(offset) => {
+        let checker = Checker::open(storage, dir, &*file, path, expected, hasher);
+        match first_damage(&*file, path, expected, &mut max_lsn, checker)? {
+            (None, Verdict::Disagrees { offset, .. }) => {
+                delete_hint(storage, path, &format!("it differs from its segment at offset {offset}"), report)?;
+            }
+            (None, _) => {}
+            (Some(offset), _) => {
                 cut_at = Some((position, offset));
                 break;
             }
@@ -138,6 +153,7 @@ fn repair_shard(storage: &dyn Storage, dir: &Path, shard: u32, report: &mut Repa
             } else {
                 cut(&*file, path, offset)?;
                 report.actions.push(format!("{}: damaged at offset {offset}; cut there", path.display()));
+                delete_hint(storage, path, "its segment was cut", report)?;
                 position + 1
             }
         }
@@ -156,6 +172,7 @@ fn repair_shard(storage: &dyn Storage, dir: &Path, shard: u32, report: &mut Repa
         create_segment(storage, dir, shard, id, floor)?;
         let path = segment::segment_path(dir, id);
         report.actions.push(format!("{}: new active segment, LSNs from {floor}", path.display()));
+        delete_hint(storage, &path, "of an earlier segment of the same id", report)?;
         Catalog { shard, first, last: id }
     } else {
         check.catalog
@@ -169,8 +186,15 @@ fn repair_shard(storage: &dyn Storage, dir: &Path, shard: u32, report: &mut Repa
 }
 
 /// The offset of the first damage of a segment (torn tail or corruption),
-/// or `None`; raises `max_lsn` to the highest LSN read.
-fn first_damage(file: &dyn StorageFile, path: &Path, expected: Expected, max_lsn: &mut u64) -> Result<Option<u64>> {
+/// or `None`, and what `checker` found of its hint; raises `max_lsn` to the
+/// highest LSN read.
+fn first_damage(
+    file: &dyn StorageFile,
+    path: &Path,
+    expected: Expected,
+    max_lsn: &mut u64,
+    mut checker: Checker<'_>,
+) -> Result<(Option<u64>, Verdict)> {
     let mut damage = None;
     let walked = scanner::walk(
         file,
@@ -178,6 +202,7 @@ fn first_damage(file: &dyn StorageFile, path: &Path, expected: Expected, max_lsn
         expected,
         |frame| {
             *max_lsn = (*max_lsn).max(frame.header.lsn);
+            checker.visit(&frame);
             Ok(())
         },
         |damaged| {
@@ -186,10 +211,25 @@ fn first_damage(file: &dyn StorageFile, path: &Path, expected: Expected, max_lsn
         },
     );
     match walked {
-        Ok(_) => Ok(damage),
-        Err(Error::Corruption { .. } | Error::UnsupportedFormatVersion { .. }) => Ok(Some(0)),
+        Ok(scan) => Ok((damage, checker.finish(scan.valid_end))),
+        Err(Error::Corruption { .. } | Error::UnsupportedFormatVersion { .. }) => Ok((Some(0), Verdict::Unchecked)),
         Err(error) => Err(error),
     }
+}
+
+/// Deletes the hint of the segment at `path`, if it has one (a cache: the
+/// next writable open writes it again from the log).
+fn delete_hint(storage: &dyn Storage, path: &Path, why: &str, report: &mut RepairReport) -> Result<()> {
+    let (Some(dir), Some(id)) = (path.parent(), segment::parse_segment_name(path)) else {
+        return Ok(());
+    };
+    let hint = hint::hint_path(dir, id);
+    match storage.remove_file(&hint) {
+        Ok(()) => report.actions.push(format!("{}: deleted ({why})", hint.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(Error::io("remove", &hint, error)),
+    }
+    Ok(())
 }
 
 /// Truncates a segment at `offset` and marks what is left durable.
@@ -248,6 +288,7 @@ fn drop_segment(
 
 fn delete(storage: &dyn Storage, path: &Path, why: &str, report: &mut RepairReport) -> Result<()> {
     storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
+    delete_hint(storage, path, "its segment was deleted", report)?;
     if let Some(dir) = path.parent() {
         storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
     }
@@ -262,6 +303,7 @@ fn rebuild_catalog(
     storage: &dyn Storage,
     dir: &Path,
     shard: u32,
+    hasher: &KeyHasher,
     reason: &str,
     report: &mut RepairReport,
 ) -> Result<()> {
@@ -274,5 +316,5 @@ fn rebuild_catalog(
     Catalog { shard, first: *first, last: *last }.store(storage, dir)?;
     report.actions.push(format!("{}: {reason}; rebuilt from the segments present ({first}..={last})", dir.display()));
     // Now checked and cut like any shard.
-    repair_shard(storage, dir, shard, report)
+    repair_shard(storage, dir, shard, hasher, report)
 }

@@ -66,6 +66,13 @@ pub struct Stats {
     pub records_synced: u64,
     /// Bytes of torn tail cut from active segments at open.
     pub torn_tail_bytes_cut: u64,
+    /// Segments that open rebuilt from their hint files, without reading
+    /// their frames (a hint may cover a prefix; the rest came from the log).
+    pub hints_loaded: u64,
+    /// Hint files that open found but did not use — damaged, truncated,
+    /// stale (their segment was rewritten or cut since) or of another
+    /// version — and replayed those segments from the log instead.
+    pub hints_ignored: u64,
     /// Live records (Processing, Completed, Failed) in the index now,
     /// including expired ones not yet dropped.
     pub live_records: u64,
@@ -154,6 +161,8 @@ counters! {
     fsyncs => "idempo_fsync_total", "fsync calls on segment files";
     records_synced => "idempo_fsync_records_total", "Records made durable by fsyncs";
     torn_tail_bytes_cut => "idempo_torn_tail_cut_bytes_total", "Bytes of torn tail cut from active segments at open";
+    hints_loaded => "idempo_hints_loaded_total", "Segments rebuilt at open from their hint files";
+    hints_ignored => "idempo_hints_ignored_total", "Hint files found at open but not used (damaged or stale): replayed from the log";
 }
 
 /// Describes every metric to the installed recorder (its help text), once

@@ -312,8 +312,11 @@ impl Store {
     }
 
     /// Closes the store: refuses further calls on every clone, makes
-    /// everything durable and releases the directory lock. Dropping the last
-    /// clone also releases the lock (without the final fsync). A compaction
+    /// everything durable, writes the hint file of each shard's active
+    /// segment (so that the next open reads only what is written after it)
+    /// and releases the directory lock. Dropping the last clone also
+    /// releases the lock, without the final fsync (and writes the hint of a
+    /// shard only if all its writes were already durable). A compaction
     /// pass in progress is cut short (it waits for the segment being
     /// rewritten, never for the pacer of
     /// [`Config::compaction_bytes_per_second`]), and answers
@@ -329,6 +332,11 @@ impl Store {
             shard.close(!self.engine.read_only);
         }
         let synced = self.sync();
+        if synced.is_ok() && !self.engine.read_only {
+            for shard in &*self.engine.shards {
+                shard.write_active_hint();
+            }
+        }
         self.engine.lock_file.lock().take();
         synced
     }

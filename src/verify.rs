@@ -6,10 +6,12 @@
 //! which is then reported missing).
 
 use crate::error::{Error, Result};
+use crate::index::KeyHasher;
 use crate::io::{StdStorage, Storage, StorageFile};
 use crate::open::existing_manifest;
 use crate::recovery::check_catalog;
 use crate::segment;
+use crate::segment::hint::{self, Checker, Verdict};
 use crate::segment::scanner::{self, Expected};
 use std::path::{Path, PathBuf};
 
@@ -44,6 +46,15 @@ pub struct VerifyReport {
     /// Torn tails of active segments, which open cuts off (a crash
     /// mid-write, not corruption).
     pub torn_tails: Vec<Damage>,
+    /// Hint files that open would use, each checked entry by entry against
+    /// the frames of its segment and found to list them exactly. (A hint
+    /// that differs from its segment is in `damage`: open would trust it.)
+    pub hints_checked: u64,
+    /// Hint files that open would ignore — damaged, truncated, stale (the
+    /// segment was rewritten or cut since) or of another version — and
+    /// replay their segments from the log instead: not damage; the next
+    /// writable open rewrites them.
+    pub hints_ignored: u64,
 }
 
 impl VerifyReport {
@@ -82,6 +93,7 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
     let storage = StdStorage;
     let manifest = existing_manifest(&storage, dir)?;
     let mut report = VerifyReport { shards: manifest.shards, ..VerifyReport::default() };
+    let hasher = KeyHasher::new(manifest.hash_key);
     for shard in 0..manifest.shards {
         let shard_dir = segment::shard_dir(dir, shard);
         let check = match check_catalog(&storage, &shard_dir, shard) {
@@ -107,23 +119,32 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
         for (id, path) in &check.present {
             let file = storage.open_read_only(path).map_err(|error| Error::io("open", path, error))?;
             let expected = Expected { shard, segment: *id, active: *id == check.catalog.last };
-            check_segment(&*file, path, expected, &mut report)?;
+            let checker = Checker::open(&storage, &shard_dir, &*file, path, expected, &hasher);
+            check_segment(&*file, path, expected, checker, &mut report)?;
         }
     }
     Ok(report)
 }
 
 /// Walks one segment with the scanner that open uses, recording its first
-/// damaged span (a torn tail or damage) instead of stopping the check.
-fn check_segment(file: &dyn StorageFile, path: &Path, expected: Expected, report: &mut VerifyReport) -> Result<()> {
+/// damaged span (a torn tail or damage) instead of stopping the check, and
+/// checks its hint against the frames.
+fn check_segment(
+    file: &dyn StorageFile,
+    path: &Path,
+    expected: Expected,
+    mut checker: Checker<'_>,
+    report: &mut VerifyReport,
+) -> Result<()> {
     let mut records = 0;
     let mut found = None;
     let walked = scanner::walk(
         file,
         path,
         expected,
-        |_| {
+        |frame| {
             records += 1;
+            checker.visit(&frame);
             Ok(())
         },
         |damaged| {
@@ -133,18 +154,32 @@ fn check_segment(file: &dyn StorageFile, path: &Path, expected: Expected, report
     );
     report.segments += 1;
     report.records += records;
-    match walked {
+    match &walked {
         Ok(scan) => report.bytes += scan.len,
         // The header itself is damaged, or names another segment.
         Err(Error::Corruption { offset, reason, .. }) => {
             let length = file.len().unwrap_or(0);
-            report.damage.push(Damage { file: path.to_path_buf(), offset, length, reason });
+            report.damage.push(Damage { file: path.to_path_buf(), offset: *offset, length, reason: reason.clone() });
         }
         Err(Error::UnsupportedFormatVersion { found, .. }) => {
             let reason = format!("format version {found} is not read by this build");
             report.damage.push(Damage { file: path.to_path_buf(), offset: 0, length: 0, reason });
         }
-        Err(error) => return Err(error),
+        Err(_) => return walked.map(|_| ()),
+    }
+    let valid_end = walked.as_ref().map_or(0, |scan| scan.valid_end);
+    match checker.finish(valid_end) {
+        Verdict::Agrees => report.hints_checked += 1,
+        Verdict::Ignored(_) => report.hints_ignored += 1,
+        Verdict::Missing | Verdict::Unchecked => {}
+        Verdict::Disagrees { offset, reason } => report.damage.push(Damage {
+            file: hint::hint_path(path.parent().unwrap_or(Path::new("")), expected.segment),
+            offset: 0,
+            length: 0,
+            reason: format!(
+                "{reason} (segment offset {offset}); open would trust this hint: delete it (or run repair)"
+            ),
+        }),
     }
     if let Some(damaged) = found {
         let span = Damage {

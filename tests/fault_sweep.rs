@@ -154,11 +154,16 @@ fn every_call_of_the_workload_can_fail_without_losing_an_acknowledged_record() {
     let (calls, fired) = run(None);
     assert_eq!(fired, 0);
     assert!(calls > 100, "the workload makes {calls} calls");
+    // How many calls a run makes depends a little on which shard each key
+    // lands in (the hash key is random per store): a shard without a record
+    // writes no hint when the store is dropped. So the sweep goes a little
+    // past the calls of the first run, and a fault planned past the calls of
+    // its own run cannot fire.
     for kind in [Fault::Io, Fault::ShortWrite, Fault::NoSpace] {
-        for after in 0..calls {
-            let (_, fired) = run(Some((after, kind)));
+        for after in 0..calls + 8 {
+            let (made, fired) = run(Some((after, kind)));
             // A full disk only shows on calls that need space.
-            assert!(fired >= 1 || kind == Fault::NoSpace, "{kind:?} after {after} never fired");
+            assert!(fired >= 1 || kind == Fault::NoSpace || made <= after, "{kind:?} after {after} never fired");
         }
     }
 }

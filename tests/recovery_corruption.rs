@@ -54,6 +54,11 @@ fn damage_in_the_middle_of_the_active_segment_names_file_and_offset() {
     let dir = filled_store(3);
     let segment = segments(dir.path()).pop().expect("segment");
     flip(&segment, FIRST_FRAME + 20);
+    // Open replays the log only where no hint covers it: a hint, written at
+    // close, covers these frames, and open does not read what a hint
+    // covers (that damage is found by a read or by verify; see
+    // recovery_hints.rs). Without it the log is replayed and checked.
+    assert_eq!(common::delete_hints(dir.path()), 1);
     match open_error(dir.path()) {
         Error::Corruption { file, offset, .. } => {
             assert_eq!(file, segment);

@@ -71,6 +71,10 @@ fn the_same_hole_after_an_fsync_is_corruption() {
     acquire(&store, &claim).complete(b"d").expect("complete");
     store.sync().expect("sync");
     drop(store);
+    // Everything was durable when the store was dropped, so the active
+    // segment got its hint, and open does not read the frames a hint covers
+    // (recovery_hints.rs): without it, the log is replayed and checked.
+    assert_eq!(common::delete_hints(dir.path()), 1);
     let segment = active_segment(dir.path());
     zero(&segment, offsets[1] + 10, 40);
     match Store::open(dir.path(), config(&clock)) {

@@ -187,7 +187,19 @@ pub(crate) fn scan(
     expected: Expected,
     visit: impl FnMut(Frame<'_>) -> Result<()>,
 ) -> Result<Scan> {
-    walk(file, path, expected, visit, |damaged| {
+    scan_from(file, path, expected, None, visit)
+}
+
+/// [`scan`] from `resume` on (the end of the prefix a hint described), or
+/// from the first frame.
+pub(crate) fn scan_from(
+    file: &dyn StorageFile,
+    path: &Path,
+    expected: Expected,
+    resume: Option<Resume>,
+    visit: impl FnMut(Frame<'_>) -> Result<()>,
+) -> Result<Scan> {
+    walk_from(file, path, expected, resume, visit, |damaged| {
         if damaged.torn_tail {
             Ok(())
         } else {
@@ -207,6 +219,27 @@ pub(crate) fn walk(
     file: &dyn StorageFile,
     path: &Path,
     expected: Expected,
+    visit: impl FnMut(Frame<'_>) -> Result<()>,
+    damaged: impl FnOnce(&Damaged) -> Result<()>,
+) -> Result<Scan> {
+    walk_from(file, path, expected, None, visit, damaged)
+}
+
+/// Where a walk starts when a prefix of the segment is already known (from
+/// its hint): the offset after that prefix's last frame, and that frame's
+/// LSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resume {
+    pub offset: u64,
+    pub last_lsn: u64,
+}
+
+/// [`walk`] from `resume` on, or from the first frame.
+fn walk_from(
+    file: &dyn StorageFile,
+    path: &Path,
+    expected: Expected,
+    resume: Option<Resume>,
     mut visit: impl FnMut(Frame<'_>) -> Result<()>,
     damaged: impl FnOnce(&Damaged) -> Result<()>,
 ) -> Result<Scan> {
@@ -224,8 +257,8 @@ pub(crate) fn walk(
         return Ok(Scan { header, valid_end: len, len, unwritten: 0 });
     }
     let mut reader = Reader { file, path, len, window: Vec::new(), start: 0 };
-    let mut offset = HEADER_BYTES as u64;
-    let mut last_lsn = header.lsn_floor;
+    let start = resume.unwrap_or(Resume { offset: HEADER_BYTES as u64, last_lsn: header.lsn_floor });
+    let (mut offset, mut last_lsn) = (start.offset.clamp(HEADER_BYTES as u64, len), start.last_lsn);
     while offset < len {
         let whole = reader.frame(offset)?.filter(|(frame, _)| frame.lsn >= last_lsn);
         let Some((frame, frame_len)) = whole else {

@@ -20,6 +20,7 @@
 
 use super::catalog::Catalog;
 use super::header::{Mark, SegmentHeader, HEADER_BYTES};
+use super::hint::HintBuilder;
 use crate::error::{Error, Result};
 use crate::io::{Map, Storage, StorageFile};
 use crate::stats::{bump, Counters};
@@ -36,7 +37,8 @@ use std::sync::Arc;
 pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
 /// Zeros to fill with (a static in zero-initialised memory: it costs no
 /// memory until read, and then only the kernel's shared zero page).
-static ZEROS: [u8; ALLOCATION_STEP as usize] = [0; ALLOCATION_STEP as usize];
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -45,6 +47,8 @@ pub(crate) struct ActiveSegment {
     pub file: Arc<dyn StorageFile>,
     /// End of the last whole record: where the next one goes.
     pub end: u64,
+    /// The segment's hint so far, written when it is sealed (or at close).
+    pub hint: HintBuilder,
 }
 
 /// Where an appended frame landed.
@@ -276,12 +280,24 @@ impl Writer {
             return Err(error);
         }
         self.catalog = catalog;
-        let next = ActiveSegment { id, file, end: HEADER_BYTES as u64 };
-        let previous = std::mem::replace(&mut self.active, next);
+        let hint = HintBuilder::new(self.shard, id, self.next_lsn);
+        let next = ActiveSegment { id, file, end: HEADER_BYTES as u64, hint };
+        let mut previous = std::mem::replace(&mut self.active, next);
         self.allocated = HEADER_BYTES as u64;
+        previous.hint.write_logged(&*self.storage, &self.dir, &*previous.file, previous.end);
         self.sealed.insert(previous.id, previous.file);
         self.remap(id);
         Ok(())
+    }
+
+    /// Writes the hint of the active segment as far as it is written (at
+    /// close, once everything is durable); none for a segment without a
+    /// record, which open reads at no cost.
+    pub(crate) fn write_active_hint(&mut self) {
+        let active = &mut self.active;
+        if active.end > HEADER_BYTES as u64 {
+            active.hint.write_logged(&*self.storage, &self.dir, &*active.file, active.end);
+        }
     }
 }
 

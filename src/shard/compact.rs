@@ -14,6 +14,7 @@ use crate::record::{self, Header, Kind, PREFIX_BYTES};
 use crate::segment;
 use crate::segment::catalog::Catalog;
 use crate::segment::header::{SegmentHeader, HEADER_BYTES};
+use crate::segment::hint::{self, HintBuilder, HintEntry};
 use crate::segment::scanner::{self, Expected, FrameCopier};
 use crate::stats::bump;
 use std::path::Path;
@@ -76,6 +77,8 @@ struct Rewritten {
     len: u64,
     /// (index hash, LSN, new offset) of every kept record.
     moved: Vec<(u128, u64, u32)>,
+    /// The hint of the new file.
+    hint: HintBuilder,
 }
 
 /// Appends to a new file through a bounded buffer.
@@ -168,8 +171,12 @@ impl Shard {
             return Ok(len);
         }
         let header = SegmentHeader { shard: self.id, segment: id, lsn_floor: scan.header.lsn_floor };
-        let rewritten = self.write_replacement(&*file, &path, &header, &planned)?;
+        let mut rewritten = self.write_replacement(&*file, &path, &header, &planned)?;
         self.switch_in(id, &path, &rewritten)?;
+        // Outside the lock: the rewritten file never changes again, and no
+        // other writer writes this segment's hint.
+        let (written, new_file) = &mut rewritten;
+        written.hint.write_logged(&*self.storage, &self.dir, &**new_file, written.len);
         let written = rewritten.0.len;
         report.segments_rewritten += 1;
         report.bytes_reclaimed += len - written;
@@ -298,6 +305,8 @@ impl Shard {
             state.usage.remove(&id);
         }
         self.storage.remove_file(path).map_err(|error| Error::io("remove", path, error))?;
+        // A hint left behind (this fails, or a crash) is deleted at open.
+        let _deleted_here_or_at_open = self.storage.remove_file(&hint::hint_path(&self.dir, id));
         self.storage.sync_dir(&self.dir).map_err(|error| Error::io("fsync", &self.dir, error))
     }
 
@@ -326,16 +335,22 @@ fn fill(
     out.push(&header.encode())?;
     let mut copier = FrameCopier::new(old, path)?;
     let mut moved = Vec::new();
+    let mut hint = HintBuilder::new(header.shard, header.segment, header.lsn_floor);
     for plan in planned {
+        let at = out.offset();
         match (plan.decision, plan.header.kind) {
             (Decision::Drop, _) => {}
             (Decision::Keep | Decision::Retain, _) | (Decision::Shadow, Kind::Tombstone) => {
-                if plan.decision == Decision::Keep {
-                    let offset = u32::try_from(out.offset())
+                let keep = plan.decision == Decision::Keep;
+                if keep {
+                    let offset = u32::try_from(at)
                         .map_err(|_| Error::corruption(path, plan.offset, "rewritten segment beyond 4 GiB"))?;
                     moved.push((plan.hash, plan.header.lsn, offset));
                 }
                 copier.copy(plan.offset, plan.len, &mut |bytes| out.push(bytes))?;
+                // A kept put is the newest record of a live key.
+                let entry = HintEntry::of_frame(plan.hash, &plan.header, at, plan.len);
+                hint.push(&entry, plan.header.updated_ms, keep && matches!(plan.header.kind, Kind::Put(_)));
             }
             (Decision::Shadow, Kind::Put(_)) => {
                 let names = u64::from(plan.header.scope_len) + u64::from(plan.header.key_len);
@@ -349,9 +364,11 @@ fn fill(
                 let mut frame = Vec::new();
                 record::encode(&tombstone, scope, rest, &[], &mut frame);
                 out.push(&frame)?;
+                let entry = HintEntry::of_frame(plan.hash, &tombstone, at, frame.len() as u64);
+                hint.push(&entry, tombstone.updated_ms, false);
             }
         }
     }
     out.flush()?;
-    Ok(Rewritten { len: out.offset(), moved })
+    Ok(Rewritten { len: out.offset(), moved, hint })
 }

@@ -85,11 +85,25 @@ impl Shard {
         recovered: Recovered,
         now: Now,
     ) -> Result<Self> {
-        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
-            recovered;
+        let Recovered {
+            dir,
+            index,
+            active,
+            sealed,
+            next_lsn,
+            torn_tail_bytes,
+            lengths,
+            catalog,
+            next_round,
+            hints_loaded,
+            hints_ignored,
+            ..
+        } = recovered;
         let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog)?;
         let counters = Counters::new(id);
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);
+        counters.hints_loaded.add(hints_loaded);
+        counters.hints_ignored.add(hints_ignored);
         let state = ShardState::new(index, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
@@ -139,6 +153,17 @@ impl Shard {
         self.closed.store(true, Ordering::Release);
         if trim {
             state.log.trim();
+        }
+    }
+
+    /// Writes the hint of the active segment, if everything written to it
+    /// is durable and the shard is not poisoned (at close, and when the
+    /// last handle is dropped): the next open then replays only what is
+    /// written after it.
+    pub(crate) fn write_active_hint(&self) {
+        let mut state = self.state.write();
+        if !self.commit.is_poisoned() && !self.commit.is_dirty() {
+            state.log.write_active_hint();
         }
     }
 

@@ -10,6 +10,7 @@ use crate::compaction::SegmentUsage;
 use crate::error::{Error, Result};
 use crate::index::{Entry, Index, LeaseEnds};
 use crate::record::{self, Header, Kind, State};
+use crate::segment::hint::HintEntry;
 use crate::segment::writer::{GroupCommit, Writer};
 use crate::stats::{bump, Counters};
 use crate::transition;
@@ -220,6 +221,8 @@ impl ShardState {
         // Even a failed append may have rolled to a new segment.
         self.usage.entry(self.log.active.id).or_default().total_bytes = self.log.active.end;
         let appended = appended?;
+        let hinted = HintEntry::of_frame(key.hash, &header, appended.offset.into(), appended.frame_len.into());
+        self.log.active.hint.push(&hinted, header.updated_ms, hinted.is_claim());
         match header.kind {
             Kind::Put(record_state) => {
                 let entry = Entry {

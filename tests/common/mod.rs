@@ -77,3 +77,31 @@ pub fn segment_files(dir: &Path, shard: u32) -> Vec<PathBuf> {
     segments.sort();
     segments
 }
+
+/// The hint files of shard `shard` of the store in `dir`, oldest first.
+pub fn hint_files(dir: &Path, shard: u32) -> Vec<PathBuf> {
+    let mut hints: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("shard-{shard:04}")))
+        .expect("ls")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "hint"))
+        .collect();
+    hints.sort();
+    hints
+}
+
+/// Deletes every hint file of the store in `dir`, so that the next open
+/// replays every segment from the log; returns how many there were.
+pub fn delete_hints(dir: &Path) -> usize {
+    let mut deleted = 0;
+    for shard in std::fs::read_dir(dir).expect("ls") {
+        let shard = shard.expect("entry").path();
+        let Some(id) = shard.file_name().and_then(|name| name.to_str()?.strip_prefix("shard-")?.parse().ok()) else {
+            continue;
+        };
+        for hint in hint_files(dir, id) {
+            std::fs::remove_file(hint).expect("remove hint");
+            deleted += 1;
+        }
+    }
+    deleted
+}

@@ -119,6 +119,13 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
         count(report.records),
         bytes(report.bytes)
     ))?;
+    if report.hints_checked + report.hints_ignored > 0 {
+        out.line(format_args!(
+            "hint files: {} match their segments, {} ignored by open (rewritten at the next writable open)",
+            count(report.hints_checked),
+            count(report.hints_ignored)
+        ))?;
+    }
     let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at the next writable open)", span));
     for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
         out.line(format_args!(

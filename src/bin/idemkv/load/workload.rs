@@ -59,7 +59,9 @@ impl Workload {
         *random ^= *random << 13;
         *random ^= *random >> 7;
         *random ^= *random << 17;
-        let existing = self.created.load(Ordering::Relaxed);
+        // Threads racing for the last new key may push the counter past
+        // `keys`; the keys that exist stop there.
+        let existing = self.created.load(Ordering::Relaxed).min(self.keys);
         let replay = existing > 0 && ((*random % 10_000) as f64) < self.replay_ratio * 10_000.0;
         if replay || existing >= self.keys {
             (*random >> 16) % existing.max(1)

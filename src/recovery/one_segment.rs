@@ -1,0 +1,178 @@
+//! Recovering one segment at open: the prefix its hint describes, when the
+//! hint matches the segment as it is, then the rest (or all of it) from the
+//! log with the scanner. A missing, damaged or stale hint falls back to the
+//! log, reported only as a debug event and a counter.
+
+use super::replay::Replay;
+use super::Access;
+use crate::error::{Error, Result};
+use crate::io::{Storage, StorageFile};
+use crate::segment::header::Mark;
+use crate::segment::hint::{self, Described, HintBuilder, HintEntry, HintReader, Opened};
+use crate::segment::scanner::{self, Expected, Resume};
+use crate::telemetry::event;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What recovering a shard's segments shares.
+#[derive(Clone, Copy)]
+pub(crate) struct Context<'a> {
+    pub storage: &'a dyn Storage,
+    pub dir: &'a Path,
+    pub shard: u32,
+    pub access: Access,
+}
+
+/// A segment opened and its hint checked, before anything is replayed.
+pub(crate) struct Prepared {
+    id: u32,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    expected: Expected,
+    lsn_floor: u64,
+    mark: Mark,
+    hint: Opened,
+}
+
+impl Prepared {
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Keys the hint says the segment brings into the index, and its
+    /// tombstones (estimates for pre-sizing; 0 without a usable hint).
+    pub(crate) fn hinted_keys(&self) -> (u64, u64) {
+        match &self.hint {
+            Opened::Usable(reader) => (reader.header.keys, reader.header.tombstones),
+            Opened::Missing | Opened::Ignored(_) => (0, 0),
+        }
+    }
+}
+
+/// One segment as recovered.
+pub(crate) struct Recovered {
+    pub file: Arc<dyn StorageFile>,
+    pub lsn_floor: u64,
+    /// End of the last whole frame.
+    pub valid_end: u64,
+    /// Bytes after it (cut by a writable open).
+    pub torn_tail_bytes: u64,
+    /// The durable mark found in the header.
+    pub mark: Mark,
+    /// The hint of every frame of the segment (collected for the active
+    /// segment of a writable open; off otherwise).
+    pub hint: HintBuilder,
+    pub hint_loaded: bool,
+    pub hint_ignored: bool,
+}
+
+/// Opens segment `id` at `path` and the hint beside it.
+pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) -> Result<Prepared> {
+    let file = match context.access {
+        Access::ReadWrite => context.storage.open(path, false),
+        Access::ReadOnly => context.storage.open_read_only(path),
+    };
+    let file = file.map_err(|error| Error::io("open", path, error))?;
+    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+    let expected = Expected { shard: context.shard, segment: id, active };
+    let (header, mark) = scanner::read_header(&*file, path, len, expected)?;
+    // A sealed segment was fsynced whole at its roll.
+    let durable_end = if active { mark.synced_end } else { len };
+    let described =
+        Described { file: &*file, shard: context.shard, segment: id, lsn_floor: header.lsn_floor, len, durable_end };
+    let hint = hint::open(context.storage, context.dir, &described);
+    Ok(Prepared { id, path: path.to_path_buf(), file, expected, lsn_floor: header.lsn_floor, mark, hint })
+}
+
+/// Replays a prepared segment into `replay`: the prefix its hint covers,
+/// then the log after it. A writable open cuts a torn tail and writes the
+/// hint of a sealed segment whose hint did not cover it whole.
+pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Replay<'_>) -> Result<Recovered> {
+    let Prepared { id, path, file, expected, lsn_floor, mark, hint } = prepared;
+    let len = file.len().map_err(|error| Error::io("stat", &path, error))?;
+    let covers_all = matches!(&hint, Opened::Usable(reader) if reader.header.end == len);
+    let writable = context.access == Access::ReadWrite;
+    let mut collect = writable && (expected.active || !covers_all);
+    let fresh = |collect| if collect { HintBuilder::new(context.shard, id, lsn_floor) } else { HintBuilder::off() };
+    let mut builder = fresh(collect);
+    let (mut resume, mut hint_loaded, mut hint_ignored) = (None, false, false);
+    match hint {
+        Opened::Missing => {}
+        Opened::Ignored(reason) => {
+            hint_ignored = true;
+            ignored(context.shard, id, reason);
+        }
+        Opened::Usable(mut reader) => match load(&mut reader, id, replay, &mut builder) {
+            Ok(()) => {
+                hint_loaded = true;
+                resume = Some(Resume { offset: reader.header.end, last_lsn: reader.header.last_lsn });
+            }
+            Err(reason) => {
+                // What was applied came from blocks whose CRC checked, of a
+                // hint that matched this segment: the log replays the same
+                // frames again, which changes nothing.
+                hint_ignored = true;
+                ignored(context.shard, id, reason);
+                collect = writable;
+                builder = fresh(collect);
+            }
+        },
+    }
+    let scan = scanner::scan_from(&*file, &path, expected, resume, |frame| {
+        let hash = replay.hash(frame.scope, frame.key);
+        let entry = HintEntry::of_frame(hash, &frame.header, frame.offset, frame.len);
+        replay.apply(id, &entry).map_err(|reason| Error::corruption(&path, frame.offset, reason))?;
+        replay.max_updated_ms = replay.max_updated_ms.max(frame.header.updated_ms);
+        builder.push(&entry, frame.header.updated_ms, entry.is_claim());
+        Ok(())
+    })?;
+    let mut torn_tail_bytes = 0;
+    // Zeros the writer filled ahead of its records stay (it writes into
+    // them next); anything else after the last whole frame is torn.
+    if scan.valid_end + scan.unwritten < scan.len {
+        if context.access == Access::ReadWrite {
+            file.set_len(scan.valid_end)
+                .and_then(|()| file.sync())
+                .map_err(|error| Error::io("truncate", &path, error))?;
+        }
+        torn_tail_bytes = scan.len - scan.valid_end;
+    }
+    if collect && !expected.active {
+        builder.write_logged(context.storage, context.dir, &*file, scan.valid_end);
+        builder = HintBuilder::off();
+    }
+    Ok(Recovered {
+        file,
+        lsn_floor,
+        valid_end: scan.valid_end,
+        torn_tail_bytes,
+        mark,
+        hint: builder,
+        hint_loaded,
+        hint_ignored,
+    })
+}
+
+/// Applies every entry of a hint (and hands each to `builder`).
+fn load(
+    reader: &mut HintReader,
+    id: u32,
+    replay: &mut Replay<'_>,
+    builder: &mut HintBuilder,
+) -> std::result::Result<(), &'static str> {
+    let mut entries = Vec::new();
+    while reader.next_block(&mut entries)? {
+        for entry in &entries {
+            replay.apply(id, entry)?;
+            builder.push(entry, 0, entry.is_claim());
+        }
+    }
+    replay.max_updated_ms = replay.max_updated_ms.max(reader.header.max_updated_ms);
+    builder.raise_updated(reader.header.max_updated_ms);
+    Ok(())
+}
+
+#[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+fn ignored(shard: u32, segment: u32, reason: &str) {
+    event!(debug, shard, segment, reason, "hint ignored; the segment is replayed from the log");
+}

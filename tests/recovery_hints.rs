@@ -1,0 +1,321 @@
+//! Hint files: an open that rebuilds segments from their hints gives the
+//! same answers as one that replays the log; a missing, damaged, truncated
+//! or stale hint falls back to the log and loses nothing; a read-only open
+//! writes none; damage a hint hides from open is found by reads, verify and
+//! repair.
+
+mod common;
+
+use common::{acquire, delete_hints, fingerprint, hint_files, segment_files, START_MS};
+use idemkv::{ClaimRequest, Config, Durability, Error, ManualClock, Record, Store};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const KEYS: usize = 400;
+
+fn config(clock: &ManualClock) -> Config {
+    Config::new()
+        .shards(2)
+        .durability(Durability::Buffered)
+        .segment_bytes(8192)
+        .response_bytes_max(1024)
+        .compaction_interval(None)
+        .compaction_bytes_per_second(0)
+        .clock(Arc::new(clock.clone()))
+}
+
+fn key(index: usize) -> String {
+    format!("key-{index:04}")
+}
+
+/// A closed store with records in every state over many segments of two
+/// shards: completed, failed, processing (renewed), released, removed,
+/// expired, superseded, with one compaction pass between writes so that
+/// some segments were rewritten.
+fn varied_store(dir: &Path, clock: &ManualClock) {
+    let store = Store::open(dir, config(clock)).expect("open");
+    for index in 0..KEYS {
+        let name = key(index);
+        let short = ClaimRequest::new(&name, fingerprint(&name)).ttl(Duration::from_secs(60));
+        let request = if index % 9 == 0 { short } else { ClaimRequest::new(&name, fingerprint(&name)) };
+        let mut lease = acquire(&store, &request);
+        match index % 6 {
+            0 | 1 => lease.complete(format!("response {index}").as_bytes()).expect("complete"),
+            2 => lease.fail(b"declined").expect("fail"),
+            3 => lease.release().expect("release"),
+            4 => {
+                lease.renew(Duration::from_secs(90)).expect("renew");
+                drop(lease.into_token());
+            }
+            _ => {
+                lease.complete(b"soon removed").expect("complete");
+                store.remove(b"", name.as_bytes()).expect("remove");
+            }
+        }
+        if index == KEYS / 2 {
+            clock.advance(Duration::from_secs(120));
+            store.compact().expect("compact");
+        }
+    }
+    store.close().expect("close");
+}
+
+/// What the store answers for every key, and its census.
+fn answers(store: &Store) -> (BTreeMap<String, Option<Record>>, idemkv::Census) {
+    let records =
+        (0..KEYS + 10).map(|index| (key(index), store.get(b"", key(index).as_bytes()).expect("get"))).collect();
+    (records, store.census().expect("census"))
+}
+
+fn open_answers(
+    dir: &Path,
+    clock: &ManualClock,
+) -> ((BTreeMap<String, Option<Record>>, idemkv::Census), idemkv::Stats) {
+    let store = Store::open(dir, config(clock)).expect("open");
+    let answers = answers(&store);
+    let stats = store.stats();
+    store.close().expect("close");
+    (answers, stats)
+}
+
+fn all_hints(dir: &Path) -> Vec<PathBuf> {
+    [0, 1].into_iter().flat_map(|shard| hint_files(dir, shard)).collect()
+}
+
+fn all_segments(dir: &Path) -> usize {
+    [0, 1].into_iter().map(|shard| segment_files(dir, shard).len()).sum()
+}
+
+#[test]
+fn an_open_from_hints_answers_every_key_as_an_open_from_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    varied_store(dir.path(), &clock);
+    let segments = all_segments(dir.path());
+    assert!(segments > 10, "expected many segments, found {segments}");
+    assert_eq!(all_hints(dir.path()).len(), segments, "every segment has a hint after close");
+    let (with_hints, stats) = open_answers(dir.path(), &clock);
+    assert_eq!(stats.hints_loaded, segments as u64, "{stats:?}");
+    assert_eq!(stats.hints_ignored, 0);
+    assert_eq!(delete_hints(dir.path()), segments);
+    let (from_log, stats) = open_answers(dir.path(), &clock);
+    assert_eq!(stats.hints_loaded, 0);
+    assert_eq!(from_log, with_hints);
+    assert!(from_log.0.values().filter(|record| record.is_some()).count() > KEYS / 3, "a store worth comparing");
+    // That open wrote the hints back.
+    assert_eq!(all_hints(dir.path()).len(), segments);
+    let (again, stats) = open_answers(dir.path(), &clock);
+    assert_eq!(stats.hints_loaded, segments as u64);
+    assert_eq!(again, with_hints);
+    let report = idemkv::verify(dir.path()).expect("verify");
+    assert!(report.is_clean(), "{:?}", report.damage);
+    assert_eq!(report.hints_checked, segments as u64);
+}
+
+/// Opens with hints that are damaged in some way and checks that every
+/// answer is the log's, and that the damaged hints were ignored, counted
+/// and written again.
+fn falls_back(dir: &Path, clock: &ManualClock, expected: &(BTreeMap<String, Option<Record>>, idemkv::Census)) {
+    let (answers, stats) = open_answers(dir, clock);
+    assert!(stats.hints_ignored >= 1, "{stats:?}");
+    assert_eq!(&answers, expected);
+    let (_, stats) = open_answers(dir, clock);
+    assert_eq!(stats.hints_ignored, 0, "the next open found good hints again");
+}
+
+#[test]
+fn a_damaged_or_truncated_hint_falls_back_to_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    varied_store(dir.path(), &clock);
+    let (expected, _) = open_answers(dir.path(), &clock);
+    let hints = all_hints(dir.path());
+    // A byte flipped in a header, in a block; a hint cut short; an empty one.
+    for (index, damage) in ["header", "block", "truncated", "empty"].iter().enumerate() {
+        let path = &hints[index * 3];
+        let mut bytes = std::fs::read(path).expect("read");
+        match *damage {
+            "header" => bytes[30] ^= 0x01,
+            "block" => *bytes.last_mut().expect("bytes") ^= 0x80,
+            "truncated" => bytes.truncate(bytes.len() - 7),
+            _ => bytes.clear(),
+        }
+        std::fs::write(path, bytes).expect("write");
+        falls_back(dir.path(), &clock, &expected);
+    }
+}
+
+#[test]
+fn a_stale_hint_or_one_of_another_segment_falls_back_to_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    varied_store(dir.path(), &clock);
+    let (expected, _) = open_answers(dir.path(), &clock);
+    // The hint of another segment under this one's name.
+    let hints = hint_files(dir.path(), 0);
+    std::fs::copy(&hints[2], &hints[3]).expect("swap in");
+    falls_back(dir.path(), &clock, &expected);
+    // The hint of a segment before a compaction rewrote it.
+    let before: Vec<Vec<u8>> =
+        hint_files(dir.path(), 0).iter().map(|path| std::fs::read(path).expect("read")).collect();
+    clock.advance(Duration::from_secs(3600));
+    let store = Store::open(dir.path(), config(&clock)).expect("open");
+    let report = store.compact().expect("compact");
+    assert!(report.segments_rewritten > 0, "{report:?}");
+    let expected = answers(&store);
+    store.close().expect("close");
+    let mut restored = 0;
+    for (path, old) in hint_files(dir.path(), 0).iter().zip(&before) {
+        if std::fs::read(path).expect("read") != *old {
+            std::fs::write(path, old).expect("restore");
+            restored += 1;
+        }
+    }
+    assert!(restored > 0);
+    falls_back(dir.path(), &clock, &expected);
+}
+
+#[test]
+fn a_crash_between_a_segment_and_its_hint_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    varied_store(dir.path(), &clock);
+    let (expected, _) = open_answers(dir.path(), &clock);
+    let shard = dir.path().join("shard-0001");
+    let hints = hint_files(dir.path(), 1);
+    // The roll fsynced the segment, then the crash came before the hint's
+    // rename: its temporary file is there, the hint is not. Another hint
+    // outlived its segment (a drop that crashed after deleting it).
+    std::fs::rename(&hints[1], hints[1].with_extension("hint.tmp")).expect("unfinished");
+    std::fs::write(shard.join("0000000000.hint"), b"of a segment dropped long ago").expect("orphan");
+    let (answers, stats) = open_answers(dir.path(), &clock);
+    assert_eq!(answers, expected);
+    assert_eq!(stats.hints_ignored, 0, "a missing hint is not an ignored one");
+    assert!(!hints[1].with_extension("hint.tmp").exists(), "the temporary file is deleted");
+    assert!(!shard.join("0000000000.hint").exists(), "the orphan is deleted");
+    assert!(hints[1].exists(), "the missing hint is written again");
+}
+
+#[test]
+fn writes_after_the_hint_of_the_active_segment_are_replayed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1).segment_bytes(1 << 20);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    for index in 0..50 {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"first").expect("complete");
+    }
+    store.close().expect("close");
+    // The active segment's hint covers those 50; then more writes, and the
+    // store is dropped with them not yet durable: its hint stays as it was.
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    assert_eq!(store.stats().hints_loaded, 1);
+    for index in 50..80 {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"second").expect("complete");
+    }
+    store.remove(b"", key(3).as_bytes()).expect("remove");
+    let hint = hint_files(dir.path(), 0).pop().expect("a hint");
+    let before = std::fs::read(&hint).expect("read");
+    drop(store);
+    assert_eq!(std::fs::read(&hint).expect("read"), before, "a hint past the durable writes");
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    assert_eq!(store.stats().hints_loaded, 1, "the prefix came from the hint");
+    assert_eq!(store.stats().live_records, 79);
+    assert!(store.get(b"", key(3).as_bytes()).expect("get").is_none());
+    assert_eq!(store.get(b"", key(7).as_bytes()).expect("get").expect("present").response, b"first");
+    assert_eq!(store.get(b"", key(77).as_bytes()).expect("get").expect("present").response, b"second");
+}
+
+#[test]
+fn a_read_only_open_writes_no_hint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    varied_store(dir.path(), &clock);
+    delete_hints(dir.path());
+    let before = common::snapshot::snapshot(dir.path());
+    let store = Store::open_read_only(dir.path(), config(&clock)).expect("read-only open");
+    assert_eq!(store.stats().hints_loaded, 0);
+    store.close().expect("close");
+    assert_eq!(common::snapshot::snapshot(dir.path()), before);
+    assert!(all_hints(dir.path()).is_empty());
+}
+
+#[test]
+fn damage_that_a_hint_hides_from_open_is_found_by_reads_verify_and_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    for index in 0..60 {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(&[b'r'; 200]).expect("complete");
+    }
+    store.close().expect("close");
+    // The first key's completion, in the oldest segment: a byte of its
+    // response flipped.
+    let sealed = segment_files(dir.path(), 0)[0].clone();
+    let mut bytes = std::fs::read(&sealed).expect("read");
+    let at = bytes.windows(200).position(|window| window == [b'r'; 200]).expect("a response");
+    bytes[at + 100] ^= 0x01;
+    std::fs::write(&sealed, bytes).expect("write");
+    let store = Store::open(dir.path(), cfg()).expect("open does not read what the hint covers");
+    match store.get(b"", key(0).as_bytes()) {
+        Err(Error::Corruption { file, .. }) => assert_eq!(file, sealed),
+        other => panic!("the damaged record must be refused, got {other:?}"),
+    }
+    store.close().expect("close");
+    let report = idemkv::verify(dir.path()).expect("verify");
+    assert!(report.damage.iter().any(|damage| damage.file == sealed), "{:?}", report.damage);
+    let repaired = idemkv::repair(dir.path()).expect("repair");
+    assert!(repaired.actions.iter().any(|action| action.contains(".hint: deleted")), "{:?}", repaired.actions);
+    let report = idemkv::verify(dir.path()).expect("verify");
+    assert!(report.is_clean(), "{:?}", report.damage);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    // Repair cut the log at the damaged completion: the claim before it is
+    // what is left of the key.
+    let left = store.get(b"", key(0).as_bytes()).expect("get").expect("the claim stays");
+    assert_eq!(left.state, idemkv::State::Processing);
+    assert!(store.get(b"", key(59).as_bytes()).expect("get").is_none(), "what came after the damage is cut");
+}
+
+/// The CRC of a hint block (see docs/format.md): over the header's CRC
+/// field, the block's length and count, and its payload.
+fn block_crc(header_crc: &[u8], fields: &[u8], payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(header_crc);
+    hasher.update(fields);
+    hasher.update(payload);
+    hasher.finalize()
+}
+
+#[test]
+fn a_hint_that_lies_about_its_segment_is_damage_to_verify_and_gone_after_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    for index in 0..60 {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"done").expect("complete");
+    }
+    store.close().expect("close");
+    // Rewrite the first entry's hash (after its kind byte) and seal the
+    // block again with a correct CRC: a hint whose checks all pass but
+    // which names another key. Open trusts it.
+    let hint = hint_files(dir.path(), 0)[0].clone();
+    let mut bytes = std::fs::read(&hint).expect("read");
+    let (header, block) = bytes.split_at_mut(88);
+    block[12 + 1] ^= 0xff;
+    let payload_len = usize::try_from(u32::from_le_bytes(block[..4].try_into().expect("4 bytes"))).expect("small");
+    let crc = block_crc(&header[84..88], &block[..8], &block[12..12 + payload_len]);
+    block[8..12].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&hint, &bytes).expect("write");
+    let report = idemkv::verify(dir.path()).expect("verify");
+    assert!(report.damage.iter().any(|damage| damage.file == hint), "{:?}", report.damage);
+    let repaired = idemkv::repair(dir.path()).expect("repair");
+    assert!(repaired.dropped_nothing(), "{repaired:?}");
+    assert!(!hint.exists());
+    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"done");
+}
