@@ -23,7 +23,7 @@ pub(crate) struct Context<'a> {
     pub access: Access,
 }
 
-/// A segment opened and its hint checked, before anything is replayed.
+/// A segment opened and its header checked, before anything is replayed.
 pub(crate) struct Prepared {
     id: u32,
     path: PathBuf,
@@ -31,7 +31,10 @@ pub(crate) struct Prepared {
     expected: Expected,
     lsn_floor: u64,
     mark: Mark,
-    hint: Opened,
+    /// How far the segment is durable (its length if sealed).
+    durable_end: u64,
+    /// The keys and tombstones its hint's header counts.
+    hinted: (u64, u64),
 }
 
 impl Prepared {
@@ -40,11 +43,19 @@ impl Prepared {
     }
 
     /// Keys the hint says the segment brings into the index, and its
-    /// tombstones (estimates for pre-sizing; 0 without a usable hint).
+    /// tombstones (estimates for pre-sizing; 0 without a plausible hint).
     pub(crate) fn hinted_keys(&self) -> (u64, u64) {
-        match &self.hint {
-            Opened::Usable(reader) => (reader.header.keys, reader.header.tombstones),
-            Opened::Missing | Opened::Ignored(_) => (0, 0),
+        self.hinted
+    }
+
+    fn described(&self, len: u64) -> Described<'_> {
+        Described {
+            file: &*self.file,
+            shard: self.expected.shard,
+            segment: self.id,
+            lsn_floor: self.lsn_floor,
+            len,
+            durable_end: self.durable_end,
         }
     }
 }
@@ -66,7 +77,7 @@ pub(crate) struct Recovered {
     pub hint_ignored: bool,
 }
 
-/// Opens segment `id` at `path` and the hint beside it.
+/// Opens segment `id` at `path` and reads the counts of the hint beside it.
 pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) -> Result<Prepared> {
     let file = match context.access {
         Access::ReadWrite => context.storage.open(path, false),
@@ -78,18 +89,27 @@ pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) 
     let (header, mark) = scanner::read_header(&*file, path, len, expected)?;
     // A sealed segment was fsynced whole at its roll.
     let durable_end = if active { mark.synced_end } else { len };
-    let described =
-        Described { file: &*file, shard: context.shard, segment: id, lsn_floor: header.lsn_floor, len, durable_end };
-    let hint = hint::open(context.storage, context.dir, &described);
-    Ok(Prepared { id, path: path.to_path_buf(), file, expected, lsn_floor: header.lsn_floor, mark, hint })
+    let mut prepared = Prepared {
+        id,
+        path: path.to_path_buf(),
+        file,
+        expected,
+        lsn_floor: header.lsn_floor,
+        mark,
+        durable_end,
+        hinted: (0, 0),
+    };
+    prepared.hinted = hint::counts(context.storage, context.dir, &prepared.described(len));
+    Ok(prepared)
 }
 
 /// Replays a prepared segment into `replay`: the prefix its hint covers,
 /// then the log after it. A writable open cuts a torn tail and writes the
 /// hint of a sealed segment whose hint did not cover it whole.
 pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Replay<'_>) -> Result<Recovered> {
-    let Prepared { id, path, file, expected, lsn_floor, mark, hint } = prepared;
-    let len = file.len().map_err(|error| Error::io("stat", &path, error))?;
+    let len = prepared.file.len().map_err(|error| Error::io("stat", &prepared.path, error))?;
+    let hint = hint::open(context.storage, context.dir, &prepared.described(len));
+    let Prepared { id, path, file, expected, lsn_floor, mark, .. } = prepared;
     let covers_all = matches!(&hint, Opened::Usable(reader) if reader.header.end == len);
     let writable = context.access == Access::ReadWrite;
     let mut collect = writable && (expected.active || !covers_all);
