@@ -296,3 +296,39 @@ fn a_hint_that_cannot_be_written_fails_no_call() {
         .all(|record| record.as_ref().is_some_and(|record| record.response == b"done")));
     assert!(!all_hints(dir.path()).is_empty(), "a healthy disk gets them at the next open");
 }
+
+/// The `end` field of a hint file: the offset after the frames it covers.
+fn hint_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read hint");
+    u64::from_le_bytes(bytes[28..36].try_into().expect("8 bytes"))
+}
+
+#[test]
+fn a_sealed_segment_with_the_hint_of_a_prefix_gets_a_whole_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    acquire(&store, &ClaimRequest::new(&key(0), fingerprint("a"))).complete(b"first").expect("complete");
+    store.close().expect("close");
+    // The hint of the active segment's first records, kept aside while the
+    // segment fills up and is sealed (as if its hint at the roll was never
+    // written), then put back.
+    let first = hint_files(dir.path(), 0).pop().expect("the active segment's hint");
+    let prefix = std::fs::read(&first).expect("read");
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    for index in 1..KEYS {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"more").expect("complete");
+    }
+    store.close().expect("close");
+    let segment = segment_files(dir.path(), 0)[0].clone();
+    let len = std::fs::metadata(&segment).expect("stat").len();
+    assert!(hint_end(&first) == len && segment_files(dir.path(), 0).len() > 1, "sealed, with a whole hint");
+    std::fs::write(&first, &prefix).expect("put the prefix's hint back");
+    assert!(hint_end(&first) < len);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    assert_eq!(store.stats().hints_ignored, 0, "a hint of a prefix is used for the prefix");
+    assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"first");
+    assert_eq!(store.get(b"", key(7).as_bytes()).expect("get").expect("present").response, b"more");
+    assert_eq!(hint_end(&first), len, "the open wrote a whole hint back");
+}
