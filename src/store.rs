@@ -65,13 +65,21 @@ pub struct Store {
 impl Store {
     /// Opens the store in `dir`, creating it (and the directory) if new.
     ///
+    /// Each shard's index is rebuilt segment by segment: from the segment's
+    /// hint file where one matches it (see `docs/format.md`), and from the
+    /// log after what the hint covers, or all of it; a hint that is missing,
+    /// damaged or stale only costs that replay ([`Stats::hints_ignored`]),
+    /// and this open writes it again.
+    ///
     /// # Errors
     /// [`Error::InvalidConfig`]; [`Error::NotAStore`] for a non-empty
     /// directory without a manifest; [`Error::Locked`] when another handle
     /// has it open (a writer, or read-only handles from
     /// [`Store::open_read_only`]); [`Error::ShardCountMismatch`];
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
-    /// file and offset of damage that is not a torn tail; I/O errors.
+    /// file and offset of damage that is not a torn tail, in the frames
+    /// this open reads (those a hint covers are checked when read, and by
+    /// [`crate::verify`]); I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let engine = Arc::new(open::open(dir.as_ref(), config)?);
         if let Durability::Interval(interval) = engine.config.durability {

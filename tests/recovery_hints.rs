@@ -1,13 +1,14 @@
 //! Hint files: an open that rebuilds segments from their hints gives the
 //! same answers as one that replays the log; a missing, damaged, truncated
-//! or stale hint falls back to the log and loses nothing; a read-only open
-//! writes none; damage a hint hides from open is found by reads, verify and
-//! repair.
+//! or stale hint falls back to the log and loses nothing, and so does a
+//! crash between a segment and its hint; a hint that cannot be written fails
+//! no call; a read-only open writes none. (Verify and repair with hints:
+//! `verify_hints.rs`.)
 
 mod common;
 
 use common::{acquire, delete_hints, fingerprint, hint_files, segment_files, START_MS};
-use idemkv::{ClaimRequest, Config, Durability, Error, ManualClock, Record, Store};
+use idemkv::{ClaimRequest, Config, Durability, ManualClock, Record, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -242,80 +243,92 @@ fn a_read_only_open_writes_no_hint() {
     assert!(all_hints(dir.path()).is_empty());
 }
 
-#[test]
-fn damage_that_a_hint_hides_from_open_is_found_by_reads_verify_and_repair() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(START_MS);
-    let cfg = || config(&clock).shards(1);
-    let store = Store::open(dir.path(), cfg()).expect("open");
-    for index in 0..60 {
-        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(&[b'r'; 200]).expect("complete");
-    }
-    store.close().expect("close");
-    // The first key's completion, in the oldest segment: a byte of its
-    // response flipped.
-    let sealed = segment_files(dir.path(), 0)[0].clone();
-    let mut bytes = std::fs::read(&sealed).expect("read");
-    let at = bytes.windows(200).position(|window| window == [b'r'; 200]).expect("a response");
-    bytes[at + 100] ^= 0x01;
-    std::fs::write(&sealed, bytes).expect("write");
-    let store = Store::open(dir.path(), cfg()).expect("open does not read what the hint covers");
-    match store.get(b"", key(0).as_bytes()) {
-        Err(Error::Corruption { file, .. }) => assert_eq!(file, sealed),
-        other => panic!("the damaged record must be refused, got {other:?}"),
-    }
-    store.close().expect("close");
-    let report = idemkv::verify(dir.path()).expect("verify");
-    assert!(report.damage.iter().any(|damage| damage.file == sealed), "{:?}", report.damage);
-    let repaired = idemkv::repair(dir.path()).expect("repair");
-    assert!(repaired.actions.iter().any(|action| action.contains(".hint: deleted")), "{:?}", repaired.actions);
-    let report = idemkv::verify(dir.path()).expect("verify");
-    assert!(report.is_clean(), "{:?}", report.damage);
-    let store = Store::open(dir.path(), cfg()).expect("open");
-    // Repair cut the log at the damaged completion: the claim before it is
-    // what is left of the key.
-    let left = store.get(b"", key(0).as_bytes()).expect("get").expect("the claim stays");
-    assert_eq!(left.state, idemkv::State::Processing);
-    assert!(store.get(b"", key(59).as_bytes()).expect("get").is_none(), "what came after the damage is cut");
-}
+/// A disk on which no hint can be written: creating a hint's temporary
+/// file fails as on a full disk.
+#[derive(Debug)]
+struct NoHints;
 
-/// The CRC of a hint block (see docs/format.md): over the header's CRC
-/// field, the block's length and count, and its payload.
-fn block_crc(header_crc: &[u8], fields: &[u8], payload: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(header_crc);
-    hasher.update(fields);
-    hasher.update(payload);
-    hasher.finalize()
+impl idemkv::io::Storage for NoHints {
+    fn open(&self, path: &Path, create: bool) -> std::io::Result<Arc<dyn idemkv::io::StorageFile>> {
+        if create && path.to_string_lossy().ends_with(".hint.tmp") {
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
+        idemkv::io::StdStorage.open(path, create)
+    }
+    fn open_read_only(&self, path: &Path) -> std::io::Result<Arc<dyn idemkv::io::StorageFile>> {
+        idemkv::io::StdStorage.open_read_only(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        idemkv::io::StdStorage.create_dir_all(path)
+    }
+    fn read_dir(&self, path: &Path) -> std::io::Result<Vec<PathBuf>> {
+        idemkv::io::StdStorage.read_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        idemkv::io::StdStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        idemkv::io::StdStorage.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+        idemkv::io::StdStorage.sync_dir(path)
+    }
 }
 
 #[test]
-fn a_hint_that_lies_about_its_segment_is_damage_to_verify_and_gone_after_repair() {
+fn a_hint_that_cannot_be_written_fails_no_call() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(START_MS);
-    let cfg = || config(&clock).shards(1);
-    let store = Store::open(dir.path(), cfg()).expect("open");
-    for index in 0..60 {
+    let store = Store::open(dir.path(), config(&clock).storage(Arc::new(NoHints))).expect("open");
+    for index in 0..KEYS {
         acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"done").expect("complete");
     }
+    let written = store.stats();
+    assert!(written.segments > 10, "{written:?}");
     store.close().expect("close");
-    // Rewrite the first entry's hash (after its kind byte) and seal the
-    // block again with a correct CRC: a hint whose checks all pass but
-    // which names another key. Open trusts it.
-    let hint = hint_files(dir.path(), 0)[0].clone();
-    let mut bytes = std::fs::read(&hint).expect("read");
-    let (header, block) = bytes.split_at_mut(88);
-    block[12 + 1] ^= 0xff;
-    let payload_len = usize::try_from(u32::from_le_bytes(block[..4].try_into().expect("4 bytes"))).expect("small");
-    let crc = block_crc(&header[84..88], &block[..8], &block[12..12 + payload_len]);
-    block[8..12].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&hint, &bytes).expect("write");
-    let report = idemkv::verify(dir.path()).expect("verify");
-    assert!(report.damage.iter().any(|damage| damage.file == hint), "{:?}", report.damage);
-    let repaired = idemkv::repair(dir.path()).expect("repair");
-    assert!(repaired.dropped_nothing(), "{repaired:?}");
-    assert!(!hint.exists());
-    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+    assert!(all_hints(dir.path()).is_empty());
+    let (answers, stats) = open_answers(dir.path(), &clock);
+    assert_eq!(stats.hints_loaded, 0);
+    assert!(answers
+        .0
+        .values()
+        .take(KEYS)
+        .all(|record| record.as_ref().is_some_and(|record| record.response == b"done")));
+    assert!(!all_hints(dir.path()).is_empty(), "a healthy disk gets them at the next open");
+}
+
+/// The `end` field of a hint file: the offset after the frames it covers.
+fn hint_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read hint");
+    u64::from_le_bytes(bytes[28..36].try_into().expect("8 bytes"))
+}
+
+#[test]
+fn a_sealed_segment_with_the_hint_of_a_prefix_gets_a_whole_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1);
     let store = Store::open(dir.path(), cfg()).expect("open");
-    assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"done");
+    acquire(&store, &ClaimRequest::new(&key(0), fingerprint("a"))).complete(b"first").expect("complete");
+    store.close().expect("close");
+    // The hint of the active segment's first records, kept aside while the
+    // segment fills up and is sealed (as if its hint at the roll was never
+    // written), then put back.
+    let first = hint_files(dir.path(), 0).pop().expect("the active segment's hint");
+    let prefix = std::fs::read(&first).expect("read");
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    for index in 1..KEYS {
+        acquire(&store, &ClaimRequest::new(&key(index), fingerprint("a"))).complete(b"more").expect("complete");
+    }
+    store.close().expect("close");
+    let segment = segment_files(dir.path(), 0)[0].clone();
+    let len = std::fs::metadata(&segment).expect("stat").len();
+    assert!(hint_end(&first) == len && segment_files(dir.path(), 0).len() > 1, "sealed, with a whole hint");
+    std::fs::write(&first, &prefix).expect("put the prefix's hint back");
+    assert!(hint_end(&first) < len);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    assert_eq!(store.stats().hints_ignored, 0, "a hint of a prefix is used for the prefix");
+    assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"first");
+    assert_eq!(store.get(b"", key(7).as_bytes()).expect("get").expect("present").response, b"more");
+    assert_eq!(hint_end(&first), len, "the open wrote a whole hint back");
 }

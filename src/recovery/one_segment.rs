@@ -23,7 +23,7 @@ pub(crate) struct Context<'a> {
     pub access: Access,
 }
 
-/// A segment opened and its hint checked, before anything is replayed.
+/// A segment opened and its header checked, before anything is replayed.
 pub(crate) struct Prepared {
     id: u32,
     path: PathBuf,
@@ -31,7 +31,10 @@ pub(crate) struct Prepared {
     expected: Expected,
     lsn_floor: u64,
     mark: Mark,
-    hint: Opened,
+    /// How far the segment is durable (its length if sealed).
+    durable_end: u64,
+    /// The keys and tombstones its hint's header counts.
+    hinted: (u64, u64),
 }
 
 impl Prepared {
@@ -40,11 +43,19 @@ impl Prepared {
     }
 
     /// Keys the hint says the segment brings into the index, and its
-    /// tombstones (estimates for pre-sizing; 0 without a usable hint).
+    /// tombstones (estimates for pre-sizing; 0 without a plausible hint).
     pub(crate) fn hinted_keys(&self) -> (u64, u64) {
-        match &self.hint {
-            Opened::Usable(reader) => (reader.header.keys, reader.header.tombstones),
-            Opened::Missing | Opened::Ignored(_) => (0, 0),
+        self.hinted
+    }
+
+    fn described(&self, len: u64) -> Described<'_> {
+        Described {
+            file: &*self.file,
+            shard: self.expected.shard,
+            segment: self.id,
+            lsn_floor: self.lsn_floor,
+            len,
+            durable_end: self.durable_end,
         }
     }
 }
@@ -66,7 +77,7 @@ pub(crate) struct Recovered {
     pub hint_ignored: bool,
 }
 
-/// Opens segment `id` at `path` and the hint beside it.
+/// Opens segment `id` at `path` and reads the counts of the hint beside it.
 pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) -> Result<Prepared> {
     let file = match context.access {
         Access::ReadWrite => context.storage.open(path, false),
@@ -78,31 +89,46 @@ pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) 
     let (header, mark) = scanner::read_header(&*file, path, len, expected)?;
     // A sealed segment was fsynced whole at its roll.
     let durable_end = if active { mark.synced_end } else { len };
-    let described =
-        Described { file: &*file, shard: context.shard, segment: id, lsn_floor: header.lsn_floor, len, durable_end };
-    let hint = hint::open(context.storage, context.dir, &described);
-    Ok(Prepared { id, path: path.to_path_buf(), file, expected, lsn_floor: header.lsn_floor, mark, hint })
+    let mut prepared = Prepared {
+        id,
+        path: path.to_path_buf(),
+        file,
+        expected,
+        lsn_floor: header.lsn_floor,
+        mark,
+        durable_end,
+        hinted: (0, 0),
+    };
+    prepared.hinted = hint::counts(context.storage, context.dir, &prepared.described(len));
+    Ok(prepared)
 }
 
 /// Replays a prepared segment into `replay`: the prefix its hint covers,
 /// then the log after it. A writable open cuts a torn tail and writes the
-/// hint of a sealed segment whose hint did not cover it whole.
+/// hint of a sealed segment whose hint did not cover all its frames.
 pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Replay<'_>) -> Result<Recovered> {
-    let Prepared { id, path, file, expected, lsn_floor, mark, hint } = prepared;
-    let len = file.len().map_err(|error| Error::io("stat", &path, error))?;
-    let covers_all = matches!(&hint, Opened::Usable(reader) if reader.header.end == len);
+    let len = prepared.file.len().map_err(|error| Error::io("stat", &prepared.path, error))?;
+    let hint = hint::open(context.storage, context.dir, &prepared.described(len));
     let writable = context.access == Access::ReadWrite;
-    let mut collect = writable && (expected.active || !covers_all);
-    let fresh = |collect| if collect { HintBuilder::new(context.shard, id, lsn_floor) } else { HintBuilder::off() };
-    let mut builder = fresh(collect);
+    // The active segment's builder collects every frame (its hint is
+    // written at the next roll or close); a sealed segment's only when its
+    // hint does not cover it, for the hint written back after the scan.
+    let collect = |collect: bool| {
+        if writable && collect {
+            HintBuilder::new(context.shard, prepared.id, prepared.lsn_floor)
+        } else {
+            HintBuilder::off()
+        }
+    };
+    let mut builder = collect(prepared.expected.active || !matches!(hint, Opened::Usable(_)));
     let (mut resume, mut hint_loaded, mut hint_ignored) = (None, false, false);
     match hint {
         Opened::Missing => {}
         Opened::Ignored(reason) => {
             hint_ignored = true;
-            ignored(context.shard, id, reason);
+            ignored(context.shard, prepared.id, reason);
         }
-        Opened::Usable(mut reader) => match load(&mut reader, id, replay, &mut builder) {
+        Opened::Usable(mut reader) => match load(&mut reader, prepared.id, replay, &mut builder) {
             Ok(()) => {
                 hint_loaded = true;
                 resume = Some(Resume { offset: reader.header.end, last_lsn: reader.header.last_lsn });
@@ -112,16 +138,22 @@ pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Rep
                 // hint that matched this segment: the log replays the same
                 // frames again, which changes nothing.
                 hint_ignored = true;
-                ignored(context.shard, id, reason);
-                collect = writable;
-                builder = fresh(collect);
+                ignored(context.shard, prepared.id, reason);
+                builder = collect(true);
             }
         },
     }
-    let scan = scanner::scan_from(&*file, &path, expected, resume, |frame| {
+    // A sealed segment with frames after its hint (the hint of an older
+    // prefix) gets a whole one: its prefix is read again from the hint.
+    let mut reload = writable && !prepared.expected.active && resume.is_some();
+    let Prepared { id, ref path, ref file, expected, .. } = prepared;
+    let scan = scanner::scan_from(&**file, path, expected, resume, |frame| {
+        if std::mem::take(&mut reload) {
+            builder = reloaded(context, &prepared.described(len));
+        }
         let hash = replay.hash(frame.scope, frame.key);
         let entry = HintEntry::of_frame(hash, &frame.header, frame.offset, frame.len);
-        replay.apply(id, &entry).map_err(|reason| Error::corruption(&path, frame.offset, reason))?;
+        replay.apply(id, &entry).map_err(|reason| Error::corruption(path, frame.offset, reason))?;
         replay.max_updated_ms = replay.max_updated_ms.max(frame.header.updated_ms);
         builder.push(&entry, frame.header.updated_ms, entry.is_claim());
         Ok(())
@@ -130,27 +162,47 @@ pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Rep
     // Zeros the writer filled ahead of its records stay (it writes into
     // them next); anything else after the last whole frame is torn.
     if scan.valid_end + scan.unwritten < scan.len {
-        if context.access == Access::ReadWrite {
+        if writable {
             file.set_len(scan.valid_end)
                 .and_then(|()| file.sync())
-                .map_err(|error| Error::io("truncate", &path, error))?;
+                .map_err(|error| Error::io("truncate", path, error))?;
         }
         torn_tail_bytes = scan.len - scan.valid_end;
     }
-    if collect && !expected.active {
-        builder.write_logged(context.storage, context.dir, &*file, scan.valid_end);
+    if !expected.active && builder.is_collecting() {
+        builder.write_logged(context.storage, context.dir, &**file, scan.valid_end);
         builder = HintBuilder::off();
     }
     Ok(Recovered {
-        file,
-        lsn_floor,
+        file: prepared.file,
+        lsn_floor: prepared.lsn_floor,
         valid_end: scan.valid_end,
         torn_tail_bytes,
-        mark,
+        mark: prepared.mark,
         hint: builder,
         hint_loaded,
         hint_ignored,
     })
+}
+
+/// A builder holding every entry of the (usable) hint of `segment`, to
+/// which the frames after it are added; off if the hint cannot be read
+/// again.
+fn reloaded(context: Context<'_>, segment: &Described<'_>) -> HintBuilder {
+    let mut builder = HintBuilder::new(context.shard, segment.segment, segment.lsn_floor);
+    let Opened::Usable(mut reader) = hint::open(context.storage, context.dir, segment) else {
+        return HintBuilder::off();
+    };
+    let mut entries = Vec::new();
+    loop {
+        match reader.next_block(&mut entries) {
+            Ok(true) => entries.iter().for_each(|entry| builder.push(entry, 0, entry.is_claim())),
+            Ok(false) => break,
+            Err(_) => return HintBuilder::off(),
+        }
+    }
+    builder.raise_updated(reader.header.max_updated_ms);
+    builder
 }
 
 /// Applies every entry of a hint (and hands each to `builder`).

@@ -85,20 +85,9 @@ impl Shard {
         recovered: Recovered,
         now: Now,
     ) -> Result<Self> {
-        let Recovered {
-            dir,
-            index,
-            active,
-            sealed,
-            next_lsn,
-            torn_tail_bytes,
-            lengths,
-            catalog,
-            next_round,
-            hints_loaded,
-            hints_ignored,
-            ..
-        } = recovered;
+        let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
+        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
+            recovered;
         let log = Writer::new(dir.clone(), id, Arc::clone(&storage), segment_bytes, active, sealed, next_lsn, catalog)?;
         let counters = Counters::new(id);
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);

@@ -116,6 +116,11 @@ impl HintBuilder {
         self.max_updated_ms = self.max_updated_ms.max(updated_ms);
     }
 
+    /// Whether it is still collecting: it has not given up.
+    pub(crate) fn is_collecting(&self) -> bool {
+        self.given_up.is_none()
+    }
+
     /// Raises the newest `updated_ms` to `updated_ms` (of frames added from
     /// a hint, which keeps only the newest).
     pub(crate) fn raise_updated(&mut self, updated_ms: u64) {
