@@ -172,7 +172,7 @@ impl Engine {
     /// blocking thread per shard), the others await its end.
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {
-        use crate::segment::writer::Turn;
+        use crate::segment::commit::Turn;
         if self.read_only || !matches!(self.config.durability, Durability::Sync) {
             return Ok(());
         }

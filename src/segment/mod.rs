@@ -8,11 +8,12 @@
 //! `header` is the file header with the durable mark, `catalog` the range
 //! of segments a shard must have, `scanner` reads a segment back frame by
 //! frame (for open, verify, repair and compaction alike), `writer` appends
-//! to the active segment and shares fsyncs between callers, and `hint` the
+//! to the active segment, `commit` shares fsyncs between callers, and `hint` the
 //! per-segment hint files from which open rebuilds an index without
 //! reading frames (`NNNNNNNNNN.hint`, a cache beside each segment).
 
 pub(crate) mod catalog;
+pub(crate) mod commit;
 pub(crate) mod header;
 pub(crate) mod hint;
 pub(crate) mod scanner;

@@ -15,8 +15,9 @@ use crate::io::Storage;
 use crate::record::{Header, Record, State};
 use crate::recovery::Recovered;
 #[cfg(feature = "tokio")]
-use crate::segment::writer::Turn;
-use crate::segment::writer::{ActiveSnapshot, GroupCommit, Writer};
+use crate::segment::commit::Turn;
+use crate::segment::commit::{ActiveSnapshot, GroupCommit};
+use crate::segment::writer::Writer;
 use crate::stats::{bump, Census, Counters};
 use crate::telemetry::event;
 use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held, Stored};
