@@ -62,7 +62,7 @@ fn segment(count: u64) -> (tempfile::TempDir, Arc<dyn StorageFile>, Vec<HintEntr
         let frame = header(kind, lsn, token, key.as_bytes());
         let offset = bytes.len() as u64;
         record::encode(&frame, b"", key.as_bytes(), b"", &mut bytes);
-        let hash = u128::from(n) * 0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835;
+        let hash = u128::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
         entries.push(HintEntry::of_frame(hash, &frame, offset, bytes.len() as u64 - offset));
     }
     file.write_all_at(&bytes, 0).expect("write");
