@@ -1,22 +1,20 @@
 //! The append side of a shard's log: the active segment and the sealed
 //! ones, appending a frame (rolling to a new segment when the active one is
-//! full), creating segment files crash-safely, reading records back (through
-//! a memory map where the storage offers one), and group commit — one fsync
-//! shared by every caller that waits for it.
+//! full), creating segment files crash-safely, and reading records back
+//! (through a memory map where the storage offers one). Group commit, one
+//! fsync shared by every caller that waits for it, is in `commit`.
 //!
 //! The active segment is zero-filled ahead of the write position, a
 //! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
 //! already has, so the fsync that makes it durable commits data only, not a
-//! new file length (on ext4 here: 208 against 330 µs a `fdatasync`), and a
-//! full disk fails the zero-fill (nothing of the record written) rather than
-//! the record. Records are then copied into the segment's writable map
-//! (`pwrite` where the storage maps nothing), which puts them in the page
-//! cache as `pwrite` would, without a system call. Sealing trims the zeros
-//! off; open takes a zero tail for space never written, not for damage.
+//! new file length, and a full disk fails the zero-fill (nothing of the
+//! record written) rather than the record. Records are then copied into the
+//! segment's writable map (`pwrite` where the storage maps nothing), which
+//! puts them in the page cache as `pwrite` would, without a system call.
+//! Sealing trims the zeros off and maps the sealed segment read-only; open
+//! takes a zero tail for space never written, not for damage.
 //!
-//! The [`Writer`] lives behind its shard's lock; the [`GroupCommit`] is
-//! shared outside it, so that callers wait for an fsync without holding up
-//! writers.
+//! The [`Writer`] lives behind its shard's lock.
 
 use super::catalog::Catalog;
 use super::commit::GroupCommit;
@@ -264,7 +262,10 @@ impl Writer {
             return Err(Error::io("fsync", self.path(self.active.id), error));
         }
         self.allocated = self.active.end;
-        self.remap(self.active.id);
+        // The writable map now outlasts the file; the segment is mapped
+        // again, read-only, once sealed (until then reads and writes fall
+        // back to pread and pwrite).
+        self.maps.remove(&self.active.id);
         commit.synced(self.next_lsn.saturating_sub(1), counters);
         let id = self.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.shard, id, self.next_lsn)?;
@@ -283,6 +284,7 @@ impl Writer {
         self.allocated = HEADER_BYTES as u64;
         previous.hint.write_logged(&*self.storage, &self.dir, &*previous.file, previous.end);
         self.sealed.insert(previous.id, previous.file);
+        self.remap(previous.id);
         self.remap(id);
         Ok(())
     }
