@@ -11,16 +11,11 @@
 
 mod support;
 
-use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
+use idemkv::{Config, Durability, Store};
 use std::time::Instant;
 use support::as_f64;
 
 const THREADS: u64 = 2;
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    statm.split_whitespace().nth(1).and_then(|pages| pages.parse::<u64>().ok()).unwrap_or(0) * 4096
-}
 
 fn config() -> Config {
     Config::new().durability(Durability::Buffered).compaction_interval(None)
@@ -31,25 +26,11 @@ fn main() {
         std::env::var("IDEMKV_FOOTPRINT_RECORDS").ok().and_then(|value| value.parse().ok()).unwrap_or(1_000_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), config()).expect("open");
-    let before = rss_bytes();
+    let before = support::rss_bytes();
     let started = Instant::now();
-    let fingerprint = Fingerprint::of(b"POST /payments");
-    std::thread::scope(|scope| {
-        for thread in 0..THREADS {
-            let store = &store;
-            scope.spawn(move || {
-                let response = [b'r'; 200];
-                for n in (thread..records).step_by(usize::try_from(THREADS).expect("small")) {
-                    let key = format!("{n:08x}-0000-4000-8000-{:012x}", n.wrapping_mul(0x9E37_79B9));
-                    let request = ClaimRequest::new(&key, fingerprint);
-                    let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("not acquired") };
-                    lease.complete(&response).expect("complete");
-                }
-            });
-        }
-    });
+    support::load_completed(&store, records, THREADS);
     let load_seconds = started.elapsed().as_secs_f64();
-    let after = rss_bytes();
+    let after = support::rss_bytes();
     let stats = store.stats();
     assert_eq!(stats.live_records, records);
     println!(

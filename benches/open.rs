@@ -21,7 +21,7 @@
 
 mod support;
 
-use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
+use idemkv::{Config, Durability, Store};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -31,13 +31,6 @@ const THREADS: u64 = 2;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
-}
-
-/// Resident memory of this process (`VmRSS`), in bytes.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap_or("");
-    line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
 /// CPU seconds this process has used (user + system, all threads), from
@@ -58,21 +51,7 @@ fn config() -> Config {
 fn load(dir: &Path, records: u64) {
     let store = Store::open(dir, config()).expect("open");
     let started = Instant::now();
-    let fingerprint = Fingerprint::of(b"POST /payments");
-    std::thread::scope(|scope| {
-        for thread in 0..THREADS {
-            let store = &store;
-            scope.spawn(move || {
-                let response = [b'r'; 200];
-                for n in (thread..records).step_by(usize::try_from(THREADS).expect("small")) {
-                    let key = format!("{n:08x}-0000-4000-8000-{:012x}", n.wrapping_mul(0x9E37_79B9));
-                    let request = ClaimRequest::new(&key, fingerprint);
-                    let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("not acquired") };
-                    lease.complete(&response).expect("complete");
-                }
-            });
-        }
-    });
+    support::load_completed(&store, records, THREADS);
     let seconds = started.elapsed().as_secs_f64();
     let stats = store.stats();
     assert_eq!(stats.live_records, records);
@@ -135,14 +114,14 @@ struct Run {
 }
 
 fn timed_open(dir: &Path, records: u64, read_only: bool) -> Run {
-    let before = rss_bytes();
+    let before = support::rss_bytes();
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let store = if read_only { Store::open_read_only(dir, config()) } else { Store::open(dir, config()) };
     let store = store.expect("open");
     let seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = cpu_seconds() - cpu_before;
-    let after = rss_bytes();
+    let after = support::rss_bytes();
     assert_eq!(store.stats().live_records, records);
     if read_only {
         drop(store);

@@ -17,6 +17,33 @@ use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Resident memory of this process (`VmRSS`), in bytes.
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap_or("");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+/// Claims and completes `records` new keys (UUID-shaped, 200-byte
+/// responses) on `threads` threads.
+pub fn load_completed(store: &idemkv::Store, records: u64, threads: u64) {
+    use idemkv::{Claim, ClaimRequest, Fingerprint};
+    let fingerprint = Fingerprint::of(b"POST /payments");
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            scope.spawn(move || {
+                let response = [b'r'; 200];
+                for n in (thread..records).step_by(usize::try_from(threads).expect("small")) {
+                    let key = format!("{n:08x}-0000-4000-8000-{:012x}", n.wrapping_mul(0x9E37_79B9));
+                    let request = ClaimRequest::new(&key, fingerprint);
+                    let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("not acquired") };
+                    lease.complete(&response).expect("complete");
+                }
+            });
+        }
+    });
+}
+
 /// Seconds per measurement: `IDEMKV_BENCH_SECONDS`, else `default`.
 pub fn seconds(default: f64) -> f64 {
     std::env::var("IDEMKV_BENCH_SECONDS").ok().and_then(|value| value.parse().ok()).unwrap_or(default)
