@@ -99,15 +99,21 @@ fn as_index(offset: u64) -> usize {
     usize::try_from(offset).expect("small")
 }
 
-#[test]
-fn a_zero_filled_tail_is_space_never_written_and_is_written_next() {
+/// A store whose only key, "k", completed with "kept", dropped without
+/// close (its active segment keeps the writer's zeros).
+fn one_completed_record() -> (tempfile::TempDir, ManualClock, ClaimRequest<'static>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(START_MS);
     let request = ClaimRequest::new("k", fingerprint("1"));
-    {
-        let store = Store::open(dir.path(), config(&clock)).expect("open");
-        acquire(&store, &request).complete(b"kept").expect("complete");
-    }
+    let store = Store::open(dir.path(), config(&clock)).expect("open");
+    acquire(&store, &request).complete(b"kept").expect("complete");
+    drop(store);
+    (dir, clock, request)
+}
+
+#[test]
+fn a_zero_filled_tail_is_space_never_written_and_is_written_next() {
+    let (dir, clock, request) = one_completed_record();
     let segment = active_segment(dir.path());
     let end = common::records_end(&segment);
     // The writer's zero-fill ahead of its records, or a power cut after the
@@ -130,13 +136,7 @@ fn a_zero_filled_tail_is_space_never_written_and_is_written_next() {
 
 #[test]
 fn bytes_after_the_zeros_make_it_a_torn_tail() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(START_MS);
-    let request = ClaimRequest::new("k", fingerprint("1"));
-    {
-        let store = Store::open(dir.path(), config(&clock)).expect("open");
-        acquire(&store, &request).complete(b"kept").expect("complete");
-    }
+    let (dir, clock, request) = one_completed_record();
     let segment = active_segment(dir.path());
     let end = common::records_end(&segment);
     let file = OpenOptions::new().write(true).open(&segment).expect("open");
