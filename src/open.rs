@@ -173,7 +173,7 @@ fn build_shards(config: &Config, recovered: Vec<Recovered>, now: Now) -> Result<
     let build = |id: u32| {
         // Each id is built once, so its slot is full.
         let recovered = slots[id as usize].lock().take().ok_or(Error::Closed)?;
-        Shard::new(id, Arc::clone(&config.storage), Arc::clone(&config.clock), config.segment_bytes, recovered, now)
+        Shard::new(id, config, recovered, now)
     };
     on_cores(count, build).into_iter().collect()
 }

@@ -8,9 +8,15 @@
 //! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
 //! already has, so the fsync that makes it durable commits data only, not a
 //! new file length, and a full disk fails the zero-fill (nothing of the
-//! record written) rather than the record. Records are then copied into the
-//! segment's writable map (`pwrite` where the storage maps nothing), which
-//! puts them in the page cache as `pwrite` would, without a system call.
+//! record written) rather than the record. Unless every record is synced
+//! as it is written ([`crate::Durability::Sync`]), records are then copied
+//! into the segment's writable map (`pwrite` where the storage maps
+//! nothing), which puts them in the page cache as `pwrite` would, without a
+//! system call. Under `Sync` they are written with `pwrite` and the map
+//! serves reads only: a page written through a map and then synced is
+//! write-protected again, so the next record into it takes a page fault
+//! that waits on the page's writeback, which made each synced round several
+//! times slower than `pwrite` (see `benches/group_commit.rs`).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
@@ -71,6 +77,9 @@ pub(crate) struct Writer {
     pub next_lsn: u64,
     /// The segments the shard must have, as stored in its catalog.
     pub catalog: Catalog,
+    /// Whether records go into the active segment through its map (see the
+    /// module docs) rather than with `pwrite`.
+    map_writes: bool,
 }
 
 impl Writer {
@@ -85,6 +94,7 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
+        map_writes: bool,
     ) -> Result<Self> {
         let path = super::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
@@ -99,6 +109,7 @@ impl Writer {
             maps: BTreeMap::new(),
             next_lsn,
             catalog,
+            map_writes,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
@@ -122,13 +133,14 @@ impl Writer {
     }
 
     /// Maps segment `segment` again at its file's current length, writable
-    /// if it is the active segment and its file may be written; without a
+    /// if it is the active segment, records are written through the map and
+    /// its file may be written; without a
     /// map (the storage maps nothing, or mapping failed) its records are
     /// read with `pread` and written with `pwrite`.
     fn remap(&mut self, segment: u32) {
         self.maps.remove(&segment);
         let Some(file) = self.file(segment) else { return };
-        let writable = segment == self.active.id;
+        let writable = segment == self.active.id && self.map_writes;
         let map = match file.map(writable) {
             Ok(map) => map,
             // A file opened for reading only maps for reading only.
