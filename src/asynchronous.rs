@@ -118,6 +118,16 @@ impl Store {
         Ok(deadline_ms)
     }
 
+    /// [`Store::checkpoint`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::checkpoint`].
+    pub async fn checkpoint_async(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine().checkpoint(hash, &token, step, payload)?;
+        self.engine().wait_durable_async(hash, lsn).await
+    }
+
     /// [`Store::get`] as a future (under `Sync`, the durability wait
     /// takes no thread).
     ///

@@ -5,9 +5,9 @@
 //! parts ([`BackendClaim`], [`LeaseToken`]) so that a backend need not hand
 //! out borrows of its own state, and it knows nothing of HTTP or tower.
 
+use crate::{Checkpoint, Error, Fingerprint, LeaseToken, Record, ReusePolicy};
 #[cfg(feature = "tokio")]
 use crate::{Claim, ClaimRequest, Store};
-use crate::{Error, Fingerprint, LeaseToken, Record};
 use std::future::Future;
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ pub struct ClaimOptions {
     /// While the key is in progress, wait up to this long for its holder
     /// to finish (HTTP `Prefer: wait`); `None` answers at once.
     pub wait: Option<Duration>,
+    /// What a claim of a Failed key with the same fingerprint gets (see
+    /// [`ReusePolicy`]).
+    pub reuse: ReusePolicy,
 }
 
 impl ClaimOptions {
@@ -42,6 +45,13 @@ impl ClaimOptions {
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
+        self
+    }
+
+    /// Sets what a claim of a Failed key gets.
+    #[must_use]
+    pub fn reuse(mut self, reuse: ReusePolicy) -> Self {
+        self.reuse = reuse;
         self
     }
 
@@ -66,6 +76,9 @@ pub enum BackendClaim {
         /// Whether this lease took over from a holder whose lease ended:
         /// the old holder may have half-run.
         recovered: bool,
+        /// The last recovery point an earlier holder stored (see
+        /// [`IdempotencyBackend::checkpoint`]), to resume from.
+        checkpoint: Option<Checkpoint>,
     },
     /// The stored response of the first request.
     Replay(Vec<u8>),
@@ -128,6 +141,20 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// As [`IdempotencyBackend::complete`].
     fn release(&self, token: &LeaseToken) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Stores a recovery point for the lease `token` (see
+    /// [`crate::Lease::checkpoint`]): a later holder that takes the key
+    /// over gets it in [`BackendClaim::Acquired`]. The lease end stays.
+    ///
+    /// # Errors
+    /// As [`IdempotencyBackend::complete`], and
+    /// [`Error::InvalidCheckpoint`], [`Error::CheckpointTooLarge`].
+    fn checkpoint(
+        &self,
+        token: &LeaseToken,
+        step: &str,
+        payload: &[u8],
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// Extends the lease so that it ends at least `extend` from now.
     ///
     /// # Errors
@@ -170,6 +197,7 @@ impl IdempotencyBackend for Store {
         if let Some(ttl) = options.ttl {
             request = request.ttl(ttl);
         }
+        request = request.reuse(options.reuse);
         let claim = match options.wait {
             Some(timeout) => self.claim_wait_async(&request, timeout).await?,
             None => self.claim_async(&request).await?,
@@ -177,7 +205,8 @@ impl IdempotencyBackend for Store {
         Ok(match claim {
             Claim::Acquired(lease) => {
                 let (attempt, recovered) = (lease.attempt(), lease.recovered());
-                BackendClaim::Acquired { token: lease.into_token(), attempt, recovered }
+                let checkpoint = lease.recovery_point().cloned();
+                BackendClaim::Acquired { token: lease.into_token(), attempt, recovered, checkpoint }
             }
             Claim::Replay(record) => BackendClaim::Replay(record.response),
             Claim::InProgress { retry_after, .. } => BackendClaim::InProgress { retry_after },
@@ -195,6 +224,10 @@ impl IdempotencyBackend for Store {
 
     async fn release(&self, token: &LeaseToken) -> Result<(), Error> {
         self.release_async(token).await
+    }
+
+    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<(), Error> {
+        self.checkpoint_async(token, step, payload).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<(), Error> {

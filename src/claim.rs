@@ -4,6 +4,7 @@
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::record::Record;
+use crate::transition::ReusePolicy;
 use std::time::Duration;
 
 /// A request to claim `(scope, key)`.
@@ -27,6 +28,7 @@ pub struct ClaimRequest<'a> {
     pub(crate) fingerprint: Fingerprint,
     pub(crate) lease: Option<Duration>,
     pub(crate) ttl: Option<Duration>,
+    pub(crate) reuse: ReusePolicy,
 }
 
 impl<'a> ClaimRequest<'a> {
@@ -34,7 +36,14 @@ impl<'a> ClaimRequest<'a> {
     /// and TTL.
     #[must_use]
     pub fn new<K: AsRef<[u8]> + ?Sized>(key: &'a K, fingerprint: Fingerprint) -> Self {
-        ClaimRequest { scope: &[], key: key.as_ref(), fingerprint, lease: None, ttl: None }
+        ClaimRequest {
+            scope: &[],
+            key: key.as_ref(),
+            fingerprint,
+            lease: None,
+            ttl: None,
+            reuse: ReusePolicy::ReplayFailure,
+        }
     }
 
     /// The tenant or API consumer; equal keys in different scopes never
@@ -58,6 +67,32 @@ impl<'a> ClaimRequest<'a> {
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
+        self
+    }
+
+    /// What this claim gets if the key's request failed
+    /// ([`crate::State::Failed`]) with the same fingerprint: the failure
+    /// replayed (the default) or a new attempt.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, ReusePolicy, Store};
+    /// # fn main() -> Result<(), idemkv::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new())?;
+    /// let request = ClaimRequest::new("pay-3", Fingerprint::of(b"charge 10"));
+    /// let Claim::Acquired(lease) = store.claim(&request)? else { unreachable!() };
+    /// lease.fail(b"402 card declined")?;
+    /// assert!(matches!(store.claim(&request)?, Claim::Replay(_)));
+    /// let Claim::Acquired(lease) = store.claim(&request.reuse(ReusePolicy::RetryFailed))? else { unreachable!() };
+    /// assert_eq!(lease.attempt(), 2);
+    /// lease.complete(b"201 charged")?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn reuse(mut self, policy: ReusePolicy) -> Self {
+        self.reuse = policy;
         self
     }
 

@@ -8,12 +8,13 @@
 //! thread).
 
 use crate::background::{Stop, Worker};
+use crate::checkpoint;
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::shard::{KeyRef, Outcome, Shard};
-use crate::transition::{ClaimParams, Finish, Held};
+use crate::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
 use std::fs::File;
@@ -109,8 +110,8 @@ impl Engine {
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
-        lease: Option<Duration>,
-        ttl: Option<Duration>,
+        (lease, ttl): (Option<Duration>, Option<Duration>),
+        reuse: ReusePolicy,
     ) -> Result<Claimed> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
@@ -118,6 +119,7 @@ impl Engine {
             fingerprint,
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
             ttl_ms: self.config.check_duration("ttl", ttl, self.config.ttl_ms)?,
+            reuse,
         };
         let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
@@ -145,6 +147,15 @@ impl Engine {
         let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
         let key = KeyRef { hash, scope: token.scope, key: token.key };
         self.shard_of_hash(hash).renew(&key, token.token, extend_ms, token.held.as_ref())
+    }
+
+    /// Stores the recovery point `step`, `payload` for the lease `token` on
+    /// the key of hash `hash`; returns the LSN of the record written.
+    pub(crate) fn checkpoint(&self, hash: u128, token: &TokenRef<'_>, step: &str, payload: &[u8]) -> Result<u64> {
+        self.refuse_if_read_only("checkpoint")?;
+        let bytes = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
+        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        self.shard_of_hash(hash).checkpoint(&key, token.token, &bytes, token.held.as_ref())
     }
 
     /// Registers a caller waiting for key `hash` to leave Processing, or

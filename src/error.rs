@@ -120,6 +120,23 @@ pub enum Error {
         /// The configured limit.
         max: usize,
     },
+    /// A checkpoint, step name and payload together, is larger than
+    /// [`crate::Config::response_bytes_max`] allows (one byte goes to the
+    /// step's length).
+    #[error("the checkpoint has {len} bytes, the limit is {max}")]
+    CheckpointTooLarge {
+        /// Bytes the checkpoint would take.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A checkpoint's step name is empty or longer than
+    /// [`crate::STEP_BYTES_MAX`].
+    #[error("invalid checkpoint: {reason}")]
+    InvalidCheckpoint {
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A lease or TTL duration is zero or too large.
     #[error("invalid {what} duration: {reason}")]
     InvalidDuration {

@@ -1,6 +1,7 @@
 //! The lease: the only way to finish a claim, and the plain token it can
 //! be turned into.
 
+use crate::checkpoint::Checkpoint;
 use crate::engine::{Engine, TokenRef};
 use crate::error::{Error, Result};
 use crate::stats::bump;
@@ -46,6 +47,9 @@ pub struct Lease {
     held: Held,
     deadline_ms: u64,
     finished: bool,
+    /// The last recovery point: the one a takeover found, then each this
+    /// holder stored.
+    recovery_point: Option<Checkpoint>,
 }
 
 impl fmt::Debug for Lease {
@@ -67,13 +71,66 @@ impl Lease {
     pub(crate) fn new(
         engine: Arc<Engine>,
         hash: u128,
-        scope: &[u8],
-        key: &[u8],
+        (scope, key): (&[u8], &[u8]),
         token: u64,
         held: Held,
         deadline_ms: u64,
+        recovery_point: Option<Checkpoint>,
     ) -> Self {
-        Lease { engine, hash, scope: scope.to_vec(), key: key.to_vec(), token, held, deadline_ms, finished: false }
+        Lease {
+            engine,
+            hash,
+            scope: scope.to_vec(),
+            key: key.to_vec(),
+            token,
+            held,
+            deadline_ms,
+            finished: false,
+            recovery_point,
+        }
+    }
+
+    /// The last recovery point of this key: after a takeover
+    /// ([`recovered`](Lease::recovered)), the last one an earlier holder
+    /// stored, so that this attempt resumes after that step instead of
+    /// running it again; then each this lease stores. `None` if no holder
+    /// stored one.
+    #[must_use]
+    pub fn recovery_point(&self) -> Option<&Checkpoint> {
+        self.recovery_point.as_ref()
+    }
+
+    /// Stores a recovery point — the step just finished and what the steps
+    /// after it need — durably (under [`crate::Durability::Sync`] it is on
+    /// disk when this returns) in the key's Processing record, fenced by
+    /// this lease's token. A holder that takes the key over after this
+    /// lease ends sees it in [`Lease::recovery_point`]. The lease end stays
+    /// where it is (see [`renew`](Lease::renew)). The point vanishes with
+    /// the Processing record: completing, failing, releasing or removing
+    /// the key drops it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidCheckpoint`] for an empty step or one over
+    /// [`crate::STEP_BYTES_MAX`] bytes; [`Error::CheckpointTooLarge`] past
+    /// [`crate::Config::response_bytes_max`]; [`Error::LeaseLost`] if
+    /// another holder took the key over (the point is not stored); the
+    /// store's errors. Only `LeaseLost` ends the lease.
+    pub fn checkpoint(&mut self, step: &str, payload: &[u8]) -> Result<()> {
+        let outcome = self
+            .engine
+            .checkpoint(self.hash, &self.token_ref(), step, payload)
+            .and_then(|lsn| self.engine.wait_durable(self.hash, lsn));
+        self.checkpointed(outcome, step, payload)
+    }
+
+    /// Keeps the point just stored, or marks the lease lost.
+    fn checkpointed(&mut self, outcome: Result<()>, step: &str, payload: &[u8]) -> Result<()> {
+        if let Err(error) = outcome {
+            self.finished |= matches!(error, Error::LeaseLost { .. });
+            return Err(error);
+        }
+        self.recovery_point = Some(Checkpoint::new(step, payload));
+        Ok(())
     }
 
     /// The fencing token: every transition checks it.
@@ -203,6 +260,7 @@ impl Lease {
             held: self.held,
             deadline_ms: self.deadline_ms,
             finished: self.finished,
+            recovery_point: self.recovery_point.take(),
         };
         self.finished = true;
         lease
@@ -255,6 +313,19 @@ impl Lease {
     /// Writes the finishing record, then awaits its durability. Once the
     /// record is written the lease is spent, even if the future is dropped
     /// before the fsync ends.
+    /// [`Lease::checkpoint`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::checkpoint`].
+    #[cfg(feature = "tokio")]
+    pub async fn checkpoint_async(&mut self, step: &str, payload: &[u8]) -> Result<()> {
+        let outcome = match self.engine.checkpoint(self.hash, &self.token_ref(), step, payload) {
+            Ok(lsn) => self.engine.wait_durable_async(self.hash, lsn).await,
+            Err(error) => Err(error),
+        };
+        self.checkpointed(outcome, step, payload)
+    }
+
     #[cfg(feature = "tokio")]
     pub(crate) async fn finish_async(mut self, finish: Finish<'_>) -> Result<(), FinishError> {
         let lsn = self.write_finish(finish)?;

@@ -59,7 +59,8 @@
 //               scanner: the one walk for open, verify and compaction;
 //               writer: append, roll, group commit; hint/: per-segment
 //               hint files, the cache open rebuilds an index from),
-//               manifest, format
+//               checkpoint (a recovery point's bytes in a Processing
+//               record), manifest, format
 // in memory     index (hash -> newest record), compaction (usage accounting
 //               and the pure `choose` policy), transition (the pure claim
 //               state machine of DESIGN §3)
@@ -89,6 +90,7 @@
 mod asynchronous;
 mod backend;
 mod background;
+mod checkpoint;
 mod claim;
 mod clock;
 mod compaction;
@@ -129,6 +131,7 @@ mod waiters;
 mod wake;
 
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use compaction::CompactionReport;
@@ -142,6 +145,7 @@ pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
+pub use transition::ReusePolicy;
 pub use verify::{verify, Damage, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.

@@ -19,9 +19,11 @@
 //!                                            88    2 scope length
 //!                                            90    2 key length
 //!                                            92    4 response length
-//!                                            96    . scope, key, response
+//!                                            96    . scope, key, response (while
+//!                                                    Processing: the checkpoint)
 //! ```
 
+use crate::checkpoint::Checkpoint;
 use crate::fingerprint::Fingerprint;
 
 /// Bytes before the payload: CRC and length.
@@ -143,6 +145,9 @@ pub struct Record {
     pub deadline_ms: u64,
     /// The stored response; empty while Processing.
     pub response: Vec<u8>,
+    /// While Processing, the last recovery point a holder stored
+    /// ([`crate::Lease::checkpoint`]); `None` once finished.
+    pub checkpoint: Option<Checkpoint>,
 }
 
 impl Record {
@@ -151,7 +156,14 @@ impl Record {
         let Kind::Put(state) = header.kind else {
             return None;
         };
-        let (scope, key, response) = body(header, frame);
+        let (scope, key, stored) = body(header, frame);
+        // A Processing record keeps its checkpoint where a finished one
+        // keeps its response; the frame's CRC passed, so bytes that are no
+        // checkpoint are a bug, shown as none rather than as a response.
+        let (response, checkpoint) = match state {
+            State::Processing => (&[][..], crate::checkpoint::decode(stored).ok().flatten()),
+            State::Completed | State::Failed => (stored, None),
+        };
         Some(Record {
             scope: scope.to_vec(),
             key: key.to_vec(),
@@ -164,6 +176,7 @@ impl Record {
             updated_ms: header.updated_ms,
             deadline_ms: header.deadline_ms,
             response: response.to_vec(),
+            checkpoint,
         })
     }
 }

@@ -125,16 +125,22 @@ impl Store {
     /// acquired lease is built at once, so that a caller that gives up
     /// before that (an error, a dropped future) counts it as abandoned.
     pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
-        let claimed = self.engine.claim(request.scope, request.key, request.fingerprint, request.lease, request.ttl)?;
+        let claimed = self.engine.claim(
+            request.scope,
+            request.key,
+            request.fingerprint,
+            (request.lease, request.ttl),
+            request.reuse,
+        )?;
         let claim = match claimed.outcome {
-            Outcome::Acquired { token, lease_deadline_ms, held } => Claim::Acquired(Lease::new(
+            Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
                 Arc::clone(&self.engine),
                 claimed.hash,
-                request.scope,
-                request.key,
+                (request.scope, request.key),
                 token,
                 held,
                 lease_deadline_ms,
+                checkpoint,
             )),
             Outcome::Replay(record) => Claim::Replay(record),
             Outcome::InProgress { retry_after_ms, attempt } => {
@@ -255,6 +261,17 @@ impl Store {
         let (deadline_ms, lsn) = self.engine.renew(hash, &token, extend)?;
         self.engine.wait_durable(hash, lsn)?;
         Ok(deadline_ms)
+    }
+
+    /// Stores a recovery point for the lease `token` (see
+    /// [`Lease::checkpoint`]).
+    ///
+    /// # Errors
+    /// As [`Lease::checkpoint`].
+    pub fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.checkpoint(hash, &token, step, payload)?;
+        self.engine.wait_durable(hash, lsn)
     }
 
     /// Iterates over the live records of every shard (inspection; not a

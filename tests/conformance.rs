@@ -47,7 +47,7 @@ async fn acquire<B: IdempotencyBackend>(
     options: ClaimOptions,
 ) -> (LeaseToken, u32, bool) {
     match backend.claim(scope, key, fp("body"), options).await.expect("claim") {
-        BackendClaim::Acquired { token, attempt, recovered } => (token, attempt, recovered),
+        BackendClaim::Acquired { token, attempt, recovered, .. } => (token, attempt, recovered),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }

@@ -20,7 +20,7 @@ fn options() -> ClaimOptions {
 
 async fn acquire(backend: &PostgresBackend, key: &[u8]) -> (LeaseToken, u32, bool) {
     match backend.claim(b"shop", key, Fingerprint::of(b"charge 10"), options()).await.expect("claim") {
-        BackendClaim::Acquired { token, attempt, recovered } => (token, attempt, recovered),
+        BackendClaim::Acquired { token, attempt, recovered, .. } => (token, attempt, recovered),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }

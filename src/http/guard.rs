@@ -100,7 +100,7 @@ where
     let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max));
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
     let (token, attempt, recovered) = match backend.claim(&scope, &key, fingerprint, options).await {
-        Ok(BackendClaim::Acquired { token, attempt, recovered }) => (token, attempt, recovered),
+        Ok(BackendClaim::Acquired { token, attempt, recovered, .. }) => (token, attempt, recovered),
         Ok(BackendClaim::Replay(stored)) => {
             return Ok(counted("replay", replay(&stored, &config.replay_header).map(Either::Right)));
         }

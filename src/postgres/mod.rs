@@ -359,6 +359,11 @@ impl IdempotencyBackend for PostgresBackend {
         self.finish(token, "D", &[]).await
     }
 
+    async fn checkpoint(&self, token: &LeaseToken, _step: &str, _payload: &[u8]) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        Err(Error::InvalidCheckpoint { reason: "this backend does not store recovery points yet" })
+    }
+
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {
         self.config.check_key(&token.scope, &token.key)?;
         let extend_ms = ms(self.config.check_duration("renewal", Some(extend), 0)?);

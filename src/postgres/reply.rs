@@ -73,6 +73,7 @@ pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim>
                     token: u64::try_from(token).map_err(|_| protocol("claim: token"))?,
                 },
                 attempt: u32::try_from(attempt).map_err(|_| protocol("claim: attempt"))?,
+                checkpoint: None,
                 recovered: column(row, 3, "claim: recovered")?,
             })
         }
@@ -121,5 +122,6 @@ pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
         updated_ms: unsigned(row, 6, "get: updated")?,
         deadline_ms: unsigned(row, 7, "get: deadline")?,
         response: column(row, 8, "get: response")?,
+        checkpoint: None,
     })
 }

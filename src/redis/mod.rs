@@ -224,6 +224,7 @@ impl RedisBackend {
                 token: LeaseToken { scope: scope.to_vec(), key: key.to_vec(), token: number(token)? },
                 attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
                 recovered: number(recovered)? == 1,
+                checkpoint: None,
             }),
             (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
             (b"I", [_, left, _attempt]) => {
@@ -324,6 +325,11 @@ impl IdempotencyBackend for RedisBackend {
 
     async fn release(&self, token: &LeaseToken) -> Result<()> {
         self.finish(token, "D", &[]).await
+    }
+
+    async fn checkpoint(&self, token: &LeaseToken, _step: &str, _payload: &[u8]) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        Err(Error::InvalidCheckpoint { reason: "this backend does not store recovery points yet" })
     }
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {

@@ -77,5 +77,6 @@ pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Recor
         updated_ms: number(updated)?,
         deadline_ms: number(deadline)?,
         response: bytes(response)?,
+        checkpoint: None,
     })
 }

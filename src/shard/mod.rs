@@ -4,24 +4,26 @@
 //! executes the answer.
 //!
 //! `state` holds what is behind the lock (index upkeep, writes and reads of
-//! records); `compact` executes a compaction plan on the shard.
+//! records); `hold` what a lease holder does (finish, renew, checkpoint);
+//! `compact` executes a compaction plan on the shard.
 
 mod compact;
+mod hold;
 mod state;
 
+use crate::checkpoint::Checkpoint;
 use crate::clock::{Clock, Now};
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::io::Storage;
-use crate::record::{Header, Record, State};
+use crate::record::{self, Header, Record, State};
 use crate::recovery::Recovered;
 #[cfg(feature = "tokio")]
 use crate::segment::commit::Turn;
 use crate::segment::commit::{ActiveSnapshot, GroupCommit};
 use crate::segment::writer::Writer;
 use crate::stats::{bump, Census, Counters};
-use crate::telemetry::event;
-use crate::transition::{self, ClaimParams, ClaimStep, Finish, Held, Stored};
+use crate::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::waiters::Waiters;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use state::{Lookup, ShardState};
@@ -50,7 +52,7 @@ pub(crate) struct KeyRef<'a> {
 /// as written (wall clock).
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Acquired { token: u64, lease_deadline_ms: u64, held: Held },
+    Acquired { token: u64, lease_deadline_ms: u64, held: Held, checkpoint: Option<Checkpoint> },
     Replay(Record),
     InProgress { retry_after_ms: u64, attempt: u32 },
     Mismatch,
@@ -198,16 +200,24 @@ impl Shard {
             current.as_ref().map(|(_, lease_end_ms, (record, _))| Stored { record, lease_end_ms: *lease_end_ms });
         match transition::claim(stored, params, state.log.next_lsn, now) {
             ClaimStep::Acquire(header) => {
+                // A takeover carries the last recovery point over into the
+                // record it writes, so that it outlives this holder too.
+                let carried = match (&current, header.recovered) {
+                    (Some((_, _, (stored, frame))), true) => record::body(stored, frame).2.to_vec(),
+                    _ => Vec::new(),
+                };
                 drop(current);
                 if header.recovered {
                     bump(&self.counters.recovered);
                 }
-                state.write(key, &header, &[], &self.commit, &self.counters, now)?;
+                let checkpoint = self.checkpoint_of(&carried)?;
+                state.write(key, &header, &carried, &self.commit, &self.counters, now)?;
                 bump(&self.counters.acquired);
                 let outcome = Outcome::Acquired {
                     token: header.token,
                     lease_deadline_ms: header.deadline_ms,
                     held: Held::of(&header),
+                    checkpoint,
                 };
                 Ok((outcome, header.lsn))
             }
@@ -244,67 +254,6 @@ impl Shard {
         };
         bump(&self.counters.duplicates);
         Ok((outcome, lsn))
-    }
-
-    /// Finishes the lease `token` on `key`: complete, fail or release.
-    pub(crate) fn finish(&self, key: &KeyRef<'_>, token: u64, finish: Finish<'_>, known: Option<&Held>) -> Result<u64> {
-        let mut state = self.lock()?;
-        let now = state.now(&*self.clock);
-        let (held, _) = self.held(&mut state, key, token, known, now)?;
-        let header = transition::finish(&held, finish, state.log.next_lsn, now.wall_ms);
-        let (response, counter) = match finish {
-            Finish::Complete(response) => (response, &self.counters.completions),
-            Finish::Fail(response) => (response, &self.counters.failures),
-            Finish::Release => (&[][..], &self.counters.releases),
-        };
-        state.write(key, &header, response, &self.commit, &self.counters, now)?;
-        bump(counter);
-        drop(state);
-        self.waiters.wake(key.hash);
-        Ok(header.lsn)
-    }
-
-    /// Extends the lease `token` on `key` to at least `extend_ms` of elapsed
-    /// time from now. Returns the new lease end as written (wall clock) and
-    /// the record's LSN.
-    pub(crate) fn renew(
-        &self,
-        key: &KeyRef<'_>,
-        token: u64,
-        extend_ms: u64,
-        known: Option<&Held>,
-    ) -> Result<(u64, u64)> {
-        let mut state = self.lock()?;
-        let now = state.now(&*self.clock);
-        let (held, lease_end_ms) = self.held(&mut state, key, token, known, now)?;
-        let header = transition::renew(&held, lease_end_ms, extend_ms, state.log.next_lsn, now);
-        state.write(key, &header, &[], &self.commit, &self.counters, now)?;
-        bump(&self.counters.renewals);
-        Ok((header.deadline_ms, header.lsn))
-    }
-
-    /// The stored Processing record that `token` holds and its lease end
-    /// (monotonic), or `LeaseLost` — also for a lease abandoned past its
-    /// end + TTL, which has expired. What the holder knows saves a read of
-    /// the log.
-    fn held(
-        &self,
-        state: &mut ShardState,
-        key: &KeyRef<'_>,
-        token: u64,
-        known: Option<&Held>,
-        now: Now,
-    ) -> Result<(Header, u64)> {
-        let live = state.live_entry(key.hash, now, &self.counters);
-        let Some((entry, lease_end_ms)) = live.filter(|(entry, _)| transition::holds(entry, token)) else {
-            bump(&self.counters.lease_lost);
-            event!(warn, shard = self.id, token, "lease lost: the key was taken over or expired; the call is refused");
-            return Err(Error::LeaseLost { token });
-        };
-        match known {
-            Some(held) => Ok((held.record(&entry), lease_end_ms)),
-            None => Ok((state.load(&entry, Some(key))?.0, lease_end_ms)),
-        }
     }
 
     /// Removes a key whatever its state. Returns whether a live record was

@@ -245,6 +245,17 @@ impl ShardState {
         Ok(())
     }
 
+    /// The bytes of the recovery point in the Processing record of `entry`
+    /// for `key` (none without reading the log when the frame has room for
+    /// no more than scope and key).
+    pub(crate) fn stored_checkpoint(&self, entry: &Entry, key: &KeyRef<'_>) -> Result<Vec<u8>> {
+        if u64::from(entry.frame_len) == record::frame_bytes(key.scope.len(), key.key.len(), 0) {
+            return Ok(Vec::new());
+        }
+        let (header, frame) = self.load(entry, Some(key))?;
+        Ok(record::body(&header, &frame).2.to_vec())
+    }
+
     /// The record of `entry` (its header and its whole frame, borrowed from
     /// the segment's map where there is one), its CRC checked, and checked
     /// to belong to `key` when one is given.

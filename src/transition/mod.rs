@@ -24,6 +24,28 @@ pub(crate) struct ClaimParams {
     pub fingerprint: Fingerprint,
     pub lease_ms: u64,
     pub ttl_ms: u64,
+    pub reuse: ReusePolicy,
+}
+
+/// What a claim of a key whose request failed ([`crate::State::Failed`],
+/// same fingerprint) gets: the stored failure replayed, or a new attempt.
+/// Set per claim ([`crate::ClaimRequest::reuse`]).
+///
+/// A Failed record says the side effect did not happen and will not (a
+/// declined card): whether the same request may simply run again is the
+/// service's call, per route. A Completed key is always replayed, a
+/// Processing one never run twice, whatever the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReusePolicy {
+    /// Replay the stored failure, as every other finished answer (the
+    /// default).
+    #[default]
+    ReplayFailure,
+    /// Start a new attempt: the claim acquires a lease with a new token and
+    /// attempt + 1 (`recovered` stays false: nothing ran half-way), and the
+    /// failure is superseded.
+    RetryFailed,
 }
 
 /// How a holder finishes.
@@ -144,6 +166,7 @@ pub(crate) fn lease_end(record: &Header, now: Now) -> u64 {
 /// | none, a tombstone, Completed/Failed past its TTL, or Processing past lease end + TTL | – | acquire, attempt 1 |
 /// | Processing, lease running | same | in progress |
 /// | Processing, lease ended | same | acquire, `recovered`, attempt + 1, first claim's `created_ms` |
+/// | Failed, policy [`ReusePolicy::RetryFailed`] | same | acquire, attempt + 1 |
 /// | Completed / Failed | same | replay |
 /// | any live | different | mismatch |
 pub(crate) fn claim(stored: Option<Stored<'_>>, request: &ClaimParams, next_lsn: u64, now: Now) -> ClaimStep {
@@ -182,6 +205,9 @@ pub(crate) fn claim(stored: Option<Stored<'_>>, request: &ClaimParams, next_lsn:
             created_ms: stored.created_ms,
             ..fresh
         }),
+        State::Failed if request.reuse == ReusePolicy::RetryFailed => {
+            ClaimStep::Acquire(Header { attempt: stored.attempt.saturating_add(1), ..fresh })
+        }
         State::Completed | State::Failed => ClaimStep::Replay,
     }
 }

@@ -13,7 +13,12 @@ const NEXT_LSN: u64 = 77;
 const TTL: u64 = 60_000;
 
 fn request(fingerprint: &[u8]) -> ClaimParams {
-    ClaimParams { fingerprint: Fingerprint::of(fingerprint), lease_ms: 5_000, ttl_ms: TTL }
+    ClaimParams {
+        fingerprint: Fingerprint::of(fingerprint),
+        lease_ms: 5_000,
+        ttl_ms: TTL,
+        reuse: ReusePolicy::default(),
+    }
 }
 
 fn stored(kind: Kind, fingerprint: &[u8], deadline_ms: u64) -> Header {
@@ -115,6 +120,26 @@ fn the_contract_table_row_by_row() {
         let step = claim(current, &request(fingerprint), NEXT_LSN, NOW);
         assert_eq!(row(step), expected, "{name}");
     }
+}
+
+#[test]
+fn the_reuse_policy_decides_only_for_a_failed_key() {
+    let retry = ClaimParams { reuse: ReusePolicy::RetryFailed, ..request(b"same") };
+    let at = |kind, fingerprint: &[u8], lease_end_ms| {
+        let record = stored(kind, fingerprint, WALL + 1);
+        claim(Some(Stored { record: &record, lease_end_ms }), &retry, NEXT_LSN, NOW)
+    };
+    let ClaimStep::Acquire(header) = at(FAILED, b"same", 0) else { panic!("a failed key is run again") };
+    assert_eq!(header.kind, PROCESSING);
+    assert_eq!((header.token, header.attempt), (NEXT_LSN, 4), "a new token, the attempt after the stored 3");
+    assert!(!header.recovered, "nothing ran half-way");
+    assert_eq!(header.created_ms, WALL, "a new attempt is a new request");
+    assert_eq!(row(at(FAILED, b"other", 0)), Row::Mismatch, "another request is still refused");
+    assert_eq!(row(at(COMPLETED, b"same", 0)), Row::Replay, "a completed key is always replayed");
+    assert_eq!(row(at(PROCESSING, b"same", MONO + 1)), Row::InProgress(1), "a running lease is never run twice");
+    let failed = stored(FAILED, b"same", WALL + 1);
+    let default = claim(Some(Stored { record: &failed, lease_end_ms: 0 }), &request(b"same"), NEXT_LSN, NOW);
+    assert_eq!(row(default), Row::Replay, "the default replays the failure");
 }
 
 #[test]
