@@ -137,11 +137,8 @@ fn points_respect_the_limits_and_bad_ones_store_nothing() {
     let store = Store::open(dir.path(), config(&clock).response_bytes_max(64)).expect("open");
     let mut lease = acquire(&store, &request());
     lease.checkpoint("ok", &[7; 61]).expect("1 + 2 + 61 = 64 bytes fit");
-    let refused = [
-        lease.checkpoint("ok", &[7; 62]),
-        lease.checkpoint("", b"x"),
-        lease.checkpoint(&"s".repeat(256), b""),
-    ];
+    let refused =
+        [lease.checkpoint("ok", &[7; 62]), lease.checkpoint("", b"x"), lease.checkpoint(&"s".repeat(256), b"")];
     assert!(matches!(refused[0], Err(Error::CheckpointTooLarge { len: 65, max: 64 })), "{:?}", refused[0]);
     assert!(matches!(refused[1], Err(Error::InvalidCheckpoint { .. })), "{:?}", refused[1]);
     assert!(matches!(refused[2], Err(Error::InvalidCheckpoint { .. })), "{:?}", refused[2]);

@@ -1,7 +1,11 @@
 //! A payments service whose `POST /payments` is made retry-safe by the
 //! idempotency layer, over a real store directory or, for a fleet, a Redis
-//! server or Cluster. "Charging" appends a line to a ledger file, so
-//! double charges are visible.
+//! server or Cluster. A payment is two steps with an outside effect each:
+//! a charge at a payment provider (a ledger file, with its own idempotency
+//! key derived from ours, so double charges are visible) and an order
+//! written to `orders.txt`. A recovery point after the charge lets a run
+//! that takes over from one that crashed between the steps write the order
+//! without calling the provider again.
 //!
 //! ```text
 //! cargo run --example payments --features tower -- /tmp/payments 127.0.0.1:3000
@@ -38,15 +42,16 @@
 //! with port 0 picks a free port; the line printed at start names it.
 
 use axum::routing::{get, post};
-use axum::{body::Bytes, extract::State, http::StatusCode, Router};
-use idemkv::http::{IdempotencyLayer, LayerConfig};
+use axum::{body::Bytes, extract::State, http::StatusCode, Extension, Router};
+use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, RecoveryPoints};
 use idemkv::{Config, IdempotencyBackend, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -116,30 +121,84 @@ fn arguments(mut args: impl Iterator<Item = OsString>) -> Result<Arguments, Stri
     Ok(Arguments { dir, address, records })
 }
 
-/// Appends the charge to the ledger and answers 201 with its number (500
-/// if the ledger cannot be written: nothing was charged).
-async fn charge(
-    State(ledger): State<Arc<PathBuf>>,
-    body: Bytes,
-) -> (StatusCode, [(&'static str, &'static str); 1], String) {
-    let line = String::from_utf8_lossy(&body).replace('\n', " ");
-    // One write of the whole line: appends of two instances sharing the
-    // ledger do not interleave.
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&*ledger)
-        .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
-    if let Err(error) = written {
-        let problem = format!("{{\"error\":\"ledger: {error}\"}}");
-        return (StatusCode::INTERNAL_SERVER_ERROR, [("content-type", "application/json")], problem);
+/// The service's files: the payment provider's ledger (one line per
+/// charge, deduplicated by the provider's own idempotency key), every call
+/// made to the provider, and the orders written.
+struct Files {
+    ledger: PathBuf,
+    provider_calls: PathBuf,
+    orders: PathBuf,
+    /// `PAYMENTS_CRASH_AFTER=charged`: the process aborts between the two
+    /// steps, as a crash or a kill would stop it (for the tests).
+    crash_after: Option<String>,
+}
+
+type Answer = (StatusCode, [(&'static str, &'static str); 1], String);
+
+fn json(status: StatusCode, body: String) -> Answer {
+    (status, [("content-type", "application/json")], body)
+}
+
+/// Appends one line in one write: appends of two instances sharing the
+/// files do not interleave.
+fn append(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(format!("{line}\n").as_bytes())
+}
+
+/// The payment provider: charges once per provider key, whatever the
+/// number of calls, and answers the charge's number (its ledger line).
+fn provider_charge(files: &Files, provider_key: &str, line: &str) -> std::io::Result<usize> {
+    append(&files.provider_calls, provider_key)?;
+    let ledger = std::fs::read_to_string(&files.ledger).unwrap_or_default();
+    if let Some(found) = ledger.lines().position(|charge| charge.split(' ').next() == Some(provider_key)) {
+        return Ok(found + 1);
     }
-    let charges = std::fs::read_to_string(&*ledger).map_or(0, |text| text.lines().count());
-    (
-        StatusCode::CREATED,
-        [("content-type", "application/json")],
-        format!("{{\"payment\":{charges},\"charged\":{line}}}"),
-    )
+    append(&files.ledger, &format!("{provider_key} {line}"))?;
+    Ok(ledger.lines().count() + 1)
+}
+
+/// `POST /payments` in two steps with an outside effect each: charge at the
+/// provider, then write the order. A recovery point after the charge lets
+/// a run that takes over from a crashed one skip straight to the order.
+async fn pay(
+    State(files): State<Arc<Files>>,
+    Extension(attempt): Extension<Attempt>,
+    Extension(points): Extension<RecoveryPoints>,
+    body: Bytes,
+) -> Answer {
+    let line = String::from_utf8_lossy(&body).replace('\n', " ");
+    let resumed = points.last().filter(|point| point.step == "charged");
+    let charge = match &resumed {
+        Some(point) => String::from_utf8_lossy(&point.payload).parse::<usize>().unwrap_or(0),
+        None => {
+            // The provider's own idempotency key, derived from ours: even
+            // a repeated call could not charge twice there.
+            let provider_key =
+                format!("pay:{}:{}", String::from_utf8_lossy(&attempt.scope), String::from_utf8_lossy(&attempt.key));
+            let charge = match provider_charge(&files, &provider_key, &line) {
+                Ok(charge) => charge,
+                Err(error) => {
+                    // Nothing was charged: say so, and the key is kept as
+                    // this 500 (or freed, under another failure policy).
+                    return json(StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\":\"ledger: {error}\"}}"));
+                }
+            };
+            if let Err(error) = points.checkpoint("charged", charge.to_string().as_bytes()).await {
+                // Not fatal: the provider's key still stops a second charge.
+                eprintln!("payments: recovery point not stored: {error}");
+            }
+            charge
+        }
+    };
+    if files.crash_after.as_deref() == Some("charged") {
+        std::process::abort();
+    }
+    if let Err(error) = append(&files.orders, &format!("charge {charge} {line}")) {
+        return json(StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\":\"orders: {error}\"}}"));
+    }
+    let resumed = resumed.is_some();
+    json(StatusCode::CREATED, format!("{{\"payment\":{charge},\"resumed\":{resumed},\"charged\":{line}}}"))
 }
 
 /// Keys are kept per account (the `X-Account` header stands in for what an
@@ -151,11 +210,25 @@ fn account(request: &axum::http::request::Parts) -> Option<Vec<u8>> {
 
 /// The service on any backend: `/payments` behind the layer, `/metrics`
 /// beside it.
-fn app<B: IdempotencyBackend>(backend: B, ledger: PathBuf, metrics: PrometheusHandle) -> Router {
+fn app<B: IdempotencyBackend>(backend: B, dir: &Path, metrics: PrometheusHandle) -> Router {
+    let files = Files {
+        ledger: dir.join("ledger.txt"),
+        provider_calls: dir.join("provider_calls.txt"),
+        orders: dir.join("orders.txt"),
+        crash_after: std::env::var("PAYMENTS_CRASH_AFTER").ok(),
+    };
+    // `PAYMENTS_LEASE_MS`: a shorter lease, so that a run that crashed is
+    // taken over sooner (for the tests).
+    let lease = std::env::var("PAYMENTS_LEASE_MS").ok().and_then(|ms| ms.parse().ok()).map(Duration::from_millis);
+    let config = LayerConfig::scoped(account);
+    let config = match lease {
+        Some(lease) => config.lease(lease),
+        None => config,
+    };
     let guarded = Router::new()
-        .route("/payments", post(charge))
-        .with_state(Arc::new(ledger))
-        .layer(IdempotencyLayer::new(backend, LayerConfig::scoped(account)));
+        .route("/payments", post(pay))
+        .with_state(Arc::new(files))
+        .layer(IdempotencyLayer::new(backend, config));
     // Added after the layer, so not guarded (a GET is not anyway).
     with_metrics(guarded, metrics)
 }
@@ -232,15 +305,14 @@ async fn serve() -> Result<(), String> {
         _ => Some(redis(&records).await?),
     };
     std::fs::create_dir_all(&dir).map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
-    let ledger = dir.join("ledger.txt");
     #[cfg(feature = "redis")]
     if let Some(backend) = backend {
         println!("payments on http://{address}, store on Redis, ledger in {}", dir.display());
-        let app = app(backend, ledger, metrics);
+        let app = app(backend, &dir, metrics);
         return axum::serve(listener, app).await.map_err(|error| format!("serving on {address}: {error}"));
     }
     let store = Store::open(dir.join("idempotency"), Config::new()).map_err(|error| error.to_string())?;
     println!("payments on http://{address}, store and ledger in {}", dir.display());
-    let app = app(store, ledger, metrics);
+    let app = app(store, &dir, metrics);
     axum::serve(listener, app).await.map_err(|error| format!("serving on {address}: {error}"))
 }

@@ -1,6 +1,7 @@
 //! Settings of the layer: [`LayerConfig`], the [`FailurePolicy`] that says
 //! which answers are kept, and how a request's scope is chosen.
 
+use crate::Checkpoint;
 use http::header::HeaderName;
 use http::{Method, StatusCode};
 use std::sync::Arc;
@@ -86,8 +87,13 @@ pub struct Attempt {
     /// 1 for the first run, one more for each takeover.
     pub attempt: u32,
     /// Whether an earlier run's lease ended unfinished: it may have
-    /// half-run, so check the domain state before acting again.
+    /// half-run, so check the domain state (and the last recovery point,
+    /// [`RecoveryPoints::last`](super::RecoveryPoints::last)) before acting
+    /// again.
     pub recovered: bool,
+    /// The last recovery point an earlier run stored, as the claim found
+    /// it.
+    pub checkpoint: Option<Checkpoint>,
 }
 
 type ScopeFn = dyn Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync;

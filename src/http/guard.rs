@@ -5,6 +5,7 @@ use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
 use super::detached::Detached;
 use super::key::{prefer_wait, read_key, KeyError};
 use super::problem::{in_progress, Problem};
+use super::recovery::RecoveryPoints;
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -99,8 +100,8 @@ where
         .finish();
     let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max));
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
-    let (token, attempt, recovered) = match backend.claim(&scope, &key, fingerprint, options).await {
-        Ok(BackendClaim::Acquired { token, attempt, recovered, .. }) => (token, attempt, recovered),
+    let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
+        Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => (token, attempt, recovered, checkpoint),
         Ok(BackendClaim::Replay(stored)) => {
             return Ok(counted("replay", replay(&stored, &config.replay_header).map(Either::Right)));
         }
@@ -113,7 +114,9 @@ where
             return Ok(counted("store_unavailable", answer(Problem::StoreUnavailable)));
         }
     };
-    parts.extensions.insert(Attempt { scope, key, attempt, recovered });
+    let points = RecoveryPoints::new(Arc::clone(&backend), token.clone(), checkpoint.clone());
+    parts.extensions.insert(points);
+    parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
     // The handler runs to its end whatever the client does: a client that
     // goes away drops this future, and the handler's run moves to a task of

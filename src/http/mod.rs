@@ -9,7 +9,7 @@
 //!
 //! | claim answer | response |
 //! |---|---|
-//! | acquired | the handler runs to its end (a client that leaves does not cancel it), with an [`Attempt`] extension; what it answered is kept (see [`FailurePolicy`]) |
+//! | acquired | the handler runs to its end (a client that leaves does not cancel it), with [`Attempt`] and [`RecoveryPoints`] extensions; what it answered is kept (see [`FailurePolicy`]) |
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
 //! | in progress | 409 with `Retry-After`; with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays |
 //! | mismatch | 422 |
@@ -21,7 +21,9 @@
 //! renews its lease every third of [`LayerConfig::lease`]; its 5xx is kept
 //! like any answer; its error or panic leaves the key in progress until the
 //! lease ends, after which the next attempt runs with
-//! [`Attempt::recovered`] set. Only the handler's word — the [`NotSpent`]
+//! [`Attempt::recovered`] set and, in [`RecoveryPoints::last`], the last
+//! recovery point the earlier run stored, to resume after that step instead
+//! of running it again. Only the handler's word — the [`NotSpent`]
 //! response extension — frees the key for a retry (and routing or
 //! validation statuses, see [`FailurePolicy`]). A response too large to
 //! keep is answered, and kept, as a 500 problem.
@@ -67,10 +69,12 @@ mod detached;
 mod guard;
 mod key;
 mod problem;
+mod recovery;
 mod response;
 
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
+pub use recovery::RecoveryPoints;
 
 use bytes::Bytes;
 use http::{Request, Response};

@@ -29,6 +29,21 @@ pub struct Instance {
     pub base: String,
 }
 
+impl Instance {
+    /// Waits (a bounded time) for the process to end by itself; its exit
+    /// status.
+    pub fn wait_for_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(start.elapsed() < limit, "the instance did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -40,10 +55,16 @@ impl Drop for Instance {
 /// its base URL is read from the line it prints at start, which must
 /// contain `marker`.
 pub fn start(dir: &Path, args: &[&str], marker: &str) -> Instance {
+    start_with(dir, args, &[], marker)
+}
+
+/// [`start`] with environment variables `env` set.
+pub fn start_with(dir: &Path, args: &[&str], env: &[(&str, &str)], marker: &str) -> Instance {
     let mut child = Command::new(example())
         .arg(dir)
         .arg("127.0.0.1:0")
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

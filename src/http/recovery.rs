@@ -1,0 +1,86 @@
+//! The handler's side of recovery points: a request extension that shows
+//! the point an earlier, unfinished run stored and stores new ones under
+//! the request's lease.
+
+use crate::backend::IdempotencyBackend;
+use crate::{Checkpoint, Error, LeaseToken};
+use parking_lot::Mutex;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+type StoreFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
+
+/// The recovery points of a guarded request's key, as a request extension
+/// (beside [`Attempt`](super::Attempt)): [`last`](RecoveryPoints::last) is
+/// where an earlier run that died half-way stopped, and
+/// [`checkpoint`](RecoveryPoints::checkpoint) stores a new point, fenced by
+/// this run's lease, after each step with an outside effect.
+///
+/// # Examples
+///
+/// ```no_run
+/// use axum::{http::StatusCode, Extension};
+/// use idemkv::http::RecoveryPoints;
+///
+/// async fn order(Extension(points): Extension<RecoveryPoints>) -> (StatusCode, String) {
+///     let charge = match points.last() {
+///         // An earlier run charged and then died: do not charge again.
+///         Some(point) if point.step == "charged" => String::from_utf8_lossy(&point.payload).into_owned(),
+///         _ => {
+///             let charge = "ch_1".to_string(); // the payment provider's call
+///             if let Err(error) = points.checkpoint("charged", charge.as_bytes()).await {
+///                 tracing::warn!(%error, "recovery point not stored");
+///             }
+///             charge
+///         }
+///     };
+///     (StatusCode::CREATED, format!("order paid by {charge}"))
+/// }
+/// ```
+#[derive(Clone)]
+pub struct RecoveryPoints {
+    last: Arc<Mutex<Option<Checkpoint>>>,
+    store: Arc<StoreFn>,
+}
+
+impl fmt::Debug for RecoveryPoints {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.debug_struct("RecoveryPoints").field("last", &*self.last.lock()).finish_non_exhaustive()
+    }
+}
+
+impl RecoveryPoints {
+    /// The points of the key `token` holds, the last one being `last`.
+    pub(super) fn new<K: IdempotencyBackend>(backend: Arc<K>, token: LeaseToken, last: Option<Checkpoint>) -> Self {
+        let token = Arc::new(token);
+        let store = move |step: String, payload: Vec<u8>| -> StoreFuture {
+            let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
+            Box::pin(async move { backend.checkpoint(&token, &step, &payload).await })
+        };
+        RecoveryPoints { last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
+    }
+
+    /// The last point stored for this key: at first the one an earlier run
+    /// stored (`None` on a first run, or if it stored none), then each this
+    /// run stores.
+    #[must_use]
+    pub fn last(&self) -> Option<Checkpoint> {
+        self.last.lock().clone()
+    }
+
+    /// Stores a point durably under this run's lease (see
+    /// [`Lease::checkpoint`](crate::Lease::checkpoint)).
+    ///
+    /// # Errors
+    /// As [`IdempotencyBackend::checkpoint`]: [`Error::LeaseLost`] if
+    /// another run took the key over, the size and step errors, and the
+    /// backend's.
+    pub async fn checkpoint(&self, step: &str, payload: &[u8]) -> Result<(), Error> {
+        (self.store)(step.to_owned(), payload.to_vec()).await?;
+        *self.last.lock() = Some(Checkpoint::new(step, payload));
+        Ok(())
+    }
+}
