@@ -15,8 +15,8 @@ fn request() -> ClaimRequest<'static> {
     ClaimRequest::new("order-1", fingerprint("POST /orders")).scope("tenant").lease(LEASE)
 }
 
-fn point(step: &str, payload: &[u8]) -> Option<Checkpoint> {
-    Some(Checkpoint::new(step, payload.to_vec()))
+fn point(step: &str, payload: &[u8]) -> Checkpoint {
+    Checkpoint::new(step, payload.to_vec())
 }
 
 fn stored_point(store: &Store) -> Option<Checkpoint> {
@@ -32,17 +32,17 @@ fn a_takeover_resumes_from_the_last_point_and_a_stale_holder_cannot_move_it() {
     assert_eq!(first.recovery_point(), None);
     first.checkpoint("charged", b"ch_1").expect("checkpoint");
     first.checkpoint("reserved", b"ch_1 stock_7").expect("a later step replaces the point");
-    assert_eq!(first.recovery_point(), point("reserved", b"ch_1 stock_7").as_ref());
-    assert_eq!(stored_point(&store), point("reserved", b"ch_1 stock_7"));
+    assert_eq!(first.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")));
+    assert_eq!(stored_point(&store), Some(point("reserved", b"ch_1 stock_7")));
 
     clock.advance(LEASE * 2);
     let mut second = acquire(&store, &request());
     assert!(second.recovered());
     assert_eq!(second.attempt(), 2);
-    assert_eq!(second.recovery_point(), point("reserved", b"ch_1 stock_7").as_ref(), "resumes after that step");
+    assert_eq!(second.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")), "resumes after that step");
 
     assert!(matches!(first.checkpoint("written", b"stale"), Err(Error::LeaseLost { .. })));
-    assert_eq!(stored_point(&store), point("reserved", b"ch_1 stock_7"), "the stale point was not stored");
+    assert_eq!(stored_point(&store), Some(point("reserved", b"ch_1 stock_7")), "the stale point was not stored");
 
     // The second holder stores nothing and dies too: the third still sees
     // the first holder's point.
@@ -51,7 +51,7 @@ fn a_takeover_resumes_from_the_last_point_and_a_stale_holder_cannot_move_it() {
     clock.advance(LEASE * 2);
     let third = acquire(&store, &request());
     assert_eq!((third.attempt(), third.recovered()), (3, true));
-    assert_eq!(third.recovery_point(), point("reserved", b"ch_1 stock_7").as_ref());
+    assert_eq!(third.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")));
     third.complete(b"201 order 9").expect("complete");
     let record = replay(&store, &request());
     assert_eq!((record.response.as_slice(), record.checkpoint), (&b"201 order 9"[..], None));
@@ -69,7 +69,7 @@ fn renewals_keep_the_point_and_finishing_drops_it() {
     assert_eq!(lease.deadline_ms(), deadline);
     assert!(matches!(store.claim(&request()).expect("claim"), Claim::InProgress { .. }), "the lease still runs");
     lease.renew(Duration::from_secs(5)).expect("renew");
-    assert_eq!(stored_point(&store), point("charged", b"ch_2"), "a renewal keeps the point");
+    assert_eq!(stored_point(&store), Some(point("charged", b"ch_2")), "a renewal keeps the point");
     lease.release().expect("release");
     assert!(store.get(b"tenant", b"order-1").expect("get").is_none());
     let fresh = acquire(&store, &request());
@@ -92,7 +92,7 @@ fn a_checkpoint_keeps_the_lease_end() {
     let Claim::Acquired(next) = store.claim(&request()).expect("claim") else {
         panic!("a checkpoint is no renewal: the lease ended at its first end");
     };
-    assert_eq!(next.recovery_point(), point("charged", b"").as_ref());
+    assert_eq!(next.recovery_point(), Some(&point("charged", b"")));
 }
 
 #[test]
@@ -114,18 +114,18 @@ fn the_point_survives_a_restart_and_compaction() {
     store.close().expect("close");
 
     let store = Store::open(dir.path(), small(&clock)).expect("reopen");
-    assert_eq!(stored_point(&store), point("charged", b"ch_3"), "after a restart");
+    assert_eq!(stored_point(&store), Some(point("charged", b"ch_3")), "after a restart");
     clock.advance(Duration::from_secs(2));
     let report = store.compact().expect("compact");
     assert!(report.segments_rewritten > 0 && report.bytes_reclaimed > 0, "compaction rewrote segments: {report:?}");
-    assert_eq!(stored_point(&store), point("charged", b"ch_3"), "after compaction");
+    assert_eq!(stored_point(&store), Some(point("charged", b"ch_3")), "after compaction");
     store.checkpoint(&token, "shipped", b"parcel 5").expect("the holder goes on through its token");
     store.close().expect("close");
 
     let store = Store::open(dir.path(), small(&clock)).expect("reopen");
     clock.advance(LEASE * 10);
     let next = acquire(&store, &request());
-    assert_eq!(next.recovery_point(), point("shipped", b"parcel 5").as_ref());
+    assert_eq!(next.recovery_point(), Some(&point("shipped", b"parcel 5")));
     next.complete(b"done").expect("complete");
     assert_eq!(replay(&store, &request()).checkpoint, None);
 }
@@ -142,7 +142,7 @@ fn points_respect_the_limits_and_bad_ones_store_nothing() {
     assert!(matches!(refused[0], Err(Error::CheckpointTooLarge { len: 65, max: 64 })), "{:?}", refused[0]);
     assert!(matches!(refused[1], Err(Error::InvalidCheckpoint { .. })), "{:?}", refused[1]);
     assert!(matches!(refused[2], Err(Error::InvalidCheckpoint { .. })), "{:?}", refused[2]);
-    assert_eq!(stored_point(&store), point("ok", &[7; 61]), "refused points changed nothing");
+    assert_eq!(stored_point(&store), Some(point("ok", &[7; 61])), "refused points changed nothing");
     lease.checkpoint("next", b"").expect("the lease still holds after refusals");
     lease.complete(b"done").expect("complete");
 }

@@ -169,27 +169,26 @@ async fn pay(
 ) -> Answer {
     let line = String::from_utf8_lossy(&body).replace('\n', " ");
     let resumed = points.last().filter(|point| point.step == "charged");
-    let charge = match &resumed {
-        Some(point) => String::from_utf8_lossy(&point.payload).parse::<usize>().unwrap_or(0),
-        None => {
-            // The provider's own idempotency key, derived from ours: even
-            // a repeated call could not charge twice there.
-            let provider_key =
-                format!("pay:{}:{}", String::from_utf8_lossy(&attempt.scope), String::from_utf8_lossy(&attempt.key));
-            let charge = match provider_charge(&files, &provider_key, &line) {
-                Ok(charge) => charge,
-                Err(error) => {
-                    // Nothing was charged: say so, and the key is kept as
-                    // this 500 (or freed, under another failure policy).
-                    return json(StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\":\"ledger: {error}\"}}"));
-                }
-            };
-            if let Err(error) = points.checkpoint("charged", charge.to_string().as_bytes()).await {
-                // Not fatal: the provider's key still stops a second charge.
-                eprintln!("payments: recovery point not stored: {error}");
+    let charge = if let Some(point) = &resumed {
+        String::from_utf8_lossy(&point.payload).parse::<usize>().unwrap_or(0)
+    } else {
+        // The provider's own idempotency key, derived from ours: even
+        // a repeated call could not charge twice there.
+        let provider_key =
+            format!("pay:{}:{}", String::from_utf8_lossy(&attempt.scope), String::from_utf8_lossy(&attempt.key));
+        let charge = match provider_charge(&files, &provider_key, &line) {
+            Ok(charge) => charge,
+            Err(error) => {
+                // Nothing was charged: say so, and the key is kept as
+                // this 500 (or freed, under another failure policy).
+                return json(StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\":\"ledger: {error}\"}}"));
             }
-            charge
+        };
+        if let Err(error) = points.checkpoint("charged", charge.to_string().as_bytes()).await {
+            // Not fatal: the provider's key still stops a second charge.
+            eprintln!("payments: recovery point not stored: {error}");
         }
+        charge
     };
     if files.crash_after.as_deref() == Some("charged") {
         std::process::abort();
