@@ -10,7 +10,8 @@
 //! |------------------------------|-------------|--------|
 //! | absent or expired            | –           | [`Claim::Acquired`]: record written as Processing with a fresh fencing token |
 //! | Processing, lease valid      | same        | [`Claim::InProgress`] with `retry_after` |
-//! | Processing, lease expired    | same        | [`Claim::Acquired`] with [`Lease::recovered`], attempt + 1, new token |
+//! | Processing, lease expired    | same        | [`Claim::Acquired`] with [`Lease::recovered`], attempt + 1, new token, and the last [`Lease::recovery_point`] |
+//! | Failed, [`ReusePolicy::RetryFailed`] | same | [`Claim::Acquired`], attempt + 1, new token, not recovered |
 //! | Completed / Failed           | same        | [`Claim::Replay`] with the stored response |
 //! | any present                  | different   | [`Claim::Mismatch`]; the stored response is never revealed |
 //!
@@ -20,6 +21,13 @@
 //! holder whose lease expired and was reclaimed gets [`Error::LeaseLost`].
 //! A holder whose lease ended but was not yet reclaimed may still finish,
 //! until lease end + TTL, when an abandoned Processing record expires.
+//!
+//! Between steps with outside effects a holder stores a recovery point,
+//! [`Lease::checkpoint`]: durable, fenced by its token, kept by renewals,
+//! carried over by takeovers, dropped with the Processing record. A holder
+//! that takes the key over resumes after the step it names instead of
+//! running it again. Which claims of a Failed key run again is the claim's
+//! [`ReusePolicy`] (replay the failure by default).
 //!
 //! Records live in an append-only, CRC-framed log per shard (see
 //! `docs/format.md`); the in-memory index holds only what a claim decision
