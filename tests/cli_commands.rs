@@ -168,6 +168,9 @@ fn processing_shows_its_lease_end_and_failed_its_expiry() {
         other => panic!("{other:?}"),
     };
     let _held = claim("in-flight").into_token();
+    let mut charged = claim("charged");
+    charged.checkpoint("charged", b"ch_9").expect("checkpoint");
+    let _charged = charged.into_token();
     claim("declined").fail(&[0xff, 0x00]).expect("fail");
     store.close().expect("close");
     let path = dir.path().to_str().expect("utf-8");
@@ -177,11 +180,15 @@ fn processing_shows_its_lease_end_and_failed_its_expiry() {
     // The default lease is 30 s.
     assert!(lease_end.contains("Z (in 2") || lease_end.ends_with("Z (in 30s)"), "{lease_end}");
     assert!(!processing.contains("expires"), "{processing}");
+    assert!(processing.contains("recovery  none\n"), "{processing}");
+    let resumable = stdout(&idemkv(&["get", path, "charged"]));
+    assert!(resumable.contains(r#"recovery  step "charged", payload ch_9 (4 B)"#), "{resumable}");
     let failed = stdout(&idemkv(&["get", path, "declined"]));
     assert!(failed.contains("state     Failed\n") && failed.contains("expires   20"), "{failed}");
     assert!(failed.contains("response  0xff00 (hex, 2 B)"), "{failed}");
     let listed = stdout(&idemkv(&["list", path]));
-    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert_eq!(listed.matches(r#" recovery_step="charged""#).count(), 1, "{listed}");
     for line in listed.lines() {
         let expected = if line.contains("state=Processing") { " lease_end=20" } else { " expires=20" };
         assert!(line.contains(expected), "{line}");

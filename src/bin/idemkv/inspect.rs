@@ -47,7 +47,7 @@ fn deadline(record: &Record) -> (&'static str, String) {
 fn describe(record: &Record) -> String {
     let (label, when) = deadline(record);
     format!(
-        "scope={:?} key={:?} state={:?} attempt={} token={}{} created={} updated={} {label}={when}",
+        "scope={:?} key={:?} state={:?} attempt={} token={}{} created={} updated={} {label}={when}{}",
         text_or_hex(&record.scope),
         text_or_hex(&record.key),
         record.state,
@@ -56,6 +56,7 @@ fn describe(record: &Record) -> String {
         if record.recovered { " recovered" } else { "" },
         time(record.created_ms),
         time(record.updated_ms),
+        record.checkpoint.as_ref().map_or_else(String::new, |point| format!(" recovery_step={:?}", point.step)),
     )
 }
 
@@ -69,7 +70,7 @@ pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
     let recovered = if record.recovered { ", took over an expired lease" } else { "" };
     let kind = if std::str::from_utf8(&record.response).is_ok() { "text" } else { "hex" };
     let deadline = if record.state == State::Processing { "lease end" } else { "expires" };
-    let lines = [
+    let mut lines = vec![
         ("scope", format!("{:?}", text_or_hex(&record.scope))),
         ("key", format!("{:?}", text_or_hex(&record.key))),
         ("state", format!("{:?}", record.state)),
@@ -77,8 +78,23 @@ pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
         ("created", format!("{} ({})", time(record.created_ms), relative(record.created_ms, now_ms))),
         ("updated", format!("{} ({})", time(record.updated_ms), relative(record.updated_ms, now_ms))),
         (deadline, format!("{} ({})", time(record.deadline_ms), relative(record.deadline_ms, now_ms))),
-        ("response", format!("{} ({kind}, {})", text_or_hex(&record.response), bytes(record.response.len() as u64))),
     ];
+    match (&record.checkpoint, record.state) {
+        (Some(point), _) => lines.push((
+            "recovery",
+            format!(
+                "step {:?}, payload {} ({})",
+                point.step,
+                text_or_hex(&point.payload),
+                bytes(point.payload.len() as u64)
+            ),
+        )),
+        (None, State::Processing) => lines.push(("recovery", "none".to_string())),
+        (None, _) => lines.push((
+            "response",
+            format!("{} ({kind}, {})", text_or_hex(&record.response), bytes(record.response.len() as u64)),
+        )),
+    }
     let mut out = Out::default();
     for (label, value) in lines {
         out.line(format_args!("{label:<9} {value}"))?;
