@@ -240,8 +240,8 @@ async fn renew_get_remove<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     assert!(after.token > token.token);
 }
 
-fn point(step: &str, payload: &[u8]) -> Option<Checkpoint> {
-    Some(Checkpoint::new(step, payload.to_vec()))
+fn point(step: &str, payload: &[u8]) -> Checkpoint {
+    Checkpoint::new(step, payload.to_vec())
 }
 
 async fn stored_point<B: IdempotencyBackend>(backend: &B, key: &[u8]) -> Option<Checkpoint> {
@@ -260,30 +260,30 @@ async fn recovery_points<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     let record = backend.get(b"", &key).await.expect("get").expect("present");
     assert_eq!(
         (record.state, record.token, record.checkpoint.clone()),
-        (State::Processing, first.token, point("charged", b"ch_1"))
+        (State::Processing, first.token, Some(point("charged", b"ch_1")))
     );
     assert!(record.response.is_empty());
     assert!(record.deadline_ms.abs_diff(before.deadline_ms) <= 5, "the lease end stays: {record:?} {before:?}");
     backend.renew(&first, LEASE).await.expect("renew");
-    assert_eq!(stored_point(backend, &key).await, point("charged", b"ch_1"), "a renewal keeps it");
+    assert_eq!(stored_point(backend, &key).await, Some(point("charged", b"ch_1")), "a renewal keeps it");
 
     tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
     let (second, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
-    assert_eq!((attempt, recovered, resumed), (2, true, point("charged", b"ch_1")), "the takeover resumes");
+    assert_eq!((attempt, recovered, resumed), (2, true, Some(point("charged", b"ch_1"))), "the takeover resumes");
     assert!(matches!(backend.checkpoint(&first, "late", b"x").await, Err(Error::LeaseLost { .. })), "stale");
     let record = backend.get(b"", &key).await.expect("get").expect("present");
     assert_eq!(
         (record.token, record.checkpoint),
-        (second.token, point("charged", b"ch_1")),
+        (second.token, Some(point("charged", b"ch_1"))),
         "nothing of the stale one"
     );
 
     tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
     let (third, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
-    assert_eq!((attempt, recovered, resumed), (3, true, point("charged", b"ch_1")), "carried over twice");
+    assert_eq!((attempt, recovered, resumed), (3, true, Some(point("charged", b"ch_1"))), "carried over twice");
     assert!(matches!(backend.checkpoint(&second, "late", b"x").await, Err(Error::LeaseLost { .. })));
     backend.checkpoint(&third, "ordered", b"o_1").await.expect("checkpoint");
-    assert_eq!(stored_point(backend, &key).await, point("ordered", b"o_1"));
+    assert_eq!(stored_point(backend, &key).await, Some(point("ordered", b"o_1")));
     backend.complete(&third, b"201 ordered").await.expect("complete");
     assert!(matches!(backend.checkpoint(&third, "after", b"x").await, Err(Error::LeaseLost { .. })), "finished");
     let record = backend.get(b"", &key).await.expect("get").expect("present");
@@ -327,9 +327,9 @@ async fn recovery_point_limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) 
     assert!(matches!(too_large, Err(Error::CheckpointTooLarge { len, max: limit }) if len == max + 1 && limit == max));
     assert!(matches!(backend.checkpoint(&token, "", b"x").await, Err(Error::InvalidCheckpoint { .. })));
     assert!(matches!(backend.checkpoint(&token, &"s".repeat(256), b"").await, Err(Error::InvalidCheckpoint { .. })));
-    assert_eq!(stored_point(backend, &key).await, point("kept", b"k"), "nothing stored");
+    assert_eq!(stored_point(backend, &key).await, Some(point("kept", b"k")), "nothing stored");
     backend.checkpoint(&token, "s", &vec![7; max - 2]).await.expect("step + payload + 1 = the limit");
-    assert_eq!(stored_point(backend, &key).await, point("s", &vec![7; max - 2]));
+    assert_eq!(stored_point(backend, &key).await, Some(point("s", &vec![7; max - 2])));
     backend.checkpoint(&token, &"é".repeat(127), b"").await.expect("a 254-byte step");
     backend.complete(&token, b"done").await.expect("complete");
 }

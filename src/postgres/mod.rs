@@ -16,6 +16,14 @@
 //! (or the background [`Reaper`]) deletes them in bounded batches.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
+//! Recovery points ([`IdempotencyBackend::checkpoint`]) and reuse policies
+//! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
+//! point is a column of the key's row, fenced like a renewal, handed to a
+//! takeover and kept for the one after it, dropped when the key is
+//! finished, released or removed, and as durable as any commit. A table of
+//! an earlier schema version is upgraded in place at connect (see the
+//! `schema` module's docs).
+//!
 //! # Errors and retries
 //!
 //! A lost connection or a call without an answer in time is
