@@ -1,8 +1,8 @@
 //! One contract, every backend: the same scenarios — the state table,
 //! fencing, TTL, scopes, `claim_wait`, concurrent duplicates, limits,
-//! renew, get and remove — run against the embedded store, a standalone
-//! Redis server and a three-master Redis Cluster (real servers, started
-//! here). Time is real on every backend (Redis's clock is the server's),
+//! renew, get and remove, recovery points and reuse policies — run
+//! against the embedded store, a standalone Redis server, a three-master
+//! Redis Cluster and PostgreSQL (real servers, started here). Time is real on every backend (Redis's clock is the server's),
 //! so leases and TTLs are short and waits bounded.
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
@@ -12,7 +12,8 @@ mod common;
 use common::redis::{RedisCluster, RedisServer};
 use idemkv::redis::RedisBackend;
 use idemkv::{
-    BackendClaim, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken, State,
+    BackendClaim, Checkpoint, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken,
+    ReusePolicy, State,
 };
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,18 @@ async fn acquire<B: IdempotencyBackend>(
 ) -> (LeaseToken, u32, bool) {
     match backend.claim(scope, key, fp("body"), options).await.expect("claim") {
         BackendClaim::Acquired { token, attempt, recovered, .. } => (token, attempt, recovered),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// [`acquire`] in the empty scope, with the recovery point handed over.
+async fn acquire_at<B: IdempotencyBackend>(
+    backend: &B,
+    key: &[u8],
+    options: ClaimOptions,
+) -> (LeaseToken, u32, bool, Option<Checkpoint>) {
+    match backend.claim(b"", key, fp("body"), options).await.expect("claim") {
+        BackendClaim::Acquired { token, attempt, recovered, checkpoint } => (token, attempt, recovered, checkpoint),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
@@ -227,6 +240,129 @@ async fn renew_get_remove<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     assert!(after.token > token.token);
 }
 
+fn point(step: &str, payload: &[u8]) -> Checkpoint {
+    Checkpoint::new(step, payload.to_vec())
+}
+
+async fn stored_point<B: IdempotencyBackend>(backend: &B, key: &[u8]) -> Option<Checkpoint> {
+    backend.get(b"", key).await.expect("get").and_then(|record| record.checkpoint)
+}
+
+/// A recovery point goes to the holder that takes the key over, and
+/// stays in the record for the one after; a stale holder's is refused.
+async fn recovery_points<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("resume");
+    let (first, _, _, none) = acquire_at(backend, &key, options()).await;
+    assert_eq!(none, None, "a fresh claim has no recovery point");
+    let before = backend.get(b"", &key).await.expect("get").expect("present");
+    backend.checkpoint(&first, "reserved", b"r_1").await.expect("checkpoint");
+    backend.checkpoint(&first, "charged", b"ch_1").await.expect("checkpoint");
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!(
+        (record.state, record.token, record.checkpoint.clone()),
+        (State::Processing, first.token, Some(point("charged", b"ch_1")))
+    );
+    assert!(record.response.is_empty());
+    assert!(record.deadline_ms.abs_diff(before.deadline_ms) <= 5, "the lease end stays: {record:?} {before:?}");
+    backend.renew(&first, LEASE).await.expect("renew");
+    assert_eq!(stored_point(backend, &key).await, Some(point("charged", b"ch_1")), "a renewal keeps it");
+
+    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+    let (second, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
+    assert_eq!((attempt, recovered, resumed), (2, true, Some(point("charged", b"ch_1"))), "the takeover resumes");
+    assert!(matches!(backend.checkpoint(&first, "late", b"x").await, Err(Error::LeaseLost { .. })), "stale");
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!(
+        (record.token, record.checkpoint),
+        (second.token, Some(point("charged", b"ch_1"))),
+        "nothing of the stale one"
+    );
+
+    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
+    let (third, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
+    assert_eq!((attempt, recovered, resumed), (3, true, Some(point("charged", b"ch_1"))), "carried over twice");
+    assert!(matches!(backend.checkpoint(&second, "late", b"x").await, Err(Error::LeaseLost { .. })));
+    backend.checkpoint(&third, "ordered", b"o_1").await.expect("checkpoint");
+    assert_eq!(stored_point(backend, &key).await, Some(point("ordered", b"o_1")));
+    backend.complete(&third, b"201 ordered").await.expect("complete");
+    assert!(matches!(backend.checkpoint(&third, "after", b"x").await, Err(Error::LeaseLost { .. })), "finished");
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!((record.state, record.checkpoint, record.response), (State::Completed, None, b"201 ordered".to_vec()));
+}
+
+/// Releasing, removing or expiring a key drops its recovery point: the
+/// next claim starts without one.
+async fn recovery_points_dropped<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("released");
+    let (token, _, _, _) = acquire_at(backend, &key, options()).await;
+    backend.checkpoint(&token, "validated", b"v").await.expect("checkpoint");
+    backend.release(&token).await.expect("release");
+    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "released");
+    let (token, attempt, recovered, fresh) = acquire_at(backend, &key, options()).await;
+    assert_eq!((attempt, recovered, fresh), (1, false, None), "released: a fresh start");
+    assert_eq!(stored_point(backend, &key).await, None);
+
+    backend.checkpoint(&token, "validated", b"v").await.expect("checkpoint");
+    assert!(backend.remove(b"", &key).await.expect("remove"));
+    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "removed");
+    assert_eq!(acquire_at(backend, &key, options()).await.3, None, "removed: a fresh start");
+
+    let expiring = keys.key("expired");
+    let short = ClaimOptions::new().lease(Duration::from_millis(200)).ttl(Duration::from_millis(300));
+    let (token, _, _, _) = acquire_at(backend, &expiring, short).await;
+    backend.checkpoint(&token, "charged", b"ch").await.expect("checkpoint");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "expired");
+    let (_, attempt, recovered, fresh) = acquire_at(backend, &expiring, short).await;
+    assert_eq!((attempt, recovered, fresh), (1, false, None), "expired: a fresh start");
+}
+
+/// A refused recovery point is a typed error and stores nothing.
+async fn recovery_point_limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let key = keys.key("limits");
+    let max = backend.limits().response_bytes_max;
+    let (token, _, _, _) = acquire_at(backend, &key, options()).await;
+    backend.checkpoint(&token, "kept", b"k").await.expect("checkpoint");
+    let too_large = backend.checkpoint(&token, "s", &vec![7; max - 1]).await;
+    assert!(matches!(too_large, Err(Error::CheckpointTooLarge { len, max: limit }) if len == max + 1 && limit == max));
+    assert!(matches!(backend.checkpoint(&token, "", b"x").await, Err(Error::InvalidCheckpoint { .. })));
+    assert!(matches!(backend.checkpoint(&token, &"s".repeat(256), b"").await, Err(Error::InvalidCheckpoint { .. })));
+    assert_eq!(stored_point(backend, &key).await, Some(point("kept", b"k")), "nothing stored");
+    backend.checkpoint(&token, "s", &vec![7; max - 2]).await.expect("step + payload + 1 = the limit");
+    assert_eq!(stored_point(backend, &key).await, Some(point("s", &vec![7; max - 2])));
+    backend.checkpoint(&token, &"é".repeat(127), b"").await.expect("a 254-byte step");
+    backend.complete(&token, b"done").await.expect("complete");
+}
+
+/// What a claim of a finished key gets under each reuse policy.
+async fn reuse_policies<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+    let retry = options().reuse(ReusePolicy::RetryFailed);
+    let key = keys.key("failed");
+    let (first, _, _, _) = acquire_at(backend, &key, options()).await;
+    backend.checkpoint(&first, "declined", b"d").await.expect("checkpoint");
+    backend.fail(&first, b"402 declined").await.expect("fail");
+    let failed = backend.get(b"", &key).await.expect("get").expect("present");
+    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
+        BackendClaim::Replay(response) => assert_eq!(response, b"402 declined", "the default replays"),
+        other => panic!("expected Replay, got {other:?}"),
+    }
+    assert!(matches!(backend.claim(b"", &key, fp("other"), retry).await, Ok(BackendClaim::Mismatch)));
+    let (second, attempt, recovered, resumed) = acquire_at(backend, &key, retry).await;
+    assert_eq!((attempt, recovered, resumed), (2, false, None), "run again, nothing half-done");
+    assert!(second.token > first.token);
+    let record = backend.get(b"", &key).await.expect("get").expect("present");
+    assert_eq!((record.state, record.attempt, record.token), (State::Processing, 2, second.token));
+    assert!(record.response.is_empty() && record.checkpoint.is_none());
+    assert!(record.created_ms >= failed.created_ms);
+    assert!(matches!(backend.claim(b"", &key, fp("body"), retry).await, Ok(BackendClaim::InProgress { .. })));
+    assert!(matches!(backend.fail(&first, b"late").await, Err(Error::LeaseLost { .. })), "superseded");
+    backend.complete(&second, b"201 charged").await.expect("complete");
+    match backend.claim(b"", &key, fp("body"), retry).await.expect("claim") {
+        BackendClaim::Replay(response) => assert_eq!(response, b"201 charged", "completed: always replayed"),
+        other => panic!("expected Replay, got {other:?}"),
+    }
+}
+
 /// Every scenario, in turn, on `backend`; keys prefixed with `target`.
 async fn conformance<B: IdempotencyBackend + Clone>(backend: B, target: &str) {
     let keys = |scenario: &str| Keys(format!("{target}-{scenario}"));
@@ -238,6 +374,10 @@ async fn conformance<B: IdempotencyBackend + Clone>(backend: B, target: &str) {
     duplicates(&backend, &keys("duplicates")).await;
     limits(&backend, &keys("limits")).await;
     renew_get_remove(&backend, &keys("renew_get_remove")).await;
+    recovery_points(&backend, &keys("recovery_points")).await;
+    recovery_points_dropped(&backend, &keys("recovery_points_dropped")).await;
+    recovery_point_limits(&backend, &keys("recovery_point_limits")).await;
+    reuse_policies(&backend, &keys("reuse_policies")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

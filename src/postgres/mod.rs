@@ -16,6 +16,14 @@
 //! (or the background [`Reaper`]) deletes them in bounded batches.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
+//! Recovery points ([`IdempotencyBackend::checkpoint`]) and reuse policies
+//! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
+//! point is a column of the key's row, fenced like a renewal, handed to a
+//! takeover and kept for the one after it, dropped when the key is
+//! finished, released or removed, and as durable as any commit. A table of
+//! an earlier schema version is upgraded in place at connect (see the
+//! `schema` module's docs).
+//!
 //! # Errors and retries
 //!
 //! A lost connection or a call without an answer in time is
@@ -64,11 +72,12 @@ mod schema;
 mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+use crate::checkpoint;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake;
-use crate::{Fingerprint, LeaseToken};
+use crate::{Fingerprint, LeaseToken, ReusePolicy};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 pub use reaper::Reaper;
 use reply::{pool_error, postgres_error, protocol, timed_out};
@@ -90,15 +99,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the first wait lets the listener connect before it polls.
 const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
 
-const CLAIM: &str = "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response \
-                     FROM idemkv_claim($1, $2, $3, $4, $5, $6)";
+const CLAIM: &str = "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
+                     FROM idemkv_claim($1, $2, $3, $4, $5, $6, $7)";
 const FINISH: &str = "SELECT idemkv_finish($1, $2, $3, $4, $5)";
 const RENEW: &str = "SELECT idemkv_renew($1, $2, $3, $4)";
+const CHECKPOINT: &str = "SELECT idemkv_checkpoint($1, $2, $3, $4)";
 const REMOVE: &str = "SELECT idemkv_remove($1, $2)";
 const REAP: &str = "SELECT idemkv_reap($1)";
 const GET: &str = "SELECT state, fingerprint, token, attempt, recovered, idemkv_ms(created_at), \
                    idemkv_ms(updated_at), idemkv_ms(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), \
-                   response FROM idempo_store \
+                   response, checkpoint FROM idempo_store \
                    WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()";
 
 /// The claim contract on a PostgreSQL server. Clones share the pool.
@@ -113,6 +123,23 @@ pub struct PostgresBackend {
 impl std::fmt::Debug for PostgresBackend {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("PostgresBackend").field("pool", &self.pool.status()).finish_non_exhaustive()
+    }
+}
+
+/// What a claim sends besides its key.
+#[derive(Clone, Copy)]
+struct ClaimArgs {
+    fingerprint: Fingerprint,
+    lease_ms: i64,
+    ttl_ms: i64,
+    reuse: ReusePolicy,
+}
+
+/// The claim function's reuse argument.
+fn reuse_arg(reuse: ReusePolicy) -> &'static str {
+    match reuse {
+        ReusePolicy::RetryFailed => "retry",
+        ReusePolicy::ReplayFailure => "replay",
     }
 }
 
@@ -241,28 +268,17 @@ impl PostgresBackend {
         tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out(what))?
     }
 
-    async fn claim_once(
-        &self,
-        scope: &[u8],
-        key: &[u8],
-        args: (Fingerprint, i64, i64),
-        wait: bool,
-    ) -> Result<BackendClaim> {
-        let (fingerprint, lease_ms, ttl_ms) = args;
-        let fingerprint = &fingerprint.as_bytes()[..];
-        let row = self.call("claim", CLAIM, &[&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &wait]).await?;
+    async fn claim_once(&self, scope: &[u8], key: &[u8], args: ClaimArgs, wait: bool) -> Result<BackendClaim> {
+        let ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse } = args;
+        let (fingerprint, reuse) = (&fingerprint.as_bytes()[..], reuse_arg(reuse));
+        let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &wait, &reuse];
+        let row = self.call("claim", CLAIM, &params).await?;
         reply::claim(scope, key, &row)
     }
 
     /// Claims again and again while the key is in progress, woken by the
     /// holder's notification, up to `wait`.
-    async fn claim_waiting(
-        &self,
-        scope: &[u8],
-        key: &[u8],
-        args: (Fingerprint, i64, i64),
-        wait: Duration,
-    ) -> Result<BackendClaim> {
+    async fn claim_waiting(&self, scope: &[u8], key: &[u8], args: ClaimArgs, wait: Duration) -> Result<BackendClaim> {
         let tag = wait::tag(scope, key);
         let event = self.listening.join(&tag);
         let _leave = Leave { listening: &self.listening, tag: &tag };
@@ -340,7 +356,7 @@ impl IdempotencyBackend for PostgresBackend {
         self.config.check_key(scope, key)?;
         let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
         let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
-        let args = (fingerprint, ms(lease_ms), ms(ttl_ms));
+        let args = ClaimArgs { fingerprint, lease_ms: ms(lease_ms), ttl_ms: ms(ttl_ms), reuse: options.reuse };
         match options.wait {
             Some(wait) if !wait.is_zero() => self.claim_waiting(scope, key, args, wait).await,
             _ => self.claim_once(scope, key, args, false).await,
@@ -359,9 +375,14 @@ impl IdempotencyBackend for PostgresBackend {
         self.finish(token, "D", &[]).await
     }
 
-    async fn checkpoint(&self, token: &LeaseToken, _step: &str, _payload: &[u8]) -> Result<()> {
+    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
         self.config.check_key(&token.scope, &token.key)?;
-        Err(Error::InvalidCheckpoint { reason: "this backend does not store recovery points yet" })
+        let point = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
+        let Ok(number) = i64::try_from(token.token) else {
+            return Err(Error::LeaseLost { token: token.token });
+        };
+        let row = self.call("checkpoint", CHECKPOINT, &[&token.scope, &token.key, &number, &point]).await?;
+        finished(&row, token)
     }
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {

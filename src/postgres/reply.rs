@@ -5,7 +5,7 @@
 use crate::backend::BackendClaim;
 use crate::error::{BackendFailure, Error, Result};
 use crate::record::{Record, State};
-use crate::{Fingerprint, LeaseToken};
+use crate::{Checkpoint, Fingerprint, LeaseToken};
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
@@ -58,8 +58,17 @@ fn column<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, index: usize,
     row.try_get(index).map_err(|_| protocol(what))
 }
 
-/// The answer of `idemkv_claim` (its six columns: answer, token, attempt,
-/// recovered, ms left, response).
+/// The recovery point stored as `bytes` (see [`crate::checkpoint`]);
+/// `None` for none.
+fn checkpoint(bytes: Option<Vec<u8>>, what: &str) -> Result<Option<Checkpoint>> {
+    match bytes {
+        Some(bytes) => crate::checkpoint::decode(&bytes).map_err(|reason| protocol(&format!("{what}: {reason}"))),
+        None => Ok(None),
+    }
+}
+
+/// The answer of `idemkv_claim` (its seven columns: answer, token,
+/// attempt, recovered, ms left, response, recovery point).
 pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim> {
     let answer: String = column(row, 0, "claim: answer")?;
     match answer.as_str() {
@@ -73,8 +82,8 @@ pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim>
                     token: u64::try_from(token).map_err(|_| protocol("claim: token"))?,
                 },
                 attempt: u32::try_from(attempt).map_err(|_| protocol("claim: attempt"))?,
-                checkpoint: None,
                 recovered: column(row, 3, "claim: recovered")?,
+                checkpoint: checkpoint(column(row, 6, "claim: checkpoint")?, "claim")?,
             })
         }
         "R" => Ok(BackendClaim::Replay(column(row, 5, "claim: response")?)),
@@ -96,7 +105,7 @@ fn unsigned(row: &Row, index: usize, what: &str) -> Result<u64> {
 
 /// The record of `(scope, key)` from the `GET` statement's columns: state,
 /// fingerprint, token, attempt, recovered, created ms, updated ms,
-/// deadline ms, response.
+/// deadline ms, response, recovery point.
 pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
     let state: String = column(row, 0, "get: state")?;
     let state = match state.as_str() {
@@ -122,6 +131,9 @@ pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
         updated_ms: unsigned(row, 6, "get: updated")?,
         deadline_ms: unsigned(row, 7, "get: deadline")?,
         response: column(row, 8, "get: response")?,
-        checkpoint: None,
+        checkpoint: match state {
+            State::Processing => checkpoint(column(row, 9, "get: checkpoint")?, "get")?,
+            State::Completed | State::Failed => None,
+        },
     })
 }

@@ -16,7 +16,19 @@
 //! `attempt`, `recovered`, `waited` (a `claim_wait` waits on the key, so
 //! its finish notifies), `lease_end`, `ttl`, `response`, `created_at`,
 //! `updated_at`, `finished_at`, `expires_at` (lease end + TTL while
-//! processing, finish + TTL after), indexed for the reaper.
+//! processing, finish + TTL after), indexed for the reaper, and (from
+//! version 2) `checkpoint`: the recovery point of a Processing row, the
+//! bytes of [`crate::checkpoint`]'s encoding, `NULL` for none and once
+//! finished. A renewal keeps it, a takeover of an ended lease answers it
+//! and keeps it, every other claim that writes (absent, expired, or a
+//! Failed key run again under
+//! [`ReusePolicy::RetryFailed`](crate::ReusePolicy::RetryFailed)) clears
+//! it; a release or a removal deletes the row.
+//!
+//! A table of version 1 is upgraded in place at connect: the column is
+//! added (`ADD COLUMN IF NOT EXISTS`, no default, so no rewrite), rows
+//! already there have no recovery point, and the claim of version 1 stays
+//! beside the new one for instances of the earlier build still running.
 //!
 //! A row past `expires_at` is absent to every call (a claim starts afresh,
 //! attempt 1), whether or not the reaper has deleted it yet. Every time is
@@ -27,13 +39,13 @@ use crate::error::Result;
 use deadpool_postgres::Client;
 
 /// The newest schema version this build knows.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key held while migrating (`idemkv` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b76;
 
 /// Migration `n` is `MIGRATIONS[n - 1]`.
-const MIGRATIONS: [&str; 1] = [V1];
+const MIGRATIONS: [&str; 2] = [V1, V2];
 
 const V1: &str = r"
 CREATE SEQUENCE idemkv_tokens AS bigint;
@@ -227,6 +239,150 @@ BEGIN
     WHERE t.scope = d.scope AND t.key = d.key AND t.expires_at <= v_now;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
+END $$;
+";
+
+/// Recovery points and reuse policies. The table of version 1 gains a
+/// column in place (no rewrite: the column has no default); the claim
+/// gains an argument and an answer as a new function beside the old one,
+/// which stays (a wrapper replaying failures) for instances of the earlier
+/// build still running during a rolling upgrade.
+const V2: &str = r"
+ALTER TABLE idempo_store ADD COLUMN IF NOT EXISTS checkpoint bytea;
+
+-- Claim, as version 1's, with the reuse policy `p_reuse` ('retry' runs a
+-- Failed key of the same request again: attempt + 1, not recovered, a new
+-- creation time; anything else replays the failure) and the recovery
+-- point in `o_checkpoint`: a takeover of an ended lease answers the stored
+-- one and keeps it in the row; every other claim that writes starts
+-- without one.
+CREATE OR REPLACE FUNCTION idemkv_claim(
+    p_scope bytea, p_key bytea, p_fingerprint bytea, p_lease_ms bigint, p_ttl_ms bigint, p_wait boolean,
+    p_reuse text,
+    OUT o_answer text, OUT o_token bigint, OUT o_attempt integer, OUT o_recovered boolean,
+    OUT o_left_ms bigint, OUT o_response bytea, OUT o_checkpoint bytea)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_lease_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
+    v_ttl interval := p_ttl_ms * interval '1 millisecond';
+    v_retry boolean := coalesce(p_reuse = 'retry', false);
+    r idempo_store%ROWTYPE;
+BEGIN
+    -- A live row that answers without a change (replay, mismatch, in
+    -- progress) is answered from a plain read: no lock, no transaction id,
+    -- no commit to flush, no token drawn. Finished rows stay as they are
+    -- until they expire, so the answer holds as of this statement.
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
+    IF FOUND AND r.expires_at > v_now THEN
+        IF r.fingerprint <> p_fingerprint THEN
+            o_answer := 'M';
+            RETURN;
+        ELSIF r.state = 'C' OR (r.state = 'F' AND NOT v_retry) THEN
+            o_answer := 'R';
+            o_response := r.response;
+            RETURN;
+        ELSIF r.state = 'P' AND r.lease_end > v_now AND (r.waited OR NOT p_wait) THEN
+            o_answer := 'I';
+            o_attempt := r.attempt;
+            o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO idempo_store AS t (scope, key, fingerprint, state, token, attempt, recovered, waited,
+        lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint)
+    VALUES (p_scope, p_key, p_fingerprint, 'P', nextval('idemkv_tokens'), 1, false, false,
+        v_lease_end, v_ttl, '', v_now, v_now, NULL, v_lease_end + v_ttl, NULL)
+    ON CONFLICT (scope, key) DO UPDATE SET
+        fingerprint = excluded.fingerprint,
+        state = 'P',
+        token = excluded.token,
+        attempt = CASE WHEN t.expires_at <= v_now THEN 1 ELSE t.attempt + 1 END,
+        recovered = t.expires_at > v_now AND t.state = 'P',
+        waited = false,
+        lease_end = excluded.lease_end,
+        ttl = excluded.ttl,
+        response = '',
+        created_at = CASE WHEN t.expires_at > v_now AND t.state = 'P' THEN t.created_at ELSE v_now END,
+        updated_at = v_now,
+        finished_at = NULL,
+        expires_at = excluded.expires_at,
+        checkpoint = CASE WHEN t.expires_at > v_now AND t.state = 'P' THEN t.checkpoint END
+    WHERE t.expires_at <= v_now
+       OR (t.state = 'P' AND t.lease_end <= v_now AND t.fingerprint = excluded.fingerprint)
+       OR (v_retry AND t.state = 'F' AND t.fingerprint = excluded.fingerprint)
+    RETURNING t.token, t.attempt, t.recovered, t.checkpoint INTO o_token, o_attempt, o_recovered, o_checkpoint;
+    IF FOUND THEN
+        o_answer := 'A';
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
+    IF NOT FOUND THEN
+        o_answer := 'X';
+    ELSIF r.fingerprint <> p_fingerprint THEN
+        o_answer := 'M';
+    ELSIF r.state <> 'P' THEN
+        o_answer := 'R';
+        o_response := r.response;
+    ELSE
+        o_answer := 'I';
+        o_attempt := r.attempt;
+        o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
+        IF p_wait AND NOT r.waited THEN
+            UPDATE idempo_store SET waited = true WHERE scope = p_scope AND key = p_key;
+        END IF;
+    END IF;
+END $$;
+
+-- Version 1's claim: failures replayed, no recovery point answered.
+CREATE OR REPLACE FUNCTION idemkv_claim(
+    p_scope bytea, p_key bytea, p_fingerprint bytea, p_lease_ms bigint, p_ttl_ms bigint, p_wait boolean,
+    OUT o_answer text, OUT o_token bigint, OUT o_attempt integer, OUT o_recovered boolean,
+    OUT o_left_ms bigint, OUT o_response bytea)
+LANGUAGE sql AS $$
+    SELECT c.o_answer, c.o_token, c.o_attempt, c.o_recovered, c.o_left_ms, c.o_response
+    FROM idemkv_claim(p_scope, p_key, p_fingerprint, p_lease_ms, p_ttl_ms, p_wait, 'replay') c
+$$;
+
+-- As version 1's; completing or failing drops the recovery point.
+CREATE OR REPLACE FUNCTION idemkv_finish(p_scope bytea, p_key bytea, p_token bigint, p_kind text, p_response bytea)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_waited boolean;
+BEGIN
+    IF p_kind = 'D' THEN
+        DELETE FROM idempo_store
+        WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
+        RETURNING waited INTO v_waited;
+    ELSIF p_kind IN ('C', 'F') THEN
+        UPDATE idempo_store
+        SET state = p_kind, response = p_response, updated_at = v_now, finished_at = v_now,
+            expires_at = v_now + ttl, checkpoint = NULL
+        WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
+        RETURNING waited INTO v_waited;
+    ELSE
+        RAISE EXCEPTION 'idemkv_finish: unknown kind %', p_kind;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_waited THEN
+        PERFORM pg_notify('idemkv', idemkv_tag(p_scope, p_key));
+    END IF;
+    RETURN true;
+END $$;
+
+-- Checkpoint: the recovery point of the lease `p_token` becomes
+-- `p_checkpoint`; the lease end stays. The same checks as a renewal.
+CREATE OR REPLACE FUNCTION idemkv_checkpoint(p_scope bytea, p_key bytea, p_token bigint, p_checkpoint bytea)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    UPDATE idempo_store SET checkpoint = p_checkpoint, updated_at = v_now
+    WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now;
+    RETURN FOUND;
 END $$;
 ";
 

@@ -13,6 +13,14 @@
 //! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
 //! (sharded pub/sub on a Cluster), with polling as the fallback.
 //!
+//! Recovery points ([`IdempotencyBackend::checkpoint`]) and reuse policies
+//! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
+//! point is a field of the record, fenced like a renewal, handed to a
+//! takeover and kept for the one after it, dropped when the key is
+//! finished, released or removed; it lasts as long as the record does,
+//! across a restart on the AOF. A record written by an earlier version
+//! has no such field and reads as one without a recovery point.
+//!
 //! # What Redis must be set to
 //!
 //! - **Persistence**: `appendonly yes` with `appendfsync always` for no
@@ -59,11 +67,12 @@ mod scripts;
 mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+use crate::checkpoint;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake::{self, Waits};
-use crate::{Fingerprint, LeaseToken};
+use crate::{Fingerprint, LeaseToken, ReusePolicy};
 use ::redis::{Script, Value};
 use connection::Connection;
 use reply::{bytes, number, protocol};
@@ -92,6 +101,7 @@ struct Scripts {
     claim: Script,
     finish: Script,
     renew: Script,
+    checkpoint: Script,
     remove: Script,
     get: Script,
 }
@@ -126,6 +136,23 @@ impl Names {
         });
         let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
         Names { record: name("r"), channel: name("w") }
+    }
+}
+
+/// What a claim sends besides its key.
+#[derive(Clone, Copy)]
+struct ClaimArgs {
+    fingerprint: Fingerprint,
+    lease_ms: u64,
+    ttl_ms: u64,
+    reuse: ReusePolicy,
+}
+
+/// The claim script's reuse argument.
+fn reuse_arg(reuse: ReusePolicy) -> &'static str {
+    match reuse {
+        ReusePolicy::RetryFailed => "retry",
+        ReusePolicy::ReplayFailure => "replay",
     }
 }
 
@@ -171,6 +198,7 @@ impl RedisBackend {
                 claim: Script::new(scripts::CLAIM),
                 finish: Script::new(scripts::FINISH),
                 renew: Script::new(scripts::RENEW),
+                checkpoint: Script::new(scripts::CHECKPOINT),
                 remove: Script::new(scripts::REMOVE),
                 get: Script::new(scripts::GET),
             }),
@@ -197,14 +225,8 @@ impl RedisBackend {
     }
 
     /// One claim, no waiting.
-    async fn claim_once(
-        &self,
-        names: &Names,
-        scope: &[u8],
-        key: &[u8],
-        args: (Fingerprint, u64, u64),
-    ) -> Result<BackendClaim> {
-        let (fingerprint, lease_ms, ttl_ms) = args;
+    async fn claim_once(&self, names: &Names, scope: &[u8], key: &[u8], args: ClaimArgs) -> Result<BackendClaim> {
+        let ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse } = args;
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
             .key(&names.record)
@@ -213,18 +235,19 @@ impl RedisBackend {
             .arg(&fingerprint.as_bytes()[..])
             .arg(lease_ms)
             .arg(ttl_ms)
-            .arg(self.keep_ms);
+            .arg(self.keep_ms)
+            .arg(reuse_arg(reuse));
         let reply = self.connection.invoke(&invocation).await?;
         let Value::Array(items) = reply else {
             return Err(protocol("claim: not an array"));
         };
         let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
         match (tag.as_slice(), items.as_slice()) {
-            (b"A", [_, token, attempt, recovered, _lease_end]) => Ok(BackendClaim::Acquired {
+            (b"A", [_, token, attempt, recovered, _lease_end, point]) => Ok(BackendClaim::Acquired {
                 token: LeaseToken { scope: scope.to_vec(), key: key.to_vec(), token: number(token)? },
                 attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
                 recovered: number(recovered)? == 1,
-                checkpoint: None,
+                checkpoint: reply::checkpoint(&bytes(point)?)?,
             }),
             (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
             (b"I", [_, left, _attempt]) => {
@@ -243,7 +266,7 @@ impl RedisBackend {
         names: &Names,
         scope: &[u8],
         key: &[u8],
-        args: (Fingerprint, u64, u64),
+        args: ClaimArgs,
         wait: Duration,
     ) -> Result<BackendClaim> {
         let (event, first) = self.waits.join(&names.channel);
@@ -308,7 +331,7 @@ impl IdempotencyBackend for RedisBackend {
         let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
         let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
         let names = Names::of(&self.prefix, scope, key);
-        let args = (fingerprint, lease_ms, ttl_ms);
+        let args = ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse: options.reuse };
         match options.wait {
             Some(wait) if !wait.is_zero() => self.claim_waiting(&names, scope, key, args, wait).await,
             _ => self.claim_once(&names, scope, key, args).await,
@@ -327,9 +350,16 @@ impl IdempotencyBackend for RedisBackend {
         self.finish(token, "D", &[]).await
     }
 
-    async fn checkpoint(&self, token: &LeaseToken, _step: &str, _payload: &[u8]) -> Result<()> {
+    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
         self.config.check_key(&token.scope, &token.key)?;
-        Err(Error::InvalidCheckpoint { reason: "this backend does not store recovery points yet" })
+        let point = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.checkpoint.prepare_invoke();
+        invocation.key(&names.record).arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
+        match number(&self.connection.invoke(&invocation).await?)? {
+            1 => Ok(()),
+            _ => Err(Error::LeaseLost { token: token.token }),
+        }
     }
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {

@@ -5,7 +5,7 @@
 
 use crate::error::{BackendFailure, Error, Result};
 use crate::record::{Record, State};
-use crate::Fingerprint;
+use crate::{Checkpoint, Fingerprint};
 use ::redis::{RedisError, Value};
 
 /// Maps the client's error: see [`BackendFailure`].
@@ -45,13 +45,19 @@ pub(super) fn bytes(value: &Value) -> Result<Vec<u8>> {
     }
 }
 
-/// The record of `(scope, key)` from the twelve fields the `GET` script
+/// The recovery point stored as `bytes` (see [`crate::checkpoint`]);
+/// `None` for none.
+pub(super) fn checkpoint(bytes: &[u8]) -> Result<Option<Checkpoint>> {
+    crate::checkpoint::decode(bytes).map_err(protocol)
+}
+
+/// The record of `(scope, key)` from the thirteen fields the `GET` script
 /// answers (see the scripts' docs for their order).
 pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Record> {
-    let [state, fingerprint, attempt, recovered, token, created, updated, deadline, _ttl, stored_scope, stored_key, response] =
+    let [state, fingerprint, attempt, recovered, token, created, updated, deadline, _ttl, stored_scope, stored_key, response, point] =
         fields
     else {
-        return Err(protocol("get: not twelve fields"));
+        return Err(protocol("get: not thirteen fields"));
     };
     if bytes(stored_scope)? != scope || bytes(stored_key)? != key {
         return Err(Error::KeyHashCollision);
@@ -77,6 +83,9 @@ pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Recor
         updated_ms: number(updated)?,
         deadline_ms: number(deadline)?,
         response: bytes(response)?,
-        checkpoint: None,
+        checkpoint: match state {
+            State::Processing => checkpoint(&bytes(point)?)?,
+            State::Completed | State::Failed => None,
+        },
     })
 }

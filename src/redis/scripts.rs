@@ -13,7 +13,18 @@
 //! (`P`, `C`, `F`, or `D` for released or removed), `[2]` fingerprint,
 //! `[3]` attempt, `[4]` recovered (0/1), `[5]` token, `[6]` created ms,
 //! `[7]` updated ms, `[8]` lease end (Processing) or expiry (finished) ms,
-//! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response.
+//! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response, `[13]` the
+//! recovery point while Processing (the bytes of
+//! [`crate::checkpoint`]'s encoding; empty for none, and once finished).
+//! A record written before `[13]` existed reads as one without a recovery
+//! point: nothing to migrate.
+//!
+//! The recovery point follows the lease: a renewal keeps it, a takeover of
+//! an ended lease hands it to the new holder and keeps it in the record
+//! (a second takeover still finds it), and every other claim that writes
+//! (absent, expired, released, or a Failed key run again under
+//! [`ReusePolicy::RetryFailed`](crate::ReusePolicy::RetryFailed)) starts
+//! without one. Finishing or removing the key empties it.
 //!
 //! A record is **live** while Processing until lease end + TTL (an
 //! abandoned claim expires as on the embedded store), while Completed or
@@ -44,35 +55,44 @@ local now = math.floor(now_us / 1000)
 }
 
 /// Claim. KEYS: record. ARGV: scope, key, fingerprint, lease ms, TTL ms,
-/// keep ms. Replies `{'A', token, attempt, recovered, lease end}`, `{'R',
-/// state, response}`, `{'I', ms left, attempt}`, `{'M'}`, or `{'X'}` when
-/// the record names another `(scope, key)` (a hash collision).
+/// keep ms, reuse policy (`retry` runs a Failed key again, anything else
+/// replays its failure). Replies `{'A', token, attempt, recovered, lease
+/// end, recovery point}`, `{'R', state, response}`, `{'I', ms left,
+/// attempt}`, `{'M'}`, or `{'X'}` when the record names another `(scope,
+/// key)` (a hash collision).
 pub(super) const CLAIM: &str = concat!(
     live!(),
     r"
 local lease = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local packed = redis.call('GET', KEYS[1])
-local attempt, recovered, created, last = 1, 0, now, 0
+local attempt, recovered, created, last, point = 1, 0, now, 0, ''
 if packed then
   local r = cmsgpack.unpack(packed)
   if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
   last = r[5]
   if live(r, now) then
     if r[2] ~= ARGV[3] then return {'M'} end
-    if r[1] ~= 'P' then return {'R', r[1], r[12]} end
-    if r[8] > now then return {'I', string.format('%.0f', r[8] - now), r[3]} end
-    attempt = r[3] + 1
-    recovered = 1
-    created = r[6]
+    if r[1] == 'F' and ARGV[7] == 'retry' then
+      attempt = r[3] + 1
+    elseif r[1] ~= 'P' then
+      return {'R', r[1], r[12]}
+    elseif r[8] > now then
+      return {'I', string.format('%.0f', r[8] - now), r[3]}
+    else
+      attempt = r[3] + 1
+      recovered = 1
+      created = r[6]
+      point = r[13] or ''
+    end
   end
 end
 local token = math.max(last + 1, now_us)
 local lease_end = now + lease
 redis.call('SET', KEYS[1],
-  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], ''}),
+  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point}),
   'PX', lease + ttl + tonumber(ARGV[6]))
-return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end)}
+return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end), point}
 "
 );
 
@@ -90,10 +110,10 @@ if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV
 end
 local keep = tonumber(ARGV[8])
 if ARGV[4] == 'D' then
-  r[1], r[7], r[8], r[12] = 'D', now, 0, ''
+  r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', keep)
 else
-  r[1], r[7], r[8], r[12] = ARGV[4], now, now + r[9], ARGV[5]
+  r[1], r[7], r[8], r[12], r[13] = ARGV[4], now, now + r[9], ARGV[5], ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9] + keep)
 end
 redis.call(ARGV[7], ARGV[6], ARGV[4])
@@ -120,6 +140,25 @@ return {1, string.format('%.0f', r[8])}
 "
 );
 
+/// Checkpoint: the recovery point of the lease becomes ARGV[4]; its end
+/// stays. KEYS: record. ARGV: scope, key, token, encoded recovery point,
+/// keep ms. Replies 1, or 0 when the token no longer holds the key (the
+/// same checks as a renewal).
+pub(super) const CHECKPOINT: &str = concat!(
+    live!(),
+    r"
+local packed = redis.call('GET', KEYS[1])
+if not packed then return 0 end
+local r = cmsgpack.unpack(packed)
+if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
+  return 0
+end
+r[7], r[13] = now, ARGV[4]
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] + r[9] - now + tonumber(ARGV[5]))
+return 1
+"
+);
+
 /// Remove whatever the state: the record becomes `D` (absent) and is kept
 /// `keep` for its token. KEYS: record. ARGV: scope, key, channel, publish
 /// command, keep ms. Replies 1 (removed), 0 (absent) or -1 (the record
@@ -132,15 +171,16 @@ if not packed then return 0 end
 local r = cmsgpack.unpack(packed)
 if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if not live(r, now) then return 0 end
-r[1], r[7], r[8], r[12] = 'D', now, 0, ''
+r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', tonumber(ARGV[5]))
 redis.call(ARGV[4], ARGV[3], 'D')
 return 1
 "
 );
 
-/// Read. KEYS: record. Replies the live record's twelve fields in order,
-/// numbers as decimal strings, or an empty array when it is absent.
+/// Read. KEYS: record. Replies the live record's thirteen fields in order
+/// (an empty recovery point for a record written without one), numbers as
+/// decimal strings, or an empty array when it is absent.
 pub(super) const GET: &str = concat!(
     live!(),
     r"
@@ -149,6 +189,7 @@ if not packed then return {} end
 local r = cmsgpack.unpack(packed)
 if not live(r, now) then return {} end
 for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
+r[13] = r[13] or ''
 return r
 "
 );
