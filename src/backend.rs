@@ -1,5 +1,6 @@
-//! The contract any idempotency backend implements — the embedded [`Store`]
-//! now, networked ones later — for the HTTP layer and the tools built on it.
+//! The contract any idempotency backend implements — the embedded [`Store`],
+//! Redis / Valkey (`redis`) and PostgreSQL (`postgres`) — for the HTTP
+//! layer and the tools built on it.
 //!
 //! Every call is a future that never blocks its runtime. It speaks in owned
 //! parts ([`BackendClaim`], [`LeaseToken`]) so that a backend need not hand
