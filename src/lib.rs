@@ -102,6 +102,8 @@ mod backend;
 mod background;
 mod checkpoint;
 mod claim;
+#[cfg(feature = "client")]
+pub mod client;
 mod clock;
 mod compaction;
 mod compactor;
@@ -112,8 +114,6 @@ mod fingerprint;
 mod format;
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(feature = "client")]
-pub mod client;
 #[cfg(feature = "tower")]
 pub mod http;
 mod index;

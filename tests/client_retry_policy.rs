@@ -7,10 +7,10 @@
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use idemkv::client::Backoff;
 use idemkv::client::{
     BoxError, BreakerConfig, BudgetConfig, ClientError, Jitter, RetryInfo, RetryLayer, RetryPolicy, IDEMPOTENCY_KEY,
 };
-use idemkv::client::Backoff;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -160,7 +160,8 @@ async fn transport_errors_past_the_last_attempt_are_typed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hung_attempt_times_out_and_the_deadline_ends_it_all() {
-    let hung = tower::service_fn(|_: Request<Full<Bytes>>| std::future::pending::<Result<Response<Full<Bytes>>, BoxError>>());
+    let hung =
+        tower::service_fn(|_: Request<Full<Bytes>>| std::future::pending::<Result<Response<Full<Bytes>>, BoxError>>());
     let policy = policy().attempt_timeout(Some(Duration::from_secs(4))).deadline(Duration::from_secs(10));
     let error = RetryLayer::new(policy).layer(hung).oneshot(post("x")).await.expect_err("no answer");
     // 4 s, 100 ms, 4 s, 200 ms, then 1.7 s of a third attempt.

@@ -12,8 +12,8 @@
 
 #![cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the values are for the exporter"))]
 
-use super::classify::RetryReason;
 use super::breaker::BreakerState;
+use super::classify::RetryReason;
 use std::time::Duration;
 
 pub(super) const RETRIES_TOTAL: &str = "retries_total";

@@ -71,7 +71,9 @@ mod tests {
 
     #[test]
     fn dates_in_each_format() {
-        for date in [&b"Sun, 06 Nov 1994 08:50:07 GMT"[..], b"Sunday, 06-Nov-94 08:50:07 GMT", b"Sun Nov  6 08:50:07 1994"] {
+        for date in
+            [&b"Sun, 06 Nov 1994 08:50:07 GMT"[..], b"Sunday, 06-Nov-94 08:50:07 GMT", b"Sun Nov  6 08:50:07 1994"]
+        {
             assert_eq!(of(&[date]), Some(Duration::from_secs(30)), "{}", String::from_utf8_lossy(date));
         }
     }
