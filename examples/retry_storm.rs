@@ -32,6 +32,8 @@ const STALL_END: Duration = Duration::from_secs(15);
 const CAPACITY_PER_BUCKET: u32 = 70;
 const ARRIVALS_PER_SECOND: f64 = 400.0;
 const SEED: u64 = 42;
+/// The bottom of the log-scaled load axis.
+const FLOOR: f64 = 10.0;
 
 /// What the service saw, per bucket.
 #[derive(Default)]
@@ -153,20 +155,25 @@ fn draw(path: &str, runs: &[Run]) -> Result<(), BoxError> {
             .margin(12)
             .x_label_area_size(32)
             .y_label_area_size(56)
-            .build_cartesian_2d(0.0..RUN.as_secs_f64(), 0.0..peak)?;
-        chart.configure_mesh().x_desc("simulated seconds").y_desc("attempts / s").draw()?;
+            .build_cartesian_2d(0.0..RUN.as_secs_f64(), (FLOOR..peak).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated seconds")
+            .y_desc("attempts / s (log)")
+            .y_label_formatter(&|value| format!("{value:.0}"))
+            .draw()?;
         let capacity = f64::from(CAPACITY_PER_BUCKET * BUCKETS_PER_SECOND);
         chart
             .draw_series(LineSeries::new([(0.0, capacity), (RUN.as_secs_f64(), capacity)], BLACK.stroke_width(1)))?
             .label("capacity")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
-        let stalled = [(STALL_START.as_secs_f64(), 0.0), (STALL_END.as_secs_f64(), peak)];
+        let stalled = [(STALL_START.as_secs_f64(), FLOOR), (STALL_END.as_secs_f64(), peak)];
         chart.draw_series([Rectangle::new(stalled, BLACK.mix(0.08).filled())])?;
         for (run, color) in runs.iter().filter(|run| run.name.ends_with("budget") == budgeted).zip(colors) {
             let points = run.attempts_per_second.iter().enumerate().map(|(bucket, value)| {
                 #[allow(clippy::cast_precision_loss, reason = "bucket indices are small")]
                 let seconds = bucket as f64 * BUCKET.as_secs_f64();
-                (seconds, *value)
+                (seconds, value.max(FLOOR))
             });
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))?

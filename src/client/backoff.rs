@@ -144,7 +144,7 @@ mod tests {
             }
             last = ceiling;
         }
-        assert_eq!(backoff.ceiling(6), Duration::from_millis(5_000));
+        assert_eq!(backoff.ceiling(6), Duration::from_secs(5));
         assert_eq!(backoff.ceiling(u32::MAX), MAX);
     }
 

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 /// How many slots the window is cut into: it slides one slot at a time.
 const SLOTS: usize = 10;
+/// `SLOTS` as the divisor of a `Duration`.
+const SLOTS_U32: u32 = 10;
+const _: () = assert!(SLOTS == SLOTS_U32 as usize);
 
 /// The settings of a [`RetryBudget`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,11 +70,11 @@ impl RetryBudget {
     #[must_use]
     pub fn new(config: BudgetConfig, now: Instant) -> Self {
         let ratio = if config.ratio.is_finite() { config.ratio.max(0.0) } else { 0.0 };
-        let window = config.window.max(Duration::from_millis(SLOTS as u64));
+        let window = config.window.max(Duration::from_millis(u64::from(SLOTS_U32)));
         let config = BudgetConfig { window, ratio, ..config };
         RetryBudget {
             config,
-            slot_length: window / SLOTS as u32,
+            slot_length: window / SLOTS_U32,
             requests: [0; SLOTS],
             retries: [0; SLOTS],
             current: 0,

@@ -16,12 +16,18 @@ use super::breaker::BreakerState;
 use super::classify::RetryReason;
 use std::time::Duration;
 
-pub(super) const RETRIES_TOTAL: &str = "retries_total";
-pub(super) const BACKOFF_SECONDS: &str = "backoff_seconds";
-pub(super) const RETRY_BUDGET_USED: &str = "retry_budget_used";
-pub(super) const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "retry_budget_exhausted_total";
-pub(super) const BREAKER_TRANSITIONS_TOTAL: &str = "circuit_breaker_transitions_total";
-pub(super) const BREAKER_REFUSED_TOTAL: &str = "circuit_breaker_refused_total";
+#[cfg(feature = "metrics")]
+const RETRIES_TOTAL: &str = "retries_total";
+#[cfg(feature = "metrics")]
+const BACKOFF_SECONDS: &str = "backoff_seconds";
+#[cfg(feature = "metrics")]
+const RETRY_BUDGET_USED: &str = "retry_budget_used";
+#[cfg(feature = "metrics")]
+const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "retry_budget_exhausted_total";
+#[cfg(feature = "metrics")]
+const BREAKER_TRANSITIONS_TOTAL: &str = "circuit_breaker_transitions_total";
+#[cfg(feature = "metrics")]
+const BREAKER_REFUSED_TOTAL: &str = "circuit_breaker_refused_total";
 
 /// Describes the metrics once, for exporters that print help text.
 pub(super) fn describe() {

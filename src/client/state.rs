@@ -94,12 +94,11 @@ impl Shared {
     fn finish(&self, destination: &str, outcome: Option<bool>) {
         let mut breakers = self.breakers.lock();
         let Some(breaker) = breakers.get_mut(destination) else { return };
-        let moved: Option<BreakerState> = match outcome {
-            Some(success) => breaker.record(now(), success),
-            None => {
-                breaker.abandon();
-                None
-            }
+        let moved: Option<BreakerState> = if let Some(success) = outcome {
+            breaker.record(now(), success)
+        } else {
+            breaker.abandon();
+            None
         };
         drop(breakers);
         moved.into_iter().for_each(metrics::transition);
