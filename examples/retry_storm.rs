@@ -100,8 +100,10 @@ fn simulate(name: &str, jitter: Jitter, budget: bool) -> Result<Run, BoxError> {
     let load = Arc::new(Mutex::new(Load::default()));
     let (logical, failed) = runtime.block_on(drive(Arc::clone(&load), jitter, budget))?;
     let load = Arc::into_inner(load).ok_or("the service outlived the run")?.into_inner().map_err(|_| "poisoned")?;
+    // Drawn up to the end of the run (the stragglers after it are left out).
+    let run_buckets = (RUN.as_millis() / BUCKET.as_millis()) as usize;
     let attempts_per_second: Vec<f64> =
-        load.attempts.iter().map(|count| f64::from(*count * BUCKETS_PER_SECOND)).collect();
+        load.attempts.iter().take(run_buckets).map(|count| f64::from(*count * BUCKETS_PER_SECOND)).collect();
     // The most attempts in any one second (ten buckets in a row).
     let peak_per_second = load
         .attempts

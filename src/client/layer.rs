@@ -39,6 +39,7 @@ pub struct RetryInfo {
 /// # Examples
 ///
 /// ```no_run
+/// use bytes::Bytes;
 /// use http_body_util::Full;
 /// use hyper_util::client::legacy::Client;
 /// use hyper_util::rt::TokioExecutor;
@@ -48,7 +49,7 @@ pub struct RetryInfo {
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// let http = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
 /// let client = RetryLayer::new(RetryPolicy::new()).layer(http);
-/// let request = http::Request::post("http://127.0.0.1:3000/payments").body(Full::from("amount=10"))?;
+/// let request = http::Request::post("http://127.0.0.1:3000/payments").body(Full::new(Bytes::from_static(b"amount=10")))?;
 /// let response = client.oneshot(request).await?; // one key, reused by every retry
 /// let info = response.extensions().get::<RetryInfo>().unwrap();
 /// println!("{} after {} attempt(s) with key {:?}", response.status(), info.attempts, info.idempotency_key);

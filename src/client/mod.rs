@@ -37,6 +37,7 @@
 //! extensions: the attempts made and the key used.
 //!
 //! ```no_run
+//! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
@@ -52,7 +53,7 @@
 //! let client = RetryLayer::new(policy).layer(Client::builder(TokioExecutor::new()).build_http());
 //! let request = http::Request::post("http://127.0.0.1:3000/payments")
 //!     .header("x-account", "a1")
-//!     .body(Full::from(r#"{"amount":10}"#))?;
+//!     .body(Full::new(Bytes::from_static(br#"{"amount":10}"#)))?;
 //! let response = client.oneshot(request).await?;
 //! # Ok(()) }
 //! ```
