@@ -86,7 +86,9 @@
 //               redis/ (the contract on Redis / Valkey, feature `redis`:
 //               scripts, connection, replies, claim_wait's wake-ups),
 //               postgres/ (the contract on PostgreSQL, feature `postgres`:
-//               schema and functions, replies, reaper, LISTEN wake-ups)
+//               schema and functions, replies, reaper, LISTEN wake-ups),
+//               client/ (the calling side, feature `client`: a retry
+//               layer for outgoing requests; imports nothing above it)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
 //               wake (claim_wait on a networked backend: waiters per key,
@@ -100,6 +102,8 @@ mod backend;
 mod background;
 mod checkpoint;
 mod claim;
+#[cfg(feature = "client")]
+pub mod client;
 mod clock;
 mod compaction;
 mod compactor;

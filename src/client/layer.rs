@@ -1,0 +1,316 @@
+//! The `tower` layer and its service: buffer the body, attach the key,
+//! then attempt, classify and back off until an answer is final or the
+//! attempts, the deadline, the budget or the breaker say stop.
+
+use super::classify::{classify_status, transport_reason, RetryReason, Verdict};
+use super::error::{BoxError, ClientError};
+use super::key::{self, Replay};
+use super::metrics;
+use super::policy::RetryPolicy;
+use super::retry_after::retry_after;
+use super::state::{Permit, Shared};
+use bytes::Bytes;
+use http::header::{HeaderValue, RETRY_AFTER};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// What the layer tells the caller about a response, in its extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryInfo {
+    /// Attempts made, the first included.
+    pub attempts: u32,
+    /// The `Idempotency-Key` every attempt carried, if any.
+    pub idempotency_key: Option<HeaderValue>,
+}
+
+/// A `tower::Layer` that retries outgoing HTTP requests under a
+/// [`RetryPolicy`]. The services of one layer (and of its clones) share
+/// their budgets and breakers.
+///
+/// # Examples
+///
+/// ```no_run
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use idemkv::client::{RetryInfo, RetryLayer, RetryPolicy};
+/// use tower::{Layer, ServiceExt};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let http = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+/// let client = RetryLayer::new(RetryPolicy::new()).layer(http);
+/// let request = http::Request::post("http://127.0.0.1:3000/payments").body(Full::new(Bytes::from_static(b"amount=10")))?;
+/// let response = client.oneshot(request).await?; // one key, reused by every retry
+/// let info = response.extensions().get::<RetryInfo>().unwrap();
+/// println!("{} after {} attempt(s) with key {:?}", response.status(), info.attempts, info.idempotency_key);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RetryLayer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RetryLayer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("RetryLayer").field("policy", &self.shared.policy).finish_non_exhaustive()
+    }
+}
+
+impl RetryLayer {
+    /// A layer with `policy`, and fresh budgets and breakers.
+    #[must_use]
+    pub fn new(policy: RetryPolicy) -> Self {
+        metrics::describe();
+        RetryLayer { shared: Arc::new(Shared::new(policy)) }
+    }
+}
+
+impl<S> tower::Layer<S> for RetryLayer {
+    type Service = RetryService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryService { inner, shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// The service of a [`RetryLayer`] around an HTTP client service `S`,
+/// which receives each attempt as a `Request<Full<Bytes>>`.
+#[derive(Clone)]
+pub struct RetryService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> std::fmt::Debug for RetryService<S> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("RetryService").field("policy", &self.shared.policy).finish_non_exhaustive()
+    }
+}
+
+impl<S, B, R> tower::Service<Request<B>> for RetryService<S>
+where
+    S: tower::Service<Request<Full<Bytes>>, Response = Response<R>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    R: Send + 'static,
+{
+    type Response = Response<R>;
+    type Error = ClientError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<R>, ClientError>> + Send>>;
+
+    /// Always ready: each attempt waits for a clone of the inner service to
+    /// be ready.
+    fn poll_ready(&mut self, _context: &mut Context<'_>) -> Poll<Result<(), ClientError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            let bytes_max = shared.policy.body_bytes_max;
+            let (mut parts, body) = request.into_parts();
+            let body = Limited::new(body, bytes_max)
+                .collect()
+                .await
+                .map_err(|source| ClientError::Body { bytes_max, source })?
+                .to_bytes();
+            let replay = key::prepare(&mut parts, shared.policy.keys);
+            Attempts::new(shared, parts, body, replay).run(inner).await
+        })
+    }
+}
+
+/// The outcome of one attempt.
+enum Outcome<R> {
+    Answer(Response<R>),
+    Failed(BoxError),
+}
+
+/// One logical request and its attempts.
+struct Attempts {
+    shared: Arc<Shared>,
+    parts: Parts,
+    body: Bytes,
+    replay: Replay,
+    destination: String,
+    route: String,
+    deadline: Instant,
+    made: u32,
+    previous_delay: Duration,
+    /// `Prefer: wait` for the next attempt, after an in-progress 409.
+    wait: Option<Duration>,
+}
+
+impl Attempts {
+    fn new(shared: Arc<Shared>, parts: Parts, body: Bytes, replay: Replay) -> Self {
+        let destination = parts.uri.authority().map(ToString::to_string).unwrap_or_default();
+        let route = shared.policy.route.as_ref().map_or_else(|| destination.clone(), |route| route(&parts));
+        let now = Instant::now();
+        let deadline = now.checked_add(shared.policy.deadline).unwrap_or(now + Duration::from_secs(86_400 * 365));
+        Attempts {
+            shared,
+            parts,
+            body,
+            replay,
+            destination,
+            route,
+            deadline,
+            made: 0,
+            previous_delay: Duration::ZERO,
+            wait: None,
+        }
+    }
+
+    async fn run<S, R>(mut self, inner: S) -> Result<Response<R>, ClientError>
+    where
+        S: tower::Service<Request<Full<Bytes>>, Response = Response<R>> + Clone,
+        S::Error: Into<BoxError>,
+    {
+        if self.replay.retryable() {
+            self.shared.deposit(&self.route);
+        }
+        let mut last = None;
+        loop {
+            let permit = match self.shared.admit(&self.destination) {
+                Ok(permit) => permit,
+                Err(refused) => {
+                    return match last {
+                        Some(outcome) => self.give_up(outcome),
+                        None => Err(ClientError::CircuitOpen {
+                            destination: self.destination.clone(),
+                            retry_in: refused.retry_in,
+                        }),
+                    };
+                }
+            };
+            let outcome = self.attempt(inner.clone(), permit).await?;
+            let Some(reason) = self.verdict(&outcome) else { return self.give_up(outcome) };
+            let Some(delay) = self.next_delay(&outcome, reason) else { return self.give_up(outcome) };
+            metrics::retry(reason, delay);
+            #[cfg(feature = "tracing")]
+            tracing::debug!(reason = reason.as_str(), attempt = self.made, ?delay, "retrying request");
+            last = Some(outcome);
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Sends one attempt and tells the breaker how it went.
+    async fn attempt<S, R>(&mut self, inner: S, permit: Permit) -> Result<Outcome<R>, ClientError>
+    where
+        S: tower::Service<Request<Full<Bytes>>, Response = Response<R>>,
+        S::Error: Into<BoxError>,
+    {
+        self.made += 1;
+        let request = self.request();
+        let mut until = self.deadline;
+        if let Some(timeout) = self.shared.policy.attempt_timeout {
+            let timeout = timeout.saturating_add(self.wait.take().unwrap_or_default());
+            until = until.min(Instant::now().checked_add(timeout).unwrap_or(until));
+        }
+        let outcome = match tokio::time::timeout_at(until, inner.oneshot(request)).await {
+            Ok(Ok(response)) => Outcome::Answer(response),
+            Ok(Err(error)) => Outcome::Failed(error.into()),
+            Err(elapsed) if until < self.deadline => Outcome::Failed(Box::new(elapsed)),
+            Err(_) => {
+                permit.record(false);
+                let deadline = self.shared.policy.deadline;
+                return Err(ClientError::DeadlineExceeded { attempts: self.made, deadline });
+            }
+        };
+        let destination_failed = match &outcome {
+            Outcome::Answer(response) => match classify_status(response.status(), false) {
+                Verdict::Retry(reason) => reason.is_destination_failure(),
+                Verdict::Done => false,
+            },
+            Outcome::Failed(_) => true,
+        };
+        permit.record(!destination_failed);
+        Ok(outcome)
+    }
+
+    /// This attempt's request: the same parts and body every time, plus
+    /// `Prefer: wait` after an in-progress answer.
+    fn request(&self) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(self.body.clone()));
+        *request.method_mut() = self.parts.method.clone();
+        *request.uri_mut() = self.parts.uri.clone();
+        *request.version_mut() = self.parts.version;
+        *request.headers_mut() = self.parts.headers.clone();
+        if let Some(wait) = self.wait {
+            let value = HeaderValue::from_str(&format!("wait={}", wait.as_secs().max(1)));
+            if let Ok(value) = value {
+                request.headers_mut().insert("prefer", value);
+            }
+        }
+        request
+    }
+
+    /// Why `outcome` may be retried, or `None` when it is final.
+    fn verdict<R>(&self, outcome: &Outcome<R>) -> Option<RetryReason> {
+        match outcome {
+            Outcome::Answer(response) => {
+                let has_retry_after = response.headers().contains_key(RETRY_AFTER);
+                match classify_status(response.status(), has_retry_after) {
+                    Verdict::Retry(RetryReason::InProgress) if !self.replay.keyed() => None,
+                    Verdict::Retry(reason) => Some(reason),
+                    Verdict::Done => None,
+                }
+            }
+            Outcome::Failed(error) => {
+                let retry = self.shared.policy.retry_error_if.as_ref().is_none_or(|retry| retry(error.as_ref()));
+                retry.then(|| transport_reason(error.as_ref()))
+            }
+        }
+    }
+
+    /// The delay before the next attempt, or `None` if there is none: the
+    /// method is not safe to repeat, or the attempts, the budget or the
+    /// deadline are spent.
+    fn next_delay<R>(&mut self, outcome: &Outcome<R>, reason: RetryReason) -> Option<Duration> {
+        if !self.replay.retryable() || self.made >= self.shared.policy.max_attempts {
+            return None;
+        }
+        let retry = self.made - 1;
+        let mut delay = self.shared.policy.backoff.delay(retry, self.previous_delay, self.shared.unit());
+        let asked = match outcome {
+            Outcome::Answer(response) => retry_after(response.headers(), SystemTime::now()),
+            Outcome::Failed(_) => None,
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match (reason, self.shared.policy.prefer_wait) {
+            (RetryReason::InProgress, Some(wait)) => self.wait = Some(wait.min(left.saturating_sub(delay))),
+            _ => delay = delay.max(asked.unwrap_or_default()),
+        }
+        if delay >= left || !self.shared.withdraw(&self.route) {
+            return None;
+        }
+        self.previous_delay = delay;
+        Some(delay)
+    }
+
+    /// The caller's answer when no more attempts follow `outcome`.
+    fn give_up<R>(&self, outcome: Outcome<R>) -> Result<Response<R>, ClientError> {
+        match outcome {
+            Outcome::Answer(mut response) => {
+                let info = RetryInfo { attempts: self.made, idempotency_key: self.replay.key().cloned() };
+                response.extensions_mut().insert(info);
+                Ok(response)
+            }
+            Outcome::Failed(source) => Err(ClientError::Transport { attempts: self.made, source }),
+        }
+    }
+}

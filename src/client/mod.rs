@@ -1,0 +1,87 @@
+//! The calling side (feature `client`): a `tower` layer for outgoing HTTP
+//! requests that retries what is worth retrying, and makes the retries of
+//! a POST safe with one `Idempotency-Key` per logical request.
+//!
+//! [`RetryLayer`] wraps any `tower::Service<http::Request<Full<Bytes>>>`
+//! that answers `http::Response<_>`, such as hyper-util's legacy
+//! `Client`. For each request it:
+//!
+//! - buffers the body (up to [`RetryPolicy::body_bytes_max`]) so that
+//!   every attempt sends the same bytes;
+//! - keeps the caller's `Idempotency-Key`, or attaches a fresh UUID v7 to
+//!   a POST or PATCH; every retry carries the same key. Idempotent methods
+//!   are retried as they are; other methods without a key are sent once;
+//! - classifies each attempt ([`classify_status`], [`transport_reason`]):
+//!
+//! | outcome | retried? |
+//! |---|---|
+//! | transport error: refused, reset, closed, timed out | yes |
+//! | 408, 425, 429, 500, 502, 503, 504 and every other 5xx | yes |
+//! | 409 with `Retry-After` (an idempotency server's "in progress") | yes, after `Retry-After`, or at once with `Prefer: wait=N` |
+//! | 400, 401, 403, 404, 409 without `Retry-After`, 422, every other 4xx | no |
+//! | 1xx, 2xx, 3xx | no |
+//!
+//! - waits [`Backoff`] (capped exponential with [`Jitter`]), at least the
+//!   answer's [`retry_after`], never past the [deadline](RetryPolicy::deadline);
+//! - spends a [`RetryBudget`] per route: retries stop when they would add
+//!   more than a fraction of the route's recent requests;
+//! - asks the destination's [`CircuitBreaker`], which opens when too many
+//!   recent calls failed and then refuses at once with
+//!   [`ClientError::CircuitOpen`];
+//! - counts all of it through `metrics` (the names are in the table of
+//!   the `metrics` module source, and in the README).
+//!
+//! A retryable answer after the last attempt is handed back as it is (the
+//! caller sees the 503); a transport error after it is
+//! [`ClientError::Transport`]. Each response carries [`RetryInfo`] in its
+//! extensions: the attempts made and the key used.
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use idemkv::client::{Backoff, Jitter, RetryLayer, RetryPolicy};
+//! use std::time::Duration;
+//! use tower::{Layer, ServiceExt};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let policy = RetryPolicy::new()
+//!     .max_attempts(5)
+//!     .deadline(Duration::from_secs(10))
+//!     .backoff(Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).jitter(Jitter::Full));
+//! let client = RetryLayer::new(policy).layer(Client::builder(TokioExecutor::new()).build_http());
+//! let request = http::Request::post("http://127.0.0.1:3000/payments")
+//!     .header("x-account", "a1")
+//!     .body(Full::new(Bytes::from_static(br#"{"amount":10}"#)))?;
+//! let response = client.oneshot(request).await?;
+//! # Ok(()) }
+//! ```
+
+// Module map: classify, backoff, retry_after, budget and breaker are pure
+// (told the time and the random numbers); key attaches the key; policy is
+// the builder; state holds the budgets and breakers a layer shares;
+// layer runs the attempts; metrics names what is counted; error is the
+// caller's.
+
+mod backoff;
+mod breaker;
+mod budget;
+mod classify;
+mod error;
+mod key;
+mod layer;
+mod metrics;
+mod policy;
+mod retry_after;
+mod state;
+
+pub use backoff::{Backoff, Jitter};
+pub use breaker::{BreakerConfig, BreakerState, CircuitBreaker, Refused};
+pub use budget::{BudgetConfig, RetryBudget};
+pub use classify::{classify_status, transport_reason, RetryReason, Verdict};
+pub use error::{BoxError, ClientError};
+pub use key::IDEMPOTENCY_KEY;
+pub use layer::{RetryInfo, RetryLayer, RetryService};
+pub use policy::{KeyKind, RetryPolicy};
+pub use retry_after::retry_after;
