@@ -3,6 +3,7 @@
 use crate::clock::{duration_ms, Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
+use crate::quota::Quotas;
 use crate::record;
 use crate::segment::header::HEADER_BYTES;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Config {
     pub(crate) compaction_bytes_per_second: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) storage: Arc<dyn Storage>,
+    /// Per-scope quotas; set in the quota module.
+    pub(crate) quotas: Quotas,
 }
 
 impl Default for Config {
@@ -86,6 +89,7 @@ impl Default for Config {
             compaction_bytes_per_second: 64 << 20,
             clock: Arc::new(SystemClock),
             storage: Arc::new(StdStorage),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -283,7 +287,7 @@ impl Config {
                 self.segment_bytes
             ));
         }
-        Ok(())
+        self.quotas.validate(self.scope_bytes_max)
     }
 
     /// Checks a key and scope against the limits.

@@ -12,6 +12,7 @@ use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
+use crate::quota::Ledger;
 use crate::shard::{KeyRef, Outcome, Shard};
 use crate::transition::{ClaimParams, Finish, Held};
 use crate::waiters::{WaitLimits, Waiter};
@@ -45,6 +46,8 @@ pub(crate) struct Engine {
     /// Bytes of torn tail found at open (cut, or for a read-only open left
     /// on disk and ignored).
     pub torn_tail_bytes: u64,
+    /// The per-scope quota ledger, `None` when no quota is configured.
+    pub quota: Option<Arc<Ledger>>,
 }
 
 impl Drop for Engine {
@@ -114,6 +117,7 @@ impl Engine {
     ) -> Result<Claimed> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
+        self.make_room(scope, key.key)?;
         let params = ClaimParams {
             fingerprint,
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,

@@ -110,6 +110,7 @@ mod manifest;
 mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod quota;
 mod read_only;
 mod record;
 mod recovery;
@@ -138,6 +139,7 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
+pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, RepairReport};
 pub use stats::{Census, Stats};

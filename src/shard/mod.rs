@@ -7,6 +7,7 @@
 //! records); `compact` executes a compaction plan on the shard.
 
 mod compact;
+mod quota;
 mod state;
 
 use crate::clock::{Clock, Now};
