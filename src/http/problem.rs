@@ -130,7 +130,7 @@ pub(super) fn quota_exceeded(retry_after: Duration) -> Response<Full<Bytes>> {
 /// `problem` with `Retry-After` in whole seconds, at least 1.
 fn with_retry_after(problem: Problem, retry_after: Duration) -> Response<Full<Bytes>> {
     let mut response = problem.response();
-    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0));
     response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     response
 }
@@ -174,5 +174,8 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(1)), "1");
         assert_eq!(seconds(Duration::from_millis(1500)), "2");
         assert_eq!(seconds(Duration::ZERO), "1");
+        assert_eq!(seconds(Duration::MAX), u64::MAX.to_string());
+        let quota = quota_exceeded(Duration::from_secs(30));
+        assert_eq!((quota.status().as_u16(), &quota.headers()[RETRY_AFTER]), (429, &HeaderValue::from(30u64)));
     }
 }
