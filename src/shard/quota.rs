@@ -67,15 +67,22 @@ impl ShardState {
         }
     }
 
-    /// `old` left the index; its scope is `scope`, or is read back from
-    /// its frame. A frame that cannot be read leaves its scope charged
-    /// until the next open recounts it (refusing early is the safe side).
-    pub(super) fn quota_release(&self, old: &Entry, scope: Option<&[u8]>) {
-        let Some(ledger) = &self.quota else { return };
-        match scope.map_or_else(|| self.scope_of(old), |scope| Ok(Cow::Borrowed(scope))) {
-            Ok(scope) => ledger.remove(&scope, old.frame_len.into()),
+    /// `entry` is about to leave the index; its scope is `scope`, or is
+    /// read back from its frame. Returns `false` if that read fails: the
+    /// key must then stay indexed (and counted), and a later try drops it,
+    /// so that the counts never drift from the index.
+    pub(super) fn quota_release(&self, entry: &Entry, scope: Option<&[u8]>) -> bool {
+        let Some(ledger) = &self.quota else { return true };
+        match scope.map_or_else(|| self.scope_of(entry), |scope| Ok(Cow::Borrowed(scope))) {
+            Ok(scope) => {
+                ledger.remove(&scope, entry.frame_len.into());
+                true
+            }
             #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
-            Err(error) => event!(warn, %error, "a record's scope could not be read back; its quota stays charged"),
+            Err(error) => {
+                event!(warn, %error, "an expired record's scope could not be read back; it stays until a later try");
+                false
+            }
         }
     }
 
@@ -128,7 +135,9 @@ impl Shard {
             .map(|(hash, entry)| (hash, entry.state))
             .collect();
         for (hash, record_state) in gone {
-            state.index_remove(hash);
+            if state.index_remove(hash).is_none() {
+                continue;
+            }
             let counter = match record_state {
                 State::Processing => &self.counters.abandoned_expired,
                 State::Completed | State::Failed => &self.counters.expirations,

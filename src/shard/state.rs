@@ -120,17 +120,22 @@ impl ShardState {
         old
     }
 
-    /// Drops a key from the index, keeping the accounting.
+    /// Drops a key from the index, keeping the accounting. Returns the
+    /// entry dropped; `None` also when, with quotas on, the record's scope
+    /// could not be read back (an I/O error): the key then stays indexed,
+    /// and counted, until a later try.
     pub(crate) fn index_remove(&mut self, hash: u128) -> Option<Entry> {
         self.index_drop(hash, None)
     }
 
     /// [`ShardState::index_remove`] of a key whose scope may be known.
     fn index_drop(&mut self, hash: u128, scope: Option<&[u8]>) -> Option<Entry> {
+        if self.quota.is_some() && !self.quota_release(self.index.get(&hash)?, scope) {
+            return None;
+        }
         let old = self.index.remove(&hash)?;
         self.leases.remove(hash);
         self.usage.entry(old.segment).or_default().release(&old);
-        self.quota_release(&old, scope);
         Some(old)
     }
 
@@ -188,8 +193,9 @@ impl ShardState {
             let entry = *self.index.get(&hash)?;
             let counter =
                 if entry.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
-            bump(counter);
-            self.index_remove(hash);
+            if self.index_remove(hash).is_some() {
+                bump(counter);
+            }
             return None;
         };
         Some((entry, lease_end_ms))
@@ -204,11 +210,14 @@ impl ShardState {
             .filter(|(hash, end_ms)| self.index.get(hash).is_some_and(|entry| transition::is_gone(entry, *end_ms, now)))
             .map(|(hash, _)| hash)
             .collect();
+        let mut dropped = 0;
         for hash in &gone {
-            self.index_remove(*hash);
-            bump(&counters.abandoned_expired);
+            if self.index_remove(*hash).is_some() {
+                bump(&counters.abandoned_expired);
+                dropped += 1;
+            }
         }
-        gone.len() as u64
+        dropped
     }
 
     /// Appends `header` (at the next LSN) for `key` with `response`, and
