@@ -359,11 +359,9 @@ impl Ledger {
         }
     }
 
-    /// Adds counts made elsewhere (a shard's records at open).
-    pub(crate) fn merge(&self, counted: HashMap<Vec<u8>, ScopeUsage>) {
-        for (scope, usage) in counted {
-            add(&mut self.stripe(&scope), &scope, usage);
-        }
+    /// Counts a live record of `bytes` found in `scope` (at open).
+    pub(crate) fn add(&self, scope: &[u8], bytes: u64) {
+        add(&mut self.stripe(scope), scope, ScopeUsage { records: 1, bytes });
     }
 
     /// The usage of `scope`, `None` if it holds no record or is not counted.
@@ -478,14 +476,12 @@ impl Store {
             shard.count_scopes(ledger, &mut counted)?;
         }
         let running = ledger.snapshot();
-        let scopes = counted.keys().chain(running.keys());
-        Ok(scopes
-            .filter_map(|scope| {
-                let (recounted, kept) = (counted.get(scope), running.get(scope));
-                (recounted != kept).then(|| {
-                    format!("scope {:?}: recounted {recounted:?}, running {kept:?}", String::from_utf8_lossy(scope))
-                })
+        let mut scopes = counted.keys().chain(running.keys());
+        Ok(scopes.find_map(|scope| {
+            let (recounted, kept) = (counted.get(scope), running.get(scope));
+            (recounted != kept).then(|| {
+                format!("scope {:?}: recounted {recounted:?}, running {kept:?}", String::from_utf8_lossy(scope))
             })
-            .next())
+        }))
     }
 }

@@ -207,9 +207,7 @@ impl Harness {
         let now = self.now();
         let (records, bytes) = self.model.quota_usage(now);
         let new_record = self.model.live((scope, key), now).is_none();
-        let refused = scope == 0
-            && new_record
-            && (records >= QUOTA_RECORDS || bytes + frame_bytes(&[]) > QUOTA_BYTES);
+        let refused = scope == 0 && new_record && (records >= QUOTA_RECORDS || bytes + frame_bytes(&[]) > QUOTA_BYTES);
         let answer = match self.store().claim(&request) {
             Err(Error::QuotaExceeded { .. }) => {
                 assert!(refused, "refused at {records} records, {bytes} bytes");

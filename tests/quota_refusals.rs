@@ -22,11 +22,12 @@ fn request(key: &str) -> ClaimRequest<'_> {
     ClaimRequest::new(key, fingerprint("body")).scope("t").lease(Duration::from_secs(1))
 }
 
-fn usage(records: u64, bytes: u64) -> Option<ScopeUsage> {
+/// What `scope_usage` answers for a scope holding `records` in `bytes`.
+fn usage(records: u64, bytes: u64) -> ScopeUsage {
     let mut usage = ScopeUsage::default();
     usage.records = records;
     usage.bytes = bytes;
-    Some(usage)
+    usage
 }
 
 #[test]
@@ -51,12 +52,12 @@ fn a_new_key_at_the_record_limit_is_refused_and_nothing_is_written() {
     let stats = store.stats();
     assert_eq!((stats.quota_refusals, stats.records_written), (1, written), "refused, and nothing written");
     assert_eq!(store.get(b"t", b"k-3").expect("get"), None);
-    assert_eq!(store.scope_usage("t"), usage(2, 2 * PROCESSING_BYTES + 3));
+    assert_eq!(store.scope_usage("t"), Some(usage(2, 2 * PROCESSING_BYTES + 3)));
 
     // Another scope has a quota of its own.
     let other = ClaimRequest::new("k-3", fingerprint("body")).scope("u");
     acquire(&store, &other).complete(b"").expect("complete");
-    assert_eq!(store.scope_usage("u"), usage(1, PROCESSING_BYTES));
+    assert_eq!(store.scope_usage("u"), Some(usage(1, PROCESSING_BYTES)));
     assert_eq!(store.quota_audit().expect("audit"), None);
 }
 
@@ -68,8 +69,8 @@ fn answers_that_create_no_record_are_never_refused() {
     let first = acquire(&store, &request("k-1"));
     // In progress, and a mismatch, in a full scope.
     assert!(matches!(store.claim(&request("k-1")).expect("claim"), Claim::InProgress { .. }));
-    let reused = ClaimRequest::new("k-1", fingerprint("other")).scope("t");
-    assert!(matches!(store.claim(&reused).expect("claim"), Claim::Mismatch));
+    let other_body = ClaimRequest::new("k-1", fingerprint("other")).scope("t");
+    assert!(matches!(store.claim(&other_body).expect("claim"), Claim::Mismatch));
     // The lease ends: a takeover replaces the record, it adds none.
     clock.advance(Duration::from_secs(1));
     let mut second = acquire(&store, &request("k-1"));
@@ -78,7 +79,7 @@ fn answers_that_create_no_record_are_never_refused() {
     // Renewing and completing are never refused, even over the byte limit.
     second.renew(Duration::from_secs(5)).expect("renew");
     second.complete(&[b'r'; 400]).expect("a completion over the byte limit");
-    assert_eq!(store.scope_usage("t"), usage(1, PROCESSING_BYTES + 400));
+    assert_eq!(store.scope_usage("t"), Some(usage(1, PROCESSING_BYTES + 400)));
     assert_eq!(replay(&store, &request("k-1")).response, vec![b'r'; 400]);
     assert_eq!(store.stats().quota_refusals, 0);
     // Only a new key is refused (the record limit is checked first).
@@ -102,11 +103,11 @@ fn the_byte_limit_counts_each_live_record_frame() {
     );
     // A completion is kept whatever its size; the scope is then over.
     first.complete(&[b'x'; 1000]).expect("complete");
-    assert_eq!(store.scope_usage("t"), usage(2, 2 * PROCESSING_BYTES + 1000));
+    assert_eq!(store.scope_usage("t"), Some(usage(2, 2 * PROCESSING_BYTES + 1000)));
     assert!(matches!(store.claim(&request("k-3")), Err(Error::QuotaExceeded { limit: QuotaLimit::Bytes, .. })));
     // Removing the large record brings it back under.
     assert!(store.remove(b"t", b"k-1").expect("remove"));
-    assert_eq!(store.scope_usage("t"), usage(1, PROCESSING_BYTES));
+    assert_eq!(store.scope_usage("t"), Some(usage(1, PROCESSING_BYTES)));
     drop(acquire(&store, &request("k-3")));
     assert_eq!(store.stats().quota_refusals, 2);
     assert_eq!(store.quota_audit().expect("audit"), None);
@@ -124,7 +125,7 @@ fn a_release_or_a_remove_frees_the_slot_and_an_empty_scope_is_forgotten() {
     assert!(store.remove(b"t", b"k-2").expect("remove"));
     assert_eq!(store.scope_usage("t"), None);
     acquire(&store, &request("k-3")).fail(b"declined").expect("fail");
-    assert_eq!(store.scope_usage("t"), usage(1, PROCESSING_BYTES + 8));
+    assert_eq!(store.scope_usage("t"), Some(usage(1, PROCESSING_BYTES + 8)));
     assert_eq!(store.quota_audit().expect("audit"), None);
 }
 

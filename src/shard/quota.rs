@@ -108,16 +108,22 @@ impl Shard {
     /// counted from here on. Called once at open, before the shard serves.
     pub(crate) fn attach_quota(&self, ledger: &Arc<Ledger>) -> Result<()> {
         let mut state = self.state.write();
-        let mut counted = HashMap::new();
-        count(&state, ledger, &mut counted)?;
-        ledger.merge(counted);
+        // Straight into the ledger: no second copy of every scope's name.
+        count(&state, ledger, |scope, bytes| ledger.add(scope, bytes))?;
         state.quota = Some(Arc::clone(ledger));
         Ok(())
     }
 
     /// Adds this shard's live records to `counted`, by limited scope.
     pub(crate) fn count_scopes(&self, ledger: &Ledger, counted: &mut HashMap<Vec<u8>, ScopeUsage>) -> Result<()> {
-        count(&*self.read()?, ledger, counted)
+        count(&*self.read()?, ledger, |scope, bytes| {
+            if let Some(usage) = counted.get_mut(scope) {
+                usage.records += 1;
+                usage.bytes += bytes;
+            } else {
+                counted.insert(scope.to_vec(), ScopeUsage { records: 1, bytes });
+            }
+        })
     }
 
     /// Drops every expired record (a TTL that passed, an abandoned lease
@@ -148,19 +154,13 @@ impl Shard {
     }
 }
 
-/// Adds the live records of `state` to `counted`, by limited scope.
-fn count(state: &ShardState, ledger: &Ledger, counted: &mut HashMap<Vec<u8>, ScopeUsage>) -> Result<()> {
+/// Calls `add(scope, bytes)` for each live record of `state` in a limited
+/// scope.
+fn count(state: &ShardState, ledger: &Ledger, mut add: impl FnMut(&[u8], u64)) -> Result<()> {
     for entry in state.index.values() {
         let scope = state.scope_of(entry)?;
-        if !ledger.counts(&scope) {
-            continue;
-        }
-        let bytes = u64::from(entry.frame_len);
-        if let Some(usage) = counted.get_mut(&*scope) {
-            usage.records += 1;
-            usage.bytes += bytes;
-        } else {
-            counted.insert(scope.into_owned(), ScopeUsage { records: 1, bytes });
+        if ledger.counts(&scope) {
+            add(&scope, u64::from(entry.frame_len));
         }
     }
     Ok(())
