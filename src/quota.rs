@@ -57,17 +57,15 @@
 //! Quotas are enforced by the embedded store only; the Redis and PostgreSQL
 //! backends do not enforce them.
 
+mod ledger;
+
+pub(crate) use ledger::Ledger;
+
 use crate::config::Config;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::record;
 use crate::store::Store;
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Limits on the live records and stored bytes of one scope.
@@ -257,175 +255,6 @@ impl Config {
     pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
         self.quotas.scopes.insert(scope.as_ref().to_vec(), quota);
         self
-    }
-}
-
-/// Stripes of the ledger: scopes of different stripes never wait for one
-/// another.
-const STRIPES: usize = 16;
-
-/// Indexed records per millisecond of pause between two sweeps.
-const SWEEP_RECORDS_PER_MS: u64 = 1000;
-
-/// One stripe: the usage of each counted scope that holds records.
-type Stripe = HashMap<Box<[u8]>, ScopeUsage>;
-
-/// The store-wide usage of every limited scope that holds live records.
-#[derive(Debug)]
-pub(crate) struct Ledger {
-    quotas: Quotas,
-    stripes: Box<[Mutex<Stripe>]>,
-    hasher: std::collections::hash_map::RandomState,
-    /// Monotonic ms before which no sweep runs; `u64::MAX` while one runs.
-    next_sweep_ms: AtomicU64,
-}
-
-impl Ledger {
-    /// The ledger for `quotas`, or `None` when no scope is limited.
-    pub(crate) fn new(quotas: &Quotas) -> Option<Arc<Ledger>> {
-        quotas.any().then(|| {
-            Arc::new(Ledger {
-                quotas: quotas.clone(),
-                stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
-                hasher: std::collections::hash_map::RandomState::new(),
-                next_sweep_ms: AtomicU64::new(0),
-            })
-        })
-    }
-
-    fn stripe(&self, scope: &[u8]) -> parking_lot::MutexGuard<'_, Stripe> {
-        #[expect(clippy::cast_possible_truncation, reason = "only the low bits choose the stripe")]
-        let stripe = self.hasher.hash_one(scope) as usize % STRIPES;
-        self.stripes[stripe].lock()
-    }
-
-    /// Whether `scope` is counted.
-    pub(crate) fn counts(&self, scope: &[u8]) -> bool {
-        self.quotas.of(scope).is_some()
-    }
-
-    /// Counts a new live record of `bytes` in `scope` if its quota allows;
-    /// returns whether the scope is counted at all.
-    ///
-    /// # Errors
-    /// [`Error::QuotaExceeded`]; nothing is counted then.
-    pub(crate) fn admit(&self, scope: &[u8], bytes: u64) -> Result<bool> {
-        let Some(quota) = self.quotas.of(scope) else {
-            return Ok(false);
-        };
-        let mut stripe = self.stripe(scope);
-        if let Some(refusal) = quota.refusal(stripe.get(scope).copied().unwrap_or_default(), bytes) {
-            return Err(refusal);
-        }
-        add(&mut stripe, scope, ScopeUsage { records: 1, bytes });
-        Ok(true)
-    }
-
-    /// Whether a new record of `bytes` in `scope` would be refused now.
-    pub(crate) fn would_refuse(&self, scope: &[u8], bytes: u64) -> bool {
-        self.quotas.of(scope).is_some_and(|quota| {
-            quota.refusal(self.stripe(scope).get(scope).copied().unwrap_or_default(), bytes).is_some()
-        })
-    }
-
-    /// A live record of `scope` changed size (a newer record of its key).
-    pub(crate) fn resize(&self, scope: &[u8], old_bytes: u64, new_bytes: u64) {
-        if old_bytes == new_bytes || !self.counts(scope) {
-            return;
-        }
-        if let Some(usage) = self.stripe(scope).get_mut(scope) {
-            usage.bytes = usage.bytes.saturating_sub(old_bytes).saturating_add(new_bytes);
-        }
-    }
-
-    /// A live record of `bytes` left `scope`; a scope left with none is
-    /// forgotten.
-    pub(crate) fn remove(&self, scope: &[u8], bytes: u64) {
-        if !self.counts(scope) {
-            return;
-        }
-        let mut stripe = self.stripe(scope);
-        let Some(usage) = stripe.get_mut(scope) else { return };
-        usage.records = usage.records.saturating_sub(1);
-        usage.bytes = usage.bytes.saturating_sub(bytes);
-        if usage.records == 0 {
-            stripe.remove(scope);
-            // Memory follows the scopes that hold records, not the most
-            // there ever were.
-            if stripe.capacity() > 4 * stripe.len().max(64) {
-                let len = stripe.len();
-                stripe.shrink_to(2 * len);
-            }
-        }
-    }
-
-    /// Counts a live record of `bytes` found in `scope` (at open).
-    pub(crate) fn add(&self, scope: &[u8], bytes: u64) {
-        add(&mut self.stripe(scope), scope, ScopeUsage { records: 1, bytes });
-    }
-
-    /// The usage of `scope`, `None` if it holds no record or is not counted.
-    pub(crate) fn usage(&self, scope: &[u8]) -> Option<ScopeUsage> {
-        self.stripe(scope).get(scope).copied()
-    }
-
-    /// Every counted scope's usage.
-    pub(crate) fn snapshot(&self) -> HashMap<Vec<u8>, ScopeUsage> {
-        let mut all = HashMap::new();
-        for stripe in &*self.stripes {
-            all.extend(stripe.lock().iter().map(|(scope, usage)| (scope.to_vec(), *usage)));
-        }
-        all
-    }
-
-    /// Takes the turn to sweep at monotonic time `now_ms`, if one is due
-    /// and none runs.
-    fn take_sweep(&self, now_ms: u64) -> bool {
-        let next = self.next_sweep_ms.load(Ordering::Acquire);
-        now_ms >= next
-            && next != u64::MAX
-            && self.next_sweep_ms.compare_exchange(next, u64::MAX, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-
-    /// Ends a sweep taken at `now_ms` that left `records` in the index.
-    fn swept(&self, now_ms: u64, records: u64) {
-        self.next_sweep_ms.store(now_ms.saturating_add(records / SWEEP_RECORDS_PER_MS), Ordering::Release);
-    }
-}
-
-/// Adds `usage` to `scope` in `stripe`.
-fn add(stripe: &mut Stripe, scope: &[u8], usage: ScopeUsage) {
-    if let Some(present) = stripe.get_mut(scope) {
-        present.records = present.records.saturating_add(usage.records);
-        present.bytes = present.bytes.saturating_add(usage.bytes);
-    } else if usage.records > 0 {
-        stripe.insert(scope.into(), usage);
-    }
-}
-
-impl Engine {
-    /// Before a claim in `scope` of `key`: if the scope is at its quota,
-    /// drops every expired record of the store first (when a sweep is due),
-    /// so that a record whose time is up never holds a slot. The claim
-    /// itself then decides, exactly, under the ledger's lock.
-    pub(crate) fn make_room(&self, scope: &[u8], key: &[u8]) -> Result<()> {
-        let Some(ledger) = &self.quota else {
-            return Ok(());
-        };
-        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
-            return Ok(());
-        }
-        let now_ms = self.config.clock.monotonic_ms();
-        if !ledger.take_sweep(now_ms) {
-            return Ok(());
-        }
-        let mut records = 0;
-        let swept = self.shards.iter().try_for_each(|shard| {
-            records += shard.sweep_expired()?;
-            Ok(())
-        });
-        ledger.swept(now_ms, records);
-        swept
     }
 }
 

@@ -1,0 +1,213 @@
+//! The ledger: the store-wide usage of every limited scope that holds live
+//! records, in stripes so that scopes of different stripes never wait for
+//! one another, and the sweep a claim runs before a refusal.
+
+use super::{Quota, Quotas, ScopeUsage};
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::record;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Stripes of the ledger.
+const STRIPES: usize = 16;
+
+/// Indexed records per millisecond of pause between two sweeps.
+const SWEEP_RECORDS_PER_MS: u64 = 1000;
+
+/// One stripe: the usage of each counted scope that holds records.
+type Stripe = HashMap<Box<[u8]>, ScopeUsage>;
+
+/// The store-wide usage of every limited scope that holds live records.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    quotas: Quotas,
+    stripes: Box<[Mutex<Stripe>]>,
+    hasher: RandomState,
+    /// Scopes near their limit: where a new record of the largest key
+    /// could be refused. While there are none, a claim skips the look at
+    /// its scope before it is decided ([`Engine::make_room`]).
+    near_limit: AtomicU64,
+    /// The largest frame of a new (Processing) record, scope excluded.
+    new_frame_max: u64,
+    /// Monotonic ms before which no sweep runs; `u64::MAX` while one runs.
+    next_sweep_ms: AtomicU64,
+}
+
+impl Ledger {
+    /// The ledger for the quotas of `config`, or `None` when no scope is
+    /// limited.
+    pub(crate) fn new(config: &Config) -> Option<Arc<Ledger>> {
+        config.quotas.any().then(|| {
+            Arc::new(Ledger {
+                quotas: config.quotas.clone(),
+                stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
+                hasher: RandomState::new(),
+                near_limit: AtomicU64::new(0),
+                new_frame_max: record::frame_bytes(0, config.key_bytes_max, 0),
+                next_sweep_ms: AtomicU64::new(0),
+            })
+        })
+    }
+
+    fn stripe(&self, scope: &[u8]) -> MutexGuard<'_, Stripe> {
+        #[expect(clippy::cast_possible_truncation, reason = "only the low bits choose the stripe")]
+        let stripe = self.hasher.hash_one(scope) as usize % STRIPES;
+        self.stripes[stripe].lock()
+    }
+
+    /// Whether `scope` is counted.
+    pub(crate) fn counts(&self, scope: &[u8]) -> bool {
+        self.quotas.of(scope).is_some()
+    }
+
+    /// Whether a scope using `used` of `quota` could refuse a new record.
+    fn is_near(&self, quota: &Quota, scope: &[u8], used: ScopeUsage) -> bool {
+        quota.refusal(used, self.new_frame_max + scope.len() as u64).is_some()
+    }
+
+    /// Changes the usage of `scope` by `change` (under its stripe's lock),
+    /// keeping the count of scopes near their limit, and forgets a scope
+    /// left with no record. Does nothing for a scope not counted.
+    fn update(&self, scope: &[u8], change: impl FnOnce(&mut ScopeUsage)) {
+        let Some(quota) = self.quotas.of(scope) else { return };
+        let mut stripe = self.stripe(scope);
+        let before = stripe.get(scope).copied().unwrap_or_default();
+        let mut after = before;
+        change(&mut after);
+        match (stripe.get_mut(scope), after.records) {
+            (Some(_), 0) => {
+                stripe.remove(scope);
+                // Memory follows the scopes that hold records, not the
+                // most there ever were.
+                if stripe.capacity() > 4 * stripe.len().max(64) {
+                    let len = stripe.len();
+                    stripe.shrink_to(2 * len);
+                }
+            }
+            (Some(usage), _) => *usage = after,
+            (None, 0) => {}
+            (None, _) => {
+                stripe.insert(scope.into(), after);
+            }
+        }
+        match (self.is_near(quota, scope, before), self.is_near(quota, scope, after)) {
+            (false, true) => self.near_limit.fetch_add(1, Ordering::Relaxed),
+            (true, false) => self.near_limit.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// Counts a new live record of `bytes` in `scope` if its quota allows;
+    /// returns whether the scope is counted at all.
+    ///
+    /// # Errors
+    /// [`crate::Error::QuotaExceeded`]; nothing is counted then.
+    pub(crate) fn admit(&self, scope: &[u8], bytes: u64) -> Result<bool> {
+        let Some(quota) = self.quotas.of(scope) else {
+            return Ok(false);
+        };
+        // Checked and counted under one hold of the stripe's lock.
+        let mut refused = None;
+        self.update(scope, |usage| match quota.refusal(*usage, bytes) {
+            Some(refusal) => refused = Some(refusal),
+            None => {
+                usage.records += 1;
+                usage.bytes = usage.bytes.saturating_add(bytes);
+            }
+        });
+        refused.map_or(Ok(true), Err)
+    }
+
+    /// A live record of `scope` changed size (a newer record of its key).
+    pub(crate) fn resize(&self, scope: &[u8], old_bytes: u64, new_bytes: u64) {
+        if old_bytes != new_bytes {
+            self.update(scope, |usage| usage.bytes = usage.bytes.saturating_sub(old_bytes).saturating_add(new_bytes));
+        }
+    }
+
+    /// A live record of `bytes` left `scope`.
+    pub(crate) fn remove(&self, scope: &[u8], bytes: u64) {
+        self.update(scope, |usage| {
+            usage.records = usage.records.saturating_sub(1);
+            usage.bytes = usage.bytes.saturating_sub(bytes);
+        });
+    }
+
+    /// Counts a live record of `bytes` found in `scope` (at open).
+    pub(crate) fn add(&self, scope: &[u8], bytes: u64) {
+        self.update(scope, |usage| {
+            usage.records += 1;
+            usage.bytes = usage.bytes.saturating_add(bytes);
+        });
+    }
+
+    /// The usage of `scope`, `None` if it holds no record or is not counted.
+    pub(crate) fn usage(&self, scope: &[u8]) -> Option<ScopeUsage> {
+        self.stripe(scope).get(scope).copied()
+    }
+
+    /// Every counted scope's usage.
+    pub(crate) fn snapshot(&self) -> HashMap<Vec<u8>, ScopeUsage> {
+        let mut all = HashMap::new();
+        for stripe in &*self.stripes {
+            all.extend(stripe.lock().iter().map(|(scope, usage)| (scope.to_vec(), *usage)));
+        }
+        all
+    }
+
+    /// Whether a new record of `bytes` in `scope` would be refused now.
+    fn would_refuse(&self, scope: &[u8], bytes: u64) -> bool {
+        if self.near_limit.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let Some(quota) = self.quotas.of(scope) else { return false };
+        quota.refusal(self.usage(scope).unwrap_or_default(), bytes).is_some()
+    }
+
+    /// Takes the turn to sweep at monotonic time `now_ms`, if one is due
+    /// and none runs.
+    fn take_sweep(&self, now_ms: u64) -> bool {
+        let next = self.next_sweep_ms.load(Ordering::Acquire);
+        now_ms >= next
+            && next != u64::MAX
+            && self.next_sweep_ms.compare_exchange(next, u64::MAX, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Ends a sweep taken at `now_ms` that left `records` in the index.
+    fn swept(&self, now_ms: u64, records: u64) {
+        self.next_sweep_ms.store(now_ms.saturating_add(records / SWEEP_RECORDS_PER_MS), Ordering::Release);
+    }
+}
+
+impl Engine {
+    /// Before a claim in `scope` of `key`: if the scope is at its quota,
+    /// drops every expired record of the store first (when a sweep is due),
+    /// so that a record whose time is up never holds a slot. The claim
+    /// itself then decides, exactly, under the ledger's lock. While no
+    /// scope is near its limit this is one atomic load.
+    pub(crate) fn make_room(&self, scope: &[u8], key: &[u8]) -> Result<()> {
+        let Some(ledger) = &self.quota else {
+            return Ok(());
+        };
+        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
+            return Ok(());
+        }
+        let now_ms = self.config.clock.monotonic_ms();
+        if !ledger.take_sweep(now_ms) {
+            return Ok(());
+        }
+        let mut records = 0;
+        let swept = self.shards.iter().try_for_each(|shard| {
+            records += shard.sweep_expired()?;
+            Ok(())
+        });
+        ledger.swept(now_ms, records);
+        swept
+    }
+}
