@@ -1,8 +1,10 @@
 //! What per-scope quotas cost, in one run:
 //!
 //! 1. calls per second on a store without quotas and on one with a quota
-//!    on every scope (never reached), alternating slices so both see the
-//!    same machine: fresh claim+complete over 1000 tenants, and replays;
+//!    on every scope (never reached), in slices that alternate (ABBA), so
+//!    both see the same machine: fresh claim+complete over 1000 tenants,
+//!    and replays; the ratio is the median of the rounds' ratios (on a
+//!    shared machine one round can be far off either way);
 //! 2. memory and open time per tracked scope: a store of N records, each
 //!    in a scope of its own, opened alternately without and with quotas,
 //!    each open in a fresh process (this binary run again) so that no
@@ -16,7 +18,7 @@
 //! Two threads, Buffered, 36-byte keys, 200-byte responses.
 //!
 //! ```text
-//! cargo bench --bench quota                       # 1 s slices, 3 rounds, 100 000 scopes
+//! cargo bench --bench quota                       # 0.3 s slices, 10 rounds, 100 000 scopes
 //! IDEMKV_BENCH_SECONDS=0.2 IDEMKV_QUOTA_SCOPES=10000 cargo bench --bench quota
 //! ```
 
@@ -29,7 +31,9 @@ use std::time::Instant;
 use support::{as_f64, drive, ratio, seconds};
 
 const THREADS: usize = 2;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 10;
+/// Opens of each kind for the footprint.
+const OPENS: usize = 3;
 const TENANTS: u64 = 1000;
 const REPLAY_KEYS: u64 = 10_000;
 
@@ -86,22 +90,28 @@ fn throughput(slice_seconds: f64) {
         })
         .collect();
     let next = [AtomicU64::new(0), AtomicU64::new(0)];
-    let mut sums = [[0.0; 2]; 2];
-    for _ in 0..ROUNDS {
-        for (index, (_, store)) in stores.iter().enumerate() {
-            let (fresh, replay) = slice(store, &next[index], slice_seconds);
-            sums[index][0] += fresh;
-            sums[index][1] += replay;
+    // Per round: [store][fresh, replay] calls per second.
+    let mut rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let mut measured = [[0.0; 2]; 2];
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for index in order {
+            let (fresh, replay) = slice(&stores[index].1, &next[index], slice_seconds);
+            measured[index] = [fresh, replay];
         }
+        rounds.push(measured);
     }
-    let rounds = as_f64(ROUNDS as u64);
     println!(
-        "calls/s, {THREADS} threads, Buffered, {TENANTS} tenants, {ROUNDS} alternating slices of {slice_seconds} s"
+        "calls/s, {THREADS} threads, Buffered, {TENANTS} tenants, {ROUNDS} rounds of {slice_seconds} s slices (ABBA)"
     );
-    println!("{:<34} {:>14} {:>14} {:>8}", "", "quotas off", "quotas on", "ratio");
+    println!("{:<24} {:>12} {:>12} {:>14} {:>14}", "", "quotas off", "quotas on", "median ratio", "ratio range");
     for (row, name) in ["fresh claim+complete", "replay"].into_iter().enumerate() {
-        let (off, on) = (sums[0][row] / rounds, sums[1][row] / rounds);
-        println!("{name:<34} {off:>14.0} {on:>14.0} {:>8.2}", ratio(on, off));
+        let mean = |index: usize| rounds.iter().map(|round| round[index][row]).sum::<f64>() / as_f64(ROUNDS as u64);
+        let mut ratios: Vec<f64> = rounds.iter().map(|round| ratio(round[1][row], round[0][row])).collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = f64::midpoint(ratios[(ROUNDS - 1) / 2], ratios[ROUNDS / 2]);
+        let range = format!("{:.2}–{:.2}", ratios[0], ratios[ROUNDS - 1]);
+        println!("{name:<24} {:>12.0} {:>12.0} {median:>14.2} {range:>14}", mean(0), mean(1));
     }
     let tracked = (0..TENANTS).filter(|n| stores[1].1.scope_usage(tenant(*n)).is_some()).count();
     assert_eq!(tracked as u64, TENANTS, "every tenant is counted");
@@ -164,14 +174,14 @@ fn footprint(scopes: u64, slice_seconds: f64) {
     // Warm the page cache once, then alternate.
     measure_open(dir.path(), true);
     let mut best = [(f64::MAX, u64::MAX); 2];
-    for _ in 0..ROUNDS {
+    for _ in 0..OPENS {
         for (index, quotas) in [false, true].into_iter().enumerate() {
             let (seconds, grown) = measure_open(dir.path(), quotas);
             best[index] = (best[index].0.min(seconds), best[index].1.min(grown));
         }
     }
     let ((off_seconds, off_bytes), (on_seconds, on_bytes)) = (best[0], best[1]);
-    println!("{scopes} records, one per scope (15-byte scope names), best of {ROUNDS} opens each");
+    println!("{scopes} records, one per scope (15-byte scope names), best of {OPENS} opens each");
     println!("{:<34} {:>14} {:>14} {:>14}", "", "quotas off", "quotas on", "per scope");
     println!(
         "{:<34} {:>14.3} {:>14.3} {:>12.2} µs",
@@ -213,7 +223,7 @@ fn main() {
         child_open(Path::new(dir), quotas == "1");
         return;
     }
-    let slice_seconds = seconds(1.0);
+    let slice_seconds = seconds(0.3);
     let scopes: u64 = std::env::var("IDEMKV_QUOTA_SCOPES").ok().and_then(|value| value.parse().ok()).unwrap_or(100_000);
     throughput(slice_seconds);
     println!();

@@ -114,9 +114,9 @@ impl Ledger {
         };
         // Checked and counted under one hold of the stripe's lock.
         let mut refused = None;
-        self.update(scope, |usage| match quota.refusal(*usage, bytes) {
-            Some(refusal) => refused = Some(refusal),
-            None => {
+        self.update(scope, |usage| {
+            refused = quota.refusal(*usage, bytes);
+            if refused.is_none() {
                 usage.records += 1;
                 usage.bytes = usage.bytes.saturating_add(bytes);
             }
