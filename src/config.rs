@@ -3,7 +3,7 @@
 use crate::clock::{duration_ms, Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
-use crate::quota::Quotas;
+use crate::quota::{Quota, Quotas};
 use crate::record;
 use crate::segment::header::HEADER_BYTES;
 use std::sync::Arc;
@@ -66,7 +66,7 @@ pub struct Config {
     pub(crate) compaction_bytes_per_second: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) storage: Arc<dyn Storage>,
-    /// Per-scope quotas; set in the quota module.
+    /// Per-scope quotas.
     pub(crate) quotas: Quotas,
 }
 
@@ -234,6 +234,24 @@ impl Config {
     #[must_use]
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.storage = storage;
+        self
+    }
+
+    /// The quota of every scope that has none of its own
+    /// ([`Config::scope_quota`]). Default: none, and then nothing is
+    /// counted at all. See [`Quota`] for what counts and what is refused.
+    #[must_use]
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.set_default(quota);
+        self
+    }
+
+    /// The quota of one scope, instead of the default of [`Config::quota`]
+    /// ([`Quota::unlimited`] exempts it). Setting it again for the same
+    /// scope replaces it.
+    #[must_use]
+    pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
+        self.quotas.set_scope(scope.as_ref(), quota);
         self
     }
 

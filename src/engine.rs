@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::quota::Ledger;
+use crate::record;
 use crate::shard::{KeyRef, Outcome, Shard};
 use crate::transition::{ClaimParams, Finish, Held};
 use crate::waiters::{WaitLimits, Waiter};
@@ -125,6 +126,31 @@ impl Engine {
         };
         let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
+    }
+
+    /// Before a claim of `key` in `scope`: if the scope is at its quota,
+    /// drops every expired record of the store first (when a sweep is due),
+    /// so that a record whose time is up never holds a slot; the claim
+    /// itself then decides, exactly (see [`crate::Quota`]). While no scope
+    /// is near its limit this is one atomic load.
+    fn make_room(&self, scope: &[u8], key: &[u8]) -> Result<()> {
+        let Some(ledger) = &self.quota else {
+            return Ok(());
+        };
+        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
+            return Ok(());
+        }
+        let now_ms = self.config.clock.monotonic_ms();
+        if !ledger.take_sweep(now_ms) {
+            return Ok(());
+        }
+        let mut records = 0;
+        let swept = self.shards.iter().try_for_each(|shard| {
+            records += shard.sweep_expired()?;
+            Ok(())
+        });
+        ledger.swept(now_ms, records);
+        swept
     }
 
     /// Finishes the lease `token` on the key of hash `hash`; returns the

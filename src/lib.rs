@@ -21,6 +21,11 @@
 //! A holder whose lease ended but was not yet reclaimed may still finish,
 //! until lease end + TTL, when an abandoned Processing record expires.
 //!
+//! Optional per-scope [`Quota`]s limit the live records and stored bytes of
+//! each scope: a claim that would add a new record to a scope at its limit
+//! is answered [`Error::QuotaExceeded`]; nothing else is ever refused by a
+//! quota (see [`Quota`]).
+//!
 //! Records live in an append-only, CRC-framed log per shard (see
 //! `docs/format.md`); the in-memory index holds only what a claim decision
 //! needs, and responses are read back from the log on replay. Time comes
@@ -60,11 +65,13 @@
 //               writer: append, roll, group commit; hint/: per-segment
 //               hint files, the cache open rebuilds an index from),
 //               manifest, format
-// in memory     index (hash -> newest record), compaction (usage accounting
+// in memory     index (hash -> newest record), quota (per-scope limits;
+//               ledger: their store-wide counts), compaction (usage accounting
 //               and the pure `choose` policy), transition (the pure claim
 //               state machine of DESIGN §3)
 // one shard     shard/ (executes transitions under its lock; state: index
-//               upkeep, record reads and writes; compact: executes a plan),
+//               upkeep, record reads and writes; compact: executes a plan;
+//               quota: keeps the quota ledger in step with the index),
 //               recovery (rebuilds a shard's log as plain data, each
 //               segment from its hint and the log after it)
 // one store     engine (the shards behind every handle, calls by key hash),
@@ -72,7 +79,8 @@
 //               fan-out, interval flusher), compactor (passes, pacer),
 //               background (periodic worker threads)
 // public API    lease, claim, store (iter: its records; read_only: read-only
-//               handles), stats, verify, repair, backend (the trait any
+//               handles; usage: what a scope holds of its quota), stats,
+//               verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`),
 //               redis/ (the contract on Redis / Valkey, feature `redis`:
 //               scripts, connection, replies, claim_wait's wake-ups),
@@ -124,6 +132,7 @@ mod store;
 mod sync;
 mod telemetry;
 mod transition;
+mod usage;
 mod verify;
 mod waiters;
 #[cfg(any(feature = "redis", feature = "postgres"))]

@@ -92,7 +92,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         }
     }
     let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
-    let quota = Ledger::new(&config);
+    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
     let shards = build_shards(&config, recovered, now, quota.as_ref())?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     event!(
@@ -131,7 +131,7 @@ pub(crate) fn open_read_only(dir: &Path, config: Config) -> Result<Engine> {
     for shard in &mut recovered {
         shard.torn_tail_bytes = 0;
     }
-    let quota = Ledger::new(&config);
+    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
     let shards = build_shards(&config, recovered, now, quota.as_ref())?;
     Ok(engine(dir, config, hasher, shards, lock_file, Opened { read_only: true, torn_tail_bytes, quota }))
 }

@@ -1,78 +1,83 @@
-//! Per-scope quotas: optional limits on the live records and the stored
-//! bytes of each scope, so that one tenant cannot fill the store for the
-//! others.
-//!
-//! # What counts
-//!
-//! A scope's **records** are its keys whose newest record is in the index:
-//! Processing, Completed or Failed. Its **bytes** are the frame bytes of
-//! those newest records (the fixed record header, scope, key and response
-//! as they lie in the log). Superseded and dead records still on disk until
-//! compaction do not count: they belong to no one's quota.
-//!
-//! # What is refused
-//!
-//! Only a claim that would create a **new** live record — the key is absent,
-//! released, removed or expired — and only when the scope already holds its
-//! record limit, or when the new Processing record would take its bytes
-//! over the byte limit. It is answered [`Error::QuotaExceeded`] and writes
-//! nothing. Replays, in-progress answers, mismatches and takeovers of an
-//! expired lease create no record and are never refused. Completing or
-//! failing a lease is never refused either: the side effect already ran,
-//! and its answer must be kept (DESIGN §3, "never twice"). A completion may
-//! therefore take a scope's bytes over its limit; the scope's next new
-//! claims are then refused until records leave it.
-//!
-//! # Exactness
-//!
-//! The counts follow the index exactly: a record counts from the write that
-//! puts its key in the index to the moment its key leaves it — a release,
-//! a remove, or an expiry (TTL, or an abandoned lease past its end + TTL)
-//! once found: at a read of the key, by compaction, at open. A claim that
-//! would be refused first drops every expired record of the store (a
-//! sweep of each shard's index), so that records whose time is up never
-//! hold a slot; sweeps are spaced by one millisecond per thousand indexed
-//! records, so that a tenant hammering a full scope cannot turn them into
-//! a full-time index scan (a store of a million records sweeps at most once
-//! a second, for about a millisecond). [`Store::scope_usage`] reports the
-//! counts as they stand, which may include records expired but not yet
-//! found.
-//!
-//! Counting is store-wide (a scope's keys are spread over every shard): a
-//! claim reserves its record under the lock of the scope's stripe of the
-//! ledger, before its record is written, and gives it back if the write
-//! fails, so no two claims of one scope can both take its last slot.
-//!
-//! # What it costs
-//!
-//! Nothing when no quota is configured: the ledger is not built and every
-//! hook is one test of an `Option`. With quotas, each scope that holds live
-//! records costs one entry of a hash map (its name, its two counts), and
-//! nothing per record: when a record leaves the index without its key at
-//! hand (an expiry), its scope is read back from the record's frame in the
-//! log. At open, the counts are rebuilt by reading the scope of every live
-//! record once. `benches/quota.rs` measures all three; the README has the
-//! figures.
-//!
-//! Quotas are enforced by the embedded store only; the Redis and PostgreSQL
-//! backends do not enforce them.
+//! Per-scope quotas: the limits ([`Quota`]; what they mean is there), what
+//! a refusal names ([`QuotaLimit`]), what a scope holds ([`ScopeUsage`]),
+//! and the ledger that counts it store-wide. The `Config` setters are in
+//! `config`, the shards' hooks into their index in `shard::quota`, the
+//! sweep before a refusal in `engine`, `Store::scope_usage` in `usage`.
 
 mod ledger;
 
 pub(crate) use ledger::Ledger;
 
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::Store;
 use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-/// Limits on the live records and stored bytes of one scope.
+/// Limits on the live records and stored bytes of one scope, so that one
+/// tenant cannot fill the store for the others.
 ///
 /// A limit left unset is no limit; a quota with neither set is
-/// [`Quota::unlimited`]. Set it for every scope with [`Config::quota`] and
-/// for one scope with [`Config::scope_quota`].
+/// [`Quota::unlimited`]. Set one for every scope with [`Config::quota`](crate::Config::quota)
+/// and for one scope with [`Config::scope_quota`](crate::Config::scope_quota). Quotas are enforced by
+/// the embedded [`Store`](crate::Store) only; the Redis and PostgreSQL backends do not
+/// enforce them.
+///
+/// # What counts
+///
+/// A scope's **records** are its keys whose newest record is in the index:
+/// Processing, Completed or Failed. Its **bytes** are what those newest
+/// records take in the log (a 104-byte frame prefix, then scope, key and
+/// response). Superseded and dead records still on disk until compaction
+/// count for no one.
+///
+/// # What is refused
+///
+/// Only a claim that would create a **new** live record — the key is
+/// absent, released, removed or expired — and only when the scope already
+/// holds its record limit, or when the new Processing record would take
+/// its bytes over the byte limit. It is answered [`Error::QuotaExceeded`]
+/// and writes nothing. Replays, in-progress answers, mismatches and
+/// takeovers of an expired lease create no record and are never refused.
+/// Completing, failing and renewing a lease are never refused either: the
+/// side effect already ran and its answer must be kept ("never twice"). A
+/// completion may therefore take a scope's bytes over its limit; the
+/// scope's next new keys are refused until records leave it.
+///
+/// # When a record stops counting
+///
+/// The counts follow the index exactly. A record counts from the write that
+/// puts its key in the index until its key leaves it: a release, a remove,
+/// or an expiry (its TTL, or an abandoned lease past its end + TTL) once
+/// found — at a read of the key, by compaction, at open. So that a record
+/// whose time is up never holds a slot, a claim that would be refused
+/// first drops every expired record of the store (a sweep of each shard's
+/// index) and is then decided. Sweeps are spaced by one millisecond per
+/// thousand indexed records (a store of a million records sweeps at most
+/// once a second, for about a millisecond), so a tenant hammering a full
+/// scope cannot turn them into a full-time scan; only then may an expired
+/// record hold its slot for up to that spacing. [`Store::scope_usage`](crate::Store::scope_usage)
+/// reports the counts as they stand, expired records not yet found
+/// included. Across a restart the counts are rebuilt at open from the
+/// index: records that expired while the store was closed do not count.
+///
+/// A scope's keys are spread over every shard, so its counts are
+/// store-wide: a claim checks and counts its new record under one lock of
+/// the scope's part of the ledger, before the record is written (and gives
+/// it back if the write fails), so no two claims can both take a scope's
+/// last slot.
+///
+/// # What it costs
+///
+/// Nothing when no quota is configured: no ledger is built, and each hook
+/// is one test of an `Option`. With quotas, each scope that holds live
+/// records takes one hash-map entry (its name and two counts: about 70
+/// bytes for a 15-byte name), and nothing per record: when a record leaves
+/// the index without its key at hand (an expiry), its scope is read back
+/// from the record's frame (104 bytes and the scope, never the response).
+/// Opening counts every live record's scope the same way. A claim looks at
+/// its scope's counts before it is decided only while some scope is near
+/// its limit; otherwise that is one atomic load. `cargo bench --bench
+/// quota` measures it all; the README has the figures.
 ///
 /// # Examples
 ///
@@ -115,7 +120,7 @@ impl Quota {
 
     /// The most live records (Processing, Completed, Failed) the scope may
     /// hold; a claim of a new key in a scope that holds them is refused.
-    /// Default: no limit. Zero is refused by [`Config::validate`].
+    /// Default: no limit. Zero is refused by [`Config::validate`](crate::Config::validate).
     #[must_use]
     pub fn records(mut self, max: u64) -> Self {
         self.records_max = Some(max);
@@ -127,7 +132,7 @@ impl Quota {
     /// response): a claim whose new record would take the scope over it is
     /// refused. A completion is never refused, so a large response may take
     /// the scope over; its next new claims are then refused. Default: no
-    /// limit. Zero is refused by [`Config::validate`].
+    /// limit. Zero is refused by [`Config::validate`](crate::Config::validate).
     #[must_use]
     pub fn bytes(mut self, max: u64) -> Self {
         self.bytes_max = Some(max);
@@ -160,7 +165,7 @@ impl Quota {
     }
 
     /// The refusal of a new record of `bytes` in a scope using `used`.
-    fn refusal(&self, used: ScopeUsage, bytes: u64) -> Option<Error> {
+    pub(crate) fn refusal(&self, used: ScopeUsage, bytes: u64) -> Option<Error> {
         let refused = |limit, max, used| Error::QuotaExceeded { limit, max, used, retry_after: self.retry_after };
         if let Some(max) = self.records_max.filter(|max| used.records >= *max) {
             return Some(refused(QuotaLimit::Records, max, used.records));
@@ -191,7 +196,7 @@ impl fmt::Display for QuotaLimit {
     }
 }
 
-/// What one scope holds against its quota (see [`Store::scope_usage`]).
+/// What one scope holds against its quota (see [`Store::scope_usage`](crate::Store::scope_usage)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ScopeUsage {
@@ -210,17 +215,27 @@ pub(crate) struct Quotas {
 }
 
 impl Quotas {
+    /// Sets the quota of every scope without one of its own.
+    pub(crate) fn set_default(&mut self, quota: Quota) {
+        self.default = Some(quota);
+    }
+
+    /// Sets the quota of `scope`.
+    pub(crate) fn set_scope(&mut self, scope: &[u8], quota: Quota) {
+        self.scopes.insert(scope.to_vec(), quota);
+    }
+
     /// The limits that apply to `scope`, `None` if it is not limited.
-    fn of(&self, scope: &[u8]) -> Option<&Quota> {
+    pub(crate) fn of(&self, scope: &[u8]) -> Option<&Quota> {
         self.scopes.get(scope).or(self.default.as_ref()).filter(|quota| quota.is_limited())
     }
 
     /// Whether any scope is limited.
-    fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.default.iter().chain(self.scopes.values()).any(Quota::is_limited)
     }
 
-    /// Checks the limits, as [`Config::validate`] does.
+    /// Checks the limits, as [`Config::validate`](crate::Config::validate) does.
     pub(crate) fn validate(&self, scope_bytes_max: usize) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidConfig(reason));
         for quota in self.default.iter().chain(self.scopes.values()) {
@@ -235,82 +250,5 @@ impl Quotas {
             ));
         }
         Ok(())
-    }
-}
-
-impl Config {
-    /// The quota of every scope that has none of its own
-    /// ([`Config::scope_quota`]). Default: none, and then nothing is
-    /// counted at all. See [`Quota`] for what counts and what is refused.
-    #[must_use]
-    pub fn quota(mut self, quota: Quota) -> Self {
-        self.quotas.default = Some(quota);
-        self
-    }
-
-    /// The quota of one scope, instead of the default of
-    /// [`Config::quota`] ([`Quota::unlimited`] exempts it). Setting it again
-    /// for the same scope replaces it.
-    #[must_use]
-    pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
-        self.quotas.scopes.insert(scope.as_ref().to_vec(), quota);
-        self
-    }
-}
-
-impl Store {
-    /// The live records and bytes `scope` holds against its quota, or
-    /// `None` when it holds none, or when no quota applies to it (then
-    /// nothing of it is counted). O(1): the counts as they stand, which
-    /// include records expired but not yet found (see [`Quota`]: a claim
-    /// that would be refused drops those first).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Quota, QuotaLimit, Store};
-    /// # fn main() -> Result<(), Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let store = Store::open(dir.path(), Config::new().quota(Quota::new().records(1)))?;
-    /// let first = ClaimRequest::new("order-1", Fingerprint::of(b"a")).scope("tenant-a");
-    /// let Claim::Acquired(lease) = store.claim(&first)? else { unreachable!() };
-    /// lease.complete(b"201")?;
-    /// assert_eq!(store.scope_usage("tenant-a").map(|usage| usage.records), Some(1));
-    ///
-    /// let second = ClaimRequest::new("order-2", Fingerprint::of(b"b")).scope("tenant-a");
-    /// assert!(matches!(store.claim(&second), Err(Error::QuotaExceeded { limit: QuotaLimit::Records, .. })));
-    /// assert!(store.remove(b"tenant-a", b"order-1")?);
-    /// assert_eq!(store.scope_usage("tenant-a"), None);
-    /// # Ok(()) }
-    /// ```
-    #[must_use]
-    pub fn scope_usage(&self, scope: impl AsRef<[u8]>) -> Option<ScopeUsage> {
-        self.engine().quota.as_ref()?.usage(scope.as_ref())
-    }
-
-    /// Recounts every limited scope's usage from the index (reading the
-    /// scope of each live record) and compares it with the running counts:
-    /// `None` when they agree, else the first difference. For tests and
-    /// fuzzing, on a store nothing else uses meanwhile.
-    ///
-    /// # Errors
-    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
-    #[doc(hidden)]
-    pub fn quota_audit(&self) -> Result<Option<String>> {
-        let Some(ledger) = &self.engine().quota else {
-            return Ok(None);
-        };
-        let mut counted = HashMap::new();
-        for shard in &*self.engine().shards {
-            shard.count_scopes(ledger, &mut counted)?;
-        }
-        let running = ledger.snapshot();
-        let mut scopes = counted.keys().chain(running.keys());
-        Ok(scopes.find_map(|scope| {
-            let (recounted, kept) = (counted.get(scope), running.get(scope));
-            (recounted != kept).then(|| {
-                format!("scope {:?}: recounted {recounted:?}, running {kept:?}", String::from_utf8_lossy(scope))
-            })
-        }))
     }
 }

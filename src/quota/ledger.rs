@@ -1,10 +1,8 @@
 //! The ledger: the store-wide usage of every limited scope that holds live
 //! records, in stripes so that scopes of different stripes never wait for
-//! one another, and the sweep a claim runs before a refusal.
+//! one another, and the schedule of the sweeps before refusals.
 
 use super::{Quota, Quotas, ScopeUsage};
-use crate::config::Config;
-use crate::engine::Engine;
 use crate::error::Result;
 use crate::record;
 use parking_lot::{Mutex, MutexGuard};
@@ -31,7 +29,7 @@ pub(crate) struct Ledger {
     hasher: RandomState,
     /// Scopes near their limit: where a new record of the largest key
     /// could be refused. While there are none, a claim skips the look at
-    /// its scope before it is decided ([`Engine::make_room`]).
+    /// its scope before it is decided (the engine's `make_room`).
     near_limit: AtomicU64,
     /// The largest frame of a new (Processing) record, scope excluded.
     new_frame_max: u64,
@@ -40,16 +38,16 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// The ledger for the quotas of `config`, or `None` when no scope is
-    /// limited.
-    pub(crate) fn new(config: &Config) -> Option<Arc<Ledger>> {
-        config.quotas.any().then(|| {
+    /// The ledger for `quotas` with keys of up to `key_bytes_max`, or
+    /// `None` when no scope is limited.
+    pub(crate) fn new(quotas: &Quotas, key_bytes_max: usize) -> Option<Arc<Ledger>> {
+        quotas.any().then(|| {
             Arc::new(Ledger {
-                quotas: config.quotas.clone(),
+                quotas: quotas.clone(),
                 stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
                 hasher: RandomState::new(),
                 near_limit: AtomicU64::new(0),
-                new_frame_max: record::frame_bytes(0, config.key_bytes_max, 0),
+                new_frame_max: record::frame_bytes(0, key_bytes_max, 0),
                 next_sweep_ms: AtomicU64::new(0),
             })
         })
@@ -162,7 +160,7 @@ impl Ledger {
     }
 
     /// Whether a new record of `bytes` in `scope` would be refused now.
-    fn would_refuse(&self, scope: &[u8], bytes: u64) -> bool {
+    pub(crate) fn would_refuse(&self, scope: &[u8], bytes: u64) -> bool {
         if self.near_limit.load(Ordering::Relaxed) == 0 {
             return false;
         }
@@ -172,7 +170,7 @@ impl Ledger {
 
     /// Takes the turn to sweep at monotonic time `now_ms`, if one is due
     /// and none runs.
-    fn take_sweep(&self, now_ms: u64) -> bool {
+    pub(crate) fn take_sweep(&self, now_ms: u64) -> bool {
         let next = self.next_sweep_ms.load(Ordering::Acquire);
         now_ms >= next
             && next != u64::MAX
@@ -180,34 +178,7 @@ impl Ledger {
     }
 
     /// Ends a sweep taken at `now_ms` that left `records` in the index.
-    fn swept(&self, now_ms: u64, records: u64) {
+    pub(crate) fn swept(&self, now_ms: u64, records: u64) {
         self.next_sweep_ms.store(now_ms.saturating_add(records / SWEEP_RECORDS_PER_MS), Ordering::Release);
-    }
-}
-
-impl Engine {
-    /// Before a claim in `scope` of `key`: if the scope is at its quota,
-    /// drops every expired record of the store first (when a sweep is due),
-    /// so that a record whose time is up never holds a slot. The claim
-    /// itself then decides, exactly, under the ledger's lock. While no
-    /// scope is near its limit this is one atomic load.
-    pub(crate) fn make_room(&self, scope: &[u8], key: &[u8]) -> Result<()> {
-        let Some(ledger) = &self.quota else {
-            return Ok(());
-        };
-        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
-            return Ok(());
-        }
-        let now_ms = self.config.clock.monotonic_ms();
-        if !ledger.take_sweep(now_ms) {
-            return Ok(());
-        }
-        let mut records = 0;
-        let swept = self.shards.iter().try_for_each(|shard| {
-            records += shard.sweep_expired()?;
-            Ok(())
-        });
-        ledger.swept(now_ms, records);
-        swept
     }
 }
