@@ -26,7 +26,8 @@ type Stripe = HashMap<Box<[u8]>, ScopeUsage>;
 pub(crate) struct Ledger {
     quotas: Quotas,
     stripes: Box<[Mutex<Stripe>]>,
-    hasher: RandomState,
+    /// Seeds the choice of stripe, so that it differs from store to store.
+    stripe_seed: u64,
     /// Scopes near their limit: where a new record of the largest key
     /// could be refused. While there are none, a claim skips the look at
     /// its scope before it is decided (the engine's `make_room`).
@@ -45,7 +46,7 @@ impl Ledger {
             Arc::new(Ledger {
                 quotas: quotas.clone(),
                 stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
-                hasher: RandomState::new(),
+                stripe_seed: RandomState::new().hash_one(0u8) | 1,
                 near_limit: AtomicU64::new(0),
                 new_frame_max: record::frame_bytes(0, key_bytes_max, 0),
                 next_sweep_ms: AtomicU64::new(0),
@@ -53,9 +54,15 @@ impl Ledger {
         })
     }
 
+    /// The stripe of `scope`, locked. The stripe is chosen by a cheap hash
+    /// keyed with the map's random state (its maps hash with `SipHash`, so
+    /// a chosen scope can at worst crowd one stripe, never slow a lookup).
     fn stripe(&self, scope: &[u8]) -> MutexGuard<'_, Stripe> {
-        #[expect(clippy::cast_possible_truncation, reason = "only the low bits choose the stripe")]
-        let stripe = self.hasher.hash_one(scope) as usize % STRIPES;
+        let mut hash = self.stripe_seed;
+        for &byte in scope {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let stripe = (hash >> 60) as usize % STRIPES; // the top bits mix best
         self.stripes[stripe].lock()
     }
 
@@ -75,23 +82,26 @@ impl Ledger {
     fn update(&self, scope: &[u8], change: impl FnOnce(&mut ScopeUsage)) {
         let Some(quota) = self.quotas.of(scope) else { return };
         let mut stripe = self.stripe(scope);
-        let before = stripe.get(scope).copied().unwrap_or_default();
-        let mut after = before;
-        change(&mut after);
-        match (stripe.get_mut(scope), after.records) {
-            (Some(_), 0) => {
-                stripe.remove(scope);
-                // Memory follows the scopes that hold records, not the
-                // most there ever were.
-                if stripe.capacity() > 4 * stripe.len().max(64) {
-                    let len = stripe.len();
-                    stripe.shrink_to(2 * len);
-                }
-            }
-            (Some(usage), _) => *usage = after,
-            (None, 0) => {}
-            (None, _) => {
+        // One lookup in the common case: the scope is there and stays.
+        let (before, after) = if let Some(usage) = stripe.get_mut(scope) {
+            let before = *usage;
+            change(usage);
+            (before, *usage)
+        } else {
+            let mut after = ScopeUsage::default();
+            change(&mut after);
+            if after.records > 0 {
                 stripe.insert(scope.into(), after);
+            }
+            (ScopeUsage::default(), after)
+        };
+        if before.records > 0 && after.records == 0 {
+            stripe.remove(scope);
+            // Memory follows the scopes that hold records, not the most
+            // there ever were.
+            if stripe.capacity() > 4 * stripe.len().max(64) {
+                let len = stripe.len();
+                stripe.shrink_to(2 * len);
             }
         }
         match (self.is_near(quota, scope, before), self.is_near(quota, scope, after)) {
