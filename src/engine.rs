@@ -118,7 +118,7 @@ impl Engine {
     ) -> Result<Claimed> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
-        self.make_room(scope, key.key)?;
+        self.make_room(scope, key.key);
         let params = ClaimParams {
             fingerprint,
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
@@ -132,25 +132,19 @@ impl Engine {
     /// drops every expired record of the store first (when a sweep is due),
     /// so that a record whose time is up never holds a slot; the claim
     /// itself then decides, exactly (see [`crate::Quota`]). While no scope
-    /// is near its limit this is one atomic load.
-    fn make_room(&self, scope: &[u8], key: &[u8]) -> Result<()> {
-        let Some(ledger) = &self.quota else {
-            return Ok(());
-        };
+    /// is near its limit this is one atomic load. A shard that cannot be
+    /// swept (closed, poisoned) is skipped: its expired records keep their
+    /// slots until found otherwise, which refuses early, never late.
+    fn make_room(&self, scope: &[u8], key: &[u8]) {
+        let Some(ledger) = &self.quota else { return };
         if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
-            return Ok(());
+            return;
         }
         let now_ms = self.config.clock.monotonic_ms();
-        if !ledger.take_sweep(now_ms) {
-            return Ok(());
+        if ledger.take_sweep(now_ms) {
+            let records = self.shards.iter().filter_map(|shard| shard.sweep_expired().ok()).sum();
+            ledger.swept(now_ms, records);
         }
-        let mut records = 0;
-        let swept = self.shards.iter().try_for_each(|shard| {
-            records += shard.sweep_expired()?;
-            Ok(())
-        });
-        ledger.swept(now_ms, records);
-        swept
     }
 
     /// Finishes the lease `token` on the key of hash `hash`; returns the

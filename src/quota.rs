@@ -53,7 +53,7 @@ use std::time::Duration;
 /// first drops every expired record of the store (a sweep of each shard's
 /// index) and is then decided. Sweeps are spaced by one millisecond per
 /// thousand indexed records (a store of a million records sweeps at most
-/// once a second, for about a millisecond), so a tenant hammering a full
+/// once a second, for a few milliseconds), so a tenant hammering a full
 /// scope cannot turn them into a full-time scan; only then may an expired
 /// record hold its slot for up to that spacing. [`Store::scope_usage`](crate::Store::scope_usage)
 /// reports the counts as they stand, expired records not yet found
@@ -70,8 +70,8 @@ use std::time::Duration;
 ///
 /// Nothing when no quota is configured: no ledger is built, and each hook
 /// is one test of an `Option`. With quotas, each scope that holds live
-/// records takes one hash-map entry (its name and two counts: about 70
-/// bytes for a 15-byte name), and nothing per record: when a record leaves
+/// records takes one hash-map entry (its name and two counts: 72–80 bytes
+/// for a 15-byte name, measured), and nothing per record: when a record leaves
 /// the index without its key at hand (an expiry), its scope is read back
 /// from the record's frame (104 bytes and the scope, never the response).
 /// Opening counts every live record's scope the same way. A claim looks at
