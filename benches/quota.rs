@@ -3,7 +3,7 @@
 //! 1. calls per second on a store without quotas and on one with a quota
 //!    on every scope (never reached), in slices that alternate (ABBA), so
 //!    both see the same machine: fresh claim+complete over 1000 tenants,
-//!    and replays; the ratio is the median of the rounds' ratios (on a
+//!    and replays; calls/s and ratio are medians of the rounds (on a
 //!    shared machine one round can be far off either way);
 //! 2. memory and open time per tracked scope: a store of N records, each
 //!    in a scope of its own, opened alternately without and with quotas,
@@ -104,17 +104,33 @@ fn throughput(slice_seconds: f64) {
     println!(
         "calls/s, {THREADS} threads, Buffered, {TENANTS} tenants, {ROUNDS} rounds of {slice_seconds} s slices (ABBA)"
     );
-    println!("{:<24} {:>12} {:>12} {:>14} {:>14}", "", "quotas off", "quotas on", "median ratio", "ratio range");
+    println!("{:<24} {:>12} {:>12} {:>14} {:>14}", "medians", "quotas off", "quotas on", "ratio", "ratio range");
     for (row, name) in ["fresh claim+complete", "replay"].into_iter().enumerate() {
-        let mean = |index: usize| rounds.iter().map(|round| round[index][row]).sum::<f64>() / as_f64(ROUNDS as u64);
-        let mut ratios: Vec<f64> = rounds.iter().map(|round| ratio(round[1][row], round[0][row])).collect();
-        ratios.sort_by(f64::total_cmp);
-        let median = f64::midpoint(ratios[(ROUNDS - 1) / 2], ratios[ROUNDS / 2]);
-        let range = format!("{:.2}–{:.2}", ratios[0], ratios[ROUNDS - 1]);
-        println!("{name:<24} {:>12.0} {:>12.0} {median:>14.2} {range:>14}", mean(0), mean(1));
+        let rates = |index: usize| rounds.iter().map(|round| round[index][row]).collect::<Vec<f64>>();
+        let ratios: Vec<f64> = rounds.iter().map(|round| ratio(round[1][row], round[0][row])).collect();
+        let (low, high) =
+            ratios.iter().fold((f64::MAX, 0.0_f64), |(low, high), ratio| (low.min(*ratio), high.max(*ratio)));
+        let range = format!("{low:.2}–{high:.2}");
+        println!(
+            "{name:<24} {:>12.0} {:>12.0} {:>14.2} {range:>14}",
+            median(rates(0)),
+            median(rates(1)),
+            median(ratios)
+        );
     }
     let tracked = (0..TENANTS).filter(|n| stores[1].1.scope_usage(tenant(*n)).is_some()).count();
     assert_eq!(tracked as u64, TENANTS, "every tenant is counted");
+}
+
+/// The median of `values`.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        f64::midpoint(values[middle - 1], values[middle])
+    } else {
+        values[middle]
+    }
 }
 
 /// Anonymous resident memory of this process (`RssAnon`: heap, not the
