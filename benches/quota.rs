@@ -1,10 +1,12 @@
 //! What per-scope quotas cost, in one run:
 //!
-//! 1. calls per second on a store without quotas and on one with a quota
-//!    on every scope (never reached), in slices that alternate (ABBA), so
-//!    both see the same machine: fresh claim+complete over 1000 tenants,
-//!    and replays; calls/s and ratio are medians of the rounds (on a
-//!    shared machine one round can be far off either way);
+//! 1. calls per second on a store without quotas, on a second one without
+//!    (the control: the ratio of two identical stores shows the machine's
+//!    noise) and on one with a quota on every scope (never reached), in
+//!    slices that take turns, so all see the same machine: fresh
+//!    claim+complete over 1000 tenants, and replays; calls/s and ratios are
+//!    medians of the rounds (on a shared machine one round can be far off
+//!    either way);
 //! 2. memory and open time per tracked scope: a store of N records, each
 //!    in a scope of its own, opened alternately without and with quotas,
 //!    each open in a fresh process (this binary run again) so that no
@@ -78,47 +80,55 @@ fn slice(store: &Store, next: &AtomicU64, slice_seconds: f64) -> (f64, f64) {
 }
 
 fn throughput(slice_seconds: f64) {
-    let stores: Vec<(tempfile::TempDir, Store)> = [false, true]
-        .into_iter()
-        .map(|quotas| {
+    // Without quotas, without again (the control: how far two identical
+    // stores drift apart on this machine), and with.
+    let kinds = [("quotas off", false), ("off again", false), ("quotas on", true)];
+    let stores: Vec<(tempfile::TempDir, Store)> = kinds
+        .iter()
+        .map(|(_, quotas)| {
             let dir = tempfile::tempdir().expect("tempdir");
-            let store = Store::open(dir.path(), config(quotas)).expect("open");
+            let store = Store::open(dir.path(), config(*quotas)).expect("open");
             for n in 0..REPLAY_KEYS {
                 claim_complete(&store, &tenant(n % TENANTS), &key(n));
             }
             (dir, store)
         })
         .collect();
-    let next = [AtomicU64::new(0), AtomicU64::new(0)];
-    // Per round: [store][fresh, replay] calls per second.
+    let next = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+    // Per round: [store][fresh, replay] calls per second, the stores taking
+    // turns in a rotating order.
     let mut rounds = Vec::new();
     for round in 0..ROUNDS {
-        let mut measured = [[0.0; 2]; 2];
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for index in order {
+        let mut measured = [[0.0; 2]; 3];
+        for turn in 0..3 {
+            let index = (round + turn) % 3;
             let (fresh, replay) = slice(&stores[index].1, &next[index], slice_seconds);
             measured[index] = [fresh, replay];
         }
         rounds.push(measured);
     }
+    println!("calls/s, {THREADS} threads, Buffered, {TENANTS} tenants, {ROUNDS} rounds of {slice_seconds} s slices");
     println!(
-        "calls/s, {THREADS} threads, Buffered, {TENANTS} tenants, {ROUNDS} rounds of {slice_seconds} s slices (ABBA)"
+        "{:<22} {:>11} {:>11} {:>11} {:>9} {:>11} {:>9}",
+        "medians", kinds[0].0, kinds[1].0, kinds[2].0, "on ÷ off", "range", "control"
     );
-    println!("{:<24} {:>12} {:>12} {:>14} {:>14}", "medians", "quotas off", "quotas on", "ratio", "ratio range");
     for (row, name) in ["fresh claim+complete", "replay"].into_iter().enumerate() {
-        let rates = |index: usize| rounds.iter().map(|round| round[index][row]).collect::<Vec<f64>>();
-        let ratios: Vec<f64> = rounds.iter().map(|round| ratio(round[1][row], round[0][row])).collect();
-        let (low, high) =
-            ratios.iter().fold((f64::MAX, 0.0_f64), |(low, high), ratio| (low.min(*ratio), high.max(*ratio)));
-        let range = format!("{low:.2}–{high:.2}");
+        let rates = |index: usize| median(rounds.iter().map(|round| round[index][row]).collect());
+        let ratios =
+            |index: usize| -> Vec<f64> { rounds.iter().map(|round| ratio(round[index][row], round[0][row])).collect() };
+        let on = ratios(2);
+        let (low, high) = on.iter().fold((f64::MAX, 0.0_f64), |(low, high), ratio| (low.min(*ratio), high.max(*ratio)));
         println!(
-            "{name:<24} {:>12.0} {:>12.0} {:>14.2} {range:>14}",
-            median(rates(0)),
-            median(rates(1)),
-            median(ratios)
+            "{name:<22} {:>11.0} {:>11.0} {:>11.0} {:>9.2} {:>11} {:>9.2}",
+            rates(0),
+            rates(1),
+            rates(2),
+            median(on),
+            format!("{low:.2}–{high:.2}"),
+            median(ratios(1))
         );
     }
-    let tracked = (0..TENANTS).filter(|n| stores[1].1.scope_usage(tenant(*n)).is_some()).count();
+    let tracked = (0..TENANTS).filter(|n| stores[2].1.scope_usage(tenant(*n)).is_some()).count();
     assert_eq!(tracked as u64, TENANTS, "every tenant is counted");
 }
 
