@@ -3,6 +3,7 @@
 use crate::clock::{duration_ms, Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
+use crate::quota::{Quota, Quotas};
 use crate::record;
 use crate::segment::header::HEADER_BYTES;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Config {
     pub(crate) compaction_bytes_per_second: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) storage: Arc<dyn Storage>,
+    /// Per-scope quotas.
+    pub(crate) quotas: Quotas,
 }
 
 impl Default for Config {
@@ -86,6 +89,7 @@ impl Default for Config {
             compaction_bytes_per_second: 64 << 20,
             clock: Arc::new(SystemClock),
             storage: Arc::new(StdStorage),
+            quotas: Quotas::default(),
         }
     }
 }
@@ -233,6 +237,24 @@ impl Config {
         self
     }
 
+    /// The quota of every scope that has none of its own
+    /// ([`Config::scope_quota`]). Default: none, and then nothing is
+    /// counted at all. See [`Quota`] for what counts and what is refused.
+    #[must_use]
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.set_default(quota);
+        self
+    }
+
+    /// The quota of one scope, instead of the default of [`Config::quota`]
+    /// ([`Quota::unlimited`] exempts it). Setting it again for the same
+    /// scope replaces it.
+    #[must_use]
+    pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
+        self.quotas.set_scope(scope.as_ref(), quota);
+        self
+    }
+
     /// The shard count set with [`Config::shards`], if any.
     #[must_use]
     pub fn shard_count(&self) -> Option<u32> {
@@ -283,7 +305,7 @@ impl Config {
                 self.segment_bytes
             ));
         }
-        Ok(())
+        self.quotas.validate(self.scope_bytes_max)
     }
 
     /// Checks a key and scope against the limits.

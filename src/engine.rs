@@ -13,6 +13,8 @@ use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
+use crate::quota::Ledger;
+use crate::record;
 use crate::shard::{KeyRef, Outcome, Shard};
 use crate::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::waiters::{WaitLimits, Waiter};
@@ -46,6 +48,8 @@ pub(crate) struct Engine {
     /// Bytes of torn tail found at open (cut, or for a read-only open left
     /// on disk and ignored).
     pub torn_tail_bytes: u64,
+    /// The per-scope quota ledger, `None` when no quota is configured.
+    pub quota: Option<Arc<Ledger>>,
 }
 
 impl Drop for Engine {
@@ -115,6 +119,7 @@ impl Engine {
     ) -> Result<Claimed> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
+        self.make_room(scope, key.key);
         let params = ClaimParams {
             fingerprint,
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
@@ -123,6 +128,25 @@ impl Engine {
         };
         let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
+    }
+
+    /// Before a claim of `key` in `scope`: if the scope is at its quota,
+    /// drops every expired record of the store first (when a sweep is due),
+    /// so that a record whose time is up never holds a slot; the claim
+    /// itself then decides, exactly (see [`crate::Quota`]). While no scope
+    /// is near its limit this is one atomic load. A shard that cannot be
+    /// swept (closed, poisoned) is skipped: its expired records keep their
+    /// slots until found otherwise, which refuses early, never late.
+    fn make_room(&self, scope: &[u8], key: &[u8]) {
+        let Some(ledger) = &self.quota else { return };
+        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
+            return;
+        }
+        let now_ms = self.config.clock.monotonic_ms();
+        if ledger.take_sweep(now_ms) {
+            let records = self.shards.iter().filter_map(|shard| shard.sweep_expired().ok()).sum();
+            ledger.swept(now_ms, records);
+        }
     }
 
     /// Finishes the lease `token` on the key of hash `hash`; returns the

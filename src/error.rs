@@ -169,6 +169,39 @@ pub enum Error {
     /// to mix two keys' records.
     #[error("index hash collision between two distinct keys")]
     KeyHashCollision,
+    /// A claim would create a new record in a scope at its quota
+    /// ([`crate::Config::quota`], [`crate::Config::scope_quota`]); nothing
+    /// was written. Only new keys are refused: replays, in-progress answers,
+    /// mismatches, takeovers and finishing a lease never are (see
+    /// [`crate::Quota`]). HTTP answers 429 with `Retry-After`.
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Quota, QuotaLimit, Store};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new().quota(Quota::new().records(1)))?;
+    /// let Claim::Acquired(lease) = store.claim(&ClaimRequest::new("a", Fingerprint::of(b"a")))? else { panic!() };
+    /// match store.claim(&ClaimRequest::new("b", Fingerprint::of(b"b"))) {
+    ///     Err(Error::QuotaExceeded { limit: QuotaLimit::Records, max: 1, used: 1, retry_after }) => {
+    ///         assert_eq!(retry_after.as_secs(), 60); // the Quota's default
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// lease.release()?; // the slot is free again
+    /// assert!(matches!(store.claim(&ClaimRequest::new("b", Fingerprint::of(b"b")))?, Claim::Acquired(_)));
+    /// # Ok::<(), idemkv::Error>(())
+    /// ```
+    #[error("the scope is at its {limit} quota: {used} used of {max}")]
+    QuotaExceeded {
+        /// The limit that refused the claim.
+        limit: crate::QuotaLimit,
+        /// That limit: records, or bytes.
+        max: u64,
+        /// What the scope holds of it now.
+        used: u64,
+        /// How long the caller should wait before trying again
+        /// ([`crate::Quota::retry_after`]).
+        retry_after: std::time::Duration,
+    },
     /// A networked backend did not answer as the contract needs: see
     /// [`BackendFailure`] for what is known of the call's effect.
     #[error("{backend}: {failure}: {source}")]

@@ -29,6 +29,11 @@
 //! running it again. Which claims of a Failed key run again is the claim's
 //! [`ReusePolicy`] (replay the failure by default).
 //!
+//! Optional per-scope [`Quota`]s limit the live records and stored bytes of
+//! each scope: a claim that would add a new record to a scope at its limit
+//! is answered [`Error::QuotaExceeded`]; nothing else is ever refused by a
+//! quota (see [`Quota`]).
+//!
 //! Records live in an append-only, CRC-framed log per shard (see
 //! `docs/format.md`); the in-memory index holds only what a claim decision
 //! needs, and responses are read back from the log on replay. Time comes
@@ -69,11 +74,13 @@
 //               hint files, the cache open rebuilds an index from),
 //               checkpoint (a recovery point's bytes in a Processing
 //               record), manifest, format
-// in memory     index (hash -> newest record), compaction (usage accounting
+// in memory     index (hash -> newest record), quota (per-scope limits;
+//               ledger: their store-wide counts), compaction (usage accounting
 //               and the pure `choose` policy), transition (the pure claim
 //               state machine of DESIGN §3)
 // one shard     shard/ (executes transitions under its lock; state: index
-//               upkeep, record reads and writes; compact: executes a plan),
+//               upkeep, record reads and writes; compact: executes a plan;
+//               quota: keeps the quota ledger in step with the index),
 //               recovery (rebuilds a shard's log as plain data, each
 //               segment from its hint and the log after it)
 // one store     engine (the shards behind every handle, calls by key hash),
@@ -81,7 +88,8 @@
 //               fan-out, interval flusher), compactor (passes, pacer),
 //               background (periodic worker threads)
 // public API    lease, claim, store (iter: its records; read_only: read-only
-//               handles), stats, verify, repair, backend (the trait any
+//               handles; usage: what a scope holds of its quota), stats,
+//               verify, repair, backend (the trait any
 //               backend implements), http/ (tower layer, feature `tower`),
 //               redis/ (the contract on Redis / Valkey, feature `redis`:
 //               scripts, connection, replies, claim_wait's wake-ups),
@@ -124,6 +132,7 @@ mod manifest;
 mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod quota;
 mod read_only;
 mod record;
 mod recovery;
@@ -137,6 +146,7 @@ mod store;
 mod sync;
 mod telemetry;
 mod transition;
+mod usage;
 mod verify;
 mod waiters;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -153,6 +163,7 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
+pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, RepairReport};
 pub use stats::{Census, Stats};

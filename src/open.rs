@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::index::KeyHasher;
 use crate::io::Storage;
 use crate::manifest::{self, Manifest};
+use crate::quota::Ledger;
 use crate::recovery::{create_shard, recover_shard, Access, Recovered};
 use crate::segment;
 use crate::segment::catalog;
@@ -91,7 +92,8 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         }
     }
     let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
-    let shards = build_shards(&config, recovered, now)?;
+    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
+    let shards = build_shards(&config, recovered, now, quota.as_ref())?;
     storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
     event!(
         info,
@@ -100,7 +102,8 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "store opened"
     );
-    Ok(engine(dir, config, hasher, shards, Some(lock_file), Opened { read_only: false, torn_tail_bytes }))
+    let opened = Opened { read_only: false, torn_tail_bytes, quota };
+    Ok(engine(dir, config, hasher, shards, Some(lock_file), opened))
 }
 
 /// Opens the store in `dir` for reading only. See
@@ -128,8 +131,9 @@ pub(crate) fn open_read_only(dir: &Path, config: Config) -> Result<Engine> {
     for shard in &mut recovered {
         shard.torn_tail_bytes = 0;
     }
-    let shards = build_shards(&config, recovered, now)?;
-    Ok(engine(dir, config, hasher, shards, lock_file, Opened { read_only: true, torn_tail_bytes }))
+    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
+    let shards = build_shards(&config, recovered, now, quota.as_ref())?;
+    Ok(engine(dir, config, hasher, shards, lock_file, Opened { read_only: true, torn_tail_bytes, quota }))
 }
 
 /// The manifest of an existing store directory, read without changing
@@ -155,17 +159,23 @@ fn check_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
 }
 
 /// How an engine was opened.
-#[derive(Clone, Copy)]
 struct Opened {
     read_only: bool,
     torn_tail_bytes: u64,
+    quota: Option<Arc<Ledger>>,
 }
 
 /// The shards recovered at open, at `now` (one TTL floor for the whole
 /// store: the newest time any shard wrote, or the clock if later), built
 /// on as many threads as recovery used: building drops expired keys and
-/// sums each index's accounting, a pass over every key.
-fn build_shards(config: &Config, recovered: Vec<Recovered>, now: Now) -> Result<Box<[Shard]>> {
+/// sums each index's accounting, a pass over every key (and with quotas,
+/// counts each live record's scope, read back from its frame).
+fn build_shards(
+    config: &Config,
+    recovered: Vec<Recovered>,
+    now: Now,
+    quota: Option<&Arc<Ledger>>,
+) -> Result<Box<[Shard]>> {
     let floor_ms = recovered.iter().map(|shard| shard.max_updated_ms).fold(now.wall_ms, u64::max);
     let now = Now { wall_ms: floor_ms, monotonic_ms: now.monotonic_ms };
     let count = u32::try_from(recovered.len()).unwrap_or(u32::MAX);
@@ -173,7 +183,11 @@ fn build_shards(config: &Config, recovered: Vec<Recovered>, now: Now) -> Result<
     let build = |id: u32| {
         // Each id is built once, so its slot is full.
         let recovered = slots[id as usize].lock().take().ok_or(Error::Closed)?;
-        Shard::new(id, config, recovered, now)
+        let shard = Shard::new(id, config, recovered, now)?;
+        if let Some(ledger) = quota {
+            shard.attach_quota(ledger)?;
+        }
+        Ok(shard)
     };
     on_cores(count, build).into_iter().collect()
 }
@@ -201,6 +215,7 @@ fn engine(
         },
         read_only: opened.read_only,
         torn_tail_bytes: opened.torn_tail_bytes,
+        quota: opened.quota,
         config,
     }
 }

@@ -73,6 +73,9 @@ pub struct Stats {
     /// stale (their segment was rewritten or cut since) or of another
     /// version — and replayed those segments from the log instead.
     pub hints_ignored: u64,
+    /// Claims refused with [`Error::QuotaExceeded`](crate::Error::QuotaExceeded):
+    /// a new key in a scope at its quota.
+    pub quota_refusals: u64,
     /// Live records (Processing, Completed, Failed) in the index now,
     /// including expired ones not yet dropped.
     pub live_records: u64,
@@ -163,6 +166,7 @@ counters! {
     torn_tail_bytes_cut => "idempo_torn_tail_cut_bytes_total", "Bytes of torn tail cut from active segments at open";
     hints_loaded => "idempo_hints_loaded_total", "Segments rebuilt at open from their hint files";
     hints_ignored => "idempo_hints_ignored_total", "Hint files found at open but not used (damaged or stale): replayed from the log";
+    quota_refusals => "idempo_quota_exceeded_total", "Claims refused with QuotaExceeded: the scope is at its quota (HTTP 429)";
 }
 
 /// Describes every metric to the installed recorder (its help text), once

@@ -1,12 +1,16 @@
 //! Random sequences of claim / complete / fail / release / renew / remove /
 //! get / clock moves / compaction / reopen, run against the store and against a plain
 //! in-memory model of DESIGN §3. Every answer and every record must agree.
+//! Scope 0 has a quota (records and bytes): the model predicts each refusal,
+//! and after every step the store's running quota counts must equal a
+//! recount of its index.
 
 mod common;
 
 use common::START_MS;
 use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Record, State, Store,
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, Record, State,
+    Store,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -68,7 +72,28 @@ struct Model {
     max_token: HashMap<(u8, u8), u64>,
 }
 
+/// Scope 0's quota: two live records, and bytes for one large response.
+const QUOTA_RECORDS: u64 = 2;
+const QUOTA_BYTES: u64 = 450;
+
+/// Bytes a record of `response` takes in the log under `names(0, _)`:
+/// the 104-byte prefix, "scope-0", "key-N" and the response.
+fn frame_bytes(response: &[u8]) -> u64 {
+    104 + 7 + 5 + response.len() as u64
+}
+
 impl Model {
+    /// Scope 0's live records and their bytes.
+    fn quota_usage(&mut self, now: u64) -> (u64, u64) {
+        let mut usage = (0, 0);
+        for key in 0..3 {
+            if let Some(record) = self.live((0, key), now) {
+                usage = (usage.0 + 1, usage.1 + frame_bytes(&record.response));
+            }
+        }
+        usage
+    }
+
     fn live(&mut self, id: (u8, u8), now: u64) -> Option<&mut ModelRecord> {
         // Completed / Failed expire at their deadline; a Processing record
         // whose holder never came back at lease end + TTL.
@@ -100,7 +125,8 @@ fn open(dir: &Path, clock: &ManualClock) -> Store {
         .response_bytes_max(512)
         .compaction_interval(None)
         .compaction_bytes_per_second(0)
-        .clock(Arc::new(clock.clone()));
+        .clock(Arc::new(clock.clone()))
+        .scope_quota("scope-0", Quota::new().records(QUOTA_RECORDS).bytes(QUOTA_BYTES));
     Store::open(dir, config).expect("open")
 }
 
@@ -169,6 +195,7 @@ impl Harness {
                 self.store = Some(open(self.dir.path(), &self.clock));
             }
         }
+        assert_eq!(self.store().quota_audit().expect("audit"), None, "after {op:?}");
     }
 
     fn claim(&mut self, scope: u8, key: u8, fp: u8, lease_ms: u64, ttl_ms: u64) {
@@ -178,7 +205,20 @@ impl Harness {
             .lease(Duration::from_millis(lease_ms))
             .ttl(Duration::from_millis(ttl_ms));
         let now = self.now();
-        let answer = self.store().claim(&request).expect("claim");
+        let (records, bytes) = self.model.quota_usage(now);
+        let new_record = self.model.live((scope, key), now).is_none();
+        let refused = scope == 0 && new_record && (records >= QUOTA_RECORDS || bytes + frame_bytes(&[]) > QUOTA_BYTES);
+        let answer = match self.store().claim(&request) {
+            Err(Error::QuotaExceeded { .. }) => {
+                assert!(refused, "refused at {records} records, {bytes} bytes");
+                // A refusal first swept out what had expired: exact counts.
+                let usage = self.store().scope_usage("scope-0").expect("a full scope");
+                assert_eq!((usage.records, usage.bytes), (records, bytes));
+                return;
+            }
+            answer => answer.expect("claim"),
+        };
+        assert!(!refused || !matches!(answer, Claim::Acquired(_)), "admitted at {records} records, {bytes} bytes");
         let expected = self.model.live((scope, key), now).cloned();
         match (answer, expected) {
             (Claim::Acquired(lease), previous) => {

@@ -8,13 +8,15 @@
 //! The store is reopened on the healthy disk and must open; every key must
 //! be as the model says (every call is acknowledged under `Sync`), or as
 //! the one failed call would have left it; and a claim after the reopen
-//! gets a fencing token above every token handed out before.
+//! gets a fencing token above every token handed out before. Scope `s0`
+//! has a quota of two records: the model predicts every refusal, and after
+//! every step the store's running quota counts equal a recount.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, PowerCutStorage};
 use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store,
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, State, Store,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -94,7 +96,11 @@ fn config(clock: &ManualClock, storage: Arc<dyn idemkv::io::Storage>) -> Config 
         .compaction_bytes_per_second(0)
         .clock(Arc::new(clock.clone()))
         .storage(storage)
+        .scope_quota("s0", Quota::new().records(QUOTA_RECORDS))
 }
+
+/// Live records scope `s0` may hold.
+const QUOTA_RECORDS: u64 = 2;
 
 struct Run {
     clock: ManualClock,
@@ -138,6 +144,8 @@ impl Run {
                     .lease(Duration::from_millis(lease_ms))
                     .ttl(Duration::from_millis(ttl_ms));
                 let before = self.live(id);
+                let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
+                let refused = id.0 == 0 && before.is_none() && full;
                 let attempt = before.as_ref().map_or(1, |model| model.attempt + 1);
                 let would = Model {
                     state: State::Processing,
@@ -148,7 +156,14 @@ impl Run {
                     ttl_ms,
                     response: Vec::new(),
                 };
-                let answer = store.claim(&request).map_err(|_| (Some(id), Some(would.clone())))?;
+                let answer = match store.claim(&request) {
+                    Err(Error::QuotaExceeded { .. }) => {
+                        assert!(refused, "a claim refused by a quota that has room");
+                        return Ok(());
+                    }
+                    answer => answer.map_err(|_| (Some(id), Some(would.clone())))?,
+                };
+                assert!(!refused || !matches!(answer, Claim::Acquired(_)), "a claim over the quota");
                 match (answer, before) {
                     (Claim::Acquired(lease), None) => {
                         assert_eq!((lease.attempt(), lease.recovered()), (1, false));
@@ -255,6 +270,8 @@ impl Run {
                 *slot = Some(reopened.map_err(|_| (None, None))?);
             }
         }
+        let audit = slot.as_ref().expect("open").quota_audit().map_err(|_| (None, None))?;
+        assert_eq!(audit, None, "quota counts after {op:?}");
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
 use super::detached::Detached;
 use super::key::{prefer_wait, read_key, KeyError};
-use super::problem::{in_progress, Problem};
+use super::problem::{in_progress, quota_exceeded, Problem};
 use super::recovery::RecoveryPoints;
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
@@ -109,6 +109,9 @@ where
             return Ok(counted("in_progress", in_progress(retry_after).map(Either::Right)));
         }
         Ok(BackendClaim::Mismatch) => return Ok(counted("mismatch", answer(Problem::KeyReused))),
+        Err(Error::QuotaExceeded { retry_after, .. }) => {
+            return Ok(counted("quota_exceeded", quota_exceeded(retry_after).map(Either::Right)));
+        }
         Err(error) => {
             tracing::warn!(%error, "idempotency store unavailable; request refused before it ran");
             return Ok(counted("store_unavailable", answer(Problem::StoreUnavailable)));

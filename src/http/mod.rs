@@ -13,6 +13,7 @@
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
 //! | in progress | 409 with `Retry-After`; with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays |
 //! | mismatch | 422 |
+//! | a new key in a scope at its quota ([`Error::QuotaExceeded`](crate::Error::QuotaExceeded), embedded store) | 429 with `Retry-After`; the handler is not called |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
@@ -39,7 +40,7 @@
 //! `executed` (the handler ran and its answer is kept), `executed_not_kept`
 //! ([`NotSpent`] or the failure policy freed the key), `executed_not_stored`
 //! (kept failed: `Idempotency-Stored: false`), `replay`, `in_progress`,
-//! `mismatch`, `refused` (key, scope or body unusable), `store_unavailable`,
+//! `mismatch`, `quota_exceeded`, `refused` (key, scope or body unusable), `store_unavailable`,
 //! `handler_failed`, `response_too_large` and `unkeyed` (no key, not
 //! required: passed through).
 //!

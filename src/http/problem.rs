@@ -18,6 +18,7 @@ pub(super) enum Problem {
     ScopeTooLong,
     BodyTooLarge,
     InProgress,
+    QuotaExceeded,
     KeyReused,
     StoreUnavailable,
     HandlerFailed,
@@ -37,6 +38,7 @@ impl Problem {
             Problem::ScopeTooLong => (StatusCode::BAD_REQUEST, "scope-too-long", "idempotency scope too long"),
             Problem::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "request body too large"),
             Problem::InProgress => (StatusCode::CONFLICT, "in-progress", "request in progress"),
+            Problem::QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota-exceeded", "idempotency quota exceeded"),
             Problem::KeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency-Key reused"),
             Problem::StoreUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "idempotency store unavailable")
@@ -63,6 +65,10 @@ impl Problem {
             Problem::ScopeTooLong => "The request's idempotency scope is longer than the store accepts.",
             Problem::BodyTooLarge => "The request body is over the limit or could not be read.",
             Problem::InProgress => "A request with this key is being processed; retry after Retry-After seconds.",
+            Problem::QuotaExceeded => {
+                "This scope holds as many idempotency records as its quota allows; nothing was run. Retry after \
+                 Retry-After seconds."
+            }
             Problem::KeyReused => "This key was used for a different request.",
             Problem::StoreUnavailable => "The idempotency store did not answer; nothing was run. Retry later.",
             Problem::HandlerFailed => {
@@ -112,8 +118,19 @@ impl Problem {
 
 /// 409 with `Retry-After` in whole seconds, at least 1.
 pub(super) fn in_progress(retry_after: Duration) -> Response<Full<Bytes>> {
-    let mut response = Problem::InProgress.response();
-    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    with_retry_after(Problem::InProgress, retry_after)
+}
+
+/// 429 for a claim refused by the scope's quota, with `Retry-After` as
+/// [`crate::Quota::retry_after`] says.
+pub(super) fn quota_exceeded(retry_after: Duration) -> Response<Full<Bytes>> {
+    with_retry_after(Problem::QuotaExceeded, retry_after)
+}
+
+/// `problem` with `Retry-After` in whole seconds, at least 1.
+fn with_retry_after(problem: Problem, retry_after: Duration) -> Response<Full<Bytes>> {
+    let mut response = problem.response();
+    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0));
     response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     response
 }
@@ -132,6 +149,7 @@ mod tests {
             Problem::ScopeTooLong,
             Problem::BodyTooLarge,
             Problem::InProgress,
+            Problem::QuotaExceeded,
             Problem::KeyReused,
             Problem::StoreUnavailable,
             Problem::HandlerFailed,
@@ -156,5 +174,8 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(1)), "1");
         assert_eq!(seconds(Duration::from_millis(1500)), "2");
         assert_eq!(seconds(Duration::ZERO), "1");
+        assert_eq!(seconds(Duration::MAX), u64::MAX.to_string());
+        let quota = quota_exceeded(Duration::from_secs(30));
+        assert_eq!((quota.status().as_u16(), &quota.headers()[RETRY_AFTER]), (429, &HeaderValue::from(30u64)));
     }
 }

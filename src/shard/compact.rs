@@ -234,8 +234,9 @@ impl Shard {
         let dead = if context.oldest { Decision::Drop } else { Decision::Shadow };
         match (record.kind, state.index.get(&hash).copied()) {
             (Kind::Put(_), Some(entry)) if entry.lsn == record.lsn && entry.segment == context.segment => {
-                if entry.is_expired(context.now) {
-                    state.index_remove(hash);
+                // A key whose scope could not be read back for its quota
+                // stays indexed, so its record stays too.
+                if entry.is_expired(context.now) && state.index_remove(hash).is_some() {
                     bump(&self.counters.expirations);
                     report.index_entries_released += 1;
                     dead

@@ -9,6 +9,7 @@
 
 mod compact;
 mod hold;
+mod quota;
 mod state;
 
 use crate::checkpoint::Checkpoint;

@@ -9,6 +9,7 @@ use crate::clock::{Clock, Now};
 use crate::compaction::SegmentUsage;
 use crate::error::{Error, Result};
 use crate::index::{Entry, Index, LeaseEnds};
+use crate::quota::Ledger;
 use crate::record::{self, Header, Kind, State};
 use crate::segment::commit::GroupCommit;
 use crate::segment::hint::HintEntry;
@@ -18,6 +19,7 @@ use crate::transition;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Everything behind the shard's lock.
 #[derive(Debug)]
@@ -35,6 +37,8 @@ pub(crate) struct ShardState {
     /// Live-data accounting per segment (sealed and active), for compaction.
     pub usage: BTreeMap<u32, SegmentUsage>,
     encode_buffer: Vec<u8>,
+    /// The store's per-scope quota ledger, `None` when no quota is set.
+    pub(crate) quota: Option<Arc<Ledger>>,
 }
 
 /// What the index says of a key, looked up without changing anything.
@@ -68,6 +72,7 @@ impl ShardState {
             monotonic_floor_ms: AtomicU64::new(now.monotonic_ms),
             usage: BTreeMap::new(),
             encode_buffer: Vec::new(),
+            quota: None,
         };
         let before = state.index.len();
         state.index.retain(|entry| !entry.is_expired(now.wall_ms));
@@ -100,20 +105,34 @@ impl ShardState {
     }
 
     /// Points the index at a new record, keeping the accounting and the
-    /// lease table (`lease_end_ms` for a Processing record).
-    fn index_insert(&mut self, hash: u128, entry: Entry, lease_end_ms: Option<u64>) {
-        if let Some(old) = self.index.insert(hash, entry) {
-            self.usage.entry(old.segment).or_default().release(&old);
+    /// lease table (`lease_end_ms` for a Processing record); returns the
+    /// entry it replaced.
+    fn index_insert(&mut self, hash: u128, entry: Entry, lease_end_ms: Option<u64>) -> Option<Entry> {
+        let old = self.index.insert(hash, entry);
+        if let Some(old) = &old {
+            self.usage.entry(old.segment).or_default().release(old);
         }
         self.usage.entry(entry.segment).or_default().add(&entry);
         match lease_end_ms {
             Some(end_ms) => self.leases.insert(hash, end_ms),
             None => self.leases.remove(hash),
         }
+        old
     }
 
-    /// Drops a key from the index, keeping the accounting.
+    /// Drops a key from the index, keeping the accounting. Returns the
+    /// entry dropped; `None` also when, with quotas on, the record's scope
+    /// could not be read back (an I/O error): the key then stays indexed,
+    /// and counted, until a later try.
     pub(crate) fn index_remove(&mut self, hash: u128) -> Option<Entry> {
+        self.index_drop(hash, None)
+    }
+
+    /// [`ShardState::index_remove`] of a key whose scope may be known.
+    fn index_drop(&mut self, hash: u128, scope: Option<&[u8]>) -> Option<Entry> {
+        if self.quota.is_some() && !self.quota_release(self.index.get(&hash)?, scope) {
+            return None;
+        }
         let old = self.index.remove(&hash)?;
         self.leases.remove(hash);
         self.usage.entry(old.segment).or_default().release(&old);
@@ -174,8 +193,9 @@ impl ShardState {
             let entry = *self.index.get(&hash)?;
             let counter =
                 if entry.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
-            bump(counter);
-            self.index_remove(hash);
+            if self.index_remove(hash).is_some() {
+                bump(counter);
+            }
             return None;
         };
         Some((entry, lease_end_ms))
@@ -190,11 +210,14 @@ impl ShardState {
             .filter(|(hash, end_ms)| self.index.get(hash).is_some_and(|entry| transition::is_gone(entry, *end_ms, now)))
             .map(|(hash, _)| hash)
             .collect();
+        let mut dropped = 0;
         for hash in &gone {
-            self.index_remove(*hash);
-            bump(&counters.abandoned_expired);
+            if self.index_remove(*hash).is_some() {
+                bump(&counters.abandoned_expired);
+                dropped += 1;
+            }
         }
-        gone.len() as u64
+        dropped
     }
 
     /// Appends `header` (at the next LSN) for `key` with `response`, and
@@ -214,6 +237,8 @@ impl ShardState {
             response_len: u32::try_from(response.len()).expect("response length checked against limits"),
             ..*header
         };
+        let bytes = record::frame_bytes(key.scope.len(), key.key.len(), response.len());
+        let admitted = self.quota_admit(key, &header, bytes, counters)?;
         let mut buffer = std::mem::take(&mut self.encode_buffer);
         buffer.clear();
         record::encode(&header, key.scope, key.key, response, &mut buffer);
@@ -221,7 +246,7 @@ impl ShardState {
         self.encode_buffer = buffer;
         // Even a failed append may have rolled to a new segment.
         self.usage.entry(self.log.active.id).or_default().total_bytes = self.log.active.end;
-        let appended = appended?;
+        let appended = appended.inspect_err(|_| self.quota_give_back(key.scope, admitted))?;
         let hinted = HintEntry::of_frame(key.hash, &header, appended.offset.into(), appended.frame_len.into());
         self.log.active.hint.push(&hinted, header.updated_ms, hinted.is_claim());
         match header.kind {
@@ -236,10 +261,11 @@ impl ShardState {
                     state: record_state,
                 };
                 let lease_end_ms = (record_state == State::Processing).then(|| transition::lease_end(&header, now));
-                self.index_insert(key.hash, entry, lease_end_ms);
+                let old = self.index_insert(key.hash, entry, lease_end_ms);
+                self.quota_settle(key.scope, old.as_ref(), admitted, &entry);
             }
             Kind::Tombstone => {
-                self.index_remove(key.hash);
+                self.index_drop(key.hash, Some(key.scope));
             }
         }
         Ok(())
