@@ -9,8 +9,8 @@ mod common;
 
 use common::START_MS;
 use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, Record, State,
-    Store,
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, Record,
+    ReusePolicy, State, Store,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -20,7 +20,8 @@ use std::time::Duration;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Claim { scope: u8, key: u8, fingerprint: u8, lease_ms: u64, ttl_ms: u64 },
+    Claim { scope: u8, key: u8, fingerprint: u8, lease_ms: u64, ttl_ms: u64, retry_failed: bool },
+    Checkpoint { slot: usize, step: u8, payload: Vec<u8> },
     Complete { slot: usize, response: Vec<u8> },
     Fail { slot: usize, response: Vec<u8> },
     Release { slot: usize },
@@ -39,8 +40,11 @@ fn op() -> impl Strategy<Value = Op> {
     let lease = (1u64..12).prop_map(|quarter| quarter * 250);
     let ttl = (1u64..24).prop_map(|quarter| quarter * 250);
     prop_oneof![
-        4 => (0u8..2, name.clone(), 0u8..2, lease.clone(), ttl)
-            .prop_map(|(scope, key, fingerprint, lease_ms, ttl_ms)| Op::Claim { scope, key, fingerprint, lease_ms, ttl_ms }),
+        4 => (0u8..2, name.clone(), 0u8..2, lease.clone(), ttl, proptest::bool::weighted(0.3))
+            .prop_map(|(scope, key, fingerprint, lease_ms, ttl_ms, retry_failed)| Op::Claim { scope, key, fingerprint, lease_ms, ttl_ms, retry_failed }),
+        // Payloads past the 512-byte limit are refused and change nothing.
+        2 => (any::<usize>(), 0u8..3, proptest::collection::vec(any::<u8>(), 0..520))
+            .prop_map(|(slot, step, payload)| Op::Checkpoint { slot, step, payload }),
         2 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(slot, response)| Op::Complete { slot, response }),
         1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(slot, response)| Op::Fail { slot, response }),
         1 => any::<usize>().prop_map(|slot| Op::Release { slot }),
@@ -63,6 +67,24 @@ struct ModelRecord {
     deadline_ms: u64,
     ttl_ms: u64,
     response: Vec<u8>,
+    /// While Processing, the last recovery point (step, payload).
+    checkpoint: Option<(String, Vec<u8>)>,
+}
+
+impl ModelRecord {
+    /// The bytes the record keeps after scope and key: the response, or
+    /// while Processing the encoded recovery point.
+    fn stored_len(&self) -> usize {
+        match &self.checkpoint {
+            Some((step, payload)) => 1 + step.len() + payload.len(),
+            None => self.response.len(),
+        }
+    }
+}
+
+/// The step names the model uses.
+fn step_name(step: u8) -> String {
+    ["charged", "reserved", "s"][usize::from(step % 3)].to_string()
 }
 
 /// DESIGN §3 as a plain map.
@@ -78,8 +100,8 @@ const QUOTA_BYTES: u64 = 450;
 
 /// Bytes a record of `response` takes in the log under `names(0, _)`:
 /// the 104-byte prefix, "scope-0", "key-N" and the response.
-fn frame_bytes(response: &[u8]) -> u64 {
-    104 + 7 + 5 + response.len() as u64
+fn frame_bytes(stored_len: usize) -> u64 {
+    104 + 7 + 5 + stored_len as u64
 }
 
 impl Model {
@@ -88,7 +110,7 @@ impl Model {
         let mut usage = (0, 0);
         for key in 0..3 {
             if let Some(record) = self.live((0, key), now) {
-                usage = (usage.0 + 1, usage.1 + frame_bytes(&record.response));
+                usage = (usage.0 + 1, usage.1 + frame_bytes(record.stored_len()));
             }
         }
         usage
@@ -138,6 +160,8 @@ fn check_record(actual: &Record, expected: &ModelRecord) {
     assert_eq!(actual.recovered, expected.recovered);
     assert_eq!(actual.deadline_ms, expected.deadline_ms);
     assert_eq!(actual.response, expected.response);
+    let checkpoint = actual.checkpoint.as_ref().map(|point| (point.step.clone(), point.payload.clone()));
+    assert_eq!(checkpoint, expected.checkpoint);
 }
 
 struct Harness {
@@ -160,9 +184,11 @@ impl Harness {
 
     fn run(&mut self, op: &Op) {
         match op {
-            Op::Claim { scope, key, fingerprint: fp, lease_ms, ttl_ms } => {
-                self.claim(*scope, *key, *fp, *lease_ms, *ttl_ms);
+            Op::Claim { scope, key, fingerprint: fp, lease_ms, ttl_ms, retry_failed } => {
+                let reuse = if *retry_failed { ReusePolicy::RetryFailed } else { ReusePolicy::ReplayFailure };
+                self.claim((*scope, *key), *fp, (*lease_ms, *ttl_ms), reuse);
             }
+            Op::Checkpoint { slot, step, payload } => self.checkpoint(*slot, &step_name(*step), payload),
             Op::Complete { slot, response } => self.finish(*slot, Some((State::Completed, response))),
             Op::Fail { slot, response } => self.finish(*slot, Some((State::Failed, response))),
             Op::Release { slot } => self.finish(*slot, None),
@@ -198,16 +224,17 @@ impl Harness {
         assert_eq!(self.store().quota_audit().expect("audit"), None, "after {op:?}");
     }
 
-    fn claim(&mut self, scope: u8, key: u8, fp: u8, lease_ms: u64, ttl_ms: u64) {
+    fn claim(&mut self, (scope, key): (u8, u8), fp: u8, (lease_ms, ttl_ms): (u64, u64), reuse: ReusePolicy) {
         let (scope_name, key_name) = names(scope, key);
         let request = ClaimRequest::new(&key_name, fingerprint(fp))
             .scope(&scope_name)
             .lease(Duration::from_millis(lease_ms))
-            .ttl(Duration::from_millis(ttl_ms));
+            .ttl(Duration::from_millis(ttl_ms))
+            .reuse(reuse);
         let now = self.now();
         let (records, bytes) = self.model.quota_usage(now);
         let new_record = self.model.live((scope, key), now).is_none();
-        let refused = scope == 0 && new_record && (records >= QUOTA_RECORDS || bytes + frame_bytes(&[]) > QUOTA_BYTES);
+        let refused = scope == 0 && new_record && (records >= QUOTA_RECORDS || bytes + frame_bytes(0) > QUOTA_BYTES);
         let answer = match self.store().claim(&request) {
             Err(Error::QuotaExceeded { .. }) => {
                 assert!(refused, "refused at {records} records, {bytes} bytes");
@@ -222,16 +249,23 @@ impl Harness {
         let expected = self.model.live((scope, key), now).cloned();
         match (answer, expected) {
             (Claim::Acquired(lease), previous) => {
-                let (attempt, recovered) = match previous {
-                    None => (1, false),
+                let (attempt, recovered, checkpoint) = match previous {
+                    None => (1, false, None),
+                    Some(record) if record.state == State::Failed => {
+                        assert_eq!(record.fingerprint, fp, "Acquired despite another fingerprint");
+                        assert_eq!(reuse, ReusePolicy::RetryFailed, "a failure run again by default");
+                        (record.attempt + 1, false, None)
+                    }
                     Some(record) => {
                         assert_eq!(record.fingerprint, fp, "Acquired despite another fingerprint");
                         assert_eq!(record.state, State::Processing, "Acquired over a finished record");
                         assert!(record.deadline_ms <= now, "Acquired while the lease is valid");
-                        (record.attempt + 1, true)
+                        (record.attempt + 1, true, record.checkpoint)
                     }
                 };
                 assert_eq!((lease.attempt(), lease.recovered()), (attempt, recovered));
+                let seen = lease.recovery_point().map(|point| (point.step.clone(), point.payload.clone()));
+                assert_eq!(seen, checkpoint, "the takeover sees the last recovery point");
                 assert_eq!(lease.deadline_ms(), now + lease_ms);
                 let max_token = self.model.max_token.entry((scope, key)).or_insert(0);
                 assert!(lease.token() > *max_token, "token did not grow");
@@ -245,6 +279,7 @@ impl Harness {
                     deadline_ms: now + lease_ms,
                     ttl_ms,
                     response: Vec::new(),
+                    checkpoint,
                 };
                 self.model.records.insert((scope, key), record);
                 self.tokens.push((scope, key, lease.into_token()));
@@ -260,6 +295,7 @@ impl Harness {
             (Claim::Replay(actual), Some(record)) => {
                 assert_eq!(record.fingerprint, fp);
                 assert_ne!(record.state, State::Processing);
+                assert!(record.state == State::Completed || reuse == ReusePolicy::ReplayFailure);
                 check_record(&actual, &record);
             }
             (answer, expected) => panic!("claim: store {answer:?}, model {expected:?}"),
@@ -292,10 +328,34 @@ impl Harness {
                 record.state = state;
                 record.deadline_ms = now + record.ttl_ms;
                 record.response.clone_from(response);
+                record.checkpoint = None;
             }
             None => {
                 self.model.records.remove(&(scope, key));
             }
+        }
+    }
+
+    fn checkpoint(&mut self, slot: usize, step: &str, payload: &[u8]) {
+        if self.tokens.is_empty() {
+            return;
+        }
+        let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
+        let now = self.now();
+        let outcome = self.store().checkpoint(&token, step, payload);
+        match self.model.live((scope, key), now) {
+            Some(record) if record.state == State::Processing && record.token == token.token => {
+                if 1 + step.len() + payload.len() > 512 {
+                    assert!(matches!(outcome, Err(Error::CheckpointTooLarge { .. })), "{outcome:?}");
+                    return;
+                }
+                outcome.expect("checkpoint by the holder");
+                // The lease end stays; a holder whose lease ended but was
+                // not taken over moves its written end to now.
+                record.deadline_ms = record.deadline_ms.max(now);
+                record.checkpoint = Some((step.to_string(), payload.to_vec()));
+            }
+            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. }) | Err(Error::CheckpointTooLarge { .. }))),
         }
     }
 

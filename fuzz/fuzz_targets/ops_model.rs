@@ -10,13 +10,16 @@
 //! the one failed call would have left it; and a claim after the reopen
 //! gets a fencing token above every token handed out before. Scope `s0`
 //! has a quota of two records: the model predicts every refusal, and after
-//! every step the store's running quota counts equal a recount.
+//! every step the store's running quota counts equal a recount. Holders
+//! store recovery points, which takeovers must see and carry over, and
+//! some claims run a Failed key again (`ReusePolicy::RetryFailed`).
 #![no_main]
 
 use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, PowerCutStorage};
 use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, State, Store,
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, ReusePolicy,
+    State, Store,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -29,7 +32,8 @@ use std::time::Duration;
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Op {
-    Claim { scope: u8, key: u8, fingerprint: bool, lease_quarters: u8, ttl_quarters: u8 },
+    Claim { scope: u8, key: u8, fingerprint: bool, lease_quarters: u8, ttl_quarters: u8, retry_failed: bool },
+    Checkpoint { slot: u8, step: bool, length: u8 },
     Complete { slot: u8, length: u8 },
     Fail { slot: u8, length: u8 },
     Release { slot: u8 },
@@ -72,6 +76,8 @@ struct Model {
     deadline_ms: u64,
     ttl_ms: u64,
     response: Vec<u8>,
+    /// While Processing, the last recovery point (step, payload).
+    checkpoint: Option<(String, Vec<u8>)>,
 }
 
 fn names(id: Id) -> (String, String) {
@@ -135,15 +141,18 @@ impl Run {
         let now = self.clock.now_ms();
         let store = slot.as_ref().expect("open");
         match op {
-            Op::Claim { scope, key, fingerprint: variant, lease_quarters, ttl_quarters } => {
+            Op::Claim { scope, key, fingerprint: variant, lease_quarters, ttl_quarters, retry_failed } => {
                 let id = (scope % 2, key % 3);
                 let (scope_name, key_name) = names(id);
                 let (lease_ms, ttl_ms) = (quarters(lease_quarters), quarters(ttl_quarters));
                 let request = ClaimRequest::new(&key_name, fingerprint(variant))
                     .scope(&scope_name)
                     .lease(Duration::from_millis(lease_ms))
-                    .ttl(Duration::from_millis(ttl_ms));
+                    .ttl(Duration::from_millis(ttl_ms))
+                    .reuse(if retry_failed { ReusePolicy::RetryFailed } else { ReusePolicy::ReplayFailure });
                 let before = self.live(id);
+                // A takeover carries the last recovery point over.
+                let carried = before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
                 let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
                 let refused = id.0 == 0 && before.is_none() && full;
                 let attempt = before.as_ref().map_or(1, |model| model.attempt + 1);
@@ -155,6 +164,7 @@ impl Run {
                     deadline_ms: now + lease_ms,
                     ttl_ms,
                     response: Vec::new(),
+                    checkpoint: carried.clone(),
                 };
                 let answer = match store.claim(&request) {
                     Err(Error::QuotaExceeded { .. }) => {
@@ -173,6 +183,12 @@ impl Run {
                             lease.into_token().token,
                         );
                     }
+                    (Claim::Acquired(lease), Some(model)) if model.state == State::Failed => {
+                        assert!(retry_failed && model.fingerprint == variant, "a failure run again");
+                        assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, false));
+                        assert!(lease.recovery_point().is_none(), "a new attempt starts without a point");
+                        self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
+                    }
                     (Claim::Acquired(lease), Some(model)) => {
                         assert!(
                             model.state == State::Processing
@@ -180,6 +196,8 @@ impl Run {
                                 && model.fingerprint == variant
                         );
                         assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
+                        let seen = lease.recovery_point().map(|point| (point.step.clone(), point.payload.clone()));
+                        assert_eq!(seen, carried, "the takeover sees the last recovery point");
                         self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
                     }
                     (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, variant),
@@ -194,6 +212,7 @@ impl Run {
                     }
                     (Claim::Replay(record), Some(model)) => {
                         assert!(model.state != State::Processing && model.fingerprint == variant);
+                        assert!(model.state == State::Completed || !retry_failed, "a failure replayed under RetryFailed");
                         assert_eq!(
                             (record.state, Some(record.token), &record.response),
                             (model.state, model.token, &model.response)
@@ -214,6 +233,7 @@ impl Run {
                     state: terminal,
                     deadline_ms: now + model.ttl_ms,
                     response: response.clone(),
+                    checkpoint: None,
                     ..model
                 });
                 let outcome = if terminal == State::Completed {
@@ -248,6 +268,29 @@ impl Run {
                         self.models.insert(id, model);
                     }
                     Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "renew refused the holder"),
+                    Err(_) => return Err((Some(id), would.or(held))),
+                }
+            }
+            Op::Checkpoint { slot, step, length } => {
+                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                    return Ok(());
+                };
+                let step = if step { "charged" } else { "s" };
+                let payload = vec![slot; usize::from(length)];
+                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
+                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
+                // The lease end stays (a holder past it moves it to now).
+                let would = held.clone().map(|model| Model {
+                    deadline_ms: model.deadline_ms.max(now),
+                    checkpoint: Some((step.to_string(), payload.clone())),
+                    ..model
+                });
+                match store.checkpoint(&lease, step, &payload) {
+                    Ok(()) => {
+                        let model = would.expect("a checkpoint accepted from a stale token");
+                        self.models.insert(id, model);
+                    }
+                    Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "a checkpoint refused the holder"),
                     Err(_) => return Err((Some(id), would.or(held))),
                 }
             }
@@ -356,6 +399,8 @@ fuzz_target!(|input: Input| {
                         && record.fingerprint == fingerprint(model.fingerprint)
                         && model.token.is_none_or(|token| token == record.token)
                         && record.response == model.response
+                        && record.checkpoint.as_ref().map(|point| (point.step.clone(), point.payload.clone()))
+                            == model.checkpoint
                 }
                 _ => false,
             };
