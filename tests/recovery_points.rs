@@ -53,6 +53,7 @@ fn a_takeover_resumes_from_the_last_point_and_a_stale_holder_cannot_move_it() {
     assert_eq!((third.attempt(), third.recovered()), (3, true));
     assert_eq!(third.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")));
     third.complete(b"201 order 9").expect("complete");
+    assert_eq!(store.stats().checkpoints, 2, "the two the first holder stored; refused ones are not counted");
     let record = replay(&store, &request());
     assert_eq!((record.response.as_slice(), record.checkpoint), (&b"201 order 9"[..], None));
 }

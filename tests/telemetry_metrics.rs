@@ -74,7 +74,8 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
 
     // Acquired, completed, then replayed, in progress and mismatched.
     let Claim::Acquired(lease) = store.claim(&request("a", b"1")).expect("claim") else { panic!("not acquired") };
-    let Claim::Acquired(other) = store.claim(&request("b", b"1")).expect("claim") else { panic!("not acquired") };
+    let Claim::Acquired(mut other) = store.claim(&request("b", b"1")).expect("claim") else { panic!("not acquired") };
+    other.checkpoint("charged", b"ch_1").expect("a recovery point");
     assert!(matches!(store.claim(&request("b", b"1")).expect("claim"), Claim::InProgress { .. }));
     lease.complete(b"done").expect("complete");
     assert!(matches!(store.claim(&request("a", b"1")).expect("claim"), Claim::Replay(_)));
@@ -122,6 +123,7 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
         ("idempo_completed_total", stats.completions),
         ("idempo_failed_total", stats.failures),
         ("idempo_released_total", stats.releases),
+        ("idempo_checkpoints_total", stats.checkpoints),
         ("idempo_abandoned_total", stats.abandoned_leases),
         ("idempo_expired_total", stats.expirations),
         ("idempo_compaction_runs_total", stats.compaction_runs),
@@ -138,6 +140,7 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
     assert_eq!(seen.counter("idempo_mismatch_total"), 1);
     assert_eq!(seen.counter("duplicate_detected_total"), 3, "replays + in-progress + mismatches");
     assert_eq!(seen.counter("idempo_recovered_total"), 1);
+    assert_eq!(seen.counter("idempo_checkpoints_total"), 1);
     assert_eq!(seen.counter("idempo_lease_lost_total"), 1);
     assert_eq!(seen.counter("idempo_released_total"), 1);
     assert_eq!(seen.counter("idempo_abandoned_total"), 1);

@@ -92,6 +92,7 @@ impl Shard {
         let (held, lease_end_ms, _) = self.held(&mut state, key, token, known, now)?;
         let header = transition::renew(&held, lease_end_ms, 0, state.log.next_lsn, now);
         state.write(key, &header, checkpoint, &self.commit, &self.counters, now)?;
+        bump(&self.counters.checkpoints);
         Ok(header.lsn)
     }
 
