@@ -355,7 +355,7 @@ impl Harness {
                 record.deadline_ms = record.deadline_ms.max(now);
                 record.checkpoint = Some((step.to_string(), payload.to_vec()));
             }
-            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. }) | Err(Error::CheckpointTooLarge { .. }))),
+            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. } | Error::CheckpointTooLarge { .. }))),
         }
     }
 
