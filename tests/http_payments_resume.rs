@@ -49,6 +49,7 @@ async fn a_retry_after_a_crash_between_the_steps_resumes_without_a_second_charge
     };
     assert_eq!((status, replayed), (201, false), "{answer}");
     assert!(answer.contains(r#""resumed":true"#) && answer.contains(r#""payment":1"#), "{answer}");
+    assert!(answer.contains(r#""attempt":2"#), "the run that took over: {answer}");
     assert_eq!(lines(&data.join("provider_calls.txt")).len(), 1, "the provider was not called again");
     assert_eq!(lines(&data.join("ledger.txt")).len(), 1, "charged once");
     assert_eq!(lines(&data.join("orders.txt")), vec![format!("charge 1 {body}")], "the order, once");
@@ -63,7 +64,7 @@ async fn a_run_that_does_not_crash_charges_once_and_does_not_resume() {
     let client = client();
     let (status, _, answer) = pay(&client, &running, "order-2", r#"{"order":"o-2"}"#).await;
     assert_eq!(status, 201);
-    assert!(answer.contains(r#""resumed":false"#), "{answer}");
+    assert!(answer.contains(r#""resumed":false"#) && answer.contains(r#""attempt":1"#), "{answer}");
     assert_eq!(lines(&data.join("provider_calls.txt")).len(), 1);
     assert_eq!(lines(&data.join("orders.txt")).len(), 1);
 }

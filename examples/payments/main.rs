@@ -196,8 +196,11 @@ async fn pay(
     if let Err(error) = append(&files.orders, &format!("charge {charge} {line}")) {
         return json(StatusCode::INTERNAL_SERVER_ERROR, format!("{{\"error\":\"orders: {error}\"}}"));
     }
-    let resumed = resumed.is_some();
-    json(StatusCode::CREATED, format!("{{\"payment\":{charge},\"resumed\":{resumed},\"charged\":{line}}}"))
+    let (resumed, attempt) = (resumed.is_some(), points.attempt());
+    json(
+        StatusCode::CREATED,
+        format!("{{\"payment\":{charge},\"attempt\":{attempt},\"resumed\":{resumed},\"charged\":{line}}}"),
+    )
 }
 
 /// Keys are kept per account (the `X-Account` header stands in for what an

@@ -117,7 +117,7 @@ where
             return Ok(counted("store_unavailable", answer(Problem::StoreUnavailable)));
         }
     };
-    let points = RecoveryPoints::new(Arc::clone(&backend), token.clone(), checkpoint.clone());
+    let points = RecoveryPoints::new(Arc::clone(&backend), token.clone(), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));

@@ -14,10 +14,12 @@ type StoreFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
 
 /// The recovery points of a guarded request's key, as a request extension
-/// (beside [`Attempt`](super::Attempt)): [`last`](RecoveryPoints::last) is
-/// where an earlier run that died half-way stopped, and
-/// [`checkpoint`](RecoveryPoints::checkpoint) stores a new point, fenced by
-/// this run's lease, after each step with an outside effect.
+/// (beside [`Attempt`](super::Attempt)): which run this is
+/// ([`attempt`](RecoveryPoints::attempt),
+/// [`recovered`](RecoveryPoints::recovered)), where an earlier run that
+/// died half-way stopped ([`last`](RecoveryPoints::last)), and
+/// [`checkpoint`](RecoveryPoints::checkpoint), which stores a new point,
+/// fenced by this run's lease, after each step with an outside effect.
 ///
 /// # Examples
 ///
@@ -42,25 +44,51 @@ type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
 /// ```
 #[derive(Clone)]
 pub struct RecoveryPoints {
+    attempt: u32,
+    recovered: bool,
     last: Arc<Mutex<Option<Checkpoint>>>,
     store: Arc<StoreFn>,
 }
 
 impl fmt::Debug for RecoveryPoints {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.debug_struct("RecoveryPoints").field("last", &*self.last.lock()).finish_non_exhaustive()
+        formatter
+            .debug_struct("RecoveryPoints")
+            .field("attempt", &self.attempt)
+            .field("recovered", &self.recovered)
+            .field("last", &*self.last.lock())
+            .finish_non_exhaustive()
     }
 }
 
 impl RecoveryPoints {
-    /// The points of the key `token` holds, the last one being `last`.
-    pub(super) fn new<K: IdempotencyBackend>(backend: Arc<K>, token: LeaseToken, last: Option<Checkpoint>) -> Self {
+    /// The points of the key `token` holds, the last one being `last`, for
+    /// run `attempt` (`recovered` if it took over an ended lease).
+    pub(super) fn new<K: IdempotencyBackend>(
+        backend: Arc<K>,
+        token: LeaseToken,
+        (attempt, recovered): (u32, bool),
+        last: Option<Checkpoint>,
+    ) -> Self {
         let token = Arc::new(token);
         let store = move |step: String, payload: Vec<u8>| -> StoreFuture {
             let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
             Box::pin(async move { backend.checkpoint(&token, &step, &payload).await })
         };
-        RecoveryPoints { last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
+        RecoveryPoints { attempt, recovered, last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
+    }
+
+    /// 1 for the first run of the key, one more for each takeover.
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether this run took over from one whose lease ended unfinished:
+    /// it may have half-run; [`last`](RecoveryPoints::last) says how far.
+    #[must_use]
+    pub fn recovered(&self) -> bool {
+        self.recovered
     }
 
     /// The last point stored for this key: at first the one an earlier run
