@@ -15,8 +15,8 @@
 //! system call. Under `Sync` they are written with `pwrite` and the map
 //! serves reads only: a page written through a map and then synced is
 //! write-protected again, so the next record into it takes a page fault
-//! that waits on the page's writeback, which made each synced round slower
-//! than with `pwrite` (the `sync_1` group of `benches/engines.rs`).
+//! that waits on the page's writeback (a one-off comparison favoured
+//! `pwrite`; no bench in the repository keeps both paths side by side).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
