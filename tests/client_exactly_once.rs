@@ -165,3 +165,54 @@ async fn run() {
     assert!(retries > REQUESTS / 2, "the loss made most requests retry: {retries} retries");
     assert!(counts.dropped_responses.load(Ordering::SeqCst) > u64::from(REQUESTS / 4));
 }
+
+/// hyper-util's client over plain TCP.
+type Http = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// Takes 1.5 s, so that a duplicate arrives while it runs.
+async fn slow_order(State(effects): State<Effects>, body: Bytes) -> (StatusCode, String) {
+    let body = String::from_utf8_lossy(&body).into_owned();
+    *effects.lock().entry(body.clone()).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    (StatusCode::CREATED, format!("done {body}"))
+}
+
+/// The two halves with their defaults (`RetryPolicy::new()`,
+/// `LayerConfig` with its 30 s lease): a duplicate sent while the first
+/// request runs gets the first's answer. The server once said
+/// `Retry-After: 30` (what was left of the lease) and the client, whose
+/// deadline is 30 s, handed the 409 back after one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_duplicate_during_the_first_run_gets_its_answer_with_both_defaults() {
+    let effects = Effects::default();
+    let routes = Router::new().route("/orders", post(slow_order)).with_state(Arc::clone(&effects));
+    let server = Server::start(Config::new().durability(Durability::Buffered), LayerConfig::global(), routes).await;
+    let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = RetryLayer::new(RetryPolicy::new()).layer(http);
+    let send = |client: idemkv::client::RetryService<Http>| {
+        let request = http::Request::post(server.url("/orders")).header("idempotency-key", "order-dup");
+        let request = request.body(Full::new(Bytes::from_static(b"order-dup"))).expect("request");
+        async move {
+            let response = client.oneshot(request).await.expect("an answer");
+            let headers = response.headers();
+            let replayed = headers.contains_key("idempotency-replay");
+            let waited = headers.get("preference-applied").map(|value| value.to_str().expect("ascii").to_owned());
+            let status = response.status();
+            let body = response.into_body().collect().await.expect("body").to_bytes();
+            (status, replayed, waited.is_some_and(|waited| waited.starts_with("wait=")), body)
+        }
+    };
+    let first = tokio::spawn(send(client.clone()));
+    while effects.lock().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let duplicate = send(client.clone()).await;
+    let first = first.await.expect("first");
+    assert_eq!(first, (StatusCode::CREATED, false, false, Bytes::from_static(b"done order-dup")));
+    // Replayed after a wait the server honoured: the retry after the 409
+    // carried `Prefer: wait`, and the server answered when the first was
+    // stored.
+    let answer = (StatusCode::CREATED, true, true, Bytes::from_static(b"done order-dup"));
+    assert_eq!(duplicate, answer, "the duplicate");
+    assert_eq!(effects.lock().get("order-dup"), Some(&1), "it ran once");
+}

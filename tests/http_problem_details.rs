@@ -1,6 +1,7 @@
 //! Guards problem details: a store failure is a 503 `store-unavailable`
 //! `application/problem+json` whose body carries no internal error text
-//! (no store path, no "closed"), and the handler does not run.
+//! (no store path, no "closed") with `Retry-After`, and the handler does
+//! not run.
 #![cfg(feature = "tower")]
 
 mod common;
@@ -33,6 +34,7 @@ async fn a_closed_store_is_a_503_without_internal_detail() {
     server.store.clone().close().expect("close");
     let refused = send(post_to(&client, &url, "order-2", "amount=2")).await;
     assert!(refused.is_problem(503, "store-unavailable"), "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "nothing ran, so it says when to retry: {refused:?}");
     assert!(refused.body.contains(r#""status":503"#), "{}", refused.body);
     assert!(!refused.body.contains(&path), "the store path leaked: {}", refused.body);
     assert!(!refused.body.to_lowercase().contains("closed"), "the internal error leaked: {}", refused.body);

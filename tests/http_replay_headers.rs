@@ -55,3 +55,35 @@ async fn a_replay_carries_the_stored_headers_but_not_date_nor_denied_ones() {
     assert_ne!(replay.header("date"), Some(OLD_DATE), "the first answer's Date was replayed");
     assert_eq!(replay.header("x-internal-trace"), None, "a header in replay_deny was replayed");
 }
+
+/// Takes 1 s, so that duplicates arrive while it runs.
+async fn slow(State(runs): State<Counter>) -> (StatusCode, String) {
+    let run = runs.bump();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    (StatusCode::CREATED, format!("payment {run}"))
+}
+
+/// A duplicate that waited (`Prefer: wait=N`) is told the wait was
+/// honoured, `Preference-Applied: wait=N` (RFC 7240), with N as capped by
+/// `wait_max`; one that did not wait is told to look again within a
+/// second, not when the 30 s lease would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waited_replay_says_its_preference_was_applied() {
+    let runs = Counter::default();
+    let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
+    let layer = LayerConfig::global().wait_max(std::time::Duration::from_secs(20));
+    let server = Server::start(Config::new(), layer, routes).await;
+    let client = client();
+    let url = server.url("/payments");
+    let first = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1")));
+    runs.reach(1, std::time::Duration::from_secs(10), "the first started").await;
+    let at_once = send(post_to(&client, &url, "order-wait", "amount=1")).await;
+    assert!(at_once.is_problem(409, "in-progress"), "{at_once:?}");
+    assert_eq!(at_once.header("retry-after"), Some("1"), "{at_once:?}");
+    assert_eq!(at_once.header("preference-applied"), None, "{at_once:?}");
+    let waited = send(post_to(&client, &url, "order-wait", "amount=1").header("Prefer", "wait=60")).await;
+    assert_eq!((waited.status, waited.body.as_str(), waited.replayed()), (201, "payment 1", true), "{waited:?}");
+    assert_eq!(waited.header("preference-applied"), Some("wait=20"), "{waited:?}");
+    assert_eq!(first.await.expect("join").body, "payment 1");
+    assert_eq!(runs.get(), 1);
+}

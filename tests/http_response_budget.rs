@@ -88,3 +88,37 @@ async fn responses_at_the_edge_of_the_budget_are_never_run_twice() {
 fn summary(reply: &Reply) -> (u16, Option<&str>, Option<&str>, usize) {
     (reply.status, reply.problem_type(), reply.header("idempotency-stored"), reply.body.len())
 }
+
+/// Answers 201 with an empty body and one header as long as the request
+/// body says: cookies, CSP and Link headers past a small budget.
+async fn headers(State(runs): State<Counter>, body: String) -> impl IntoResponse {
+    runs.bump();
+    let len: usize = body.parse().expect("a length");
+    (StatusCode::CREATED, [("x-policy", "p".repeat(len))], "")
+}
+
+/// Headers alone over the budget once saturated the body's budget to 0 and
+/// skipped the too-large path: the store refused the answer, the client got
+/// `Idempotency-Stored: false` and every retry after the lease ran the
+/// handler again. They take the too-large path like a long body does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn headers_alone_over_the_budget_are_kept_as_a_500() {
+    let runs = Counter::default();
+    let routes = Router::new().route("/policies", post(headers)).with_state(runs.clone());
+    let lease = std::time::Duration::from_secs(1);
+    let layer = LayerConfig::global().lease(lease);
+    let server = Server::start(Config::new().response_bytes_max(4096), layer, routes).await;
+    let client = client();
+    let url = server.url("/policies");
+    for (key, len) in [("headers-over", 5000), ("headers-far-over", 1_100_000)] {
+        let before = runs.get();
+        let first = send(post_to(&client, &url, key, &len.to_string())).await;
+        assert!(first.is_problem(500, "response-too-large"), "{len}: {:?}", summary(&first));
+        assert_eq!(first.header("idempotency-stored"), None, "{len}: the 500 was not kept");
+        // Past the lease: an answer left unstored would run again now.
+        tokio::time::sleep(lease + lease / 2).await;
+        let retry = send(post_to(&client, &url, key, &len.to_string())).await;
+        assert!(retry.is_problem(500, "response-too-large") && retry.replayed(), "{len}: {:?}", summary(&retry));
+        assert_eq!(runs.get(), before + 1, "{len}: the handler ran twice");
+    }
+}

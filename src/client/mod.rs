@@ -17,7 +17,7 @@
 //! |---|---|
 //! | transport error: refused, reset, closed, timed out | yes |
 //! | 408, 425, 429, 500, 502, 503, 504 and every other 5xx | yes |
-//! | 409 with `Retry-After` (an idempotency server's "in progress") | yes, after `Retry-After`, or at once with `Prefer: wait=N` |
+//! | 409 with `Retry-After` (an idempotency server's "in progress") | yes: at once with `Prefer: wait=N` (the default, [`RetryPolicy::prefer_wait`]), or after `Retry-After` |
 //! | 400, 401, 403, 404, 409 without `Retry-After`, 422, every other 4xx | no |
 //! | 1xx, 2xx, 3xx | no |
 //!

@@ -87,7 +87,7 @@ impl RetryPolicy {
             backoff: Backoff::default(),
             budget: Some(BudgetConfig::default()),
             breaker: Some(BreakerConfig::default()),
-            prefer_wait: None,
+            prefer_wait: Some(Duration::from_secs(30)),
             keys: KeyKind::V7,
             body_bytes_max: 1 << 20,
             seed: None,
@@ -152,9 +152,13 @@ impl RetryPolicy {
     }
 
     /// After a 409 "in progress", send the retry at once with
-    /// `Prefer: wait=N` (N: this, in whole seconds, cut to the time left)
-    /// so that the server answers when the first request finishes,
-    /// instead of sleeping for its `Retry-After` (default `None`: sleep).
+    /// `Prefer: wait=N` (N: this, in whole seconds, cut to the time left
+    /// of the deadline) so that the server answers the moment the first
+    /// request finishes, instead of sleeping for its `Retry-After`
+    /// (default 30 s; `None`: sleep for `Retry-After`, and give up if it
+    /// is past the deadline). A server that does not know `Prefer: wait`
+    /// ignores it (RFC 7240) and answers 409 again, and the retries go on
+    /// with backoff.
     #[must_use]
     pub fn prefer_wait(mut self, wait: Option<Duration>) -> Self {
         self.prefer_wait = wait;

@@ -118,6 +118,7 @@ pub struct LayerConfig {
     pub(super) request_bytes_max: usize,
     pub(super) lease: Duration,
     pub(super) wait_max: Duration,
+    pub(super) in_progress_retry_after: Duration,
     pub(super) replay_deny: Vec<HeaderName>,
     pub(super) policy: FailurePolicy,
     pub(super) keep_validation_failures: bool,
@@ -177,6 +178,7 @@ impl LayerConfig {
             request_bytes_max: 1 << 20,
             lease: Duration::from_secs(30),
             wait_max: Duration::from_secs(30),
+            in_progress_retry_after: Duration::from_secs(1),
             replay_deny: Vec::new(),
             policy: FailurePolicy::Default,
             keep_validation_failures: false,
@@ -233,6 +235,20 @@ impl LayerConfig {
     #[must_use]
     pub fn wait_max(mut self, max: Duration) -> Self {
         self.wait_max = max;
+        self
+    }
+
+    /// The longest `Retry-After` of a 409 "in progress": the time left of
+    /// the running request's lease when shorter. Default 1 s.
+    ///
+    /// A request usually finishes long before its lease ends (the lease is
+    /// how long a *crashed* run keeps its key), so a duplicate is told to
+    /// look again soon rather than when a takeover would be possible; a
+    /// client that sends `Prefer: wait=N` (as `idemkv::client` does by
+    /// default) gets the answer the moment it is stored instead.
+    #[must_use]
+    pub fn in_progress_retry_after(mut self, retry_after: Duration) -> Self {
+        self.in_progress_retry_after = retry_after;
         self
     }
 

@@ -3,19 +3,20 @@
 
 use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
 use super::detached::Detached;
+use super::keep::{keep_answer, release, Answer, Kind};
+use super::keeper::{Keeper, Kept};
 use super::key::{prefer_wait, read_key, KeyError};
-use super::problem::{in_progress, quota_exceeded, Problem};
+use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::recovery::RecoveryPoints;
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::{Error, Fingerprint, LeaseToken};
 use bytes::Bytes;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +35,18 @@ fn refused<R>(problem: Problem) -> Response<LayerBody<R>> {
 }
 
 /// Name of the counter of the layer's answers, by `outcome` and `status`.
+#[cfg(feature = "metrics")]
 pub(super) const RESPONSES_TOTAL: &str = "idempo_http_responses_total";
+
+/// The response header that says a `Prefer` was honoured (RFC 7240 §3).
+const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
+
+/// What every guarded request of one layer shares.
+pub(super) struct Shared<K> {
+    pub(super) backend: Arc<K>,
+    pub(super) config: Arc<LayerConfig>,
+    pub(super) keeper: Arc<Keeper>,
+}
 
 /// Counts one answer of the layer under `outcome` (what the layer decided)
 /// and its status.
@@ -52,8 +64,7 @@ fn count(outcome: &'static str, status: &str) {
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
     mut inner: S,
-    backend: Arc<K>,
-    config: Arc<LayerConfig>,
+    shared: Shared<K>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -66,6 +77,7 @@ where
     R: Body<Data = Bytes> + Send + 'static,
     R::Error: Into<BoxError>,
 {
+    let Shared { backend, config, .. } = &shared;
     let limits = backend.limits();
     let key = match read_key(request.headers(), &config.key_header, limits.key_bytes_max) {
         Ok(Some(key)) => key,
@@ -98,15 +110,17 @@ where
         .part(parts.uri.query().unwrap_or("").as_bytes())
         .part(&body)
         .finish();
-    let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max));
+    let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max)).filter(|wait| !wait.is_zero());
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
     let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => (token, attempt, recovered, checkpoint),
         Ok(BackendClaim::Replay(stored)) => {
-            return Ok(counted("replay", replay(&stored, &config.replay_header).map(Either::Right)));
+            let response = waited(replay(&stored, &config.replay_header), wait);
+            return Ok(counted("replay", response.map(Either::Right)));
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
-            return Ok(counted("in_progress", in_progress(retry_after).map(Either::Right)));
+            let response = waited(in_progress(retry_after.min(config.in_progress_retry_after)), wait);
+            return Ok(counted("in_progress", response.map(Either::Right)));
         }
         Ok(BackendClaim::Mismatch) => return Ok(counted("mismatch", answer(Problem::KeyReused))),
         Err(Error::QuotaExceeded { retry_after, .. }) => {
@@ -114,20 +128,22 @@ where
         }
         Err(error) => {
             tracing::warn!(%error, "idempotency store unavailable; request refused before it ran");
-            return Ok(counted("store_unavailable", answer(Problem::StoreUnavailable)));
+            return Ok(counted("store_unavailable", store_unavailable().map(Either::Right)));
         }
     };
-    let points = RecoveryPoints::new(Arc::clone(&backend), token.clone(), (attempt, recovered), checkpoint.clone());
+    let points = RecoveryPoints::new(Arc::clone(backend), token.clone(), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
     // The handler runs to its end whatever the client does: a client that
     // goes away drops this future, and the handler's run moves to a task of
     // its own, whose answer is then kept for the retry.
-    let run = Detached::new(run(inner, Arc::clone(&backend), Arc::clone(&config), request, token.clone()));
+    let backend = Arc::clone(backend);
+    let policy = config.policy;
+    let run = Detached::new(run(inner, shared, request, token.clone()));
     let Ok(outcome) = run.await else {
         tracing::error!("handler panicked");
-        if config.policy.releases_on_error() {
+        if policy.releases_on_error() {
             release(&*backend, &token).await;
         }
         return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
@@ -135,12 +151,21 @@ where
     outcome
 }
 
+/// `response` with `Preference-Applied: wait=N` when the claim waited up
+/// to N seconds for the key's holder (RFC 7240).
+fn waited(mut response: Response<Full<Bytes>>, wait: Option<Duration>) -> Response<Full<Bytes>> {
+    if let Some(value) = wait.and_then(|wait| HeaderValue::from_str(&format!("wait={}", wait.as_secs())).ok()) {
+        response.headers_mut().insert(PREFERENCE_APPLIED, value);
+    }
+    response
+}
+
 /// Runs the handler under its lease and keeps (or releases) what it
-/// answered.
+/// answered. The keeper renews the lease from its own thread from here
+/// until the answer is stored, the key released, or the run given up.
 async fn run<S, K, B, R>(
     mut inner: S,
-    backend: Arc<K>,
-    config: Arc<LayerConfig>,
+    shared: Shared<K>,
     request: Request<B>,
     token: LeaseToken,
 ) -> Result<Response<LayerBody<R>>, S::Error>
@@ -150,16 +175,12 @@ where
     R: Body<Data = Bytes>,
     R::Error: Into<BoxError>,
 {
-    // The handler and its lease's keep-alive run side by side in this task.
-    let answered = tokio::select! {
-        biased;
-        answered = inner.call(request) => answered,
-        never = keep_alive(&*backend, &token, config.lease) => match never {},
-    };
-    let response = match answered {
+    let (backend, config) = (&*shared.backend, &*shared.config);
+    let kept = shared.keeper.keep(Arc::clone(&shared.backend), token.clone(), config.lease);
+    let response = match inner.call(request).await {
         Ok(response) => response,
         Err(error) => {
-            handler_failed(&*backend, &config, &token, "the handler returned an error").await;
+            handler_failed(backend, config, &token, "the handler returned an error").await;
             count("handler_failed", "error");
             return Err(error);
         }
@@ -170,30 +191,37 @@ where
     {
         // Not kept: freed before the answer goes out, so that a retry that
         // follows it runs.
-        release(&*backend, &token).await;
+        release(backend, &token).await;
         return Ok(counted("executed_not_kept", Response::from_parts(parts, Either::Left(body))));
     }
-    let budget =
-        backend.limits().response_bytes_max.saturating_sub(encoded_head_bytes(&parts.headers, &config.replay_deny));
+    // One budget for the stored form, head and body together: a head over
+    // it is too large whatever the body.
+    let limit = backend.limits().response_bytes_max;
+    let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, &config.replay_deny)) else {
+        drop(body);
+        return Ok(keep_too_large(&shared, kept, &token).await);
+    };
     let body = match Limited::new(body, budget).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            return Ok(counted("response_too_large", keep_too_large(&*backend, &token).await));
+            return Ok(keep_too_large(&shared, kept, &token).await);
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
-            handler_failed(&*backend, &config, &token, "the handler's response body failed").await;
+            handler_failed(backend, config, &token, "the handler's response body failed").await;
             return Ok(counted("handler_failed", answer(Problem::ResponseUnreadable)));
         }
     };
     let encoded = encode_response(parts.status, &parts.headers, &config.replay_deny, &body);
     let mut response = Response::from_parts(parts, Either::Right(Full::new(body)));
-    if let Err(error) = backend.complete(&token, &encoded).await {
-        tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
-        response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
-        return Ok(counted("executed_not_stored", response));
+    match keep_answer(&shared, kept, &token, Kind::Complete, encoded).await {
+        Answer::Stored => Ok(counted("executed", response)),
+        Answer::TooLarge(kept) => Ok(keep_too_large(&shared, kept, &token).await),
+        Answer::NotStored => {
+            response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
+            Ok(counted("executed_not_stored", response))
+        }
     }
-    Ok(counted("executed", response))
 }
 
 /// After the handler's error or panic: by default the key stays in
@@ -208,41 +236,24 @@ async fn handler_failed<K: IdempotencyBackend>(backend: &K, config: &LayerConfig
     }
 }
 
-/// A response too large to keep: a 500 problem is kept as a terminal
-/// failure instead, so the retry gets an answer and never runs again.
-async fn keep_too_large<K: IdempotencyBackend, R>(backend: &K, token: &LeaseToken) -> Response<LayerBody<R>> {
+/// A response too large to keep, whichever part of it is too large: a 500
+/// problem is kept as a terminal failure instead, so the retry gets an
+/// answer and never runs again.
+async fn keep_too_large<K: IdempotencyBackend, R>(
+    shared: &Shared<K>,
+    kept: Kept,
+    token: &LeaseToken,
+) -> Response<LayerBody<R>> {
     let problem = Problem::ResponseTooLarge.response();
     let body = Problem::ResponseTooLarge.body();
     let encoded = encode_response(problem.status(), problem.headers(), &[], body.as_bytes());
     let mut response = problem.map(Either::Right);
-    if let Err(error) = backend.fail(token, &encoded).await {
-        tracing::error!(%error, "a too-large response could not be kept as a failure");
-        response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
-    }
-    response
-}
-
-/// Frees the key; a lost lease means the key moved on already.
-async fn release<K: IdempotencyBackend>(backend: &K, token: &LeaseToken) {
-    match backend.release(token).await {
-        Ok(()) | Err(Error::LeaseLost { .. }) => {}
-        Err(error) => tracing::warn!(%error, "releasing a key failed; it stays in progress until its lease ends"),
-    }
-}
-
-/// Renews a running handler's lease every third of the lease, for as long
-/// as it is polled; after a lost lease it only waits.
-async fn keep_alive<K: IdempotencyBackend>(backend: &K, token: &LeaseToken, lease: Duration) -> Infallible {
-    let period = (lease / 3).max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        match backend.renew(token, lease).await {
-            Ok(()) => {}
-            Err(error @ Error::LeaseLost { .. }) => {
-                tracing::warn!(%error, "lease lost while the handler runs; its answer will not be kept");
-                return std::future::pending().await;
-            }
-            Err(error) => tracing::warn!(%error, "renewing a running handler's lease failed; retrying"),
+    match keep_answer(shared, kept, token, Kind::Fail, encoded).await {
+        Answer::Stored => {}
+        Answer::TooLarge(_) | Answer::NotStored => {
+            tracing::error!("a too-large response could not be kept as a failure");
+            response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
         }
     }
+    counted("response_too_large", response)
 }

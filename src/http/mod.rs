@@ -68,6 +68,8 @@
 mod config;
 mod detached;
 mod guard;
+mod keep;
+mod keeper;
 mod key;
 mod problem;
 mod recovery;
@@ -81,6 +83,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
+use keeper::Keeper;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -95,12 +98,17 @@ pub type LayerBody<R> = Either<R, Full<Bytes>>;
 pub struct IdempotencyLayer<K> {
     backend: Arc<K>,
     config: Arc<LayerConfig>,
+    keeper: Arc<Keeper>,
 }
 
 // By hand: the backend is shared, so it need not be `Clone` itself.
 impl<K> Clone for IdempotencyLayer<K> {
     fn clone(&self) -> Self {
-        IdempotencyLayer { backend: Arc::clone(&self.backend), config: Arc::clone(&self.config) }
+        IdempotencyLayer {
+            backend: Arc::clone(&self.backend),
+            config: Arc::clone(&self.config),
+            keeper: Arc::clone(&self.keeper),
+        }
     }
 }
 
@@ -120,7 +128,7 @@ impl<K: IdempotencyBackend> IdempotencyLayer<K> {
              replay, in_progress, mismatch, refused, store_unavailable, handler_failed, response_too_large, \
              unkeyed) and status"
         );
-        IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config) }
+        IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config), keeper: Arc::new(Keeper::new()) }
     }
 }
 
@@ -128,7 +136,12 @@ impl<S, K> tower::Layer<S> for IdempotencyLayer<K> {
     type Service = IdempotencyService<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService { inner, backend: Arc::clone(&self.backend), config: Arc::clone(&self.config) }
+        IdempotencyService {
+            inner,
+            backend: Arc::clone(&self.backend),
+            config: Arc::clone(&self.config),
+            keeper: Arc::clone(&self.keeper),
+        }
     }
 }
 
@@ -137,6 +150,7 @@ pub struct IdempotencyService<S, K> {
     inner: S,
     backend: Arc<K>,
     config: Arc<LayerConfig>,
+    keeper: Arc<Keeper>,
 }
 
 impl<S: Clone, K> Clone for IdempotencyService<S, K> {
@@ -145,6 +159,7 @@ impl<S: Clone, K> Clone for IdempotencyService<S, K> {
             inner: self.inner.clone(),
             backend: Arc::clone(&self.backend),
             config: Arc::clone(&self.config),
+            keeper: Arc::clone(&self.keeper),
         }
     }
 }
@@ -186,6 +201,11 @@ where
         // The ready inner service goes to this call; a clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(guard::guard(inner, Arc::clone(&self.backend), Arc::clone(&self.config), request))
+        let shared = guard::Shared {
+            backend: Arc::clone(&self.backend),
+            config: Arc::clone(&self.config),
+            keeper: Arc::clone(&self.keeper),
+        };
+        Box::pin(guard::guard(inner, shared, request))
     }
 }

@@ -127,6 +127,15 @@ pub(super) fn quota_exceeded(retry_after: Duration) -> Response<Full<Bytes>> {
     with_retry_after(Problem::QuotaExceeded, retry_after)
 }
 
+/// How long a client is told to wait after the store did not answer.
+pub(super) const STORE_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// 503 for a claim the store did not answer, with `Retry-After`: nothing
+/// ran, so the retry is safe.
+pub(super) fn store_unavailable() -> Response<Full<Bytes>> {
+    with_retry_after(Problem::StoreUnavailable, STORE_UNAVAILABLE_RETRY_AFTER)
+}
+
 /// `problem` with `Retry-After` in whole seconds, at least 1.
 fn with_retry_after(problem: Problem, retry_after: Duration) -> Response<Full<Bytes>> {
     let mut response = problem.response();
@@ -177,5 +186,10 @@ mod tests {
         assert_eq!(seconds(Duration::MAX), u64::MAX.to_string());
         let quota = quota_exceeded(Duration::from_secs(30));
         assert_eq!((quota.status().as_u16(), &quota.headers()[RETRY_AFTER]), (429, &HeaderValue::from(30u64)));
+        let unavailable = store_unavailable();
+        assert_eq!(
+            (unavailable.status().as_u16(), &unavailable.headers()[RETRY_AFTER]),
+            (503, &HeaderValue::from(1u64))
+        );
     }
 }
