@@ -171,7 +171,8 @@ pub use store::{Iter, Store};
 pub use transition::ReusePolicy;
 pub use verify::{verify, Damage, VerifyReport};
 
-/// The README's code blocks, compiled and run as doctests.
+/// The README's code blocks, compiled and run as doctests (its HTTP
+/// example needs the `tower` feature).
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "tower"))]
 pub struct ReadmeDoctests;
