@@ -222,9 +222,10 @@ impl LayerConfig {
         self
     }
 
-    /// The lease of a claim. While the handler runs the layer renews it
-    /// every third of this, so a handler may run longer; it is how long a
-    /// crashed run holds its key. Default 30 s.
+    /// The lease of a claim. Until the handler's answer is stored the
+    /// layer's keeper thread renews it every third of this, so a handler
+    /// (and its streamed body) may run longer; it is how long a crashed
+    /// run holds its key. Default 30 s.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;

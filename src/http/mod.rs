@@ -11,15 +11,20 @@
 //! |---|---|
 //! | acquired | the handler runs to its end (a client that leaves does not cancel it), with [`Attempt`] and [`RecoveryPoints`] extensions; what it answered is kept (see [`FailurePolicy`]) |
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
-//! | in progress | 409 with `Retry-After`; with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays |
+//! | in progress | 409 with `Retry-After` (at most [`LayerConfig::in_progress_retry_after`]); with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays with `Preference-Applied: wait=N` |
 //! | mismatch | 422 |
 //! | a new key in a scope at its quota ([`Error::QuotaExceeded`](crate::Error::QuotaExceeded), embedded store) | 429 with `Retry-After`; the handler is not called |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
+//! | the store fails the claim | 503 with `Retry-After: 1`; the handler is not called |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
 //! handler runs to its end even when the client disconnects (its run then
-//! moves to a task of its own) and its answer is kept for the retry; while it runs the layer
-//! renews its lease every third of [`LayerConfig::lease`]; its 5xx is kept
+//! moves to a task of its own) and its answer is kept for the retry; from
+//! the claim until its answer is stored, a keeper thread of the layer's own
+//! renews its lease every third of [`LayerConfig::lease`], so neither a
+//! handler that blocks its thread nor a body that streams for longer than
+//! the lease lets it lapse (a networked backend's connection still needs
+//! one free worker of the service's runtime); its 5xx is kept
 //! like any answer; its error or panic leaves the key in progress until the
 //! lease ends, after which the next attempt runs with
 //! [`Attempt::recovered`] set and, in [`RecoveryPoints::last`], the last
@@ -27,7 +32,16 @@
 //! of running it again. Only the handler's word — the [`NotSpent`]
 //! response extension — frees the key for a retry (and routing or
 //! validation statuses, see [`FailurePolicy`]). A response too large to
-//! keep is answered, and kept, as a 500 problem.
+//! keep, whichever part of it is too large, is answered, and kept, as a 500
+//! problem. An answer the store fails to keep is tried again while the
+//! lease is held; the key stays in progress meanwhile:
+//!
+//! | the answer's write | the client's answer |
+//! |---|---|
+//! | stored | the handler's answer |
+//! | refused for its size | a 500 `response-too-large` problem, stored instead |
+//! | the lease was lost (taken over, removed) | the handler's answer with `Idempotency-Stored: false` |
+//! | failed (I/O, a full disk, the network, a closed store) | the handler's answer, after a few quick tries (with `Idempotency-Stored: false` if they all failed); then tried in the background while the lease is held, for at most one lease; if it never succeeds, the lease lapses and the next attempt runs with [`Attempt::recovered`] |
 //!
 //! Waiting (`Prefer: wait`) is async and capped by the store; no thread is
 //! parked. Requests the layer does not guard pass through untouched, their
