@@ -16,9 +16,9 @@
 //! back from criterion's estimates, with its ratios to naive and idemkv.
 //!
 //! ```text
-//! cargo bench --bench engines                  # 1 M keys and records, about 6 minutes here
-//! IDEMKV_BENCH_KEYS=20000 IDEMKV_BENCH_OPEN_RECORDS=20000 cargo bench --bench engines -- --test
-//! cargo bench --bench engines -- replay        # criterion's filter (setup still runs)
+//! cargo bench -p idemkv-bench --bench engines                  # 1 M keys and records, about 6 minutes here
+//! IDEMKV_BENCH_KEYS=20000 IDEMKV_BENCH_OPEN_RECORDS=20000 cargo bench -p idemkv-bench --bench engines -- --test
+//! cargo bench -p idemkv-bench --bench engines -- replay        # criterion's filter (setup still runs)
 //! ```
 //!
 //! In test mode (`-- --test`, or `cargo test --benches`) the sizes default

@@ -5,8 +5,8 @@
 //! times `Store::open` (warm page cache).
 //!
 //! ```text
-//! cargo bench --bench footprint                          # 1 M records
-//! IDEMKV_FOOTPRINT_RECORDS=10000000 cargo bench --bench footprint
+//! cargo bench -p idemkv-bench --bench footprint                          # 1 M records
+//! IDEMKV_FOOTPRINT_RECORDS=10000000 cargo bench -p idemkv-bench --bench footprint
 //! ```
 
 mod support;

@@ -2,9 +2,9 @@
 //! concurrent callers, beside a naive fsync-per-call baseline in the same run.
 //!
 //! ```text
-//! cargo bench --bench group_commit              # 3 s per row
-//! IDEMKV_BENCH_SECONDS=0.2 cargo bench --bench group_commit
-//! IDEMKV_BENCH_SHARDS=1 cargo bench --bench group_commit
+//! cargo bench -p idemkv-bench --bench group_commit              # 3 s per row
+//! IDEMKV_BENCH_SECONDS=0.2 cargo bench -p idemkv-bench --bench group_commit
+//! IDEMKV_BENCH_SHARDS=1 cargo bench -p idemkv-bench --bench group_commit
 //! ```
 
 mod support;

@@ -5,8 +5,8 @@
 //! row of replays (one key per client, sent again and again).
 //!
 //! ```text
-//! cargo bench --bench http_layer --features tower            # 5 s per row
-//! IDEMKV_BENCH_SECONDS=0.5 cargo bench --bench http_layer --features tower
+//! cargo bench -p idemkv-bench --bench http_layer            # 5 s per row
+//! IDEMKV_BENCH_SECONDS=0.5 cargo bench -p idemkv-bench --bench http_layer
 //! ```
 
 mod support;

@@ -14,9 +14,9 @@
 //! Each is the best of `IDEMKV_OPEN_RUNS` runs (default 3).
 //!
 //! ```text
-//! cargo bench --bench open                                  # 10 M records
-//! IDEMKV_OPEN_RECORDS=100000 cargo bench --bench open       # a smoke run
-//! IDEMKV_OPEN_DIR=/var/tmp/open cargo bench --bench open    # keep the store for the next run
+//! cargo bench -p idemkv-bench --bench open                                  # 10 M records
+//! IDEMKV_OPEN_RECORDS=100000 cargo bench -p idemkv-bench --bench open       # a smoke run
+//! IDEMKV_OPEN_DIR=/var/tmp/open cargo bench -p idemkv-bench --bench open    # keep the store for the next run
 //! ```
 
 mod support;

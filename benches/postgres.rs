@@ -10,8 +10,8 @@
 //! row, then `SELECT`). 36-byte keys, 200-byte answers.
 //!
 //! ```text
-//! cargo bench --bench postgres --features postgres          # 1 s slices, 5 rounds
-//! IDEMKV_BENCH_SECONDS=0.1 IDEMKV_BENCH_POOL=32 cargo bench --bench postgres --features postgres
+//! cargo bench -p idemkv-bench --bench postgres          # 1 s slices, 5 rounds
+//! IDEMKV_BENCH_SECONDS=0.1 IDEMKV_BENCH_POOL=32 cargo bench -p idemkv-bench --bench postgres
 //! ```
 
 #[path = "../tests/common/postgres.rs"]

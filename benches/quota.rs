@@ -20,8 +20,8 @@
 //! Two threads, Buffered, 36-byte keys, 200-byte responses.
 //!
 //! ```text
-//! cargo bench --bench quota                       # 0.3 s slices, 10 rounds, 100 000 scopes
-//! IDEMKV_BENCH_SECONDS=0.2 IDEMKV_QUOTA_SCOPES=10000 cargo bench --bench quota
+//! cargo bench -p idemkv-bench --bench quota                       # 0.3 s slices, 10 rounds, 100 000 scopes
+//! IDEMKV_BENCH_SECONDS=0.2 IDEMKV_QUOTA_SCOPES=10000 cargo bench -p idemkv-bench --bench quota
 //! ```
 
 mod support;

@@ -10,8 +10,8 @@
 //! NX PX`, refused, then `GET`). 36-byte keys, 200-byte answers.
 //!
 //! ```text
-//! cargo bench --bench redis --features redis                # 1 s slices, 5 rounds
-//! IDEMKV_BENCH_SECONDS=0.1 cargo bench --bench redis --features redis
+//! cargo bench -p idemkv-bench --bench redis                # 1 s slices, 5 rounds
+//! IDEMKV_BENCH_SECONDS=0.1 cargo bench -p idemkv-bench --bench redis
 //! ```
 
 #[path = "../tests/common/redis.rs"]

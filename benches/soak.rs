@@ -4,8 +4,8 @@
 //! compaction running.
 //!
 //! ```text
-//! cargo bench --bench soak                       # 60 s of load, 2 s TTL
-//! IDEMKV_SOAK_SECONDS=5 cargo bench --bench soak # a short smoke run
+//! cargo bench -p idemkv-bench --bench soak                       # 60 s of load, 2 s TTL
+//! IDEMKV_SOAK_SECONDS=5 cargo bench -p idemkv-bench --bench soak # a short smoke run
 //! ```
 
 mod support;

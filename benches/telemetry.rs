@@ -5,8 +5,8 @@
 //! Buffered, 36-byte keys, 200-byte responses.
 //!
 //! ```text
-//! cargo bench --bench telemetry                          # 1 s slices, 5 rounds
-//! IDEMKV_BENCH_SECONDS=0.1 cargo bench --bench telemetry
+//! cargo bench -p idemkv-bench --bench telemetry                          # 1 s slices, 5 rounds
+//! IDEMKV_BENCH_SECONDS=0.1 cargo bench -p idemkv-bench --bench telemetry
 //! ```
 //!
 //! Against a build without the `metrics` feature (no handles, claims not

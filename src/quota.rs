@@ -76,8 +76,8 @@ use std::time::Duration;
 /// from the record's frame (104 bytes and the scope, never the response).
 /// Opening counts every live record's scope the same way. A claim looks at
 /// its scope's counts before it is decided only while some scope is near
-/// its limit; otherwise that is one atomic load. `cargo bench --bench
-/// quota` measures it all; the README has the figures.
+/// its limit; otherwise that is one atomic load. `cargo bench -p idemkv-bench
+/// --bench quota` measures it all; the README has the figures.
 ///
 /// # Examples
 ///

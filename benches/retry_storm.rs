@@ -9,7 +9,7 @@
 //! draws the load over time to `docs/retry_storm.svg` (or the path given).
 //!
 //! ```sh
-//! cargo run --release --example retry_storm --features client
+//! cargo run --release -p idemkv-bench --example retry_storm
 //! ```
 
 use bytes::Bytes;
