@@ -5,8 +5,10 @@
 //! them opens as before, and a hint of a version this build does not know
 //! is ignored (the segment is replayed from the log), never an error.
 
-/// A known on-disk format version.
+/// A known on-disk format version. Later builds may know more versions,
+/// so a `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum FormatVersion {
     /// The second format: a per-shard segment catalog and a durable mark
     /// in every segment header; see `docs/format.md`. (Version 1, without

@@ -38,6 +38,7 @@ use std::time::Duration;
 /// }
 /// # Ok(()) }
 /// ```
+#[must_use = "dropping a lease unfinished leaves its key in progress until the lease ends; complete, fail or release it"]
 pub struct Lease {
     engine: Arc<Engine>,
     hash: u128,
