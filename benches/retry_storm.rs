@@ -9,7 +9,7 @@
 //! draws the load over time to `docs/retry_storm.svg` (or the path given).
 //!
 //! ```sh
-//! cargo run --release -p idemkv-bench --example retry_storm
+//! cargo bench -p idemkv-bench --bench retry_storm
 //! ```
 
 use bytes::Bytes;
@@ -189,7 +189,10 @@ fn draw(path: &str, runs: &[Run]) -> Result<(), BoxError> {
 }
 
 fn main() -> Result<(), BoxError> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "docs/retry_storm.svg".to_string());
+    // `cargo bench` passes `--bench`; the first other argument is the path.
+    let path = std::env::args().skip(1).find(|argument| !argument.starts_with("--")).unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/retry_storm.svg").to_string()
+    });
     let strategies =
         [("no jitter", Jitter::None), ("full jitter", Jitter::Full), ("decorrelated jitter", Jitter::Decorrelated)];
     let mut runs = Vec::new();
