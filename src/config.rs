@@ -47,6 +47,39 @@ pub enum Durability {
 ///     .default_ttl(Duration::from_secs(48 * 3600));
 /// assert_eq!(config.shard_count(), Some(8));
 /// ```
+///
+/// # On Redis and PostgreSQL
+///
+/// `RedisBackend::connect`, `RedisBackend::connect_cluster`,
+/// `PostgresBackend::connect` and `PostgresBackend::connect_with` check
+/// their `Config` before they send anything: every value as
+/// [`Config::validate`] checks it for [`crate::Store::open`]
+/// ([`Error::InvalidConfig`] for a zero lease or TTL, `shards(3)`, ...), but
+/// for the fit of the largest record in a segment (they have no segments).
+/// Then each setting the backend cannot honour is refused with
+/// [`Error::UnsupportedSetting`] naming its setter, whatever its value, the
+/// default's included:
+///
+/// | Setting | Embedded store | Redis, PostgreSQL |
+/// |---|---|---|
+/// | `default_lease`, `default_ttl`, `duration_max` | honoured | honoured, on the server's clock |
+/// | `key_bytes_max`, `scope_bytes_max`, `response_bytes_max` | honoured | honoured, checked before a call is sent |
+/// | `shards`, `segment_bytes` | honoured | refused: the server lays out its own data |
+/// | `durability` | honoured | refused: an answer is as durable as the server makes it (Redis `appendfsync`, PostgreSQL `synchronous_commit`) |
+/// | `compaction_interval`, `compaction_live_fraction`, `compaction_bytes_per_second` | honoured | refused: records leave by Redis's expiry or PostgreSQL's reaper |
+/// | `waiters_per_key_max`, `waiters_max` | honoured | refused: waiting callers are not counted there, at any limit, the defaults' included; bound them with the caller's own concurrency and its wait |
+/// | `clock` | honoured | refused: leases and TTLs run on the server's clock |
+/// | `storage` | honoured | refused: there are no local files |
+/// | `quota`, `scope_quota` | honoured | refused: not enforced there |
+///
+/// Refused rather than ignored: a setting that connects is a setting in
+/// force. Ignored, a quota would let one scope fill the server, a waiter
+/// limit would bound nothing, `Durability::Sync` would promise an fsync the
+/// server may not make, and a manual clock would not move a lease, each
+/// while the service believed the opposite; the storage settings are
+/// refused too, so that the rule has no exception to remember. One
+/// configuration for an embedded store and a backend is built as the
+/// common part and the store's settings added for the store alone.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `None`: 4 for a new store, whatever the manifest says for an existing one.
@@ -68,6 +101,9 @@ pub struct Config {
     pub(crate) storage: Arc<dyn Storage>,
     /// Per-scope quotas.
     pub(crate) quotas: Quotas,
+    /// The settings only the embedded store honours that were set, so that
+    /// a networked backend can refuse them instead of ignoring them.
+    pub(crate) store_only: StoreOnly,
 }
 
 impl Default for Config {
@@ -90,6 +126,7 @@ impl Default for Config {
             clock: Arc::new(SystemClock),
             storage: Arc::new(StdStorage),
             quotas: Quotas::default(),
+            store_only: StoreOnly::default(),
         }
     }
 }
@@ -118,6 +155,7 @@ impl Config {
     #[must_use]
     pub fn shards(mut self, shards: u32) -> Self {
         self.shards = Some(shards);
+        self.store_only.mark(StoreSetting::Shards);
         self
     }
 
@@ -125,6 +163,7 @@ impl Config {
     #[must_use]
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self.store_only.mark(StoreSetting::Durability);
         self
     }
 
@@ -149,6 +188,7 @@ impl Config {
     #[must_use]
     pub fn segment_bytes(mut self, segment_bytes: u64) -> Self {
         self.segment_bytes = segment_bytes;
+        self.store_only.mark(StoreSetting::SegmentBytes);
         self
     }
 
@@ -186,6 +226,7 @@ impl Config {
     #[must_use]
     pub fn waiters_per_key_max(mut self, max: usize) -> Self {
         self.waiters_per_key_max = max;
+        self.store_only.mark(StoreSetting::WaitersPerKeyMax);
         self
     }
 
@@ -194,6 +235,7 @@ impl Config {
     #[must_use]
     pub fn waiters_max(mut self, max: usize) -> Self {
         self.waiters_max = max;
+        self.store_only.mark(StoreSetting::WaitersMax);
         self
     }
 
@@ -202,6 +244,7 @@ impl Config {
     #[must_use]
     pub fn compaction_interval(mut self, interval: Option<Duration>) -> Self {
         self.compaction_interval = interval;
+        self.store_only.mark(StoreSetting::CompactionInterval);
         self
     }
 
@@ -211,6 +254,7 @@ impl Config {
     #[must_use]
     pub fn compaction_live_fraction(mut self, fraction: f64) -> Self {
         self.compaction_live_fraction = fraction;
+        self.store_only.mark(StoreSetting::CompactionLiveFraction);
         self
     }
 
@@ -219,6 +263,7 @@ impl Config {
     #[must_use]
     pub fn compaction_bytes_per_second(mut self, bytes_per_second: u64) -> Self {
         self.compaction_bytes_per_second = bytes_per_second;
+        self.store_only.mark(StoreSetting::CompactionBytesPerSecond);
         self
     }
 
@@ -227,6 +272,7 @@ impl Config {
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self.store_only.mark(StoreSetting::Clock);
         self
     }
 
@@ -234,6 +280,7 @@ impl Config {
     #[must_use]
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.storage = storage;
+        self.store_only.mark(StoreSetting::Storage);
         self
     }
 
@@ -243,6 +290,7 @@ impl Config {
     #[must_use]
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quotas.set_default(quota);
+        self.store_only.mark(StoreSetting::Quota);
         self
     }
 
@@ -252,6 +300,7 @@ impl Config {
     #[must_use]
     pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
         self.quotas.set_scope(scope.as_ref(), quota);
+        self.store_only.mark(StoreSetting::ScopeQuota);
         self
     }
 
@@ -266,6 +315,27 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first value out of range.
     pub fn validate(&self) -> Result<()> {
+        self.validate_values()?;
+        self.validate_record_fits_segment()
+    }
+
+    /// Checks a configuration given to a networked backend (Redis,
+    /// PostgreSQL) when it connects: every value as [`Config::validate`]
+    /// checks it, but for the fit of the largest record in a segment (such
+    /// a backend has no segments), and then refuses every setting only the
+    /// embedded store honours, so that a configuration that connects means
+    /// what it says. The table in [`Config`]'s docs lists them.
+    pub(crate) fn validate_for_backend(&self, backend: &'static str) -> Result<()> {
+        self.validate_values()?;
+        match StoreSetting::ALL.into_iter().find(|setting| self.store_only.has(*setting)) {
+            Some(setting) => Err(Error::UnsupportedSetting { backend, setting: setting.name() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every range check of [`Config::validate`] that does not depend on the
+    /// on-disk layout.
+    fn validate_values(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidConfig(reason));
         if let Some(shards) = self.shards.filter(|shards| !shards.is_power_of_two() || *shards > SHARDS_MAX) {
             return invalid(format!("shards must be a power of two in 1..={SHARDS_MAX}, got {shards}"));
@@ -298,14 +368,20 @@ impl Config {
         if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
             return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
         }
+        self.quotas.validate(self.scope_bytes_max)
+    }
+
+    /// A segment must hold one record of the largest scope, key and
+    /// response, or such a record could never be written.
+    fn validate_record_fits_segment(&self) -> Result<()> {
         let record_max = record::frame_bytes(self.scope_bytes_max, self.key_bytes_max, self.response_bytes_max);
         if HEADER_BYTES as u64 + record_max > self.segment_bytes {
-            return invalid(format!(
+            return Err(Error::InvalidConfig(format!(
                 "segment_bytes {} cannot hold one record of the largest scope, key and response ({record_max} bytes)",
                 self.segment_bytes
-            ));
+            )));
         }
-        self.quotas.validate(self.scope_bytes_max)
+        Ok(())
     }
 
     /// Checks a key and scope against the limits.
@@ -348,6 +424,78 @@ impl Config {
             return Err(Error::InvalidDuration { what, reason: "longer than the configured duration_max" });
         }
         Ok(ms)
+    }
+}
+
+/// A setting only the embedded store honours: the layout and persistence
+/// of its files, its background work, its own waiters, clock and quotas.
+/// A networked backend's server does all of that itself (or nothing does),
+/// so such a backend refuses a configuration that sets one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreSetting {
+    Shards,
+    Durability,
+    SegmentBytes,
+    WaitersPerKeyMax,
+    WaitersMax,
+    CompactionInterval,
+    CompactionLiveFraction,
+    CompactionBytesPerSecond,
+    Clock,
+    Storage,
+    Quota,
+    ScopeQuota,
+}
+
+impl StoreSetting {
+    /// Every one, in the order of the setters.
+    pub(crate) const ALL: [StoreSetting; 12] = [
+        StoreSetting::Shards,
+        StoreSetting::Durability,
+        StoreSetting::SegmentBytes,
+        StoreSetting::WaitersPerKeyMax,
+        StoreSetting::WaitersMax,
+        StoreSetting::CompactionInterval,
+        StoreSetting::CompactionLiveFraction,
+        StoreSetting::CompactionBytesPerSecond,
+        StoreSetting::Clock,
+        StoreSetting::Storage,
+        StoreSetting::Quota,
+        StoreSetting::ScopeQuota,
+    ];
+
+    /// The name of its setter on [`Config`].
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreSetting::Shards => "shards",
+            StoreSetting::Durability => "durability",
+            StoreSetting::SegmentBytes => "segment_bytes",
+            StoreSetting::WaitersPerKeyMax => "waiters_per_key_max",
+            StoreSetting::WaitersMax => "waiters_max",
+            StoreSetting::CompactionInterval => "compaction_interval",
+            StoreSetting::CompactionLiveFraction => "compaction_live_fraction",
+            StoreSetting::CompactionBytesPerSecond => "compaction_bytes_per_second",
+            StoreSetting::Clock => "clock",
+            StoreSetting::Storage => "storage",
+            StoreSetting::Quota => "quota",
+            StoreSetting::ScopeQuota => "scope_quota",
+        }
+    }
+}
+
+/// Which [`StoreSetting`]s a configuration set, one bit each. A setter
+/// marks its bit whatever the value, the default's included: a backend
+/// that cannot honour the setting cannot honour it at any value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StoreOnly(u16);
+
+impl StoreOnly {
+    fn mark(&mut self, setting: StoreSetting) {
+        self.0 |= 1 << setting as u16;
+    }
+
+    fn has(self, setting: StoreSetting) -> bool {
+        self.0 & (1 << setting as u16) != 0
     }
 }
 
