@@ -55,15 +55,17 @@ pub enum Durability {
 /// their `Config` before they send anything: every value as
 /// [`Config::validate`] checks it for [`crate::Store::open`]
 /// ([`Error::InvalidConfig`] for a zero lease or TTL, `shards(3)`, ...), but
-/// for the fit of the largest record in a segment (they have no segments).
-/// Then each setting the backend cannot honour is refused with
+/// for the fit of the largest record in a segment (they have no segments),
+/// and the longest scope and key against what the backend holds. Then each
+/// setting the backend cannot honour is refused with
 /// [`Error::UnsupportedSetting`] naming its setter, whatever its value, the
 /// default's included:
 ///
 /// | Setting | Embedded store | Redis, PostgreSQL |
 /// |---|---|---|
 /// | `default_lease`, `default_ttl`, `duration_max` | honoured | honoured, on the server's clock |
-/// | `key_bytes_max`, `scope_bytes_max`, `response_bytes_max` | honoured | honoured, checked before a call is sent |
+/// | `key_bytes_max`, `scope_bytes_max` | honoured | honoured, checked before a call is sent; on PostgreSQL the two together at most 2,685 (the largest primary-key entry), else [`Error::InvalidConfig`] |
+/// | `response_bytes_max` | honoured | honoured, checked before a call is sent; not checked at connect against the server's own ceiling (Redis `proto-max-bulk-len`, 512 MB by default; PostgreSQL 1 GB a value), over which the server refuses the call |
 /// | `shards`, `segment_bytes` | honoured | refused: the server lays out its own data |
 /// | `durability` | honoured | refused: an answer is as durable as the server makes it (Redis `appendfsync`, PostgreSQL `synchronous_commit`) |
 /// | `compaction_interval`, `compaction_live_fraction`, `compaction_bytes_per_second` | honoured | refused: records leave by Redis's expiry or PostgreSQL's reaper |
@@ -322,13 +324,22 @@ impl Config {
     /// Checks a configuration given to a networked backend (Redis,
     /// PostgreSQL) when it connects: every value as [`Config::validate`]
     /// checks it, but for the fit of the largest record in a segment (such
-    /// a backend has no segments), and then refuses every setting only the
-    /// embedded store honours, so that a configuration that connects means
-    /// what it says. The table in [`Config`]'s docs lists them.
-    pub(crate) fn validate_for_backend(&self, backend: &'static str) -> Result<()> {
+    /// a backend has no segments); then the longest scope and key against
+    /// what the backend can hold, and every setting only the embedded store
+    /// honours is refused, so that a configuration that connects means what
+    /// it says. The table in [`Config`]'s docs lists them.
+    pub(crate) fn validate_for_backend(&self, backend: Backend) -> Result<()> {
         self.validate_values()?;
+        let scope_and_key_bytes = self.scope_bytes_max.saturating_add(self.key_bytes_max);
+        if scope_and_key_bytes > backend.scope_and_key_bytes_max {
+            return Err(Error::InvalidConfig(format!(
+                "{} holds a scope and key of at most {} bytes together, scope_bytes_max + key_bytes_max is \
+                 {scope_and_key_bytes}",
+                backend.name, backend.scope_and_key_bytes_max
+            )));
+        }
         match StoreSetting::ALL.into_iter().find(|setting| self.store_only.has(*setting)) {
-            Some(setting) => Err(Error::UnsupportedSetting { backend, setting: setting.name() }),
+            Some(setting) => Err(Error::UnsupportedSetting { backend: backend.name, setting: setting.name() }),
             None => Ok(()),
         }
     }
@@ -425,6 +436,16 @@ impl Config {
         }
         Ok(ms)
     }
+}
+
+/// What a networked backend can honour, for
+/// [`Config::validate_for_backend`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backend {
+    /// Its name in errors (`"redis"`, `"postgres"`).
+    pub(crate) name: &'static str,
+    /// The longest scope and key, together, that it can hold.
+    pub(crate) scope_and_key_bytes_max: usize,
 }
 
 /// A setting only the embedded store honours: the layout and persistence
@@ -528,6 +549,72 @@ mod tests {
         ];
         for config in cases {
             assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "accepted {config:?}");
+        }
+    }
+
+    const NETWORKED: Backend = Backend { name: "networked", scope_and_key_bytes_max: 1000 };
+
+    /// Every setter of a setting only the embedded store honours marks it,
+    /// whatever the value, and a networked backend refuses it by name.
+    #[test]
+    fn backends_refuse_store_only_settings() {
+        let quota = Quota::new().records(1);
+        let cases = [
+            Config::new().shards(4),
+            Config::new().durability(Durability::Sync),
+            Config::new().segment_bytes(8 << 20),
+            Config::new().waiters_per_key_max(1024),
+            Config::new().waiters_max(1),
+            Config::new().compaction_interval(None),
+            Config::new().compaction_live_fraction(0.5),
+            Config::new().compaction_bytes_per_second(0),
+            Config::new().clock(Arc::new(SystemClock)),
+            Config::new().storage(Arc::new(StdStorage)),
+            Config::new().quota(quota.clone()),
+            Config::new().scope_quota(b"a", quota),
+        ];
+        for (setting, config) in StoreSetting::ALL.into_iter().zip(cases) {
+            config.validate().expect("valid for the embedded store");
+            let refused = config.validate_for_backend(NETWORKED);
+            assert!(
+                matches!(refused, Err(Error::UnsupportedSetting { backend: "networked", setting: name }) if name == setting.name()),
+                "{setting:?}: {refused:?}"
+            );
+        }
+        Config::new().validate_for_backend(NETWORKED).expect("the defaults");
+    }
+
+    /// A backend checks values as the store does, but has no segment for a
+    /// record to fit, and its own ceiling on scope and key.
+    #[test]
+    fn backends_check_values_but_not_the_segment_fit() {
+        let large = Config::new().response_bytes_max(256 << 20);
+        assert!(matches!(large.validate(), Err(Error::InvalidConfig(_))));
+        large.validate_for_backend(NETWORKED).expect("no segments");
+        let zero = Config::new().default_lease(Duration::ZERO);
+        assert!(matches!(zero.validate_for_backend(NETWORKED), Err(Error::InvalidConfig(_))));
+        let long = Config::new().scope_bytes_max(500).key_bytes_max(501);
+        assert!(matches!(long.validate_for_backend(NETWORKED), Err(Error::InvalidConfig(_))));
+        Config::new().scope_bytes_max(500).key_bytes_max(500).validate_for_backend(NETWORKED).expect("at the ceiling");
+    }
+
+    /// The tables of what a backend takes, in these docs and the README,
+    /// list every setting a backend refuses, as refused.
+    #[test]
+    fn the_tables_list_every_refused_setting() {
+        for (file, text) in [("src/config.rs", include_str!("config.rs")), ("README.md", include_str!("../README.md"))]
+        {
+            for setting in StoreSetting::ALL {
+                let listed = text.lines().any(|line| {
+                    let cells: Vec<&str> = line.trim_start_matches("/// ").split(" | ").collect();
+                    cells.len() == 3
+                        && cells[0]
+                            .split(", ")
+                            .any(|name| name.trim_start_matches("| ") == format!("`{}`", setting.name()))
+                        && cells[2].starts_with("refused")
+                });
+                assert!(listed, "{file} does not list `{}` as refused", setting.name());
+            }
         }
     }
 }

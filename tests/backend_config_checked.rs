@@ -11,7 +11,9 @@
 mod common;
 
 use idemkv::io::StdStorage;
-use idemkv::{BackendClaim, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, ManualClock, Quota};
+use idemkv::{
+    BackendClaim, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, ManualClock, Quota,
+};
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
@@ -71,7 +73,10 @@ fn valid_configs() -> Vec<(Config, [usize; 3])> {
             Config::new().response_bytes_max(16 << 20).default_ttl(Duration::from_secs(365 * 24 * 3600)),
             [255, 255, 16 << 20],
         ),
-        (Config::new().default_lease(Duration::from_millis(1)).default_ttl(Duration::from_millis(1)), [255, 255, 1 << 20]),
+        (
+            Config::new().default_lease(Duration::from_millis(1)).default_ttl(Duration::from_millis(1)),
+            [255, 255, 1 << 20],
+        ),
         (
             Config::new()
                 .key_bytes_max(1)
@@ -88,6 +93,32 @@ fn valid_configs() -> Vec<(Config, [usize; 3])> {
 
 fn fingerprint() -> Fingerprint {
     Fingerprint::of(b"POST /payments amount=10")
+}
+
+/// `len` bytes that no compression shortens (xorshift from `seed`).
+fn incompressible(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_be_bytes()[3]
+        })
+        .collect()
+}
+
+/// A claim of the longest scope and key a configuration allows is
+/// acquired, completed and replayed.
+async fn longest_scope_and_key_held<B: IdempotencyBackend>(backend: &B, scope_bytes: usize, key_bytes: usize) {
+    let (scope, key) = (incompressible(scope_bytes, 1), incompressible(key_bytes, 2));
+    let claim = backend.claim(&scope, &key, fingerprint(), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claim else {
+        panic!("scope of {scope_bytes} bytes, key of {key_bytes}: expected Acquired, got {claim:?}");
+    };
+    backend.complete(&token, b"201 charged").await.expect("complete");
+    let again = backend.claim(&scope, &key, fingerprint(), ClaimOptions::new()).await.expect("claim again");
+    assert!(matches!(&again, BackendClaim::Replay(response) if response == b"201 charged"), "{again:?}");
 }
 
 /// The zero default lease is refused; were it not, the same claim twice
@@ -138,14 +169,22 @@ where
     F: Fn(Config) -> Fut,
     Fut: Future<Output = Result<B, Error>>,
 {
+    let mut wrong = Vec::new();
     for (name, config) in invalid_values() {
         let described = format!("{config:?}");
         assert!(config.validate().is_err(), "Store::open accepts {described}");
         match connect(config).await {
-            Err(Error::InvalidConfig(reason)) => assert!(reason.contains(name), "{name}: reason {reason}"),
-            other => panic!("{name}: expected InvalidConfig, got {other:?} for {described}"),
+            Err(Error::InvalidConfig(reason)) if reason.contains(name) => {}
+            other => wrong.push(format!("{name}: expected InvalidConfig, got {other:?} for {described}")),
         }
     }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} invalid values not refused:\n{}",
+        wrong.len(),
+        invalid_values().len(),
+        wrong.join("\n")
+    );
 }
 
 /// Every setting of the embedded store alone is refused, naming its
@@ -156,15 +195,16 @@ where
     F: Fn(Config) -> Fut,
     Fut: Future<Output = Result<B, Error>>,
 {
+    let mut wrong = Vec::new();
     for (name, config) in store_only_settings() {
         config.validate().expect("a value the embedded store accepts");
         match connect(config).await {
-            Err(Error::UnsupportedSetting { backend, setting }) => {
-                assert_eq!((backend, setting), (expected_backend, name));
-            }
-            other => panic!("{name}: expected UnsupportedSetting, got {other:?}"),
+            Err(Error::UnsupportedSetting { backend, setting }) if (backend, setting) == (expected_backend, name) => {}
+            other => wrong.push(format!("{name}: expected UnsupportedSetting, got {other:?}")),
         }
     }
+    let count = store_only_settings().len();
+    assert!(wrong.is_empty(), "{} of {count} settings not refused:\n{}", wrong.len(), wrong.join("\n"));
 }
 
 /// Every valid configuration a backend is given connects, with the limits
@@ -231,6 +271,17 @@ mod redis {
         let server = RedisServer::start(dir.path());
         let url = server.url();
         valid_configs_connect(|config| RedisBackend::connect(&url, config)).await;
+    }
+
+    /// Redis holds scope and key in the record's value: the `Config`'s own
+    /// limits, at their largest, are all there is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_holds_its_longest_scope_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let config = Config::new().scope_bytes_max(65_535).key_bytes_max(65_535);
+        let backend = RedisBackend::connect(&server.url(), config).await.expect("connect");
+        longest_scope_and_key_held(&backend, 65_535, 65_535).await;
     }
 
     /// The Cluster's connect runs the same check: all of it on one Cluster.
@@ -303,5 +354,34 @@ mod postgres {
         let server = PostgresServer::start(dir.path());
         let url = server.url();
         valid_configs_connect(|config| PostgresBackend::connect(&url, config)).await;
+    }
+
+    /// PostgreSQL's primary key holds a scope and key of 2,685 bytes
+    /// together, however incompressible: a configuration that allows more
+    /// is refused at connect, instead of a long key refused by the server
+    /// at every claim; one at the limit holds its longest scope and key,
+    /// whatever the padding between them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_refuses_keys_its_primary_key_cannot_hold() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = PostgresServer::start(dir.path());
+        let url = server.url();
+        for (scope_bytes, key_bytes) in [(255, 2431), (0, 4096), (65_535, 65_535)] {
+            let config = Config::new().scope_bytes_max(scope_bytes).key_bytes_max(key_bytes);
+            match PostgresBackend::connect(&url, config).await {
+                Err(Error::InvalidConfig(reason)) => assert!(reason.contains("2685"), "reason: {reason}"),
+                Err(other) => panic!("{scope_bytes} + {key_bytes}: expected InvalidConfig, got {other:?}"),
+                Ok(backend) => {
+                    let (scope, key) = (incompressible(scope_bytes, 1), incompressible(key_bytes, 2));
+                    let claim = backend.claim(&scope, &key, fingerprint(), ClaimOptions::new()).await;
+                    panic!("{scope_bytes} + {key_bytes} bytes connected; the longest claim answered {claim:?}");
+                }
+            }
+        }
+        for (scope_bytes, key_bytes) in [(255, 2430), (1341, 1344), (0, 2685)] {
+            let config = Config::new().scope_bytes_max(scope_bytes).key_bytes_max(key_bytes);
+            let backend = PostgresBackend::connect(&url, config).await.expect("connect");
+            longest_scope_and_key_held(&backend, scope_bytes, key_bytes).await;
+        }
     }
 }

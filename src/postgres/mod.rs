@@ -83,7 +83,7 @@ mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 use crate::checkpoint;
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake;
@@ -99,8 +99,12 @@ use wait::{Listening, Stop};
 /// The pool and client crates, at the versions this build uses.
 pub use {deadpool_postgres, tokio_postgres};
 
-/// The backend's name in [`Error::UnsupportedSetting`].
-const BACKEND: &str = "postgres";
+/// What this backend honours of a [`Config`]. A scope and key are the
+/// table's primary key, and a B-tree entry of 8 KiB pages holds at most
+/// 2,704 bytes: 8 of entry header, 4 of length before each of the two
+/// (over 126 bytes) and up to 3 of padding between them leave 2,685 for
+/// the two, however incompressible.
+const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 };
 /// Connections in the pool of [`PostgresBackend::connect`].
 pub const POOL_SIZE_DEFAULT: usize = 16;
 /// How long a call waits for a connection and its answer before it is

@@ -78,7 +78,7 @@ mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 use crate::checkpoint;
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake::{self, Waits};
@@ -96,8 +96,10 @@ use std::time::Duration;
 /// server clock may go back by less than this without a token repeating.
 pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
 
-/// The backend's name in [`Error::UnsupportedSetting`].
-const BACKEND: &str = "redis";
+/// What this backend honours of a [`Config`]: a scope and key are bytes
+/// of the record's value, not of its name (a digest), so the `Config`'s
+/// own limits are the only ones.
+const BACKEND: Backend = Backend { name: "redis", scope_and_key_bytes_max: usize::MAX };
 
 /// The claim contract on a Redis / Valkey server or Cluster.
 #[derive(Clone)]
