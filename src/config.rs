@@ -328,6 +328,7 @@ impl Config {
     /// what the backend can hold, and every setting only the embedded store
     /// honours is refused, so that a configuration that connects means what
     /// it says. The table in [`Config`]'s docs lists them.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn validate_for_backend(&self, backend: Backend) -> Result<()> {
         self.validate_values()?;
         let scope_and_key_bytes = self.scope_bytes_max.saturating_add(self.key_bytes_max);
@@ -440,6 +441,7 @@ impl Config {
 
 /// What a networked backend can honour, for
 /// [`Config::validate_for_backend`].
+#[cfg(any(feature = "redis", feature = "postgres"))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backend {
     /// Its name in errors (`"redis"`, `"postgres"`).
@@ -470,6 +472,7 @@ pub(crate) enum StoreSetting {
 
 impl StoreSetting {
     /// Every one, in the order of the setters.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) const ALL: [StoreSetting; 12] = [
         StoreSetting::Shards,
         StoreSetting::Durability,
@@ -486,6 +489,7 @@ impl StoreSetting {
     ];
 
     /// The name of its setter on [`Config`].
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn name(self) -> &'static str {
         match self {
             StoreSetting::Shards => "shards",
@@ -515,6 +519,7 @@ impl StoreOnly {
         self.0 |= 1 << setting as u16;
     }
 
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     fn has(self, setting: StoreSetting) -> bool {
         self.0 & (1 << setting as u16) != 0
     }
@@ -552,10 +557,12 @@ mod tests {
         }
     }
 
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     const NETWORKED: Backend = Backend { name: "networked", scope_and_key_bytes_max: 1000 };
 
     /// Every setter of a setting only the embedded store honours marks it,
     /// whatever the value, and a networked backend refuses it by name.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn backends_refuse_store_only_settings() {
         let quota = Quota::new().records(1);
@@ -570,7 +577,7 @@ mod tests {
             Config::new().compaction_bytes_per_second(0),
             Config::new().clock(Arc::new(SystemClock)),
             Config::new().storage(Arc::new(StdStorage)),
-            Config::new().quota(quota.clone()),
+            Config::new().quota(quota),
             Config::new().scope_quota(b"a", quota),
         ];
         for (setting, config) in StoreSetting::ALL.into_iter().zip(cases) {
@@ -586,6 +593,7 @@ mod tests {
 
     /// A backend checks values as the store does, but has no segment for a
     /// record to fit, and its own ceiling on scope and key.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn backends_check_values_but_not_the_segment_fit() {
         let large = Config::new().response_bytes_max(256 << 20);
@@ -600,6 +608,7 @@ mod tests {
 
     /// The tables of what a backend takes, in these docs and the README,
     /// list every setting a backend refuses, as refused.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn the_tables_list_every_refused_setting() {
         for (file, text) in [("src/config.rs", include_str!("config.rs")), ("README.md", include_str!("../README.md"))]
