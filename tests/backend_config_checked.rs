@@ -1,10 +1,12 @@
 //! A networked backend checks the `Config` it is given when it connects,
 //! as `Store::open` does, and refuses a setting of the embedded store alone
-//! instead of ignoring it. Guards three regressions: a zero default lease
+//! instead of ignoring it. Guards these regressions: a zero default lease
 //! connected and gave one key two holders at once, a zero default TTL
-//! connected and ran a completed request again, and `shards(3)` (like every
-//! storage setting) was accepted silently — on Redis, standalone and
-//! Cluster, and on PostgreSQL, real servers started here on loopback.
+//! connected and ran a completed request again, `shards(3)` (like every
+//! storage setting) was accepted silently, and PostgreSQL connected with
+//! key limits its primary key cannot hold, refusing the long keys at every
+//! claim — on Redis, standalone and Cluster, and on PostgreSQL, real
+//! servers started here on loopback.
 
 #![cfg(any(feature = "redis", feature = "postgres"))]
 
@@ -366,7 +368,7 @@ mod postgres {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = PostgresServer::start(dir.path());
         let url = server.url();
-        for (scope_bytes, key_bytes) in [(255, 2431), (0, 4096), (65_535, 65_535)] {
+        for (scope_bytes, key_bytes) in [(1341, 1345), (0, 4096), (65_535, 65_535)] {
             let config = Config::new().scope_bytes_max(scope_bytes).key_bytes_max(key_bytes);
             match PostgresBackend::connect(&url, config).await {
                 Err(Error::InvalidConfig(reason)) => assert!(reason.contains("2685"), "reason: {reason}"),
