@@ -47,6 +47,41 @@ pub enum Durability {
 ///     .default_ttl(Duration::from_secs(48 * 3600));
 /// assert_eq!(config.shard_count(), Some(8));
 /// ```
+///
+/// # On Redis and PostgreSQL
+///
+/// `RedisBackend::connect`, `RedisBackend::connect_cluster`,
+/// `PostgresBackend::connect` and `PostgresBackend::connect_with` check
+/// their `Config` before they send anything: every value as
+/// [`Config::validate`] checks it for [`crate::Store::open`]
+/// ([`Error::InvalidConfig`] for a zero lease or TTL, `shards(3)`, ...), but
+/// for the fit of the largest record in a segment (they have no segments),
+/// and the longest scope and key against what the backend holds. Then each
+/// setting the backend cannot honour is refused with
+/// [`Error::UnsupportedSetting`] naming its setter, whatever its value, the
+/// default's included:
+///
+/// | Setting | Embedded store | Redis, PostgreSQL |
+/// |---|---|---|
+/// | `default_lease`, `default_ttl`, `duration_max` | honoured | honoured, on the server's clock |
+/// | `key_bytes_max`, `scope_bytes_max` | honoured | honoured, checked before a call is sent; on PostgreSQL the two together at most 2,685 (the largest primary-key entry), else [`Error::InvalidConfig`] |
+/// | `response_bytes_max` | honoured | honoured, checked before a call is sent; not checked at connect against the server's own ceiling (Redis `proto-max-bulk-len`, 512 MB by default; PostgreSQL 1 GB a value), over which the server refuses the call |
+/// | `shards`, `segment_bytes` | honoured | refused: the server lays out its own data |
+/// | `durability` | honoured | refused: an answer is as durable as the server makes it (Redis `appendfsync`, PostgreSQL `synchronous_commit`) |
+/// | `compaction_interval`, `compaction_live_fraction`, `compaction_bytes_per_second` | honoured | refused: records leave by Redis's expiry or PostgreSQL's reaper |
+/// | `waiters_per_key_max`, `waiters_max` | honoured | refused: waiting callers are not counted there, at any limit, the defaults' included; bound them with the caller's own concurrency and its wait |
+/// | `clock` | honoured | refused: leases and TTLs run on the server's clock |
+/// | `storage` | honoured | refused: there are no local files |
+/// | `quota`, `scope_quota` | honoured | refused: not enforced there |
+///
+/// Refused rather than ignored: a setting that connects is a setting in
+/// force. Ignored, a quota would let one scope fill the server, a waiter
+/// limit would bound nothing, `Durability::Sync` would promise an fsync the
+/// server may not make, and a manual clock would not move a lease, each
+/// while the service believed the opposite; the storage settings are
+/// refused too, so that the rule has no exception to remember. One
+/// configuration for an embedded store and a backend is built as the
+/// common part and the store's settings added for the store alone.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `None`: 4 for a new store, whatever the manifest says for an existing one.
@@ -68,6 +103,9 @@ pub struct Config {
     pub(crate) storage: Arc<dyn Storage>,
     /// Per-scope quotas.
     pub(crate) quotas: Quotas,
+    /// The settings only the embedded store honours that were set, so that
+    /// a networked backend can refuse them instead of ignoring them.
+    pub(crate) store_only: StoreOnly,
 }
 
 impl Default for Config {
@@ -90,6 +128,7 @@ impl Default for Config {
             clock: Arc::new(SystemClock),
             storage: Arc::new(StdStorage),
             quotas: Quotas::default(),
+            store_only: StoreOnly::default(),
         }
     }
 }
@@ -118,6 +157,7 @@ impl Config {
     #[must_use]
     pub fn shards(mut self, shards: u32) -> Self {
         self.shards = Some(shards);
+        self.store_only.mark(StoreSetting::Shards);
         self
     }
 
@@ -125,6 +165,7 @@ impl Config {
     #[must_use]
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self.store_only.mark(StoreSetting::Durability);
         self
     }
 
@@ -149,6 +190,7 @@ impl Config {
     #[must_use]
     pub fn segment_bytes(mut self, segment_bytes: u64) -> Self {
         self.segment_bytes = segment_bytes;
+        self.store_only.mark(StoreSetting::SegmentBytes);
         self
     }
 
@@ -186,6 +228,7 @@ impl Config {
     #[must_use]
     pub fn waiters_per_key_max(mut self, max: usize) -> Self {
         self.waiters_per_key_max = max;
+        self.store_only.mark(StoreSetting::WaitersPerKeyMax);
         self
     }
 
@@ -194,6 +237,7 @@ impl Config {
     #[must_use]
     pub fn waiters_max(mut self, max: usize) -> Self {
         self.waiters_max = max;
+        self.store_only.mark(StoreSetting::WaitersMax);
         self
     }
 
@@ -202,6 +246,7 @@ impl Config {
     #[must_use]
     pub fn compaction_interval(mut self, interval: Option<Duration>) -> Self {
         self.compaction_interval = interval;
+        self.store_only.mark(StoreSetting::CompactionInterval);
         self
     }
 
@@ -211,6 +256,7 @@ impl Config {
     #[must_use]
     pub fn compaction_live_fraction(mut self, fraction: f64) -> Self {
         self.compaction_live_fraction = fraction;
+        self.store_only.mark(StoreSetting::CompactionLiveFraction);
         self
     }
 
@@ -219,6 +265,7 @@ impl Config {
     #[must_use]
     pub fn compaction_bytes_per_second(mut self, bytes_per_second: u64) -> Self {
         self.compaction_bytes_per_second = bytes_per_second;
+        self.store_only.mark(StoreSetting::CompactionBytesPerSecond);
         self
     }
 
@@ -227,6 +274,7 @@ impl Config {
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self.store_only.mark(StoreSetting::Clock);
         self
     }
 
@@ -234,6 +282,7 @@ impl Config {
     #[must_use]
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.storage = storage;
+        self.store_only.mark(StoreSetting::Storage);
         self
     }
 
@@ -243,6 +292,7 @@ impl Config {
     #[must_use]
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quotas.set_default(quota);
+        self.store_only.mark(StoreSetting::Quota);
         self
     }
 
@@ -252,6 +302,7 @@ impl Config {
     #[must_use]
     pub fn scope_quota(mut self, scope: impl AsRef<[u8]>, quota: Quota) -> Self {
         self.quotas.set_scope(scope.as_ref(), quota);
+        self.store_only.mark(StoreSetting::ScopeQuota);
         self
     }
 
@@ -266,6 +317,37 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first value out of range.
     pub fn validate(&self) -> Result<()> {
+        self.validate_values()?;
+        self.validate_record_fits_segment()
+    }
+
+    /// Checks a configuration given to a networked backend (Redis,
+    /// PostgreSQL) when it connects: every value as [`Config::validate`]
+    /// checks it, but for the fit of the largest record in a segment (such
+    /// a backend has no segments); then the longest scope and key against
+    /// what the backend can hold, and every setting only the embedded store
+    /// honours is refused, so that a configuration that connects means what
+    /// it says. The table in [`Config`]'s docs lists them.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn validate_for_backend(&self, backend: Backend) -> Result<()> {
+        self.validate_values()?;
+        let scope_and_key_bytes = self.scope_bytes_max.saturating_add(self.key_bytes_max);
+        if scope_and_key_bytes > backend.scope_and_key_bytes_max {
+            return Err(Error::InvalidConfig(format!(
+                "{} holds a scope and key of at most {} bytes together, scope_bytes_max + key_bytes_max is \
+                 {scope_and_key_bytes}",
+                backend.name, backend.scope_and_key_bytes_max
+            )));
+        }
+        match StoreSetting::ALL.into_iter().find(|setting| self.store_only.has(*setting)) {
+            Some(setting) => Err(Error::UnsupportedSetting { backend: backend.name, setting: setting.name() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every range check of [`Config::validate`] that does not depend on the
+    /// on-disk layout.
+    fn validate_values(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidConfig(reason));
         if let Some(shards) = self.shards.filter(|shards| !shards.is_power_of_two() || *shards > SHARDS_MAX) {
             return invalid(format!("shards must be a power of two in 1..={SHARDS_MAX}, got {shards}"));
@@ -298,14 +380,20 @@ impl Config {
         if !(4096..=u64::from(u32::MAX)).contains(&self.segment_bytes) {
             return invalid("segment_bytes must be in 4 KiB..=4 GiB".into());
         }
+        self.quotas.validate(self.scope_bytes_max)
+    }
+
+    /// A segment must hold one record of the largest scope, key and
+    /// response, or such a record could never be written.
+    fn validate_record_fits_segment(&self) -> Result<()> {
         let record_max = record::frame_bytes(self.scope_bytes_max, self.key_bytes_max, self.response_bytes_max);
         if HEADER_BYTES as u64 + record_max > self.segment_bytes {
-            return invalid(format!(
+            return Err(Error::InvalidConfig(format!(
                 "segment_bytes {} cannot hold one record of the largest scope, key and response ({record_max} bytes)",
                 self.segment_bytes
-            ));
+            )));
         }
-        self.quotas.validate(self.scope_bytes_max)
+        Ok(())
     }
 
     /// Checks a key and scope against the limits.
@@ -351,6 +439,92 @@ impl Config {
     }
 }
 
+/// What a networked backend can honour, for
+/// [`Config::validate_for_backend`].
+#[cfg(any(feature = "redis", feature = "postgres"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backend {
+    /// Its name in errors (`"redis"`, `"postgres"`).
+    pub(crate) name: &'static str,
+    /// The longest scope and key, together, that it can hold.
+    pub(crate) scope_and_key_bytes_max: usize,
+}
+
+/// A setting only the embedded store honours: the layout and persistence
+/// of its files, its background work, its own waiters, clock and quotas.
+/// A networked backend's server does all of that itself (or nothing does),
+/// so such a backend refuses a configuration that sets one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreSetting {
+    Shards,
+    Durability,
+    SegmentBytes,
+    WaitersPerKeyMax,
+    WaitersMax,
+    CompactionInterval,
+    CompactionLiveFraction,
+    CompactionBytesPerSecond,
+    Clock,
+    Storage,
+    Quota,
+    ScopeQuota,
+}
+
+impl StoreSetting {
+    /// Every one, in the order of the setters.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) const ALL: [StoreSetting; 12] = [
+        StoreSetting::Shards,
+        StoreSetting::Durability,
+        StoreSetting::SegmentBytes,
+        StoreSetting::WaitersPerKeyMax,
+        StoreSetting::WaitersMax,
+        StoreSetting::CompactionInterval,
+        StoreSetting::CompactionLiveFraction,
+        StoreSetting::CompactionBytesPerSecond,
+        StoreSetting::Clock,
+        StoreSetting::Storage,
+        StoreSetting::Quota,
+        StoreSetting::ScopeQuota,
+    ];
+
+    /// The name of its setter on [`Config`].
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreSetting::Shards => "shards",
+            StoreSetting::Durability => "durability",
+            StoreSetting::SegmentBytes => "segment_bytes",
+            StoreSetting::WaitersPerKeyMax => "waiters_per_key_max",
+            StoreSetting::WaitersMax => "waiters_max",
+            StoreSetting::CompactionInterval => "compaction_interval",
+            StoreSetting::CompactionLiveFraction => "compaction_live_fraction",
+            StoreSetting::CompactionBytesPerSecond => "compaction_bytes_per_second",
+            StoreSetting::Clock => "clock",
+            StoreSetting::Storage => "storage",
+            StoreSetting::Quota => "quota",
+            StoreSetting::ScopeQuota => "scope_quota",
+        }
+    }
+}
+
+/// Which [`StoreSetting`]s a configuration set, one bit each. A setter
+/// marks its bit whatever the value, the default's included: a backend
+/// that cannot honour the setting cannot honour it at any value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StoreOnly(u16);
+
+impl StoreOnly {
+    fn mark(&mut self, setting: StoreSetting) {
+        self.0 |= 1 << setting as u16;
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    fn has(self, setting: StoreSetting) -> bool {
+        self.0 & (1 << setting as u16) != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +554,76 @@ mod tests {
         ];
         for config in cases {
             assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "accepted {config:?}");
+        }
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    const NETWORKED: Backend = Backend { name: "networked", scope_and_key_bytes_max: 1000 };
+
+    /// Every setter of a setting only the embedded store honours marks it,
+    /// whatever the value, and a networked backend refuses it by name.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn backends_refuse_store_only_settings() {
+        let quota = Quota::new().records(1);
+        let cases = [
+            Config::new().shards(4),
+            Config::new().durability(Durability::Sync),
+            Config::new().segment_bytes(8 << 20),
+            Config::new().waiters_per_key_max(1024),
+            Config::new().waiters_max(1),
+            Config::new().compaction_interval(None),
+            Config::new().compaction_live_fraction(0.5),
+            Config::new().compaction_bytes_per_second(0),
+            Config::new().clock(Arc::new(SystemClock)),
+            Config::new().storage(Arc::new(StdStorage)),
+            Config::new().quota(quota),
+            Config::new().scope_quota(b"a", quota),
+        ];
+        for (setting, config) in StoreSetting::ALL.into_iter().zip(cases) {
+            config.validate().expect("valid for the embedded store");
+            let refused = config.validate_for_backend(NETWORKED);
+            assert!(
+                matches!(refused, Err(Error::UnsupportedSetting { backend: "networked", setting: name }) if name == setting.name()),
+                "{setting:?}: {refused:?}"
+            );
+        }
+        Config::new().validate_for_backend(NETWORKED).expect("the defaults");
+    }
+
+    /// A backend checks values as the store does, but has no segment for a
+    /// record to fit, and its own ceiling on scope and key.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn backends_check_values_but_not_the_segment_fit() {
+        let large = Config::new().response_bytes_max(256 << 20);
+        assert!(matches!(large.validate(), Err(Error::InvalidConfig(_))));
+        large.validate_for_backend(NETWORKED).expect("no segments");
+        let zero = Config::new().default_lease(Duration::ZERO);
+        assert!(matches!(zero.validate_for_backend(NETWORKED), Err(Error::InvalidConfig(_))));
+        let long = Config::new().scope_bytes_max(500).key_bytes_max(501);
+        assert!(matches!(long.validate_for_backend(NETWORKED), Err(Error::InvalidConfig(_))));
+        Config::new().scope_bytes_max(500).key_bytes_max(500).validate_for_backend(NETWORKED).expect("at the ceiling");
+    }
+
+    /// The tables of what a backend takes, in these docs and the README,
+    /// list every setting a backend refuses, as refused.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn the_tables_list_every_refused_setting() {
+        for (file, text) in [("src/config.rs", include_str!("config.rs")), ("README.md", include_str!("../README.md"))]
+        {
+            for setting in StoreSetting::ALL {
+                let listed = text.lines().any(|line| {
+                    let cells: Vec<&str> = line.trim_start_matches("/// ").split(" | ").collect();
+                    cells.len() == 3
+                        && cells[0]
+                            .split(", ")
+                            .any(|name| name.trim_start_matches("| ") == format!("`{}`", setting.name()))
+                        && cells[2].starts_with("refused")
+                });
+                assert!(listed, "{file} does not list `{}` as refused", setting.name());
+            }
         }
     }
 }

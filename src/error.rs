@@ -93,6 +93,18 @@ pub enum Error {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The configuration sets something this backend cannot honour (a
+    /// setting of the embedded store's files, background work, waiters,
+    /// clock or quotas, given to Redis or PostgreSQL): refused rather than
+    /// ignored, so that no setting is believed in force when it is not.
+    /// [`crate::Config`]'s docs list which settings apply where.
+    #[error("the {backend} backend cannot honour Config::{setting} (only the embedded store does): leave it unset")]
+    UnsupportedSetting {
+        /// The backend that refused it (`"redis"`, `"postgres"`).
+        backend: &'static str,
+        /// The setter of [`crate::Config`] whose setting it cannot honour.
+        setting: &'static str,
+    },
     /// The key is empty.
     #[error("the key is empty")]
     KeyEmpty,

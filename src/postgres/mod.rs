@@ -24,6 +24,16 @@
 //! an earlier schema version is upgraded in place at connect (see the
 //! `schema` module's docs).
 //!
+//! # Configuration
+//!
+//! [`PostgresBackend::connect`] takes the [`Config`] of the embedded store and checks it as
+//! [`Store::open`](crate::Store::open) does: a value out of range is
+//! [`Error::InvalidConfig`]. The default lease and TTL, the longest
+//! duration and the size limits apply; a setting of the embedded store
+//! alone (shards, durability, segments, compaction, waiter limits, clock,
+//! storage, quotas) is refused with [`Error::UnsupportedSetting`] rather
+//! than ignored. The table in [`Config`]'s docs lists every setting.
+//!
 //! # Errors and retries
 //!
 //! A lost connection or a call without an answer in time is
@@ -73,7 +83,7 @@ mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 use crate::checkpoint;
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake;
@@ -89,6 +99,12 @@ use wait::{Listening, Stop};
 /// The pool and client crates, at the versions this build uses.
 pub use {deadpool_postgres, tokio_postgres};
 
+/// What this backend honours of a [`Config`]. A scope and key are the
+/// table's primary key, and a B-tree entry of 8 KiB pages holds at most
+/// 2,704 bytes: 8 of entry header, 4 of length before each of the two
+/// (over 126 bytes) and up to 3 of padding between them leave 2,685 for
+/// the two, however incompressible.
+const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 };
 /// Connections in the pool of [`PostgresBackend::connect`].
 pub const POOL_SIZE_DEFAULT: usize = 16;
 /// How long a call waits for a connection and its answer before it is
@@ -153,11 +169,18 @@ impl PostgresBackend {
     /// [`POOL_SIZE_DEFAULT`] connections, and creates or migrates the
     /// schema. `config` gives the default lease and TTL and the size limits
     /// ([`Config::default_lease`], [`Config::default_ttl`],
-    /// [`Config::key_bytes_max`], ...); its storage settings do not apply.
+    /// [`Config::key_bytes_max`], ...), checked before anything is sent. A
+    /// setting only the embedded store honours (its shards, durability,
+    /// segments, compaction, waiter limits, clock, storage or quotas) is
+    /// refused, not ignored: the table in [`Config`]'s docs lists which
+    /// settings apply.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad URL, or a schema migrated by a
-    /// newer build; [`Error::Backend`] when the server cannot be reached or
+    /// [`Error::InvalidConfig`] for a bad URL, a value out of range (as
+    /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
+    /// say), or a schema migrated by a newer build;
+    /// [`Error::UnsupportedSetting`] for a setting of the embedded store
+    /// alone; [`Error::Backend`] when the server cannot be reached or
     /// refuses the migration.
     pub async fn connect(url: &str, config: Config) -> Result<PostgresBackend> {
         let connect: tokio_postgres::Config =
@@ -176,6 +199,7 @@ impl PostgresBackend {
         pool_size: usize,
         config: Config,
     ) -> Result<PostgresBackend> {
+        config.validate_for_backend(BACKEND)?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }

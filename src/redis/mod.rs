@@ -21,6 +21,16 @@
 //! across a restart on the AOF. A record written by an earlier version
 //! has no such field and reads as one without a recovery point.
 //!
+//! # Configuration
+//!
+//! [`RedisBackend::connect`] takes the [`Config`] of the embedded store and checks it as
+//! [`Store::open`](crate::Store::open) does: a value out of range is
+//! [`Error::InvalidConfig`]. The default lease and TTL, the longest
+//! duration and the size limits apply; a setting of the embedded store
+//! alone (shards, durability, segments, compaction, waiter limits, clock,
+//! storage, quotas) is refused with [`Error::UnsupportedSetting`] rather
+//! than ignored. The table in [`Config`]'s docs lists every setting.
+//!
 //! # What Redis must be set to
 //!
 //! - **Persistence**: `appendonly yes` with `appendfsync always` for no
@@ -68,7 +78,7 @@ mod wait;
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 use crate::checkpoint;
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::wake::{self, Waits};
@@ -85,6 +95,11 @@ use std::time::Duration;
 /// released, removed) by default, for its fencing token: the
 /// server clock may go back by less than this without a token repeating.
 pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// What this backend honours of a [`Config`]: a scope and key are bytes
+/// of the record's value, not of its name (a digest), so the `Config`'s
+/// own limits are the only ones.
+const BACKEND: Backend = Backend { name: "redis", scope_and_key_bytes_max: usize::MAX };
 
 /// The claim contract on a Redis / Valkey server or Cluster.
 #[derive(Clone)]
@@ -165,13 +180,19 @@ impl RedisBackend {
     /// `rediss://` for TLS when the client supports it). The connection is
     /// multiplexed and reconnects by itself; `config` gives the default
     /// lease and TTL and the size limits ([`Config::default_lease`],
-    /// [`Config::default_ttl`], [`Config::key_bytes_max`], ...); its
-    /// storage settings do not apply.
+    /// [`Config::default_ttl`], [`Config::key_bytes_max`], ...), checked
+    /// before anything is sent. A setting only the embedded store honours
+    /// (its shards, durability, segments, compaction, waiter limits, clock,
+    /// storage or quotas) is refused, not ignored: the table in
+    /// [`Config`]'s docs lists which settings apply.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad URL or configuration;
-    /// [`Error::Backend`] when the server cannot be reached.
+    /// [`Error::InvalidConfig`] for a bad URL or a value out of range (as
+    /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
+    /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
+    /// store alone; [`Error::Backend`] when the server cannot be reached.
     pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
+        config.validate_for_backend(BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
         Ok(RedisBackend::with(connection, config, waits))
@@ -182,6 +203,7 @@ impl RedisBackend {
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
     pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
+        config.validate_for_backend(BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
         Ok(RedisBackend::with(connection, config, waits))
