@@ -138,6 +138,8 @@ mod record;
 mod recovery;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod remote;
 mod repair;
 mod segment;
 mod shard;

@@ -81,13 +81,12 @@ mod reply;
 mod schema;
 mod wait;
 
-use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
-use crate::checkpoint;
+use crate::backend::BackendClaim;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::wake;
-use crate::{Fingerprint, LeaseToken, ReusePolicy};
+use crate::remote::{fenced, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::LeaseToken;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 pub use reaper::Reaper;
 use reply::{pool_error, postgres_error, protocol, timed_out};
@@ -131,7 +130,7 @@ const GET: &str = "SELECT state, fingerprint, token, attempt, recovered, idemkv_
 #[derive(Clone)]
 pub struct PostgresBackend {
     pool: Pool,
-    config: Arc<Config>,
+    settings: Settings,
     listening: Arc<Listening>,
     _stop: Arc<Stop>,
 }
@@ -142,25 +141,15 @@ impl std::fmt::Debug for PostgresBackend {
     }
 }
 
-/// What a claim sends besides its key.
-#[derive(Clone, Copy)]
-struct ClaimArgs {
-    fingerprint: Fingerprint,
-    lease_ms: i64,
-    ttl_ms: i64,
-    reuse: ReusePolicy,
-}
-
-/// The claim function's reuse argument.
-fn reuse_arg(reuse: ReusePolicy) -> &'static str {
-    match reuse {
-        ReusePolicy::RetryFailed => "retry",
-        ReusePolicy::ReplayFailure => "replay",
-    }
-}
-
+/// A duration in ms as PostgreSQL's `bigint`, saturated.
 fn ms(duration: u64) -> i64 {
     i64::try_from(duration).unwrap_or(i64::MAX)
+}
+
+/// A lease's token as PostgreSQL's `bigint`; a token past it cannot be one
+/// the server handed out, so it holds nothing.
+fn signed(token: &LeaseToken) -> Option<i64> {
+    i64::try_from(token.token).ok()
 }
 
 impl PostgresBackend {
@@ -199,7 +188,7 @@ impl PostgresBackend {
         pool_size: usize,
         config: Config,
     ) -> Result<PostgresBackend> {
-        config.validate_for_backend(BACKEND)?;
+        let settings = Settings::new(config, BACKEND)?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -217,7 +206,7 @@ impl PostgresBackend {
         schema::migrate(&mut client).await?;
         drop(client);
         let (listening, stop) = Listening::new(connect);
-        Ok(PostgresBackend { pool, config: Arc::new(config), listening, _stop: stop })
+        Ok(PostgresBackend { pool, settings, listening, _stop: stop })
     }
 
     /// The pool, for the caller's own transactions
@@ -244,7 +233,7 @@ impl PostgresBackend {
     /// [`Error::ResponseTooLarge`], or [`Error::Backend`]; after an error
     /// from the server the transaction is aborted and must be rolled back.
     pub async fn complete_in(&self, transaction: &Transaction<'_>, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish_in(transaction, token, "C", response).await
+        self.finish_in(transaction, token, Finish::Complete, response).await
     }
 
     /// As [`complete_in`](PostgresBackend::complete_in), storing a replayed
@@ -253,7 +242,7 @@ impl PostgresBackend {
     /// # Errors
     /// As [`complete_in`](PostgresBackend::complete_in).
     pub async fn fail_in(&self, transaction: &Transaction<'_>, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish_in(transaction, token, "F", response).await
+        self.finish_in(transaction, token, Finish::Fail, response).await
     }
 
     /// Deletes up to `batch` expired rows (oldest expiry first); returns
@@ -292,48 +281,18 @@ impl PostgresBackend {
         tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out(what))?
     }
 
-    async fn claim_once(&self, scope: &[u8], key: &[u8], args: ClaimArgs, wait: bool) -> Result<BackendClaim> {
-        let ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse } = args;
-        let (fingerprint, reuse) = (&fingerprint.as_bytes()[..], reuse_arg(reuse));
-        let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &wait, &reuse];
-        let row = self.call("claim", CLAIM, &params).await?;
-        reply::claim(scope, key, &row)
-    }
-
-    /// Claims again and again while the key is in progress, woken by the
-    /// holder's notification, up to `wait`.
-    async fn claim_waiting(&self, scope: &[u8], key: &[u8], args: ClaimArgs, wait: Duration) -> Result<BackendClaim> {
-        let tag = wait::tag(scope, key);
-        let event = self.listening.join(&tag);
-        let _leave = Leave { listening: &self.listening, tag: &tag };
-        // Without the listener the wait still ends: by polling.
-        let _listening = self.listening.ensure(LISTEN_PATIENCE.min(wait)).await;
-        wake::claim_until(&event, wait, || self.claim_once(scope, key, args, true)).await
-    }
-
-    async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        self.config.check_response(response)?;
-        let Ok(number) = i64::try_from(token.token) else {
-            return Err(Error::LeaseLost { token: token.token });
-        };
-        let row = self.call("finish", FINISH, &[&token.scope, &token.key, &number, &kind, &response]).await?;
-        finished(&row, token)
-    }
-
     async fn finish_in(
         &self,
         transaction: &Transaction<'_>,
         token: &LeaseToken,
-        kind: &str,
+        finish: Finish,
         response: &[u8],
     ) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        self.config.check_response(response)?;
-        let Ok(number) = i64::try_from(token.token) else {
+        self.settings.check_finish(token, response)?;
+        let Some(number) = signed(token) else {
             return Err(Error::LeaseLost { token: token.token });
         };
-        let (scope, key) = (token.scope.as_slice(), token.key.as_slice());
+        let (scope, key, kind) = (token.scope.as_slice(), token.key.as_slice(), finish.code());
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
             (&scope, Type::BYTEA),
             (&key, Type::BYTEA),
@@ -344,83 +303,86 @@ impl PostgresBackend {
         let call = transaction.query_typed(FINISH, &params);
         let rows =
             tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out("finish"))?.map_err(postgres_error)?;
-        finished(rows.first().ok_or_else(|| protocol("finish: no row"))?, token)
+        fenced(held(rows.first().ok_or_else(|| protocol("finish: no row"))?, "finish")?, token)
+    }
+
+    /// A fenced function on a pooled connection; `false` when the token
+    /// cannot be one the server handed out.
+    async fn fenced_call(
+        &self,
+        what: &str,
+        sql: &str,
+        token: &LeaseToken,
+        rest: &[&(dyn ToSql + Sync)],
+    ) -> Result<bool> {
+        let Some(number) = signed(token) else {
+            return Ok(false);
+        };
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&token.scope, &token.key, &number];
+        params.extend_from_slice(rest);
+        held(&self.call(what, sql, &params).await?, what)
     }
 }
 
-/// The answer of `idemkv_finish`: whether the token held the key.
-fn finished(row: &Row, token: &LeaseToken) -> Result<()> {
-    match row.try_get::<_, bool>(0) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::LeaseLost { token: token.token }),
-        Err(_) => Err(protocol("finish: not a boolean")),
-    }
+/// The answer of a fenced function: whether the token held the key.
+fn held(row: &Row, what: &str) -> Result<bool> {
+    row.try_get::<_, bool>(0).map_err(|_| protocol(what))
 }
 
 /// Leaves a tag's waiters when a wait ends (or its future is dropped).
 struct Leave<'a> {
     listening: &'a Listening,
-    tag: &'a str,
+    tag: String,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.listening.leave(self.tag);
+        self.listening.leave(&self.tag);
     }
 }
 
-impl IdempotencyBackend for PostgresBackend {
-    async fn claim(
-        &self,
-        scope: &[u8],
-        key: &[u8],
-        fingerprint: Fingerprint,
-        options: ClaimOptions,
-    ) -> Result<BackendClaim> {
-        self.config.check_key(scope, key)?;
-        let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
-        let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
-        let args = ClaimArgs { fingerprint, lease_ms: ms(lease_ms), ttl_ms: ms(ttl_ms), reuse: options.reuse };
-        match options.wait {
-            Some(wait) if !wait.is_zero() => self.claim_waiting(scope, key, args, wait).await,
-            _ => self.claim_once(scope, key, args, false).await,
-        }
+remote_backend!(PostgresBackend);
+
+impl Transport for PostgresBackend {
+    fn settings(&self) -> &Settings {
+        &self.settings
     }
 
-    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish(token, "C", response).await
+    /// A waiting caller's claim waits for a row locked by a transaction
+    /// that is completing it, instead of answering in progress at once.
+    async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
+        let (scope, key, fingerprint, reuse) =
+            (args.scope, args.key, &args.fingerprint.as_bytes()[..], args.reuse_arg());
+        let (lease_ms, ttl_ms) = (ms(args.lease_ms), ms(args.ttl_ms));
+        let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &waiting, &reuse];
+        let row = self.call("claim", CLAIM, &params).await?;
+        reply::claim(scope, key, &row)
     }
 
-    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish(token, "F", response).await
+    /// Woken by the finishing function's `NOTIFY`, through the listener
+    /// connection.
+    async fn listen<'a>(&'a self, scope: &'a [u8], key: &'a [u8], wait: Duration) -> Subscription<'a> {
+        let tag = wait::tag(scope, key);
+        let event = self.listening.join(&tag);
+        let leave = Leave { listening: &self.listening, tag };
+        // Without the listener the wait still ends: by polling.
+        let _listening = self.listening.ensure(LISTEN_PATIENCE.min(wait)).await;
+        Subscription { event, _leave: Box::new(leave) }
     }
 
-    async fn release(&self, token: &LeaseToken) -> Result<()> {
-        self.finish(token, "D", &[]).await
+    async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
+        self.fenced_call("finish", FINISH, token, &[&finish.code(), &response]).await
     }
 
-    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        let point = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
-        let Ok(number) = i64::try_from(token.token) else {
-            return Err(Error::LeaseLost { token: token.token });
-        };
-        let row = self.call("checkpoint", CHECKPOINT, &[&token.scope, &token.key, &number, &point]).await?;
-        finished(&row, token)
+    async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
+        self.fenced_call("checkpoint", CHECKPOINT, token, &[&point]).await
     }
 
-    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        let extend_ms = ms(self.config.check_duration("renewal", Some(extend), 0)?);
-        let Ok(number) = i64::try_from(token.token) else {
-            return Err(Error::LeaseLost { token: token.token });
-        };
-        let row = self.call("renew", RENEW, &[&token.scope, &token.key, &number, &extend_ms]).await?;
-        finished(&row, token)
+    async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
+        self.fenced_call("renew", RENEW, token, &[&ms(extend_ms)]).await
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        self.config.check_key(scope, key)?;
         match self.call_optional("get", GET, &[&scope, &key]).await? {
             Some(row) => reply::record(scope, key, &row).map(Some),
             None => Ok(None),
@@ -428,16 +390,7 @@ impl IdempotencyBackend for PostgresBackend {
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        self.config.check_key(scope, key)?;
         let row = self.call("remove", REMOVE, &[&scope, &key]).await?;
         row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
-    }
-
-    fn limits(&self) -> BackendLimits {
-        BackendLimits {
-            key_bytes_max: self.config.key_bytes_max,
-            scope_bytes_max: self.config.scope_bytes_max,
-            response_bytes_max: self.config.response_bytes_max,
-        }
     }
 }

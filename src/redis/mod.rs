@@ -76,13 +76,13 @@ mod reply;
 mod scripts;
 mod wait;
 
-use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
-use crate::checkpoint;
+use crate::backend::BackendClaim;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::wake::{self, Waits};
-use crate::{Fingerprint, LeaseToken, ReusePolicy};
+use crate::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::wake::Waits;
+use crate::LeaseToken;
 use ::redis::{Script, Value};
 use connection::Connection;
 use reply::{bytes, number, protocol};
@@ -105,7 +105,7 @@ const BACKEND: Backend = Backend { name: "redis", scope_and_key_bytes_max: usize
 #[derive(Clone)]
 pub struct RedisBackend {
     connection: Connection,
-    config: Arc<Config>,
+    settings: Settings,
     prefix: Arc<str>,
     keep_ms: u64,
     waits: Arc<Waits>,
@@ -154,27 +154,6 @@ impl Names {
     }
 }
 
-/// What a claim sends besides its key.
-#[derive(Clone, Copy)]
-struct ClaimArgs {
-    fingerprint: Fingerprint,
-    lease_ms: u64,
-    ttl_ms: u64,
-    reuse: ReusePolicy,
-}
-
-/// The claim script's reuse argument.
-fn reuse_arg(reuse: ReusePolicy) -> &'static str {
-    match reuse {
-        ReusePolicy::RetryFailed => "retry",
-        ReusePolicy::ReplayFailure => "replay",
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl RedisBackend {
     /// Connects to a standalone server (`redis://host:port/db`,
     /// `rediss://` for TLS when the client supports it). The connection is
@@ -192,10 +171,10 @@ impl RedisBackend {
     /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
     /// store alone; [`Error::Backend`] when the server cannot be reached.
     pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
-        config.validate_for_backend(BACKEND)?;
+        let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
-        Ok(RedisBackend::with(connection, config, waits))
+        Ok(RedisBackend::with(connection, settings, waits))
     }
 
     /// Connects to a Cluster through any of its nodes.
@@ -203,16 +182,16 @@ impl RedisBackend {
     /// # Errors
     /// As [`connect`](RedisBackend::connect).
     pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
-        config.validate_for_backend(BACKEND)?;
+        let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
-        Ok(RedisBackend::with(connection, config, waits))
+        Ok(RedisBackend::with(connection, settings, waits))
     }
 
-    fn with(connection: Connection, config: Config, waits: Arc<Waits>) -> RedisBackend {
+    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>) -> RedisBackend {
         RedisBackend {
             connection,
-            config: Arc::new(config),
+            settings,
             prefix: Arc::from("idemkv"),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
@@ -246,19 +225,50 @@ impl RedisBackend {
         self
     }
 
-    /// One claim, no waiting.
-    async fn claim_once(&self, names: &Names, scope: &[u8], key: &[u8], args: ClaimArgs) -> Result<BackendClaim> {
-        let ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse } = args;
+    /// Runs a fenced script: 1 when the token held the key.
+    async fn fenced(&self, invocation: &::redis::ScriptInvocation<'_>) -> Result<bool> {
+        Ok(number(&self.connection.invoke(invocation).await?)? == 1)
+    }
+}
+
+/// Leaves a channel's waiters when a wait ends (or its future is
+/// dropped); the last one unsubscribes, in the background.
+struct Leave<'a> {
+    backend: &'a RedisBackend,
+    channel: Vec<u8>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.backend.waits.leave(&self.channel) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let connection = self.backend.connection.clone();
+                let channel = std::mem::take(&mut self.channel);
+                runtime.spawn(async move { connection.unsubscribe(&channel).await });
+            }
+        }
+    }
+}
+
+remote_backend!(RedisBackend);
+
+impl Transport for RedisBackend {
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    async fn claim_once(&self, args: &ClaimArgs<'_>, _waiting: bool) -> Result<BackendClaim> {
+        let names = Names::of(&self.prefix, args.scope, args.key);
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
             .key(&names.record)
-            .arg(scope)
-            .arg(key)
-            .arg(&fingerprint.as_bytes()[..])
-            .arg(lease_ms)
-            .arg(ttl_ms)
+            .arg(args.scope)
+            .arg(args.key)
+            .arg(&args.fingerprint.as_bytes()[..])
+            .arg(args.lease_ms)
+            .arg(args.ttl_ms)
             .arg(self.keep_ms)
-            .arg(reuse_arg(reuse));
+            .arg(args.reuse_arg());
         let reply = self.connection.invoke(&invocation).await?;
         let Value::Array(items) = reply else {
             return Err(protocol("claim: not an array"));
@@ -266,7 +276,7 @@ impl RedisBackend {
         let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
         match (tag.as_slice(), items.as_slice()) {
             (b"A", [_, token, attempt, recovered, _lease_end, point]) => Ok(BackendClaim::Acquired {
-                token: LeaseToken { scope: scope.to_vec(), key: key.to_vec(), token: number(token)? },
+                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
                 attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
                 recovered: number(recovered)? == 1,
                 checkpoint: reply::checkpoint(&bytes(point)?)?,
@@ -281,28 +291,18 @@ impl RedisBackend {
         }
     }
 
-    /// Claims again and again while the key is in progress, woken by the
-    /// holder's publish, up to `wait`.
-    async fn claim_waiting(
-        &self,
-        names: &Names,
-        scope: &[u8],
-        key: &[u8],
-        args: ClaimArgs,
-        wait: Duration,
-    ) -> Result<BackendClaim> {
-        let (event, first) = self.waits.join(&names.channel);
-        let _leave = Leave { backend: self, channel: &names.channel };
+    /// Woken by the finishing script's publish on the key's channel.
+    async fn listen<'a>(&'a self, scope: &'a [u8], key: &'a [u8], _wait: Duration) -> Subscription<'a> {
+        let channel = Names::of(&self.prefix, scope, key).channel;
+        let (event, first) = self.waits.join(&channel);
         if first {
             // Without the subscription the wait still ends: by polling.
-            let _polled_instead = self.connection.subscribe(&names.channel).await;
+            let _polled_instead = self.connection.subscribe(&channel).await;
         }
-        wake::claim_until(&event, wait, || self.claim_once(names, scope, key, args)).await
+        Subscription { event, _leave: Box::new(Leave { backend: self, channel }) }
     }
 
-    async fn finish(&self, token: &LeaseToken, kind: &str, response: &[u8]) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        self.config.check_response(response)?;
+    async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
         let mut invocation = self.scripts.finish.prepare_invoke();
         invocation
@@ -310,83 +310,22 @@ impl RedisBackend {
             .arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
-            .arg(kind)
+            .arg(finish.code())
             .arg(response)
             .arg(&names.channel)
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
-        match number(&self.connection.invoke(&invocation).await?)? {
-            1 => Ok(()),
-            _ => Err(Error::LeaseLost { token: token.token }),
-        }
-    }
-}
-
-/// Leaves a channel's waiters when a wait ends (or its future is
-/// dropped); the last one unsubscribes, in the background.
-struct Leave<'a> {
-    backend: &'a RedisBackend,
-    channel: &'a [u8],
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        if self.backend.waits.leave(self.channel) {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let connection = self.backend.connection.clone();
-                let channel = self.channel.to_vec();
-                runtime.spawn(async move { connection.unsubscribe(&channel).await });
-            }
-        }
-    }
-}
-
-impl IdempotencyBackend for RedisBackend {
-    async fn claim(
-        &self,
-        scope: &[u8],
-        key: &[u8],
-        fingerprint: Fingerprint,
-        options: ClaimOptions,
-    ) -> Result<BackendClaim> {
-        self.config.check_key(scope, key)?;
-        let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
-        let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
-        let names = Names::of(&self.prefix, scope, key);
-        let args = ClaimArgs { fingerprint, lease_ms, ttl_ms, reuse: options.reuse };
-        match options.wait {
-            Some(wait) if !wait.is_zero() => self.claim_waiting(&names, scope, key, args, wait).await,
-            _ => self.claim_once(&names, scope, key, args).await,
-        }
+        self.fenced(&invocation).await
     }
 
-    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish(token, "C", response).await
-    }
-
-    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish(token, "F", response).await
-    }
-
-    async fn release(&self, token: &LeaseToken) -> Result<()> {
-        self.finish(token, "D", &[]).await
-    }
-
-    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        let point = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
+    async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
         let mut invocation = self.scripts.checkpoint.prepare_invoke();
         invocation.key(&names.record).arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
-        match number(&self.connection.invoke(&invocation).await?)? {
-            1 => Ok(()),
-            _ => Err(Error::LeaseLost { token: token.token }),
-        }
+        self.fenced(&invocation).await
     }
 
-    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<()> {
-        self.config.check_key(&token.scope, &token.key)?;
-        let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
+    async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
         let mut invocation = self.scripts.renew.prepare_invoke();
         invocation
@@ -397,14 +336,12 @@ impl IdempotencyBackend for RedisBackend {
             .arg(extend_ms)
             .arg(self.keep_ms);
         match self.connection.invoke(&invocation).await? {
-            Value::Array(items) if items.first().map(number).transpose()? == Some(1) => Ok(()),
-            Value::Array(_) => Err(Error::LeaseLost { token: token.token }),
+            Value::Array(items) => Ok(items.first().map(number).transpose()? == Some(1)),
             _ => Err(protocol("renew: not an array")),
         }
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        self.config.check_key(scope, key)?;
         let names = Names::of(&self.prefix, scope, key);
         let mut invocation = self.scripts.get.prepare_invoke();
         invocation.key(&names.record);
@@ -416,7 +353,6 @@ impl IdempotencyBackend for RedisBackend {
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        self.config.check_key(scope, key)?;
         let names = Names::of(&self.prefix, scope, key);
         let mut invocation = self.scripts.remove.prepare_invoke();
         invocation
@@ -431,14 +367,6 @@ impl IdempotencyBackend for RedisBackend {
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
             _ => Err(protocol("remove: unknown answer")),
-        }
-    }
-
-    fn limits(&self) -> BackendLimits {
-        BackendLimits {
-            key_bytes_max: self.config.key_bytes_max,
-            scope_bytes_max: self.config.scope_bytes_max,
-            response_bytes_max: self.config.response_bytes_max,
         }
     }
 }
