@@ -133,8 +133,8 @@ async fn one_waiting_request_counts_one_claim_and_no_conflict() {
 
     let first = first.await.expect("join");
     assert_eq!((first.status, first.replayed()), (201, false), "{first:?}");
-    let waited = waiter.await.expect("join");
-    assert_eq!((waited.status, waited.replayed(), &waited.body), (201, true, &first.body), "{waited:?}");
+    let second = waiter.await.expect("join");
+    assert_eq!((second.status, second.replayed(), &second.body), (201, true, &first.body), "{second:?}");
     let stats = server.store.stats();
     assert_eq!(
         (stats.claims, stats.acquired, stats.replays, stats.in_progress),
