@@ -17,7 +17,8 @@ use crate::claim::{Claim, ClaimRequest};
 use crate::error::Result;
 use crate::lease::{FinishError, Lease, LeaseToken};
 use crate::record::Record;
-use crate::store::{Store, WAIT_POLL_FIRST, WAIT_POLL_MAX};
+use crate::shard::Tally;
+use crate::store::Store;
 use crate::telemetry;
 use crate::transition::Finish;
 use std::time::{Duration, Instant};
@@ -46,41 +47,54 @@ impl Store {
     /// As [`Store::claim`].
     pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
-        let (claim, hash, lsn) = self.claim_unsynced(request)?;
-        self.engine().wait_durable_async(hash, lsn).await?;
+        let (claim, hash) = self.look_async(request, Tally::Answer).await?;
         self.claim_timed(&claim, hash, started);
         Ok(claim)
     }
 
+    /// One look at the key for a claim, counted as `tally` says; the
+    /// durability wait takes no thread.
+    async fn look_async(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
+        let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
+        Ok((claim, hash))
+    }
+
     /// [`Store::claim_wait`] as a future: while the key is in progress it
-    /// awaits the holder's finish (an event of the key, no thread), up to
-    /// `timeout`. Past [`Config::waiters_per_key_max`](crate::Config::waiters_per_key_max)
+    /// awaits an event of the key (no thread, no polling), woken as
+    /// [`Store::claim_wait`] is, up to `timeout` (measured by tokio's
+    /// timer). Past [`Config::waiters_per_key_max`](crate::Config::waiters_per_key_max)
     /// or [`Config::waiters_max`](crate::Config::waiters_max) it answers
-    /// `InProgress` at once.
+    /// `InProgress` at once. Counted as [`Store::claim_wait`] is: one claim,
+    /// one answer.
     ///
     /// # Errors
     /// As [`Store::claim`].
     pub async fn claim_wait_async(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        let start = Instant::now();
-        let mut claim = self.claim_async(request).await?;
-        let mut poll = WAIT_POLL_FIRST;
-        // Hashed once: every round waits on the same key.
-        let hash = self.engine().key_ref(request.scope, request.key)?.hash;
-        loop {
-            let Claim::InProgress { retry_after, .. } = claim else {
-                return Ok(claim);
-            };
-            let left = timeout.saturating_sub(start.elapsed());
-            let Some(mut waiter) = self.engine().listen(hash).filter(|_| !left.is_zero()) else {
-                return Ok(claim);
+        let started = Instant::now();
+        let (mut claim, hash) = self.look_async(request, Tally::WaitFirst).await?;
+        // Whether `claim` was looked at before the last park: the answer
+        // after a park is the key's state then.
+        let mut stale = false;
+        while let Claim::InProgress { .. } = claim {
+            let left = timeout.saturating_sub(started.elapsed());
+            let waiter = if left.is_zero() { None } else { self.engine().listen(hash) };
+            let Some(mut waiter) = waiter else {
+                if stale {
+                    claim = self.look_async(request, Tally::WaitAgain).await?.0;
+                }
+                break;
             };
             // Listening before looking again: a finish in between wakes it.
-            claim = self.claim_async(request).await?;
-            if matches!(claim, Claim::InProgress { .. }) {
-                let _woken_or_not = tokio::time::timeout(left.min(retry_after).min(poll), waiter.woken()).await;
-                poll = (poll * 2).min(WAIT_POLL_MAX);
+            claim = self.look_async(request, Tally::WaitAgain).await?.0;
+            stale = false;
+            if let Claim::InProgress { retry_after, .. } = claim {
+                let _woken_or_not = tokio::time::timeout(left.min(retry_after), waiter.woken()).await;
+                stale = true;
             }
         }
+        self.wait_answered(&claim, hash, started);
+        Ok(claim)
     }
 
     /// [`Store::complete`] as a future.

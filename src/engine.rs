@@ -15,7 +15,7 @@ use crate::fingerprint::Fingerprint;
 use crate::index::KeyHasher;
 use crate::quota::Ledger;
 use crate::record;
-use crate::shard::{KeyRef, Outcome, Shard};
+use crate::shard::{KeyRef, Outcome, Shard, Tally};
 use crate::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
@@ -108,14 +108,15 @@ impl Engine {
         Ok(KeyRef { hash: self.hasher.hash(scope, key), scope, key })
     }
 
-    /// Claims `(scope, key)`. The answer is not yet durable.
+    /// Claims `(scope, key)`, counted as `tally` says. The answer is not
+    /// yet durable.
     pub(crate) fn claim(
         &self,
-        scope: &[u8],
-        key: &[u8],
+        (scope, key): (&[u8], &[u8]),
         fingerprint: Fingerprint,
         (lease, ttl): (Option<Duration>, Option<Duration>),
         reuse: ReusePolicy,
+        tally: Tally,
     ) -> Result<Claimed> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
@@ -126,7 +127,7 @@ impl Engine {
             ttl_ms: self.config.check_duration("ttl", ttl, self.config.ttl_ms)?,
             reuse,
         };
-        let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params)?;
+        let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params, tally)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
     }
 

@@ -17,13 +17,15 @@ use crate::telemetry::{self, names, ClaimTimes, Count, Observe};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Calls of claim (each round of `claim_wait` counts).
+    /// Calls of claim: a call of `claim_wait` counts once, however long it
+    /// waits.
     pub claims: u64,
     /// Claims answered `Acquired` (fresh and recovered).
     pub acquired: u64,
     /// Claims answered `Replay`.
     pub replays: u64,
-    /// Claims answered `InProgress`.
+    /// Claims answered `InProgress` (a `claim_wait` only when it ends so:
+    /// its timeout passed or the waiter caps refused it).
     pub in_progress: u64,
     /// Claims answered `Mismatch`.
     pub mismatches: u64,
@@ -31,6 +33,11 @@ pub struct Stats {
     pub recovered: u64,
     /// Finishing calls refused with `LeaseLost`.
     pub lease_lost: u64,
+    /// Looks again at a key by waiting claims (`claim_wait`), not counted
+    /// in `claims`: one as a waiter starts to listen, then one per wake-up
+    /// (a finish, a takeover, a close, the lease end the last look
+    /// reported, the timeout). What waiting costs the store.
+    pub wait_looks: u64,
     /// Leases completed.
     pub completions: u64,
     /// Leases failed.
@@ -144,10 +151,11 @@ macro_rules! counters {
 }
 
 counters! {
-    claims => "idempo_claims_total", "Calls of claim (each round of claim_wait counts)";
+    claims => "idempo_claims_total", "Calls of claim (a claim_wait counts once, however long it waits)";
     acquired => "idempo_acquired_total", "Claims answered Acquired (fresh and recovered)";
     replays => "idempo_replay_total", "Claims answered Replay (a stored Completed or Failed answer)";
     in_progress => "idempo_conflict_total", "Claims answered InProgress: another holder's lease is live (HTTP 409)";
+    wait_looks => "idempo_wait_looks_total", "Looks again at a key by waiting claims (claim_wait), not counted in claims";
     mismatches => "idempo_mismatch_total", "Claims answered Mismatch: same key, other request fingerprint (HTTP 422)";
     recovered => "idempo_recovered_total", "Claims that took over a Processing record whose lease had expired";
     lease_lost => "idempo_lease_lost_total", "Finishing or renewing calls refused with LeaseLost";

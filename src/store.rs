@@ -15,7 +15,7 @@ pub use crate::iter::Iter;
 use crate::lease::{Lease, LeaseToken};
 use crate::open;
 use crate::record::Record;
-use crate::shard::Outcome;
+use crate::shard::{Outcome, Tally};
 use crate::stats::{Census, Stats};
 use crate::sync::{self, sync_dirty};
 use crate::telemetry;
@@ -23,14 +23,6 @@ use crate::transition::Finish;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long a `claim_wait` first sleeps between looks at the key when no
-/// finish wakes it, so that a lease that ends by a clock other than the
-/// system's (not by a finish) is noticed; the pause doubles up to
-/// [`WAIT_POLL_MAX`].
-pub(crate) const WAIT_POLL_FIRST: Duration = Duration::from_millis(50);
-/// The longest pause between looks at a waited-on key.
-pub(crate) const WAIT_POLL_MAX: Duration = Duration::from_secs(1);
 
 /// An open idempotency store. Cheap to clone; all clones share the same
 /// shards. `Send + Sync`: use it from as many threads as you like.
@@ -101,10 +93,27 @@ impl Store {
     /// errors. An error changes nothing.
     pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
-        let (claim, hash, lsn) = self.claim_unsynced(request)?;
-        self.engine.wait_durable(hash, lsn)?;
+        let (claim, hash) = self.look(request, Tally::Answer)?;
         self.claim_timed(&claim, hash, started);
         Ok(claim)
+    }
+
+    /// One look at the key for a claim, counted as `tally` says, durable
+    /// as the configuration asks; with the key's index hash.
+    fn look(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
+        let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
+        self.engine.wait_durable(hash, lsn)?;
+        Ok((claim, hash))
+    }
+
+    /// Counts the answer a waiting claim ends on, once: an in-progress one
+    /// (its looks in progress were not counted), and its latency from the
+    /// call, the wait included.
+    pub(crate) fn wait_answered(&self, claim: &Claim, hash: u128, started: Instant) {
+        if matches!(claim, Claim::InProgress { .. }) {
+            self.engine.shard_of_hash(hash).count_in_progress();
+        }
+        self.claim_timed(claim, hash, telemetry::TIMES_CLAIMS.then_some(started));
     }
 
     /// Records how long a claim took, by outcome, when claims are timed.
@@ -124,13 +133,13 @@ impl Store {
     /// which the caller must wait to be durable before answering. An
     /// acquired lease is built at once, so that a caller that gives up
     /// before that (an error, a dropped future) counts it as abandoned.
-    pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>) -> Result<(Claim, u128, u64)> {
+    pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128, u64)> {
         let claimed = self.engine.claim(
-            request.scope,
-            request.key,
+            (request.scope, request.key),
             request.fingerprint,
             (request.lease, request.ttl),
             request.reuse,
+            tally,
         )?;
         let claim = match claimed.outcome {
             Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
@@ -154,34 +163,49 @@ impl Store {
     /// Like [`claim`](Store::claim), but while the key is in progress it
     /// waits, up to `timeout`, for the holder to finish and then answers
     /// with the final state (HTTP `Prefer: wait`). After `timeout` it answers
-    /// `InProgress`, and so it does at once when the key or the store
-    /// already has as many waiters as [`Config::waiters_per_key_max`] and
-    /// [`Config::waiters_max`] allow. A waiting caller parks on an event of
-    /// its key, woken when the holder finishes.
+    /// with the key's state then (`InProgress` unless the lease ended just
+    /// then), and so it does at once when the key or the store already has
+    /// as many waiters as [`Config::waiters_per_key_max`] and
+    /// [`Config::waiters_max`] allow.
+    ///
+    /// A waiting caller parks on an event of its key, woken when the key
+    /// stops being in progress by the holder it saw: a complete, fail,
+    /// release or [`remove`](Store::remove), a takeover by another claim,
+    /// or [`close`](Store::close) (then [`Error::Closed`]). It does not
+    /// poll: without such an event it wakes only at the lease end its last
+    /// look reported (to take over if the lease has ended by the store's
+    /// [`Clock`](crate::Clock): a renewed lease is waited for again) and at
+    /// `timeout`, both measured in real time. The call counts once in
+    /// [`Stats::claims`] and once by its final answer, however often it
+    /// looked again ([`Stats::wait_looks`]).
     ///
     /// # Errors
     /// As [`claim`](Store::claim).
     pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        let start = Instant::now();
-        let mut claim = self.claim(request)?;
-        let mut poll = WAIT_POLL_FIRST;
-        // Hashed once: every round waits on the same key.
-        let hash = self.engine.key_ref(request.scope, request.key)?.hash;
-        loop {
-            let Claim::InProgress { retry_after, .. } = claim else {
-                return Ok(claim);
-            };
-            let left = timeout.saturating_sub(start.elapsed());
-            let Some(waiter) = self.engine.listen(hash).filter(|_| !left.is_zero()) else {
-                return Ok(claim);
+        let started = Instant::now();
+        let (mut claim, hash) = self.look(request, Tally::WaitFirst)?;
+        // Whether `claim` was looked at before the last park: the answer
+        // after a park is the key's state then.
+        let mut stale = false;
+        while let Claim::InProgress { .. } = claim {
+            let left = timeout.saturating_sub(started.elapsed());
+            let waiter = if left.is_zero() { None } else { self.engine.listen(hash) };
+            let Some(waiter) = waiter else {
+                if stale {
+                    claim = self.look(request, Tally::WaitAgain)?.0;
+                }
+                break;
             };
             // Listening before looking again: a finish in between wakes it.
-            claim = self.claim(request)?;
-            if matches!(claim, Claim::InProgress { .. }) {
-                waiter.block(left.min(retry_after).min(poll));
-                poll = (poll * 2).min(WAIT_POLL_MAX);
+            claim = self.look(request, Tally::WaitAgain)?.0;
+            stale = false;
+            if let Claim::InProgress { retry_after, .. } = claim {
+                waiter.block(left.min(retry_after));
+                stale = true;
             }
         }
+        self.wait_answered(&claim, hash, started);
+        Ok(claim)
     }
 
     /// The live record of `(scope, key)`, `None` if absent or expired.
@@ -345,7 +369,8 @@ impl Store {
     /// pass in progress is cut short (it waits for the segment being
     /// rewritten, never for the pacer of
     /// [`Config::compaction_bytes_per_second`]), and answers
-    /// [`Error::Closed`].
+    /// [`Error::Closed`]; so does every call waiting in
+    /// [`claim_wait`](Store::claim_wait), woken by the close.
     ///
     /// # Errors
     /// The first fsync error; the lock is released regardless.
@@ -355,6 +380,8 @@ impl Store {
         drop(workers);
         for shard in &*self.engine.shards {
             shard.close(!self.engine.read_only);
+            // Callers parked in `claim_wait` look again and get `Closed`.
+            shard.waiters.wake_all();
         }
         let synced = self.sync();
         if synced.is_ok() && !self.engine.read_only {

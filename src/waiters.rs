@@ -1,7 +1,11 @@
 //! Callers waiting for a key to leave Processing (`claim_wait`, HTTP
-//! `Prefer: wait`): one event per waited-on key, notified when the key's
-//! holder finishes or the key is removed. A waiter is a registered listener,
-//! not a thread: a blocking caller parks on it, an async one awaits it.
+//! `Prefer: wait`): one event per waited-on key, notified whenever the key
+//! stops being in progress by the holder a waiter saw: the holder completes,
+//! fails or releases it, it is removed, another claim acquires it (a
+//! takeover of an ended lease), or the store closes. A lease that merely
+//! ends notifies nothing; a waiter wakes at the lease end its last look
+//! reported. A waiter is a registered listener, not a thread: a blocking
+//! caller parks on it, an async one awaits it.
 //! Waiters are capped per key and per store, so a crowd of duplicates costs
 //! bounded memory and the caller past the cap is answered at once.
 //!
@@ -68,6 +72,17 @@ impl Waiters {
             return;
         }
         if let Some(slot) = self.keys.lock().get(&hash) {
+            slot.event.notify(usize::MAX);
+        }
+    }
+
+    /// Wakes every waiter of every key (the store is closing: each then
+    /// looks again and gets [`crate::Error::Closed`]).
+    pub(crate) fn wake_all(&self) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        for slot in self.keys.lock().values() {
             slot.event.notify(usize::MAX);
         }
     }

@@ -1,7 +1,8 @@
 //! Guards the async `Prefer: wait`: 500 duplicates waiting on one key whose
 //! handler is still running park no thread, so a request with another key
 //! is answered at once; the handler runs once and every waiter gets its
-//! answer replayed.
+//! answer replayed. A waiting request counts as one claim answered by a
+//! replay, never as a conflict.
 #![cfg(feature = "tower")]
 
 mod common;
@@ -91,4 +92,54 @@ async fn five_hundred_waiters_share_one_run_while_another_key_is_answered_at_onc
     assert_eq!(shared.started.get(), 1, "the handler ran once");
     // The default cap is 1024 waiters per key: all 500 wait and get the answer.
     assert_eq!(replayed, WAITERS, "{} waiters did not get the replay, e.g. {:?}", refused.len(), refused.first());
+    // Each request is one claim (the first, the waiters, the other key),
+    // no 409 was sent, and no waiter polled: it looked again as it started
+    // to listen and once more when the finish woke it.
+    let stats = server.store.stats();
+    assert_eq!(
+        (stats.claims, stats.in_progress, stats.replays),
+        (u64::from(WAITERS) + 2, 0, u64::from(WAITERS)),
+        "{stats:?}"
+    );
+    assert!(stats.wait_looks <= 2 * u64::from(WAITERS), "{stats:?}");
+}
+
+/// One `Prefer: wait=10` request while the first runs: it is answered with
+/// the replay, and adds one claim, one replay and no conflict, however
+/// long it waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_waiting_request_counts_one_claim_and_no_conflict() {
+    let shared = Arc::new(Shared::default());
+    let (dir, store) = open_store(Config::new());
+    let app = Router::new()
+        .route("/payments", post(slow))
+        .with_state(Arc::clone(&shared))
+        .layer(IdempotencyLayer::new(store.clone(), LayerConfig::global()));
+    let server = Server::serve(app, store, dir).await;
+    let client = client();
+    let url = server.url("/payments");
+
+    let first = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1")));
+    shared.started.reach(1, Duration::from_secs(10), "the first request's handler started").await;
+    let waiter = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1").header("Prefer", "wait=10")));
+    // The waiter's claim found the key in progress; let it wait a while.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.store.stats().claims < 2 {
+        assert!(Instant::now() < deadline, "the waiting request never claimed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    shared.release.notify_one();
+
+    let first = first.await.expect("join");
+    assert_eq!((first.status, first.replayed()), (201, false), "{first:?}");
+    let second = waiter.await.expect("join");
+    assert_eq!((second.status, second.replayed(), &second.body), (201, true, &first.body), "{second:?}");
+    let stats = server.store.stats();
+    assert_eq!(
+        (stats.claims, stats.acquired, stats.replays, stats.in_progress),
+        (2, 1, 1, 0),
+        "the first request and one waiting request: {stats:?}"
+    );
+    assert_eq!(shared.started.get(), 1, "the handler ran once");
 }

@@ -117,6 +117,7 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
         ("idempo_acquired_total", stats.acquired),
         ("idempo_replay_total", stats.replays),
         ("idempo_conflict_total", stats.in_progress),
+        ("idempo_wait_looks_total", stats.wait_looks),
         ("idempo_mismatch_total", stats.mismatches),
         ("idempo_recovered_total", stats.recovered),
         ("idempo_lease_lost_total", stats.lease_lost),

@@ -59,6 +59,23 @@ pub(crate) enum Outcome {
     Mismatch,
 }
 
+/// What one look at a key adds to the counters. The counters count
+/// answers: a waiting claim (`claim_wait`) is one call and one answer
+/// however many times it looks at its key, so only its first look counts
+/// the call, and an in-progress look counts nothing until the wait ends on
+/// it ([`Shard::count_in_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// A claim answered by this look: the call and its outcome.
+    Answer,
+    /// The first look of a waiting claim: the call, and its outcome unless
+    /// in progress.
+    WaitFirst,
+    /// A later look of a waiting claim: a wait look, and its outcome unless
+    /// in progress.
+    WaitAgain,
+}
+
 /// One shard of a store.
 #[derive(Debug)]
 pub(crate) struct Shard {
@@ -176,18 +193,24 @@ impl Shard {
     /// of the record it rests on (for the durability wait). A key whose
     /// stored record answers the claim (replay, in progress, mismatch) is
     /// answered under the shared lock; only a claim that writes takes it
-    /// exclusively.
-    pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams) -> Result<(Outcome, u64)> {
+    /// exclusively. `tally` says what the look adds to the counters.
+    /// Every acquire wakes the key's waiters: a takeover (or a fresh start
+    /// over an expired record) gives them a new holder and lease end to
+    /// wait for.
+    pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams, tally: Tally) -> Result<(Outcome, u64)> {
         {
             let state = self.read()?;
-            bump(&self.counters.claims);
+            match tally {
+                Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
+                Tally::WaitAgain => bump(&self.counters.wait_looks),
+            }
             let now = state.now(&*self.clock);
             if let Lookup::Live(entry, lease_end_ms) = state.lookup(key.hash, now) {
                 let (header, frame) = state.load(&entry, Some(key))?;
                 let stored = Stored { record: &header, lease_end_ms };
                 match transition::claim(Some(stored), params, state.log.next_lsn, now) {
                     ClaimStep::Acquire(_) => {}
-                    step => return self.answer(step, entry.lsn, &header, &frame),
+                    step => return self.answer(step, entry.lsn, &header, &frame, tally),
                 }
             }
         }
@@ -208,12 +231,14 @@ impl Shard {
                     _ => Vec::new(),
                 };
                 drop(current);
+                let checkpoint = self.checkpoint_of(&carried)?;
+                state.write(key, &header, &carried, &self.commit, &self.counters, now)?;
+                drop(state);
+                bump(&self.counters.acquired);
                 if header.recovered {
                     bump(&self.counters.recovered);
                 }
-                let checkpoint = self.checkpoint_of(&carried)?;
-                state.write(key, &header, &carried, &self.commit, &self.counters, now)?;
-                bump(&self.counters.acquired);
+                self.waiters.wake(key.hash);
                 let outcome = Outcome::Acquired {
                     token: header.token,
                     lease_deadline_ms: header.deadline_ms,
@@ -225,14 +250,15 @@ impl Shard {
             step => {
                 let (lsn, _, (header, frame)) =
                     current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
-                self.answer(step, lsn, &header, &frame)
+                self.answer(step, lsn, &header, &frame, tally)
             }
         }
     }
 
     /// The answer to a claim that the stored record (`header`, `frame`, at
     /// LSN `lsn`) decides without a write: mismatch, in progress or replay.
-    fn answer(&self, step: ClaimStep, lsn: u64, header: &Header, frame: &[u8]) -> Result<(Outcome, u64)> {
+    /// An in-progress look of a waiting claim is not counted here.
+    fn answer(&self, step: ClaimStep, lsn: u64, header: &Header, frame: &[u8], tally: Tally) -> Result<(Outcome, u64)> {
         let outcome = match step {
             ClaimStep::Acquire(_) => {
                 return Err(Error::corruption(&self.dir, 0, "an acquired claim has no stored answer"))
@@ -242,6 +268,9 @@ impl Shard {
                 Outcome::Mismatch
             }
             ClaimStep::InProgress { retry_after_ms, attempt } => {
+                if tally != Tally::Answer {
+                    return Ok((Outcome::InProgress { retry_after_ms, attempt }, lsn));
+                }
                 bump(&self.counters.in_progress);
                 Outcome::InProgress { retry_after_ms, attempt }
             }
@@ -255,6 +284,14 @@ impl Shard {
         };
         bump(&self.counters.duplicates);
         Ok((outcome, lsn))
+    }
+
+    /// Counts the in-progress answer a waiting claim ended on (its timeout
+    /// passed, or the caps let it wait no longer): the looks that answered
+    /// in progress while it waited were not counted.
+    pub(crate) fn count_in_progress(&self) {
+        bump(&self.counters.in_progress);
+        bump(&self.counters.duplicates);
     }
 
     /// Removes a key whatever its state. Returns whether a live record was
