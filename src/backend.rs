@@ -77,7 +77,7 @@ pub enum BackendClaim {
         /// Whether this lease took over from a holder whose lease ended:
         /// the old holder may have half-run.
         recovered: bool,
-        /// The last recovery point an earlier holder stored (see
+        /// The last checkpoint an earlier holder stored (see
         /// [`IdempotencyBackend::checkpoint`]), to resume from.
         checkpoint: Option<Checkpoint>,
     },
@@ -142,7 +142,7 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// As [`IdempotencyBackend::complete`].
     fn release(&self, token: &LeaseToken) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Stores a recovery point for the lease `token` (see
+    /// Stores a checkpoint for the lease `token` (see
     /// [`crate::Lease::checkpoint`]): a later holder that takes the key
     /// over gets it in [`BackendClaim::Acquired`]. The lease end stays.
     ///
@@ -206,7 +206,7 @@ impl IdempotencyBackend for Store {
         Ok(match claim {
             Claim::Acquired(lease) => {
                 let (attempt, recovered) = (lease.attempt(), lease.recovered());
-                let checkpoint = lease.recovery_point().cloned();
+                let checkpoint = lease.last_checkpoint().cloned();
                 BackendClaim::Acquired { token: lease.into_token(), attempt, recovered, checkpoint }
             }
             Claim::Replay(record) => BackendClaim::Replay(record.response),

@@ -1,4 +1,4 @@
-//! Recovery points: what a lease holder records between the steps of a
+//! Checkpoints: what a lease holder records between the steps of a
 //! request, so that a later attempt which takes over its expired lease
 //! resumes where it stopped instead of guessing (DESIGN §3, "never twice").
 //!
@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 /// The longest step name, in bytes.
 pub const STEP_BYTES_MAX: usize = 255;
 
-/// A recovery point: the last step a holder of the key finished, and what
+/// A checkpoint: the last step a holder of the key finished, and what
 /// the steps after it need (an external call's id, a half-built result).
 ///
 /// # Examples
@@ -35,10 +35,10 @@ pub const STEP_BYTES_MAX: usize = 255;
 /// let store = Store::open(dir.path(), Config::new())?;
 /// let request = ClaimRequest::new("order-9", Fingerprint::of(b"POST /orders"));
 /// let Claim::Acquired(mut lease) = store.claim(&request)? else { unreachable!() };
-/// // A takeover would start from here: `lease.recovery_point()`.
-/// assert!(lease.recovery_point().is_none());
+/// // A takeover would start from here: `lease.last_checkpoint()`.
+/// assert!(lease.last_checkpoint().is_none());
 /// lease.checkpoint("charged", b"charge ch_123")?;
-/// assert_eq!(lease.recovery_point().map(|point| point.step.as_str()), Some("charged"));
+/// assert_eq!(lease.last_checkpoint().map(|point| point.step.as_str()), Some("charged"));
 /// lease.complete(b"201 created")?;
 /// # Ok(()) }
 /// ```

@@ -174,7 +174,7 @@ impl Engine {
         self.shard_of_hash(hash).renew(&key, token.token, extend_ms, token.held.as_ref())
     }
 
-    /// Stores the recovery point `step`, `payload` for the lease `token` on
+    /// Stores the checkpoint `step`, `payload` for the lease `token` on
     /// the key of hash `hash`; returns the LSN of the record written.
     pub(crate) fn checkpoint(&self, hash: u128, token: &TokenRef<'_>, step: &str, payload: &[u8]) -> Result<u64> {
         self.refuse_if_read_only("checkpoint")?;

@@ -48,9 +48,9 @@ pub struct Lease {
     held: Held,
     deadline_ms: u64,
     finished: bool,
-    /// The last recovery point: the one a takeover found, then each this
+    /// The last checkpoint: the one a takeover found, then each this
     /// holder stored.
-    recovery_point: Option<Checkpoint>,
+    last_checkpoint: Option<Checkpoint>,
 }
 
 impl fmt::Debug for Lease {
@@ -76,7 +76,7 @@ impl Lease {
         token: u64,
         held: Held,
         deadline_ms: u64,
-        recovery_point: Option<Checkpoint>,
+        last_checkpoint: Option<Checkpoint>,
     ) -> Self {
         Lease {
             engine,
@@ -87,25 +87,25 @@ impl Lease {
             held,
             deadline_ms,
             finished: false,
-            recovery_point,
+            last_checkpoint,
         }
     }
 
-    /// The last recovery point of this key: after a takeover
+    /// The last checkpoint of this key: after a takeover
     /// ([`recovered`](Lease::recovered)), the last one an earlier holder
     /// stored, so that this attempt resumes after that step instead of
     /// running it again; then each this lease stores. `None` if no holder
     /// stored one.
     #[must_use]
-    pub fn recovery_point(&self) -> Option<&Checkpoint> {
-        self.recovery_point.as_ref()
+    pub fn last_checkpoint(&self) -> Option<&Checkpoint> {
+        self.last_checkpoint.as_ref()
     }
 
-    /// Stores a recovery point — the step just finished and what the steps
+    /// Stores a checkpoint — the step just finished and what the steps
     /// after it need — durably (under [`crate::Durability::Sync`] it is on
     /// disk when this returns) in the key's Processing record, fenced by
     /// this lease's token. A holder that takes the key over after this
-    /// lease ends sees it in [`Lease::recovery_point`]. The lease end stays
+    /// lease ends sees it in [`Lease::last_checkpoint`]. The lease end stays
     /// where it is (see [`renew`](Lease::renew)). The point vanishes with
     /// the Processing record: completing, failing, releasing or removing
     /// the key drops it.
@@ -130,7 +130,7 @@ impl Lease {
             self.finished |= matches!(error, Error::LeaseLost { .. });
             return Err(error);
         }
-        self.recovery_point = Some(Checkpoint::new(step, payload));
+        self.last_checkpoint = Some(Checkpoint::new(step, payload));
         Ok(())
     }
 
@@ -261,7 +261,7 @@ impl Lease {
             held: self.held,
             deadline_ms: self.deadline_ms,
             finished: self.finished,
-            recovery_point: self.recovery_point.take(),
+            last_checkpoint: self.last_checkpoint.take(),
         };
         self.finished = true;
         lease

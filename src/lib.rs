@@ -10,7 +10,7 @@
 //! |------------------------------|-------------|--------|
 //! | absent or expired            | –           | [`Claim::Acquired`]: record written as Processing with a fresh fencing token |
 //! | Processing, lease valid      | same        | [`Claim::InProgress`] with `retry_after` |
-//! | Processing, lease expired    | same        | [`Claim::Acquired`] with [`Lease::recovered`], attempt + 1, new token, and the last [`Lease::recovery_point`] |
+//! | Processing, lease expired    | same        | [`Claim::Acquired`] with [`Lease::recovered`], attempt + 1, new token, and the last [`Lease::last_checkpoint`] |
 //! | Failed, [`ReusePolicy::RetryFailed`] | same | [`Claim::Acquired`], attempt + 1, new token, not recovered |
 //! | Completed / Failed           | same        | [`Claim::Replay`] with the stored response |
 //! | any present                  | different   | [`Claim::Mismatch`]; the stored response is never revealed |
@@ -22,7 +22,7 @@
 //! A holder whose lease ended but was not yet reclaimed may still finish,
 //! until lease end + TTL, when an abandoned Processing record expires.
 //!
-//! Between steps with outside effects a holder stores a recovery point,
+//! Between steps with outside effects a holder stores a checkpoint,
 //! [`Lease::checkpoint`]: durable, fenced by its token, kept by renewals,
 //! carried over by takeovers, dropped with the Processing record. A holder
 //! that takes the key over resumes after the step it names instead of
@@ -72,7 +72,7 @@
 //               scanner: the one walk for open, verify and compaction;
 //               writer: append, roll, group commit; hint/: per-segment
 //               hint files, the cache open rebuilds an index from),
-//               checkpoint (a recovery point's bytes in a Processing
+//               checkpoint (a checkpoint's bytes in a Processing
 //               record), manifest, format
 // in memory     index (hash -> newest record), quota (per-scope limits;
 //               ledger: their store-wide counts), compaction (usage accounting

@@ -145,7 +145,7 @@ pub struct Record {
     pub deadline_ms: u64,
     /// The stored response; empty while Processing.
     pub response: Vec<u8>,
-    /// While Processing, the last recovery point a holder stored
+    /// While Processing, the last checkpoint a holder stored
     /// ([`crate::Lease::checkpoint`]); `None` once finished.
     pub checkpoint: Option<Checkpoint>,
 }

@@ -141,7 +141,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Extends the lease to at least `extend_ms` from the server's now.
     fn renew(&self, token: &LeaseToken, extend_ms: u64) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Stores an encoded recovery point in the Processing record.
+    /// Stores an encoded checkpoint in the Processing record.
     fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> impl Future<Output = Result<bool>> + Send;
 
     /// The live record, if any.

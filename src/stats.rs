@@ -46,7 +46,7 @@ pub struct Stats {
     pub releases: u64,
     /// Leases renewed.
     pub renewals: u64,
-    /// Recovery points stored ([`crate::Lease::checkpoint`]).
+    /// Checkpoints stored ([`crate::Lease::checkpoint`]).
     pub checkpoints: u64,
     /// Leases dropped without being finished or turned into a token.
     pub abandoned_leases: u64,
@@ -163,7 +163,7 @@ counters! {
     failures => "idempo_failed_total", "Leases failed";
     releases => "idempo_released_total", "Leases released";
     renewals => "idempo_renewed_total", "Leases renewed";
-    checkpoints => "idempo_checkpoints_total", "Recovery points stored by lease holders";
+    checkpoints => "idempo_checkpoints_total", "Checkpoints stored by lease holders";
     abandoned_leases => "idempo_abandoned_total", "Leases dropped without being finished";
     removes => "idempo_removed_total", "Records removed";
     expirations => "idempo_expired_total", "Completed or Failed records found past their TTL";

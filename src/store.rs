@@ -287,7 +287,7 @@ impl Store {
         Ok(deadline_ms)
     }
 
-    /// Stores a recovery point for the lease `token` (see
+    /// Stores a checkpoint for the lease `token` (see
     /// [`Lease::checkpoint`]).
     ///
     /// # Errors

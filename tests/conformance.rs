@@ -1,6 +1,6 @@
 //! One contract, every backend: the same scenarios — the state table,
 //! fencing, TTL, scopes, `claim_wait`, concurrent duplicates, limits,
-//! renew, get and remove, recovery points and reuse policies — run
+//! renew, get and remove, checkpoints and reuse policies — run
 //! against the embedded store, a standalone Redis server, a three-master
 //! Redis Cluster and PostgreSQL (real servers, started here). Time is real on every backend (Redis's clock is the server's),
 //! so leases and TTLs are short and waits bounded.
@@ -60,7 +60,7 @@ async fn acquire<B: IdempotencyBackend>(
     }
 }
 
-/// [`acquire`] in the empty scope, with the recovery point handed over.
+/// [`acquire`] in the empty scope, with the checkpoint handed over.
 async fn acquire_at<B: IdempotencyBackend>(
     backend: &B,
     key: &[u8],
@@ -255,12 +255,12 @@ async fn stored_point<B: IdempotencyBackend>(backend: &B, key: &[u8]) -> Option<
     backend.get(b"", key).await.expect("get").and_then(|record| record.checkpoint)
 }
 
-/// A recovery point goes to the holder that takes the key over, and
+/// A checkpoint goes to the holder that takes the key over, and
 /// stays in the record for the one after; a stale holder's is refused.
-async fn recovery_points<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+async fn checkpoints<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     let key = keys.key("resume");
     let (first, _, _, none) = acquire_at(backend, &key, options()).await;
-    assert_eq!(none, None, "a fresh claim has no recovery point");
+    assert_eq!(none, None, "a fresh claim has no checkpoint");
     let before = backend.get(b"", &key).await.expect("get").expect("present");
     backend.checkpoint(&first, "reserved", b"r_1").await.expect("checkpoint");
     backend.checkpoint(&first, "charged", b"ch_1").await.expect("checkpoint");
@@ -297,9 +297,9 @@ async fn recovery_points<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     assert_eq!((record.state, record.checkpoint, record.response), (State::Completed, None, b"201 ordered".to_vec()));
 }
 
-/// Releasing, removing or expiring a key drops its recovery point: the
+/// Releasing, removing or expiring a key drops its checkpoint: the
 /// next claim starts without one.
-async fn recovery_points_dropped<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
+async fn checkpoints_dropped<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     let key = keys.key("released");
     let (token, _, _, _) = acquire_at(backend, &key, options()).await;
     backend.checkpoint(&token, "validated", b"v").await.expect("checkpoint");
@@ -324,7 +324,7 @@ async fn recovery_points_dropped<B: IdempotencyBackend>(backend: &B, keys: &Keys
     assert_eq!((attempt, recovered, fresh), (1, false, None), "expired: a fresh start");
 }
 
-/// A refused recovery point is a typed error and stores nothing.
+/// A refused checkpoint is a typed error and stores nothing.
 async fn recovery_point_limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
     let key = keys.key("limits");
     let max = backend.limits().response_bytes_max;
@@ -381,8 +381,8 @@ async fn conformance<B: IdempotencyBackend + Clone>(backend: B, target: &str) {
     duplicates(&backend, &keys("duplicates")).await;
     limits(&backend, &keys("limits")).await;
     renew_get_remove(&backend, &keys("renew_get_remove")).await;
-    recovery_points(&backend, &keys("recovery_points")).await;
-    recovery_points_dropped(&backend, &keys("recovery_points_dropped")).await;
+    checkpoints(&backend, &keys("checkpoints")).await;
+    checkpoints_dropped(&backend, &keys("checkpoints_dropped")).await;
     recovery_point_limits(&backend, &keys("recovery_point_limits")).await;
     reuse_policies(&backend, &keys("reuse_policies")).await;
 }

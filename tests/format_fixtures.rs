@@ -90,7 +90,7 @@ fn the_format_2_fixture_opens_verifies_and_answers_every_record() {
         let key = format!("processing-{number}");
         let record = store.get(b"fixture", key.as_bytes()).expect("get").expect("present");
         assert_eq!(record.state, State::Processing, "{key}");
-        let point = record.checkpoint.expect("a recovery point");
+        let point = record.checkpoint.expect("a checkpoint");
         assert_eq!((point.step.as_str(), point.payload), ("charged", format!("charge {number}").into_bytes()));
     }
     for (prefix, count) in [("released", RELEASED), ("removed", REMOVED)] {

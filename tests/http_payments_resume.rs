@@ -1,4 +1,4 @@
-//! Recovery points over HTTP, as a user runs the payments example: the
+//! Checkpoints over HTTP, as a user runs the payments example: the
 //! server dies between its two steps (charged, order not yet written), a
 //! new server on the same store takes the key over once the lease ends, and
 //! the retry resumes at the order, with no second call to the provider.

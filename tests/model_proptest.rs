@@ -67,13 +67,13 @@ struct ModelRecord {
     deadline_ms: u64,
     ttl_ms: u64,
     response: Vec<u8>,
-    /// While Processing, the last recovery point (step, payload).
+    /// While Processing, the last checkpoint (step, payload).
     checkpoint: Option<(String, Vec<u8>)>,
 }
 
 impl ModelRecord {
     /// The bytes the record keeps after scope and key: the response, or
-    /// while Processing the encoded recovery point.
+    /// while Processing the encoded checkpoint.
     fn stored_len(&self) -> usize {
         match &self.checkpoint {
             Some((step, payload)) => 1 + step.len() + payload.len(),
@@ -264,8 +264,8 @@ impl Harness {
                     }
                 };
                 assert_eq!((lease.attempt(), lease.recovered()), (attempt, recovered));
-                let seen = lease.recovery_point().map(|point| (point.step.clone(), point.payload.clone()));
-                assert_eq!(seen, checkpoint, "the takeover sees the last recovery point");
+                let seen = lease.last_checkpoint().map(|point| (point.step.clone(), point.payload.clone()));
+                assert_eq!(seen, checkpoint, "the takeover sees the last checkpoint");
                 assert_eq!(lease.deadline_ms(), now + lease_ms);
                 let max_token = self.model.max_token.entry((scope, key)).or_insert(0);
                 assert!(lease.token() > *max_token, "token did not grow");

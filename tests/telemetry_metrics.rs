@@ -75,7 +75,7 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
     // Acquired, completed, then replayed, in progress and mismatched.
     let Claim::Acquired(lease) = store.claim(&request("a", b"1")).expect("claim") else { panic!("not acquired") };
     let Claim::Acquired(mut other) = store.claim(&request("b", b"1")).expect("claim") else { panic!("not acquired") };
-    other.checkpoint("charged", b"ch_1").expect("a recovery point");
+    other.checkpoint("charged", b"ch_1").expect("a checkpoint");
     assert!(matches!(store.claim(&request("b", b"1")).expect("claim"), Claim::InProgress { .. }));
     lease.complete(b"done").expect("complete");
     assert!(matches!(store.claim(&request("a", b"1")).expect("claim"), Claim::Replay(_)));

@@ -3,7 +3,7 @@
 //! server or Cluster. A payment is two steps with an outside effect each:
 //! a charge at a payment provider (a ledger file, with its own idempotency
 //! key derived from ours, so double charges are visible) and an order
-//! written to `orders.txt`. A recovery point after the charge lets a run
+//! written to `orders.txt`. A checkpoint after the charge lets a run
 //! that takes over from one that crashed between the steps write the order
 //! without calling the provider again.
 //!
@@ -43,7 +43,7 @@
 
 use axum::routing::{get, post};
 use axum::{body::Bytes, extract::State, http::StatusCode, Extension, Router};
-use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, RecoveryPoints};
+use idemkv::http::{Attempt, Checkpoints, IdempotencyLayer, LayerConfig};
 use idemkv::{Config, IdempotencyBackend, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::ffi::OsString;
@@ -159,12 +159,12 @@ fn provider_charge(files: &Files, provider_key: &str, line: &str) -> std::io::Re
 }
 
 /// `POST /payments` in two steps with an outside effect each: charge at the
-/// provider, then write the order. A recovery point after the charge lets
+/// provider, then write the order. A checkpoint after the charge lets
 /// a run that takes over from a crashed one skip straight to the order.
 async fn pay(
     State(files): State<Arc<Files>>,
     Extension(attempt): Extension<Attempt>,
-    Extension(points): Extension<RecoveryPoints>,
+    Extension(points): Extension<Checkpoints>,
     body: Bytes,
 ) -> Answer {
     let line = String::from_utf8_lossy(&body).replace('\n', " ");
@@ -186,7 +186,7 @@ async fn pay(
         };
         if let Err(error) = points.checkpoint("charged", charge.to_string().as_bytes()).await {
             // Not fatal: the provider's key still stops a second charge.
-            eprintln!("payments: recovery point not stored: {error}");
+            eprintln!("payments: checkpoint not stored: {error}");
         }
         charge
     };

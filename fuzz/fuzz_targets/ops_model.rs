@@ -11,7 +11,7 @@
 //! gets a fencing token above every token handed out before. Scope `s0`
 //! has a quota of two records: the model predicts every refusal, and after
 //! every step the store's running quota counts equal a recount. Holders
-//! store recovery points, which takeovers must see and carry over, and
+//! store checkpoints, which takeovers must see and carry over, and
 //! some claims run a Failed key again (`ReusePolicy::RetryFailed`).
 #![no_main]
 
@@ -76,7 +76,7 @@ struct Model {
     deadline_ms: u64,
     ttl_ms: u64,
     response: Vec<u8>,
-    /// While Processing, the last recovery point (step, payload).
+    /// While Processing, the last checkpoint (step, payload).
     checkpoint: Option<(String, Vec<u8>)>,
 }
 
@@ -151,7 +151,7 @@ impl Run {
                     .ttl(Duration::from_millis(ttl_ms))
                     .reuse(if retry_failed { ReusePolicy::RetryFailed } else { ReusePolicy::ReplayFailure });
                 let before = self.live(id);
-                // A takeover carries the last recovery point over.
+                // A takeover carries the last checkpoint over.
                 let carried = before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
                 let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
                 let refused = id.0 == 0 && before.is_none() && full;
@@ -186,7 +186,7 @@ impl Run {
                     (Claim::Acquired(lease), Some(model)) if model.state == State::Failed => {
                         assert!(retry_failed && model.fingerprint == variant, "a failure run again");
                         assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, false));
-                        assert!(lease.recovery_point().is_none(), "a new attempt starts without a point");
+                        assert!(lease.last_checkpoint().is_none(), "a new attempt starts without a point");
                         self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
                     }
                     (Claim::Acquired(lease), Some(model)) => {
@@ -196,8 +196,8 @@ impl Run {
                                 && model.fingerprint == variant
                         );
                         assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
-                        let seen = lease.recovery_point().map(|point| (point.step.clone(), point.payload.clone()));
-                        assert_eq!(seen, carried, "the takeover sees the last recovery point");
+                        let seen = lease.last_checkpoint().map(|point| (point.step.clone(), point.payload.clone()));
+                        assert_eq!(seen, carried, "the takeover sees the last checkpoint");
                         self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
                     }
                     (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, variant),

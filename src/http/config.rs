@@ -87,11 +87,11 @@ pub struct Attempt {
     /// 1 for the first run, one more for each takeover.
     pub attempt: u32,
     /// Whether an earlier run's lease ended unfinished: it may have
-    /// half-run, so check the domain state (and the last recovery point,
-    /// [`RecoveryPoints::last`](super::RecoveryPoints::last)) before acting
+    /// half-run, so check the domain state (and the last checkpoint,
+    /// [`Checkpoints::last`](super::Checkpoints::last)) before acting
     /// again.
     pub recovered: bool,
-    /// The last recovery point an earlier run stored, as the claim found
+    /// The last checkpoint an earlier run stored, as the claim found
     /// it.
     pub checkpoint: Option<Checkpoint>,
 }

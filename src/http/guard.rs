@@ -1,13 +1,13 @@
 //! One guarded request: key, scope and body read, the claim, and the
 //! handler's run to its end, with its lease kept alive.
 
+use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
 use super::detached::Detached;
 use super::keep::{keep_answer, release, Answer, Kind};
 use super::keeper::{Keeper, Kept};
 use super::key::{prefer_wait, read_key, KeyError};
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
-use super::recovery::RecoveryPoints;
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -131,7 +131,7 @@ where
             return Ok(counted("store_unavailable", store_unavailable().map(Either::Right)));
         }
     };
-    let points = RecoveryPoints::new(Arc::clone(backend), token.clone(), (attempt, recovered), checkpoint.clone());
+    let points = Checkpoints::new(Arc::clone(backend), token.clone(), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));

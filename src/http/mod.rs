@@ -9,7 +9,7 @@
 //!
 //! | claim answer | response |
 //! |---|---|
-//! | acquired | the handler runs to its end (a client that leaves does not cancel it), with [`Attempt`] and [`RecoveryPoints`] extensions; what it answered is kept (see [`FailurePolicy`]) |
+//! | acquired | the handler runs to its end (a client that leaves does not cancel it), with [`Attempt`] and [`Checkpoints`] extensions; what it answered is kept (see [`FailurePolicy`]) |
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
 //! | in progress | 409 with `Retry-After` (at most [`LayerConfig::in_progress_retry_after`]); with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays with `Preference-Applied: wait=N` |
 //! | mismatch | 422 |
@@ -27,8 +27,8 @@
 //! one free worker of the service's runtime); its 5xx is kept
 //! like any answer; its error or panic leaves the key in progress until the
 //! lease ends, after which the next attempt runs with
-//! [`Attempt::recovered`] set and, in [`RecoveryPoints::last`], the last
-//! recovery point the earlier run stored, to resume after that step instead
+//! [`Attempt::recovered`] set and, in [`Checkpoints::last`], the last
+//! checkpoint the earlier run stored, to resume after that step instead
 //! of running it again. Only the handler's word — the [`NotSpent`]
 //! response extension — frees the key for a retry (and routing or
 //! validation statuses, see [`FailurePolicy`]). A response too large to
@@ -79,6 +79,7 @@
 //! # Ok(()) }
 //! ```
 
+mod checkpoints;
 mod config;
 mod detached;
 mod guard;
@@ -86,12 +87,11 @@ mod keep;
 mod keeper;
 mod key;
 mod problem;
-mod recovery;
 mod response;
 
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
-pub use recovery::RecoveryPoints;
 
 use bytes::Bytes;
 use http::{Request, Response};

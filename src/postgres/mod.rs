@@ -16,7 +16,7 @@
 //! (or the background [`Reaper`]) deletes them in bounded batches.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
-//! Recovery points ([`IdempotencyBackend::checkpoint`]) and reuse policies
+//! Checkpoints ([`IdempotencyBackend::checkpoint`]) and reuse policies
 //! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
 //! point is a column of the key's row, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is

@@ -58,7 +58,7 @@ fn column<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, index: usize,
     row.try_get(index).map_err(|_| protocol(what))
 }
 
-/// The recovery point stored as `bytes` (see [`crate::checkpoint`]);
+/// The checkpoint stored as `bytes` (see [`crate::checkpoint`]);
 /// `None` for none.
 fn checkpoint(bytes: Option<Vec<u8>>, what: &str) -> Result<Option<Checkpoint>> {
     match bytes {
@@ -68,7 +68,7 @@ fn checkpoint(bytes: Option<Vec<u8>>, what: &str) -> Result<Option<Checkpoint>> 
 }
 
 /// The answer of `idemkv_claim` (its seven columns: answer, token,
-/// attempt, recovered, ms left, response, recovery point).
+/// attempt, recovered, ms left, response, checkpoint).
 pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim> {
     let answer: String = column(row, 0, "claim: answer")?;
     match answer.as_str() {
@@ -105,7 +105,7 @@ fn unsigned(row: &Row, index: usize, what: &str) -> Result<u64> {
 
 /// The record of `(scope, key)` from the `GET` statement's columns: state,
 /// fingerprint, token, attempt, recovered, created ms, updated ms,
-/// deadline ms, response, recovery point.
+/// deadline ms, response, checkpoint.
 pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
     let state: String = column(row, 0, "get: state")?;
     let state = match state.as_str() {

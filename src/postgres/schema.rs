@@ -17,7 +17,7 @@
 //! its finish notifies), `lease_end`, `ttl`, `response`, `created_at`,
 //! `updated_at`, `finished_at`, `expires_at` (lease end + TTL while
 //! processing, finish + TTL after), indexed for the reaper, and (from
-//! version 2) `checkpoint`: the recovery point of a Processing row, the
+//! version 2) `checkpoint`: the checkpoint of a Processing row, the
 //! bytes of [`crate::checkpoint`]'s encoding, `NULL` for none and once
 //! finished. A renewal keeps it, a takeover of an ended lease answers it
 //! and keeps it, every other claim that writes (absent, expired, or a
@@ -27,7 +27,7 @@
 //!
 //! A table of version 1 is upgraded in place at connect: the column is
 //! added (`ADD COLUMN IF NOT EXISTS`, no default, so no rewrite), rows
-//! already there have no recovery point, and the claim of version 1 stays
+//! already there have no checkpoint, and the claim of version 1 stays
 //! beside the new one for instances of the earlier build still running.
 //!
 //! A row past `expires_at` is absent to every call (a claim starts afresh,
@@ -242,7 +242,7 @@ BEGIN
 END $$;
 ";
 
-/// Recovery points and reuse policies. The table of version 1 gains a
+/// Checkpoints and reuse policies. The table of version 1 gains a
 /// column in place (no rewrite: the column has no default); the claim
 /// gains an argument and an answer as a new function beside the old one,
 /// which stays (a wrapper replaying failures) for instances of the earlier
@@ -334,7 +334,7 @@ BEGIN
     END IF;
 END $$;
 
--- Version 1's claim: failures replayed, no recovery point answered.
+-- Version 1's claim: failures replayed, no checkpoint answered.
 CREATE OR REPLACE FUNCTION idemkv_claim(
     p_scope bytea, p_key bytea, p_fingerprint bytea, p_lease_ms bigint, p_ttl_ms bigint, p_wait boolean,
     OUT o_answer text, OUT o_token bigint, OUT o_attempt integer, OUT o_recovered boolean,
@@ -344,7 +344,7 @@ LANGUAGE sql AS $$
     FROM idemkv_claim(p_scope, p_key, p_fingerprint, p_lease_ms, p_ttl_ms, p_wait, 'replay') c
 $$;
 
--- As version 1's; completing or failing drops the recovery point.
+-- As version 1's; completing or failing drops the checkpoint.
 CREATE OR REPLACE FUNCTION idemkv_finish(p_scope bytea, p_key bytea, p_token bigint, p_kind text, p_response bytea)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -373,7 +373,7 @@ BEGIN
     RETURN true;
 END $$;
 
--- Checkpoint: the recovery point of the lease `p_token` becomes
+-- Checkpoint: the checkpoint of the lease `p_token` becomes
 -- `p_checkpoint`; the lease end stays. The same checks as a renewal.
 CREATE OR REPLACE FUNCTION idemkv_checkpoint(p_scope bytea, p_key bytea, p_token bigint, p_checkpoint bytea)
 RETURNS boolean LANGUAGE plpgsql AS $$

@@ -13,13 +13,13 @@
 //! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
 //! (sharded pub/sub on a Cluster), with polling as the fallback.
 //!
-//! Recovery points ([`IdempotencyBackend::checkpoint`]) and reuse policies
+//! Checkpoints ([`IdempotencyBackend::checkpoint`]) and reuse policies
 //! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
 //! point is a field of the record, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed; it lasts as long as the record does,
 //! across a restart on the AOF. A record written by an earlier version
-//! has no such field and reads as one without a recovery point.
+//! has no such field and reads as one without a checkpoint.
 //!
 //! # Configuration
 //!

@@ -45,7 +45,7 @@ pub(super) fn bytes(value: &Value) -> Result<Vec<u8>> {
     }
 }
 
-/// The recovery point stored as `bytes` (see [`crate::checkpoint`]);
+/// The checkpoint stored as `bytes` (see [`crate::checkpoint`]);
 /// `None` for none.
 pub(super) fn checkpoint(bytes: &[u8]) -> Result<Option<Checkpoint>> {
     crate::checkpoint::decode(bytes).map_err(protocol)

@@ -14,12 +14,12 @@
 //! `[3]` attempt, `[4]` recovered (0/1), `[5]` token, `[6]` created ms,
 //! `[7]` updated ms, `[8]` lease end (Processing) or expiry (finished) ms,
 //! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response, `[13]` the
-//! recovery point while Processing (the bytes of
+//! checkpoint while Processing (the bytes of
 //! [`crate::checkpoint`]'s encoding; empty for none, and once finished).
 //! A record written before `[13]` existed reads as one without a recovery
 //! point: nothing to migrate.
 //!
-//! The recovery point follows the lease: a renewal keeps it, a takeover of
+//! The checkpoint follows the lease: a renewal keeps it, a takeover of
 //! an ended lease hands it to the new holder and keeps it in the record
 //! (a second takeover still finds it), and every other claim that writes
 //! (absent, expired, released, or a Failed key run again under
@@ -57,7 +57,7 @@ local now = math.floor(now_us / 1000)
 /// Claim. KEYS: record. ARGV: scope, key, fingerprint, lease ms, TTL ms,
 /// keep ms, reuse policy (`retry` runs a Failed key again, anything else
 /// replays its failure). Replies `{'A', token, attempt, recovered, lease
-/// end, recovery point}`, `{'R', state, response}`, `{'I', ms left,
+/// end, checkpoint}`, `{'R', state, response}`, `{'I', ms left,
 /// attempt}`, `{'M'}`, or `{'X'}` when the record names another `(scope,
 /// key)` (a hash collision).
 pub(super) const CLAIM: &str = concat!(
@@ -140,8 +140,8 @@ return {1, string.format('%.0f', r[8])}
 "
 );
 
-/// Checkpoint: the recovery point of the lease becomes ARGV[4]; its end
-/// stays. KEYS: record. ARGV: scope, key, token, encoded recovery point,
+/// Checkpoint: the checkpoint of the lease becomes ARGV[4]; its end
+/// stays. KEYS: record. ARGV: scope, key, token, encoded checkpoint,
 /// keep ms. Replies 1, or 0 when the token no longer holds the key (the
 /// same checks as a renewal).
 pub(super) const CHECKPOINT: &str = concat!(
@@ -179,7 +179,7 @@ return 1
 );
 
 /// Read. KEYS: record. Replies the live record's thirteen fields in order
-/// (an empty recovery point for a record written without one), numbers as
+/// (an empty checkpoint for a record written without one), numbers as
 /// decimal strings, or an empty array when it is absent.
 pub(super) const GET: &str = concat!(
     live!(),

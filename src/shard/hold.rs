@@ -1,5 +1,5 @@
 //! What a lease holder does to its key: finish it, renew its lease, store
-//! a recovery point. Each checks the fencing token against the index first
+//! a checkpoint. Each checks the fencing token against the index first
 //! ([`Shard::held`]): a stale holder gets [`Error::LeaseLost`].
 
 use super::{KeyRef, Shard, ShardState};
@@ -45,7 +45,7 @@ impl Shard {
         let now = state.now(&*self.clock);
         let (held, lease_end_ms, entry) = self.held(&mut state, key, token, known, now)?;
         let header = transition::renew(&held, lease_end_ms, extend_ms, state.log.next_lsn, now);
-        // The renewed record keeps the holder's last recovery point.
+        // The renewed record keeps the holder's last checkpoint.
         let checkpoint = state.stored_checkpoint(&entry, key)?;
         state.write(key, &header, &checkpoint, &self.commit, &self.counters, now)?;
         bump(&self.counters.renewals);
@@ -77,7 +77,7 @@ impl Shard {
     }
 
     /// Stores `checkpoint` (encoded, see [`crate::checkpoint`]) as the
-    /// recovery point of the lease `token` on `key`: a Processing record
+    /// checkpoint of the lease `token` on `key`: a Processing record
     /// under the same token whose lease end stays where it is. Returns the
     /// record's LSN.
     pub(crate) fn checkpoint(
@@ -96,7 +96,7 @@ impl Shard {
         Ok(header.lsn)
     }
 
-    /// The recovery point stored as `bytes` in a Processing record.
+    /// The checkpoint stored as `bytes` in a Processing record.
     pub(super) fn checkpoint_of(&self, bytes: &[u8]) -> Result<Option<Checkpoint>> {
         checkpoint::decode(bytes).map_err(|reason| Error::corruption(&self.dir, 0, reason))
     }

@@ -224,7 +224,7 @@ impl Shard {
             current.as_ref().map(|(_, lease_end_ms, (record, _))| Stored { record, lease_end_ms: *lease_end_ms });
         match transition::claim(stored, params, state.log.next_lsn, now) {
             ClaimStep::Acquire(header) => {
-                // A takeover carries the last recovery point over into the
+                // A takeover carries the last checkpoint over into the
                 // record it writes, so that it outlives this holder too.
                 let carried = match (&current, header.recovered) {
                     (Some((_, _, (stored, frame))), true) => record::body(stored, frame).2.to_vec(),

@@ -271,7 +271,7 @@ impl ShardState {
         Ok(())
     }
 
-    /// The bytes of the recovery point in the Processing record of `entry`
+    /// The bytes of the checkpoint in the Processing record of `entry`
     /// for `key` (none without reading the log when the frame has room for
     /// no more than scope and key).
     pub(crate) fn stored_checkpoint(&self, entry: &Entry, key: &KeyRef<'_>) -> Result<Vec<u8>> {

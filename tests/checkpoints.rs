@@ -1,4 +1,4 @@
-//! Recovery points on the embedded store: a holder's checkpoint is what the
+//! Checkpoints on the embedded store: a holder's checkpoint is what the
 //! next holder resumes from after a takeover; it is fenced, kept by
 //! renewals, carried over by takeovers, survives a restart and compaction,
 //! respects the size limits and vanishes with the Processing record.
@@ -29,17 +29,17 @@ fn a_takeover_resumes_from_the_last_point_and_a_stale_holder_cannot_move_it() {
     let clock = ManualClock::new(START_MS);
     let store = open(dir.path(), &clock);
     let mut first = acquire(&store, &request());
-    assert_eq!(first.recovery_point(), None);
+    assert_eq!(first.last_checkpoint(), None);
     first.checkpoint("charged", b"ch_1").expect("checkpoint");
     first.checkpoint("reserved", b"ch_1 stock_7").expect("a later step replaces the point");
-    assert_eq!(first.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")));
+    assert_eq!(first.last_checkpoint(), Some(&point("reserved", b"ch_1 stock_7")));
     assert_eq!(stored_point(&store), Some(point("reserved", b"ch_1 stock_7")));
 
     clock.advance(LEASE * 2);
     let mut second = acquire(&store, &request());
     assert!(second.recovered());
     assert_eq!(second.attempt(), 2);
-    assert_eq!(second.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")), "resumes after that step");
+    assert_eq!(second.last_checkpoint(), Some(&point("reserved", b"ch_1 stock_7")), "resumes after that step");
 
     assert!(matches!(first.checkpoint("written", b"stale"), Err(Error::LeaseLost { .. })));
     assert_eq!(stored_point(&store), Some(point("reserved", b"ch_1 stock_7")), "the stale point was not stored");
@@ -51,7 +51,7 @@ fn a_takeover_resumes_from_the_last_point_and_a_stale_holder_cannot_move_it() {
     clock.advance(LEASE * 2);
     let third = acquire(&store, &request());
     assert_eq!((third.attempt(), third.recovered()), (3, true));
-    assert_eq!(third.recovery_point(), Some(&point("reserved", b"ch_1 stock_7")));
+    assert_eq!(third.last_checkpoint(), Some(&point("reserved", b"ch_1 stock_7")));
     third.complete(b"201 order 9").expect("complete");
     assert_eq!(store.stats().checkpoints, 2, "the two the first holder stored; refused ones are not counted");
     let record = replay(&store, &request());
@@ -74,10 +74,10 @@ fn renewals_keep_the_point_and_finishing_drops_it() {
     lease.release().expect("release");
     assert!(store.get(b"tenant", b"order-1").expect("get").is_none());
     let fresh = acquire(&store, &request());
-    assert_eq!((fresh.recovery_point(), fresh.recovered()), (None, false), "a fresh claim starts clean");
+    assert_eq!((fresh.last_checkpoint(), fresh.recovered()), (None, false), "a fresh claim starts clean");
     fresh.fail(b"402 declined").expect("fail");
     let retried = acquire(&store, &request().reuse(ReusePolicy::RetryFailed));
-    assert_eq!((retried.recovery_point(), retried.attempt()), (None, 2));
+    assert_eq!((retried.last_checkpoint(), retried.attempt()), (None, 2));
     drop(retried);
 }
 
@@ -93,7 +93,7 @@ fn a_checkpoint_keeps_the_lease_end() {
     let Claim::Acquired(next) = store.claim(&request()).expect("claim") else {
         panic!("a checkpoint is no renewal: the lease ended at its first end");
     };
-    assert_eq!(next.recovery_point(), Some(&point("charged", b"")));
+    assert_eq!(next.last_checkpoint(), Some(&point("charged", b"")));
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn the_point_survives_a_restart_and_compaction() {
     let store = Store::open(dir.path(), small(&clock)).expect("reopen");
     clock.advance(LEASE * 10);
     let next = acquire(&store, &request());
-    assert_eq!(next.recovery_point(), Some(&point("shipped", b"parcel 5")));
+    assert_eq!(next.last_checkpoint(), Some(&point("shipped", b"parcel 5")));
     next.complete(b"done").expect("complete");
     assert_eq!(replay(&store, &request()).checkpoint, None);
 }
@@ -158,7 +158,7 @@ fn a_removed_key_takes_its_point_along() {
     assert!(store.remove(b"tenant", b"order-1").expect("remove"));
     assert!(matches!(lease.checkpoint("after", b""), Err(Error::LeaseLost { .. })));
     let fresh = acquire(&store, &request());
-    assert_eq!(fresh.recovery_point(), None);
+    assert_eq!(fresh.last_checkpoint(), None);
     let record = store.get(b"tenant", b"order-1").expect("get").expect("present");
     assert_eq!((record.state, record.checkpoint), (State::Processing, None));
     drop(fresh);

@@ -1,4 +1,4 @@
-//! The handler's side of recovery points: a request extension that shows
+//! The handler's side of checkpoints: a request extension that shows
 //! the point an earlier, unfinished run stored and stores new ones under
 //! the request's lease.
 
@@ -13,28 +13,28 @@ use std::sync::Arc;
 type StoreFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
 
-/// The recovery points of a guarded request's key, as a request extension
+/// The checkpoints of a guarded request's key, as a request extension
 /// (beside [`Attempt`](super::Attempt)): which run this is
-/// ([`attempt`](RecoveryPoints::attempt),
-/// [`recovered`](RecoveryPoints::recovered)), where an earlier run that
-/// died half-way stopped ([`last`](RecoveryPoints::last)), and
-/// [`checkpoint`](RecoveryPoints::checkpoint), which stores a new point,
+/// ([`attempt`](Checkpoints::attempt),
+/// [`recovered`](Checkpoints::recovered)), where an earlier run that
+/// died half-way stopped ([`last`](Checkpoints::last)), and
+/// [`checkpoint`](Checkpoints::checkpoint), which stores a new point,
 /// fenced by this run's lease, after each step with an outside effect.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use axum::{http::StatusCode, Extension};
-/// use idemkv::http::RecoveryPoints;
+/// use idemkv::http::Checkpoints;
 ///
-/// async fn order(Extension(points): Extension<RecoveryPoints>) -> (StatusCode, String) {
+/// async fn order(Extension(points): Extension<Checkpoints>) -> (StatusCode, String) {
 ///     let charge = match points.last() {
 ///         // An earlier run charged and then died: do not charge again.
 ///         Some(point) if point.step == "charged" => String::from_utf8_lossy(&point.payload).into_owned(),
 ///         _ => {
 ///             let charge = "ch_1".to_string(); // the payment provider's call
 ///             if let Err(error) = points.checkpoint("charged", charge.as_bytes()).await {
-///                 tracing::warn!(%error, "recovery point not stored");
+///                 tracing::warn!(%error, "checkpoint not stored");
 ///             }
 ///             charge
 ///         }
@@ -43,17 +43,17 @@ type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
 /// }
 /// ```
 #[derive(Clone)]
-pub struct RecoveryPoints {
+pub struct Checkpoints {
     attempt: u32,
     recovered: bool,
     last: Arc<Mutex<Option<Checkpoint>>>,
     store: Arc<StoreFn>,
 }
 
-impl fmt::Debug for RecoveryPoints {
+impl fmt::Debug for Checkpoints {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
-            .debug_struct("RecoveryPoints")
+            .debug_struct("Checkpoints")
             .field("attempt", &self.attempt)
             .field("recovered", &self.recovered)
             .field("last", &*self.last.lock())
@@ -61,7 +61,7 @@ impl fmt::Debug for RecoveryPoints {
     }
 }
 
-impl RecoveryPoints {
+impl Checkpoints {
     /// The points of the key `token` holds, the last one being `last`, for
     /// run `attempt` (`recovered` if it took over an ended lease).
     pub(super) fn new<K: IdempotencyBackend>(
@@ -75,7 +75,7 @@ impl RecoveryPoints {
             let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
             Box::pin(async move { backend.checkpoint(&token, &step, &payload).await })
         };
-        RecoveryPoints { attempt, recovered, last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
+        Checkpoints { attempt, recovered, last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
     }
 
     /// 1 for the first run of the key, one more for each takeover.
@@ -85,7 +85,7 @@ impl RecoveryPoints {
     }
 
     /// Whether this run took over from one whose lease ended unfinished:
-    /// it may have half-run; [`last`](RecoveryPoints::last) says how far.
+    /// it may have half-run; [`last`](Checkpoints::last) says how far.
     #[must_use]
     pub fn recovered(&self) -> bool {
         self.recovered

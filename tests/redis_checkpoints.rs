@@ -1,8 +1,8 @@
-//! Recovery points on a real Redis server: one stored before the server
+//! Checkpoints on a real Redis server: one stored before the server
 //! is killed (SIGKILL, AOF with `appendfsync always`) and restarted is
 //! handed to the holder that takes the key over after it; and a record
-//! written before records had a recovery point field reads as one without
-//! a recovery point, is taken over, and then stores one.
+//! written before records had a checkpoint field reads as one without
+//! a checkpoint, is taken over, and then stores one.
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
@@ -45,7 +45,7 @@ async fn a_recovery_point_survives_a_kill() {
     assert!(matches!(backend.checkpoint(&first, "late", b"x").await, Err(idemkv::Error::LeaseLost { .. })));
 }
 
-/// Drops field 13 (the recovery point) of every record, keeping its
+/// Drops field 13 (the checkpoint) of every record, keeping its
 /// expiry: the records as an earlier version wrote them.
 const WITHOUT_FIELD_13: &str = r"
 for _, name in ipairs(redis.call('KEYS', 'idemkv:*')) do

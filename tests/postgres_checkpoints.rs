@@ -1,8 +1,8 @@
-//! Recovery points on a real PostgreSQL server: one stored before the
+//! Checkpoints on a real PostgreSQL server: one stored before the
 //! server stops (`pg_ctl stop -m immediate`, no checkpoint) is handed to
 //! the holder that takes the key over after the restart; and a table of
 //! schema version 1, with a row in it, is upgraded in place at connect:
-//! the row keeps its lease and attempt, has no recovery point, and the
+//! the row keeps its lease and attempt, has no checkpoint, and the
 //! claim of version 1 still answers beside the new one.
 
 #![cfg(all(feature = "tokio", feature = "postgres"))]
@@ -47,7 +47,7 @@ async fn a_recovery_point_survives_an_immediate_stop() {
 }
 
 /// Takes a database of the current schema back to version 1's shape: no
-/// recovery point column, no checkpoint function, the claim of version 1
+/// checkpoint column, no checkpoint function, the claim of version 1
 /// only (a PL/pgSQL stand-in with its signature) and version 1 recorded.
 const BACK_TO_VERSION_1: &str = "
 DROP FUNCTION idemkv_checkpoint(bytea, bytea, bigint, bytea);
