@@ -165,7 +165,7 @@ pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
-pub use repair::{repair, DroppedRecord, RepairReport};
+pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
 pub use transition::ReusePolicy;

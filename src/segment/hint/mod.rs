@@ -81,7 +81,7 @@ mod reader;
 
 pub(crate) use builder::HintBuilder;
 pub(crate) use check::{Checker, Verdict};
-pub(crate) use reader::{counts, open, Described, HintReader, Opened};
+pub(crate) use reader::{counts, listed, open, Described, HintReader, Listed, Opened};
 
 use crate::record::{read_u32, read_u64, Header, Kind, State, PREFIX_BYTES};
 use std::path::{Path, PathBuf};
