@@ -169,7 +169,7 @@ pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
 pub use transition::ReusePolicy;
-pub use verify::{verify, Damage, VerifyReport};
+pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

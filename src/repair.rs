@@ -65,7 +65,8 @@ pub struct DroppedRecord {
     pub key: Vec<u8>,
     /// Its LSN.
     pub lsn: u64,
-    /// `"processing"`, `"completed"`, `"failed"` or `"tombstone"`.
+    /// `"processing"`, `"completed"`, `"failed"` or `"tombstone"`
+    /// (`"unknown"` for an unchecked record whose damaged bytes name none).
     pub kind: &'static str,
     /// How repair knows it.
     pub evidence: Evidence,
@@ -169,7 +170,11 @@ fn repair_shard(
         }
         return Ok(());
     }
-    max_lsn = analyses.iter().map(|analysis| analysis.max_lsn).chain(missing.iter().map(|gone| gone.max_lsn)).fold(max_lsn, u64::max);
+    max_lsn = analyses
+        .iter()
+        .map(|analysis| analysis.max_lsn)
+        .chain(missing.iter().map(|gone| gone.max_lsn))
+        .fold(max_lsn, u64::max);
     list_dropped(storage, hasher, &analyses, &missing, report)?;
     start_above(storage, dir, &check, &analyses, max_lsn, report)?;
     fix_segments(storage, dir, shard, &analyses, &missing, report)?;
@@ -225,14 +230,18 @@ impl Missing {
     fn read(storage: &dyn Storage, dir: &Path, shard: u32, path: &Path) -> Self {
         let id = segment::parse_segment_name(path).unwrap_or(0);
         let listed = hint::listed(storage, dir, shard, id);
-        let lost: Vec<Lost> = listed.iter().flat_map(|listed| &listed.entries).map(|entry| Lost {
-            offset: entry.offset,
-            kind: entry.kind,
-            lsn: entry.lsn,
-            hash: entry.hash,
-            name: None,
-            evidence: Evidence::HintWithoutKey,
-        }).collect();
+        let lost: Vec<Lost> = listed
+            .iter()
+            .flat_map(|listed| &listed.entries)
+            .map(|entry| Lost {
+                offset: entry.offset,
+                kind: Some(entry.kind),
+                lsn: entry.lsn,
+                hash: entry.hash,
+                name: None,
+                evidence: Evidence::HintWithoutKey,
+            })
+            .collect();
         let max_lsn = listed.as_ref().map_or(0, |listed| listed.header.last_lsn.max(listed.header.lsn_floor));
         Missing { id, path: path.to_path_buf(), lsn_floor: listed.map(|listed| listed.header.lsn_floor), lost, max_lsn }
     }
@@ -248,7 +257,8 @@ fn list_dropped(
     report: &mut RepairReport,
 ) -> Result<()> {
     let files = analyses.iter().flat_map(|analysis| analysis.lost.iter().map(|_| &analysis.path));
-    let files: Vec<PathBuf> = files.chain(missing.iter().flat_map(|gone| gone.lost.iter().map(|_| &gone.path))).cloned().collect();
+    let files: Vec<PathBuf> =
+        files.chain(missing.iter().flat_map(|gone| gone.lost.iter().map(|_| &gone.path))).cloned().collect();
     let mut lost: Vec<Lost> = analyses.iter().flat_map(|analysis| analysis.lost.iter().cloned()).collect();
     lost.extend(missing.iter().flat_map(|gone| gone.lost.iter().cloned()));
     let superseded = names::resolve(storage, hasher, analyses, &mut lost)?;
@@ -268,12 +278,13 @@ fn list_dropped(
     Ok(())
 }
 
-fn kind_name(kind: Kind) -> &'static str {
+fn kind_name(kind: Option<Kind>) -> &'static str {
     match kind {
-        Kind::Put(State::Processing) => "processing",
-        Kind::Put(State::Completed) => "completed",
-        Kind::Put(State::Failed) => "failed",
-        Kind::Tombstone => "tombstone",
+        Some(Kind::Put(State::Processing)) => "processing",
+        Some(Kind::Put(State::Completed)) => "completed",
+        Some(Kind::Put(State::Failed)) => "failed",
+        Some(Kind::Tombstone) => "tombstone",
+        None => "unknown",
     }
 }
 
@@ -293,7 +304,9 @@ fn start_above(
     if let Some(active) = analyses.iter().find(|analysis| analysis.expected.active) {
         if !active.damaged() && active.unwritten > 0 {
             write::trim(storage, active)?;
-            report.actions.push(format!("{}: the zeros ahead of its records cut off (it is sealed now)", active.path.display()));
+            report
+                .actions
+                .push(format!("{}: the zeros ahead of its records cut off (it is sealed now)", active.path.display()));
         }
     }
     let id = check.catalog.last.checked_add(1).ok_or_else(|| Error::corruption(dir, 0, "segment ids exhausted"))?;
@@ -311,10 +324,18 @@ fn start_above(
 
 /// Rewrites a damaged segment with its whole frames alone; `below` is the
 /// highest LSN of the segments before it.
-fn rewrite(storage: &dyn Storage, dir: &Path, analysis: &Analysis, below: u64, report: &mut RepairReport) -> Result<()> {
+fn rewrite(
+    storage: &dyn Storage,
+    dir: &Path,
+    analysis: &Analysis,
+    below: u64,
+    report: &mut RepairReport,
+) -> Result<()> {
     let path = analysis.path.display();
     for span in &analysis.unreadable {
-        report.actions.push(format!("{path}: offset {} length {} unreadable ({})", span.offset, span.length, span.reason));
+        report
+            .actions
+            .push(format!("{path}: offset {} length {} unreadable ({})", span.offset, span.length, span.reason));
     }
     if analysis.cut_short {
         report.actions.push(format!("{path}: ends before its durable mark: records that were durable are gone"));
@@ -341,13 +362,24 @@ fn rewrite(storage: &dyn Storage, dir: &Path, analysis: &Analysis, below: u64, r
 
 /// Puts an empty sealed segment where a catalogued one is missing, so that
 /// the segments after it are kept; `below` is the highest LSN before it.
-fn replace_missing(storage: &dyn Storage, dir: &Path, shard: u32, gone: &Missing, below: u64, report: &mut RepairReport) -> Result<()> {
+fn replace_missing(
+    storage: &dyn Storage,
+    dir: &Path,
+    shard: u32,
+    gone: &Missing,
+    below: u64,
+    report: &mut RepairReport,
+) -> Result<()> {
     let floor = gone.lsn_floor.unwrap_or_else(|| below.saturating_add(1));
     create_segment(storage, dir, shard, gone.id, floor)?;
     report.actions.push(format!(
         "{}: missing; an empty segment takes its place (its hint {})",
         gone.path.display(),
-        if gone.lsn_floor.is_some() { format!("lists {} records, dropped", gone.lost.len()) } else { "is gone too: what it held is unknown".to_string() }
+        if gone.lsn_floor.is_some() {
+            format!("lists {} records, dropped", gone.lost.len())
+        } else {
+            "is gone too: what it held is unknown".to_string()
+        }
     ));
     delete_hint(storage, &gone.path, "its segment was missing", report)
 }
@@ -394,7 +426,7 @@ fn drop_segment(
                     scope: frame.scope.to_vec(),
                     key: frame.key.to_vec(),
                     lsn: frame.header.lsn,
-                    kind: kind_name(frame.header.kind),
+                    kind: kind_name(Some(frame.header.kind)),
                     evidence: Evidence::Frame,
                     superseded: false,
                 });
@@ -439,4 +471,93 @@ fn rebuild_catalog(
     report.actions.push(format!("{}: {reason}; rebuilt from the segments present ({first}..={last})", dir.display()));
     // Now checked and cut like any shard.
     repair_shard(storage, dir, shard, hasher, report)
+}
+
+/// What `idemkv repair` would do about damage to `file` found by open or
+/// verify, as the end of a sentence ("idemkv repair would ..."), judged by
+/// the kind of file and the reason.
+pub(crate) fn advice(file: &Path, reason: &str) -> String {
+    let name = file.file_name().and_then(|name| name.to_str()).unwrap_or("");
+    let gap = "and start a new active segment with LSNs above every token handed out";
+    if segment::parse_segment_name(file).is_some() {
+        if reason.starts_with("segment missing") {
+            format!(
+                "put an empty segment in its place, keep every other segment, list the records its hint names {gap}"
+            )
+        } else if reason.starts_with("segment beyond") {
+            "delete it after listing the records it holds".to_string()
+        } else {
+            format!("rewrite it with every whole record it holds, drop only the unreadable bytes, list the records they held {gap}")
+        }
+    } else if hint::parse_hint_name(file).is_some() {
+        "delete it; the next writable open writes it again from the log".to_string()
+    } else if name == crate::segment::catalog::FILE_NAME {
+        "rebuild the catalog from the segments present, then repair those".to_string()
+    } else if name == crate::manifest::FILE_NAME {
+        "not fix this: repair does not rebuild a manifest (it holds the shard count and the hash key of the \
+         store); restore it from a backup"
+            .to_string()
+    } else if reason.starts_with("the shard's folder is missing") {
+        "make the shard anew, empty: what it held is unknown".to_string()
+    } else {
+        "check every segment and keep every whole record; see `idemkv verify` for what it finds".to_string()
+    }
+}
+
+/// A [`Error::Corruption`] of the store in `store` with what repair would
+/// do added to its reason (open's errors); other errors as they are.
+pub(crate) fn advise(error: Error, store: &Path) -> Error {
+    match error {
+        Error::Corruption { file, offset, reason } => {
+            let advice = advice(&file, &reason);
+            let reason = format!("{reason}; `idemkv repair {}` would {advice}", store.display());
+            Error::Corruption { file, offset, reason }
+        }
+        other => other,
+    }
+}
+
+/// What repair finds in one damaged segment and would do about it
+/// (verify reports the same spans repair acts on).
+#[derive(Debug)]
+pub(crate) struct Preview {
+    /// What repair would do, as the end of a sentence.
+    pub advice: String,
+    pub unreadable: Vec<scanner::Unreadable>,
+    /// Whole records it would keep.
+    pub records: u64,
+    /// The durable mark claims more than the file holds.
+    pub cut_short: bool,
+}
+
+/// What repair would do about one damaged segment, counted: the salvage
+/// analysis repair itself runs, without writing anything.
+///
+/// # Errors
+/// I/O errors.
+pub(crate) fn preview(
+    storage: &dyn Storage,
+    dir: &Path,
+    hasher: &KeyHasher,
+    file: &dyn crate::io::StorageFile,
+    path: &Path,
+    expected: Expected,
+) -> Result<Preview> {
+    let analysis = salvage::analyse(Segment { storage, dir, hasher, file, path, expected })?;
+    let listed = analysis.lost.iter().filter(|lost| lost.evidence != Evidence::Unverified).count();
+    let header = if analysis.header.is_err() { "with a new header, " } else { "" };
+    let advice = format!(
+        "rewrite it {header}keeping its {} whole records, drop its {} unreadable bytes and the {} records known \
+         to be in them ({listed} listed by its hint), and start a new active segment with LSNs above every token \
+         handed out",
+        analysis.kept.len(),
+        analysis.unreadable_bytes(),
+        analysis.lost.len(),
+    );
+    Ok(Preview {
+        advice,
+        records: analysis.kept.len() as u64,
+        cut_short: analysis.cut_short,
+        unreadable: analysis.unreadable,
+    })
 }

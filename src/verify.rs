@@ -11,6 +11,7 @@ use crate::io::{StdStorage, Storage, StorageFile};
 use crate::open::existing_manifest;
 use crate::recovery::check_catalog;
 use crate::segment;
+use crate::segment::header::HEADER_BYTES;
 use crate::segment::hint::{self, Checker, Verdict};
 use crate::segment::scanner::{self, Expected};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,31 @@ pub struct Damage {
     pub length: u64,
     /// What was wrong at `offset`.
     pub reason: String,
+    /// What `idemkv repair` would do about it, as a sentence.
+    pub repair: String,
+}
+
+impl Damage {
+    fn new(file: &Path, offset: u64, length: u64, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        let repair = format!("idemkv repair would {}", crate::repair::advice(file, &reason));
+        Damage { file: file.to_path_buf(), offset, length, reason, repair }
+    }
+}
+
+/// A hint file that open would not use, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IgnoredHint {
+    /// The hint file.
+    pub file: PathBuf,
+    /// Why open would not use it.
+    pub reason: String,
+    /// Whether it is the hint of the active segment. A writable open
+    /// rewrites the hint of a sealed segment from the log; it deletes that
+    /// of the active segment, whose new hint is written when the store is
+    /// closed (a store that is killed, not closed, has none until then).
+    pub active_segment: bool,
 }
 
 /// What [`verify`] found.
@@ -55,6 +81,8 @@ pub struct VerifyReport {
     /// replay their segments from the log instead: not damage; the next
     /// writable open rewrites them.
     pub hints_ignored: u64,
+    /// Those hint files, each with the reason.
+    pub ignored_hints: Vec<IgnoredHint>,
 }
 
 impl VerifyReport {
@@ -91,7 +119,7 @@ impl VerifyReport {
 /// segments is reported, not returned as an error.
 pub fn verify(dir: &Path) -> Result<VerifyReport> {
     let storage = StdStorage;
-    let manifest = existing_manifest(&storage, dir)?;
+    let manifest = existing_manifest(&storage, dir).map_err(|error| crate::repair::advise(error, dir))?;
     let mut report = VerifyReport { shards: manifest.shards, ..VerifyReport::default() };
     let hasher = KeyHasher::new(manifest.hash_key);
     for shard in 0..manifest.shards {
@@ -99,17 +127,12 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
         let check = match check_catalog(&storage, &shard_dir, shard) {
             Ok(check) => check,
             Err(Error::Corruption { file, offset, reason }) => {
-                report.damage.push(Damage { file, offset, length: 0, reason });
+                report.damage.push(Damage::new(&file, offset, 0, reason));
                 continue;
             }
             Err(error) => return Err(error),
         };
-        let whole = |file: &PathBuf, reason: &str| Damage {
-            file: file.clone(),
-            offset: 0,
-            length: 0,
-            reason: reason.to_string(),
-        };
+        let whole = |file: &PathBuf, reason: &str| Damage::new(file, 0, 0, reason);
         report
             .damage
             .extend(check.missing.iter().map(|file| whole(file, "segment missing: the shard's catalog names it")));
@@ -119,25 +142,33 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
         for (id, path) in &check.present {
             let file = storage.open_read_only(path).map_err(|error| Error::io("open", path, error))?;
             let expected = Expected { shard, segment: *id, active: *id == check.catalog.last };
-            let checker = Checker::open(&storage, &shard_dir, &*file, path, expected, &hasher);
-            check_segment(&*file, path, expected, checker, &mut report)?;
+            let segment = Segment { storage: &storage, dir: &shard_dir, hasher: &hasher, file: &*file, path, expected };
+            check_segment(segment, &mut report)?;
         }
     }
     Ok(report)
 }
 
+/// One segment to check, and what its check needs.
+#[derive(Clone, Copy)]
+struct Segment<'a> {
+    storage: &'a dyn Storage,
+    dir: &'a Path,
+    hasher: &'a KeyHasher,
+    file: &'a dyn StorageFile,
+    path: &'a Path,
+    expected: Expected,
+}
+
 /// Walks one segment with the scanner that open uses, recording its first
 /// damaged span (a torn tail or damage) instead of stopping the check, and
-/// checks its hint against the frames.
-fn check_segment(
-    file: &dyn StorageFile,
-    path: &Path,
-    expected: Expected,
-    mut checker: Checker<'_>,
-    report: &mut VerifyReport,
-) -> Result<()> {
-    let mut records = 0;
-    let mut found = None;
+/// checks its hint against the frames. A segment with damage is then read
+/// as repair reads it, which finds every damaged span and every whole
+/// record around them, and says what repair would do.
+fn check_segment(segment: Segment<'_>, report: &mut VerifyReport) -> Result<()> {
+    let Segment { file, path, expected, .. } = segment;
+    let mut checker = Checker::open(segment.storage, segment.dir, file, path, expected, segment.hasher);
+    let (mut records, mut found) = (0, None);
     let walked = scanner::walk(
         file,
         path,
@@ -153,46 +184,75 @@ fn check_segment(
         },
     );
     report.segments += 1;
-    report.records += records;
-    match &walked {
-        Ok(scan) => report.bytes += scan.len,
-        // The header itself is damaged, or names another segment.
-        Err(Error::Corruption { offset, reason, .. }) => {
-            let length = file.len().unwrap_or(0);
-            report.damage.push(Damage { file: path.to_path_buf(), offset: *offset, length, reason: reason.clone() });
+    let header_damage = match &walked {
+        Ok(scan) => {
+            report.bytes += scan.len;
+            None
         }
+        // The header itself is damaged, or names another segment.
+        Err(Error::Corruption { reason, .. }) => Some(reason.clone()),
         Err(Error::UnsupportedFormatVersion { found, .. }) => {
             let reason = format!("format version {found} is not read by this build");
-            report.damage.push(Damage { file: path.to_path_buf(), offset: 0, length: 0, reason });
+            let repair = "idemkv repair would refuse it too: use a build that reads that version".to_string();
+            report.damage.push(Damage { file: path.to_path_buf(), offset: 0, length: 0, reason, repair });
+            return Ok(());
         }
         Err(_) => return walked.map(|_| ()),
-    }
+    };
     let valid_end = walked.as_ref().map_or(0, |scan| scan.valid_end);
-    match checker.finish(valid_end) {
-        Verdict::Agrees => report.hints_checked += 1,
-        Verdict::Ignored(_) => report.hints_ignored += 1,
-        Verdict::Missing | Verdict::Unchecked => {}
-        Verdict::Disagrees { offset, reason } => report.damage.push(Damage {
-            file: hint::hint_path(path.parent().unwrap_or(Path::new("")), expected.segment),
-            offset: 0,
-            length: 0,
-            reason: format!(
-                "{reason} (segment offset {offset}); open would trust this hint: delete it (or run repair)"
-            ),
-        }),
+    check_hint(segment, checker.finish(valid_end), report);
+    let corrupt = header_damage.is_some() || found.as_ref().is_some_and(|damaged| !damaged.torn_tail);
+    if !corrupt {
+        report.records += records;
+        if let Some(damaged) = found {
+            let span = Damage::new(path, damaged.offset, damaged.length, damaged.reason);
+            report.torn_tails.push(Damage { repair: "open cuts it; so would idemkv repair".to_string(), ..span });
+        }
+        return Ok(());
     }
-    if let Some(damaged) = found {
-        let span = Damage {
-            file: path.to_path_buf(),
-            offset: damaged.offset,
-            length: damaged.length,
-            reason: damaged.reason.to_string(),
-        };
-        if damaged.torn_tail {
-            report.torn_tails.push(span);
-        } else {
-            report.damage.push(span);
+    report_damage(segment, header_damage, report)
+}
+
+/// Every damaged span of a segment with damage, as repair finds them.
+fn report_damage(segment: Segment<'_>, header_damage: Option<String>, report: &mut VerifyReport) -> Result<()> {
+    let Segment { file, path, expected, .. } = segment;
+    let preview = crate::repair::preview(segment.storage, segment.dir, segment.hasher, file, path, expected)?;
+    let repair = format!("idemkv repair would {}", preview.advice);
+    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+    let damage = |offset, length, reason: &str| Damage {
+        file: path.to_path_buf(),
+        offset,
+        length,
+        reason: reason.to_string(),
+        repair: repair.clone(),
+    };
+    if let Some(reason) = header_damage {
+        report.damage.push(damage(0, len.min(HEADER_BYTES as u64), &reason));
+    }
+    if preview.cut_short {
+        report.damage.push(damage(len, 0, "segment is shorter than its durable mark"));
+    }
+    report.damage.extend(preview.unreadable.iter().map(|span| damage(span.offset, span.length, span.reason)));
+    report.records += preview.records;
+    report.bytes += len;
+    Ok(())
+}
+
+/// Counts (and names, if ignored) the segment's hint; one that differs
+/// from its segment is damage: open would trust it.
+fn check_hint(segment: Segment<'_>, verdict: Verdict, report: &mut VerifyReport) {
+    let file = hint::hint_path(segment.dir, segment.expected.segment);
+    match verdict {
+        Verdict::Agrees => report.hints_checked += 1,
+        Verdict::Ignored(reason) => {
+            report.hints_ignored += 1;
+            let active_segment = segment.expected.active;
+            report.ignored_hints.push(IgnoredHint { file, reason: reason.to_string(), active_segment });
+        }
+        Verdict::Missing | Verdict::Unchecked => {}
+        Verdict::Disagrees { offset, reason } => {
+            let reason = format!("{reason} (segment offset {offset}); open would trust this hint");
+            report.damage.push(Damage::new(&file, 0, 0, reason));
         }
     }
-    Ok(())
 }

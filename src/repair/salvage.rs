@@ -13,11 +13,16 @@ use crate::segment::hint::{self, Checker, HintEntry, Listed, Verdict};
 use crate::segment::scanner::{self, Boundaries, Expected, Frame, Unreadable};
 use std::path::{Path, PathBuf};
 
+/// Where a frame's LSN is: after its CRC and length, and the kind, state,
+/// flags, reserved byte and attempt of its payload (see `record.rs`).
+const LSN_AT: u64 = 16;
+
 /// A record that repair cannot keep: its frame is unreadable (or gone).
 #[derive(Debug, Clone)]
 pub(crate) struct Lost {
     pub offset: u64,
-    pub kind: Kind,
+    /// `None` when the damaged bytes name no kind.
+    pub kind: Option<Kind>,
     pub lsn: u64,
     /// The index hash of its scope and key: from the hint, or of the name
     /// the damaged bytes give.
@@ -224,7 +229,7 @@ fn list_hinted(analysis: &mut Analysis, hinted: &Hinted<'_>, segment: Segment<'_
             .filter(|(scope, key)| segment.hasher.hash(scope, key) == entry.hash);
         analysis.lost.push(Lost {
             offset: entry.offset,
-            kind: entry.kind,
+            kind: Some(entry.kind),
             lsn: entry.lsn,
             hash: entry.hash,
             evidence: if name.is_some() { Evidence::Hint } else { Evidence::HintWithoutKey },
@@ -245,14 +250,19 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
         // Bounded: every step moves forward by at least a frame's prefix.
         while at < end {
             let Some((header, frame_len)) = raw_fields(segment.file, at).filter(|(_, len)| at + len <= end) else {
+                // Fields that make no sense: the name alone, if it fits.
+                if let Some(lost) = unnamed_kind(segment, at, end) {
+                    analysis.lost.push(lost);
+                }
                 break;
             };
             let name = raw_name(segment.file, at, frame_len);
             let hash = name.as_ref().map_or(0, |(scope, key)| segment.hasher.hash(scope, key));
-            analysis.max_lsn = analysis.max_lsn.max(header.lsn);
+            // An unchecked LSN may be anything: it does not raise the LSNs
+            // of the new active segment (the gap above those read does).
             analysis.lost.push(Lost {
                 offset: at,
-                kind: header.kind,
+                kind: Some(header.kind),
                 lsn: header.lsn,
                 hash,
                 name,
@@ -261,6 +271,22 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
             at += frame_len;
         }
     }
+}
+
+/// A record at `offset` whose kind and lengths the damaged bytes do not
+/// give, named by the scope and key they hold if those fit before `end`.
+fn unnamed_kind(segment: Segment<'_>, offset: u64, end: u64) -> Option<Lost> {
+    let (scope, key) = raw_name(segment.file, offset, end - offset)?;
+    let mut lsn = [0u8; 8];
+    segment.file.read_exact_at(&mut lsn, offset + LSN_AT).ok()?;
+    Some(Lost {
+        offset,
+        kind: None,
+        lsn: u64::from_le_bytes(lsn),
+        hash: segment.hasher.hash(&scope, &key),
+        name: Some((scope, key)),
+        evidence: Evidence::Unverified,
+    })
 }
 
 /// The fields of the (damaged) frame at `offset`, as its bytes read.

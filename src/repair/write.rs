@@ -7,9 +7,9 @@
 use super::salvage::Analysis;
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
+use crate::segment;
 use crate::segment::header::SegmentHeader;
 use crate::segment::scanner::FrameCopier;
-use crate::segment;
 use std::path::Path;
 
 /// Bytes gathered before each write of a rewritten segment.
@@ -76,7 +76,9 @@ impl Out<'_> {
 
     /// Writes what is buffered; returns the file's length.
     fn flush(&mut self) -> Result<u64> {
-        self.file.write_all_at(&self.buffer, self.written).map_err(|error| Error::io("repair write", self.path, error))?;
+        self.file
+            .write_all_at(&self.buffer, self.written)
+            .map_err(|error| Error::io("repair write", self.path, error))?;
         self.written += self.buffer.len() as u64;
         self.buffer.clear();
         Ok(self.written)

@@ -374,7 +374,8 @@ pub(crate) fn salvage(
         // never a record.
         Err(_) => (0, if expected.active { HEADER_BYTES as u64 } else { len }),
     };
-    let mut walk = Salvage { reader: Reader { file, path, len, window: Vec::new(), start: 0 }, boundaries, last_lsn: floor };
+    let mut walk =
+        Salvage { reader: Reader { file, path, len, window: Vec::new(), start: 0 }, boundaries, last_lsn: floor };
     let zeros_from = if expected.active { walk.reader.zeros_from()?.max(durable_end) } else { len };
     let mut offset = HEADER_BYTES as u64;
     while offset < len.min(zeros_from) {

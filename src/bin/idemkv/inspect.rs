@@ -137,12 +137,21 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
     ))?;
     if report.hints_checked + report.hints_ignored > 0 {
         out.line(format_args!(
-            "hint files: {} match their segments, {} ignored by open (rewritten at the next writable open)",
+            "hint files: {} match their segments, {} ignored by open",
             count(report.hints_checked),
             count(report.hints_ignored)
         ))?;
     }
+    for hint in &report.ignored_hints {
+        let next = if hint.active_segment {
+            "the next writable open deletes it and writes a new one when the store is closed"
+        } else {
+            "the next writable open rewrites it from the log"
+        };
+        out.line(format_args!("hint ignored: {}: {}; {next}", hint.file.display(), hint.reason))?;
+    }
     let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at the next writable open)", span));
+    let mut advised = None;
     for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
         out.line(format_args!(
             "{label}: {} offset {} length {}: {}",
@@ -151,6 +160,11 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
             span.length,
             span.reason
         ))?;
+        // Once per file: every span of a segment gets the same advice.
+        if label == "DAMAGE" && advised != Some((&span.file, &span.repair)) {
+            out.line(format_args!("  {}", span.repair))?;
+            advised = Some((&span.file, &span.repair));
+        }
     }
     if report.is_clean() {
         out.line("clean")?;
