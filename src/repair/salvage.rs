@@ -256,8 +256,10 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
                 }
                 break;
             };
-            let name = raw_name(segment.file, at, frame_len);
-            let hash = name.as_ref().map_or(0, |(scope, key)| segment.hasher.hash(scope, key));
+            // A store never holds an empty key: fields that give one are
+            // not a record's.
+            let Some(name) = raw_name(segment.file, at, frame_len) else { break };
+            let hash = segment.hasher.hash(&name.0, &name.1);
             // An unchecked LSN may be anything: it does not raise the LSNs
             // of the new active segment (the gap above those read does).
             analysis.lost.push(Lost {
@@ -265,7 +267,7 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
                 kind: Some(header.kind),
                 lsn: header.lsn,
                 hash,
-                name,
+                name: Some(name),
                 evidence: Evidence::Unverified,
             });
             at += frame_len;
@@ -297,13 +299,14 @@ fn raw_fields(file: &dyn StorageFile, offset: u64) -> Option<(record::Header, u6
 }
 
 /// The scope and key of the (damaged) frame of `len` bytes at `offset`, as
-/// its bytes read, if its length fields fit in the frame.
+/// its bytes read, if its length fields fit in the frame and give a key
+/// (a store never holds an empty one).
 fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut lengths = [0u8; 4];
     file.read_exact_at(&mut lengths, offset + PREFIX_BYTES as u64 - 8).ok()?;
     let scope_len = usize::from(u16::from_le_bytes([lengths[0], lengths[1]]));
     let key_len = usize::from(u16::from_le_bytes([lengths[2], lengths[3]]));
-    if (PREFIX_BYTES + scope_len + key_len) as u64 > len {
+    if key_len == 0 || (PREFIX_BYTES + scope_len + key_len) as u64 > len {
         return None;
     }
     let mut names = vec![0u8; scope_len + key_len];
