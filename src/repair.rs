@@ -103,8 +103,10 @@ impl RepairReport {
     }
 }
 
-/// Cuts the store in `dir` back to its last consistent point. The store
-/// must not be open: repair takes its lock.
+/// Repairs the store in `dir`: keeps every whole record, drops only what
+/// cannot be read and lists it (see the module docs). One pass leaves a
+/// store that verifies clean; a second finds nothing to do. The store must
+/// not be open: repair takes its lock.
 ///
 /// # Examples
 ///
@@ -113,7 +115,7 @@ impl RepairReport {
 /// # let dir = tempfile::tempdir().unwrap();
 /// idemkv::Store::open(dir.path(), idemkv::Config::new())?.close()?;
 /// let report = idemkv::repair(dir.path())?;
-/// assert!(report.dropped_nothing());
+/// assert!(report.did_nothing());
 /// # Ok(()) }
 /// ```
 ///
@@ -121,7 +123,10 @@ impl RepairReport {
 /// [`Error::NotFound`] when `dir` does not exist, [`Error::NotAStore`]
 /// when it has no manifest, [`Error::Locked`] when a store has it open, a
 /// damaged manifest as [`Error::Corruption`] (repair does not guess the
-/// shard count or the hash key), I/O errors.
+/// shard count or the hash key), a segment of a format version this build
+/// does not read as [`Error::UnsupportedFormatVersion`] (it is not
+/// rewritten as this one), I/O errors. Repair stops at the first error; each
+/// of its steps is crash-safe on its own, and running it again finishes.
 pub fn repair(dir: &Path) -> Result<RepairReport> {
     let storage = StdStorage;
     let manifest = crate::open::existing_manifest(&storage, dir)?;
@@ -200,11 +205,11 @@ fn fix_segments(
     let mut below = 0;
     for slot in slots {
         match slot {
-            (_, Some(analysis), _) => {
-                if analysis.damaged() {
-                    rewrite(storage, dir, analysis, below, report)?;
+            (_, Some(segment), _) => {
+                if segment.damaged() {
+                    rewrite(storage, dir, segment, below, report)?;
                 }
-                below = below.max(analysis.max_lsn);
+                below = below.max(segment.max_lsn);
             }
             (_, None, Some(gone)) => {
                 replace_missing(storage, dir, shard, gone, below, report)?;
@@ -528,6 +533,9 @@ pub(crate) struct Preview {
     pub records: u64,
     /// The durable mark claims more than the file holds.
     pub cut_short: bool,
+    /// Records known to be lost: in unreadable spans, or listed by the
+    /// segment's hint past its end.
+    pub lost: usize,
 }
 
 /// What repair would do about one damaged segment, counted: the salvage
@@ -558,6 +566,7 @@ pub(crate) fn preview(
         advice,
         records: analysis.kept.len() as u64,
         cut_short: analysis.cut_short,
+        lost: analysis.lost.len(),
         unreadable: analysis.unreadable,
     })
 }

@@ -24,7 +24,8 @@ pub struct Damage {
     pub file: PathBuf,
     /// Where the damage starts.
     pub offset: u64,
-    /// How many bytes until the next whole record (or the end of the file).
+    /// How many bytes until the next whole record (or the end of the file;
+    /// 0 for a missing or whole file).
     pub length: u64,
     /// What was wrong at `offset`.
     pub reason: String,
@@ -67,7 +68,9 @@ pub struct VerifyReport {
     pub records: u64,
     /// Bytes read.
     pub bytes: u64,
-    /// Damage that open would refuse with [`Error::Corruption`].
+    /// Damage that open would refuse with [`Error::Corruption`]: for a
+    /// segment, every damaged span (found as repair finds them, past the
+    /// first), each with what repair would do.
     pub damage: Vec<Damage>,
     /// Torn tails of active segments, which open cuts off (a crash
     /// mid-write, not corruption).
@@ -78,8 +81,10 @@ pub struct VerifyReport {
     pub hints_checked: u64,
     /// Hint files that open would ignore — damaged, truncated, stale (the
     /// segment was rewritten or cut since) or of another version — and
-    /// replay their segments from the log instead: not damage; the next
-    /// writable open rewrites them.
+    /// replay their segments from the log instead: not damage (unless the
+    /// hint lists frames past its segment's end, then in `damage`); the
+    /// next writable open rewrites them (that of the active segment at
+    /// close).
     pub hints_ignored: u64,
     /// Those hint files, each with the reason.
     pub ignored_hints: Vec<IgnoredHint>,
@@ -200,17 +205,41 @@ fn check_segment(segment: Segment<'_>, report: &mut VerifyReport) -> Result<()> 
         Err(_) => return walked.map(|_| ()),
     };
     let valid_end = walked.as_ref().map_or(0, |scan| scan.valid_end);
-    check_hint(segment, checker.finish(valid_end), report);
+    let verdict = checker.finish(valid_end);
+    let hint_ignored = matches!(verdict, Verdict::Ignored(_));
+    check_hint(segment, &verdict, report);
     let corrupt = header_damage.is_some() || found.as_ref().is_some_and(|damaged| !damaged.torn_tail);
+    if !corrupt && hint_ignored && found.is_none() {
+        return cut_at_a_frame(segment, records, report);
+    }
     if !corrupt {
         report.records += records;
         if let Some(damaged) = found {
             let span = Damage::new(path, damaged.offset, damaged.length, damaged.reason);
-            report.torn_tails.push(Damage { repair: "open cuts it; so would idemkv repair".to_string(), ..span });
+            let repair =
+                "open cuts it; idemkv repair would keep any whole record after it and drop only its unreadable bytes";
+            report.torn_tails.push(Damage { repair: repair.to_string(), ..span });
         }
         return Ok(());
     }
     report_damage(segment, header_damage, report)
+}
+
+/// A segment whose frames are whole but whose (ignored) hint lists more of
+/// them: it was cut at a frame boundary, and what its hint lists past the
+/// cut is lost — damage, which repair lists. (Open ignores such a hint and
+/// reads the segment as it is.)
+fn cut_at_a_frame(segment: Segment<'_>, records: u64, report: &mut VerifyReport) -> Result<()> {
+    let Segment { file, path, expected, .. } = segment;
+    let preview = crate::repair::preview(segment.storage, segment.dir, segment.hasher, file, path, expected)?;
+    report.records += records;
+    if preview.lost > 0 {
+        let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+        let reason = format!("its hint lists {} more records past its end: the segment was cut", preview.lost);
+        let repair = format!("idemkv repair would {}", preview.advice);
+        report.damage.push(Damage { file: path.to_path_buf(), offset: len, length: 0, reason, repair });
+    }
+    Ok(())
 }
 
 /// Every damaged span of a segment with damage, as repair finds them.
@@ -227,6 +256,8 @@ fn report_damage(segment: Segment<'_>, header_damage: Option<String>, report: &m
         repair: repair.clone(),
     };
     if let Some(reason) = header_damage {
+        // The walk that found it read no further.
+        report.bytes += len;
         report.damage.push(damage(0, len.min(HEADER_BYTES as u64), &reason));
     }
     if preview.cut_short {
@@ -234,13 +265,12 @@ fn report_damage(segment: Segment<'_>, header_damage: Option<String>, report: &m
     }
     report.damage.extend(preview.unreadable.iter().map(|span| damage(span.offset, span.length, span.reason)));
     report.records += preview.records;
-    report.bytes += len;
     Ok(())
 }
 
 /// Counts (and names, if ignored) the segment's hint; one that differs
 /// from its segment is damage: open would trust it.
-fn check_hint(segment: Segment<'_>, verdict: Verdict, report: &mut VerifyReport) {
+fn check_hint(segment: Segment<'_>, verdict: &Verdict, report: &mut VerifyReport) {
     let file = hint::hint_path(segment.dir, segment.expected.segment);
     match verdict {
         Verdict::Agrees => report.hints_checked += 1,

@@ -231,13 +231,16 @@ fn one_repair_fixes_a_truncated_active_segment() {
     assert_eq!(again.trim(), "clean: nothing to repair", "{again}");
 }
 
+/// A kind of damage: what it is, how it is done, what repair would do.
+type Case = (&'static str, fn(&Path), &'static str);
+
 #[test]
 fn every_corruption_message_names_repair_and_what_it_would_do() {
     let dir = scratch();
     let store = loaded_store(dir.path(), 500);
     let path = store.to_str().expect("utf-8");
     let repair_named = format!("`idemkv repair {path}` would ");
-    let damages: [(&str, fn(&Path), &str); 4] = [
+    let damages: [Case; 4] = [
         ("a damaged record", damage_a_record, "rewrite it with every whole record it holds"),
         ("a damaged segment header", damage_a_segment_header, "rewrite it with every whole record it holds"),
         ("a missing segment", delete_a_segment, "put an empty segment in its place"),

@@ -30,7 +30,7 @@ fn config(clock: &ManualClock) -> Config {
 
 /// Every other key in a scope of its own, so that names are two parts.
 fn scope(index: usize) -> &'static str {
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         ""
     } else {
         "tenant-7"
@@ -174,7 +174,11 @@ fn lost_keys(dir: &Path) -> HashSet<(Vec<u8>, Vec<u8>)> {
 
 /// The checks of one case, after its damage.
 fn check(label: &str, dir: &Path, unreadable: usize, listed_exactly: bool) {
+    let before = verify(dir).expect("verify");
+    assert!(before.damage.iter().all(|damage| damage.repair.starts_with("idemkv repair would ")), "{before:?}");
     let report = repair(dir).unwrap_or_else(|error| panic!("{label}: repair: {error}"));
+    // Verify calls damage exactly what repair then acts on.
+    assert_eq!(before.is_clean(), report.did_nothing(), "{label}: {before:?} {report:?}");
     let verified = verify(dir).expect("verify");
     assert!(verified.is_clean(), "{label}: not clean after one repair: {:?}", verified.damage);
     assert!(verified.torn_tails.is_empty(), "{label}: {:?}", verified.torn_tails);
@@ -234,6 +238,8 @@ fn cases() -> Vec<Damage> {
     }
     cases.push(Damage::ClaimFlip { at: 30, n: 4 });
     cases.push(Damage::Truncate { at: 50 });
+    // At a frame boundary: only the hint tells what is gone.
+    cases.push(Damage::Truncate { at: 0 });
     cases.push(Damage::Zero { at: 50 });
     cases
 }

@@ -16,6 +16,10 @@
 //! filled ahead of its records: a span of zeros only, from the end of the
 //! last whole frame past the durable mark to the end of the file, is space
 //! never written ([`Scan::unwritten`]), neither torn nor damaged.
+//!
+//! Repair walks differently ([`salvage`]): it does not stop at damage but
+//! resynchronises on the next whole frame, so that every whole frame of a
+//! damaged segment is found, and every span between them reported.
 
 use super::header::{HeaderError, Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
