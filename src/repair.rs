@@ -306,12 +306,13 @@ fn start_above(
     max_lsn: u64,
     report: &mut RepairReport,
 ) -> Result<()> {
-    if let Some(active) = analyses.iter().find(|analysis| analysis.expected.active) {
-        if !active.damaged() && active.unwritten > 0 {
-            write::trim(storage, active)?;
-            report
-                .actions
-                .push(format!("{}: the zeros ahead of its records cut off (it is sealed now)", active.path.display()));
+    // The active segment becomes sealed: fsynced whole, ending at its last
+    // frame (a damaged one is rewritten so, below).
+    if let Some(active) = analyses.iter().find(|analysis| analysis.expected.active && !analysis.damaged()) {
+        write::seal(storage, active)?;
+        if active.unwritten > 0 {
+            let path = active.path.display();
+            report.actions.push(format!("{path}: the zeros ahead of its records cut off (it is sealed now)"));
         }
     }
     let id = check.catalog.last.checked_add(1).ok_or_else(|| Error::corruption(dir, 0, "segment ids exhausted"))?;
@@ -338,9 +339,15 @@ fn rewrite(
 ) -> Result<()> {
     let path = analysis.path.display();
     for span in &analysis.unreadable {
-        report
-            .actions
-            .push(format!("{path}: offset {} length {} unreadable ({})", span.offset, span.length, span.reason));
+        let unhinted = if span.offset + span.length > analysis.hint_end {
+            "; no hint covers it: its records are listed as its damaged bytes read, and there may be more"
+        } else {
+            ""
+        };
+        report.actions.push(format!(
+            "{path}: offset {} length {} unreadable ({}){unhinted}",
+            span.offset, span.length, span.reason
+        ));
     }
     if analysis.cut_short {
         report.actions.push(format!("{path}: ends before its durable mark: records that were durable are gone"));

@@ -1,8 +1,8 @@
 //! Repair's writes, each crash-safe on its own: a segment rewritten with
 //! only its whole frames (temporary file, fsync, rename, fsync of the
 //! folder — the temporary file of a crash is deleted at open, as a
-//! compaction's is), and the zeros cut off an active segment that repair
-//! seals.
+//! compaction's is), and the active segment that repair seals, its zeros
+//! cut off and fsynced.
 
 use super::salvage::Analysis;
 use crate::error::{Error, Result};
@@ -85,16 +85,19 @@ impl Out<'_> {
     }
 }
 
-/// Cuts the zeros the writer filled ahead of the records off the active
-/// segment that repair is about to seal (a sealed segment ends at its last
-/// frame), and syncs it.
+/// Seals the (undamaged) active segment as repair starts a new one after
+/// it: the zeros the writer filled ahead of its records are cut off (a
+/// sealed segment ends at its last frame) and it is fsynced whole (records
+/// a killed process left past its durable mark included).
 ///
 /// # Errors
 /// I/O errors.
-pub(crate) fn trim(storage: &dyn Storage, analysis: &Analysis) -> Result<()> {
+pub(crate) fn seal(storage: &dyn Storage, analysis: &Analysis) -> Result<()> {
     let path = &analysis.path;
     let io = |error| Error::io("repair", path, error);
     let file = storage.open(path, false).map_err(io)?;
-    file.set_len(analysis.len - analysis.unwritten).map_err(io)?;
+    if analysis.unwritten > 0 {
+        file.set_len(analysis.len - analysis.unwritten).map_err(io)?;
+    }
     file.sync().map_err(io)
 }
