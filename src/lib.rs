@@ -167,11 +167,11 @@ pub use lease::{FinishError, Lease, LeaseToken};
 pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
-pub use repair::{repair, DroppedRecord, RepairReport};
+pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
 pub use transition::ReusePolicy;
-pub use verify::{verify, Damage, VerifyReport};
+pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests (its HTTP
 /// example needs the `tower` feature).

@@ -261,6 +261,19 @@ pub(crate) fn decode_prefix(prefix: &[u8]) -> Result<(Header, u64, u32), DecodeE
     Ok((header, frame_len, read_u32(prefix, 0)))
 }
 
+/// The fields of a frame whose CRC fails, as its damaged bytes read, and
+/// the length they give it (from its scope, key and response lengths, not
+/// its length field, which may be the damaged part): what repair can say of
+/// a record no hint lists. Nothing here is checked but that the fields
+/// decode at all.
+pub(crate) fn decode_damaged(prefix: &[u8]) -> Option<(Header, u64)> {
+    let fixed = prefix.get(FRAME_HEADER_BYTES..PREFIX_BYTES)?;
+    let header = decode_fixed(fixed).ok()?;
+    let frame_len =
+        frame_bytes(usize::from(header.scope_len), usize::from(header.key_len), header.response_len as usize);
+    Some((header, frame_len))
+}
+
 /// A CRC hasher fed with the part of `prefix` the frame CRC covers; the
 /// caller goes on with the bytes after the prefix.
 pub(crate) fn crc_start(prefix: &[u8]) -> crc32fast::Hasher {

@@ -90,7 +90,9 @@ pub struct Stats {
     pub live_records: u64,
     /// Bytes of the records the index points at, not yet expired.
     pub live_bytes: u64,
-    /// Bytes of all segment files.
+    /// Bytes of all segment files, as long as they are: the active
+    /// segment's zeros filled ahead of its records included (and, for a
+    /// read-only open, a torn tail it leaves in place).
     pub disk_bytes: u64,
     /// Segment files, sealed and active.
     pub segments: u64,

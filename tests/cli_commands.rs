@@ -194,3 +194,94 @@ fn processing_shows_its_lease_end_and_failed_its_expiry() {
         assert!(line.contains(expected), "{line}");
     }
 }
+
+/// Cuts the active segment of shard 0 of `store` inside a record.
+fn truncate_active_segment(store: &Path) -> u64 {
+    let segment = store.join("shard-0000/0000000001.seg");
+    let len = std::fs::metadata(&segment).expect("stat").len();
+    let cut = len * 2 / 3 + 7;
+    std::fs::OpenOptions::new().write(true).open(&segment).expect("open").set_len(cut).expect("truncate");
+    cut
+}
+
+#[test]
+fn one_repair_fixes_a_truncated_active_segment() {
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    truncate_active_segment(&store);
+    assert_eq!(idemkv(&["verify", path]).status.code(), Some(1), "the cut is damage: durable records are gone");
+    let output = idemkv(&["repair", path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(!text.contains("nothing to repair"), "{text}");
+    assert!(text.contains("ends before its durable mark"), "{text}");
+    // Every record the cut took is listed, by the segment's hint.
+    let dropped = text.lines().filter(|line| line.starts_with("dropped: ")).count();
+    assert!(dropped > 0, "{text}");
+    assert!(text.contains(&format!("{dropped} records dropped")), "{text}");
+    let verified = idemkv(&["verify", path]);
+    assert!(verified.status.success() && stdout(&verified).contains("clean"), "{}", stdout(&verified));
+    for args in [&["stats", path][..], &["list", path], &["get", path, "load-0000000000000007"], &["compact", path]] {
+        let output = idemkv(args);
+        assert!(output.status.code().is_some_and(|code| code < 2), "{args:?}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("corruption"), "{args:?}: {}", stderr(&output));
+    }
+    let again = stdout(&idemkv(&["repair", path]));
+    assert_eq!(again.trim(), "clean: nothing to repair", "{again}");
+}
+
+/// A kind of damage: what it is, how it is done, what repair would do.
+type Case = (&'static str, fn(&Path), &'static str);
+
+#[test]
+fn every_corruption_message_names_repair_and_what_it_would_do() {
+    let dir = scratch();
+    let store = loaded_store(dir.path(), 500);
+    let path = store.to_str().expect("utf-8");
+    let repair_named = format!("`idemkv repair {path}` would ");
+    let damages: [Case; 4] = [
+        ("a damaged record", damage_a_record, "rewrite it with every whole record it holds"),
+        ("a damaged segment header", damage_a_segment_header, "rewrite it with every whole record it holds"),
+        ("a missing segment", delete_a_segment, "put an empty segment in its place"),
+        ("a damaged catalog", damage_a_catalog, "rebuild the catalog from the segments present"),
+    ];
+    for (what, damage, remedy) in damages {
+        damage(&store);
+        let opened = idemkv(&["stats", path]);
+        assert_fails(&opened, 1, &format!("{repair_named}{remedy}"), what);
+        let verified = stdout(&idemkv(&["verify", path]));
+        let advice = verified.lines().find(|line| line.trim_start().starts_with("idemkv repair would "));
+        assert!(advice.is_some(), "{what}: verify does not say what repair would do: {verified}");
+        let repaired = idemkv(&["repair", path]);
+        assert!(repaired.status.success(), "{what}: {}", stderr(&repaired));
+        assert!(idemkv(&["verify", path]).status.success(), "{what}: not clean after repair");
+    }
+}
+
+fn damage_a_record(store: &Path) {
+    let segment = store.join("shard-0000/0000000001.seg");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[64 + 20] ^= 0xFF;
+    std::fs::write(&segment, bytes).expect("write");
+    // Open does not read what a hint covers.
+    std::fs::remove_file(segment.with_extension("hint")).expect("the segment has a hint");
+}
+
+fn damage_a_segment_header(store: &Path) {
+    let segment = store.join("shard-0001/0000000001.seg");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[2] ^= 0xFF;
+    std::fs::write(&segment, bytes).expect("write");
+}
+
+fn delete_a_segment(store: &Path) {
+    std::fs::remove_file(store.join("shard-0002/0000000001.seg")).expect("remove");
+}
+
+fn damage_a_catalog(store: &Path) {
+    let catalog = store.join("shard-0003/CATALOG");
+    let mut bytes = std::fs::read(&catalog).expect("read");
+    bytes[17] ^= 0xFF;
+    std::fs::write(&catalog, bytes).expect("write");
+}

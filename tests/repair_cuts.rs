@@ -1,6 +1,7 @@
-//! `repair` (never automatic) cuts a damaged store back to its last
-//! consistent point, lists exactly what it dropped, and leaves a store that
-//! opens, verifies clean and never hands out a token again.
+//! `repair` (never automatic) drops only what cannot be read — a damaged
+//! frame, a missing segment — keeps every whole record around it, lists
+//! exactly what it dropped, and leaves a store that opens, verifies clean
+//! and never hands out a token again.
 
 mod common;
 
@@ -53,8 +54,22 @@ fn usable_after(dir: &Path, max_token: u64) {
     lease.complete(b"after repair").expect("complete");
 }
 
+/// Every key but `dropped` replays its response.
+fn kept_but(dir: &Path, dropped: &[Vec<u8>]) {
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(dir, config(&clock)).expect("open");
+    for index in 0..60 {
+        let key = format!("key-{index:02}");
+        if dropped.contains(&key.clone().into_bytes()) {
+            continue;
+        }
+        let record = store.get(b"", key.as_bytes()).expect("get").unwrap_or_else(|| panic!("{key} was lost"));
+        assert_eq!(record.response, [b'r'; 100], "{key}");
+    }
+}
+
 #[test]
-fn damage_in_a_sealed_segment_is_cut_and_what_came_after_is_listed() {
+fn damage_in_a_sealed_segment_drops_that_frame_alone_and_keeps_what_came_after() {
     let (dir, max_token) = filled_store();
     let all = segments(dir.path());
     assert!(all.len() >= 3, "expected several segments, got {}", all.len());
@@ -72,28 +87,49 @@ fn damage_in_a_sealed_segment_is_cut_and_what_came_after_is_listed() {
 
     let report = repair(dir.path()).expect("repair");
     assert!(report.unreadable_bytes > 0);
-    // Every record of the later segments is named, none twice.
-    let dropped_later: Vec<_> = report.records_dropped.iter().filter(|record| record.file != *damaged).collect();
-    assert!(!dropped_later.is_empty(), "{report:?}");
-    assert!(dropped_later.iter().all(|record| all[2..].contains(&record.file)), "{report:?}");
+    // The damaged frame, and nothing else, is dropped and named.
+    assert_eq!(report.records_dropped.len(), 1, "{report:?}");
+    let record = &report.records_dropped[0];
+    assert_eq!(record.file, *damaged);
+    assert!(record.key.starts_with(b"key-"), "{record:?}");
     usable_after(dir.path(), max_token);
-    // The dropped keys are gone, the kept ones stay.
-    let store = Store::open(dir.path(), config(&clock)).expect("open");
-    for record in &report.records_dropped {
-        let newest = store.get(&record.scope, &record.key).expect("get");
-        assert!(newest.is_none_or(|kept| kept.token < record.lsn), "{record:?} came back");
-    }
+    let lost: Vec<Vec<u8>> =
+        report.records_dropped.iter().filter(|record| !record.superseded).map(|record| record.key.clone()).collect();
+    kept_but(dir.path(), &lost);
 }
 
 #[test]
-fn a_missing_middle_segment_cuts_the_log_before_the_gap() {
+fn a_missing_middle_segment_is_replaced_and_the_segments_after_it_are_kept() {
     let (dir, max_token) = filled_store();
     let all = segments(dir.path());
     std::fs::remove_file(&all[1]).expect("delete");
     let report = repair(dir.path()).expect("repair");
     assert!(report.actions.iter().any(|action| action.contains("missing")), "{:?}", report.actions);
-    assert!(report.records_dropped.iter().all(|record| all[2..].contains(&record.file)), "{report:?}");
+    // Its hint is left: the records it held are listed from it.
+    assert!(!report.records_dropped.is_empty(), "{report:?}");
+    assert!(report.records_dropped.iter().all(|record| record.file == all[1]), "{report:?}");
     usable_after(dir.path(), max_token);
+    // Every key that lost its answer is named among the dropped records,
+    // or is one of those whose key no readable copy is left of.
+    let named: Vec<&[u8]> = report.records_dropped.iter().map(|record| record.key.as_slice()).collect();
+    let unnamed = named.iter().filter(|key| key.is_empty()).count();
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(dir.path(), config(&clock)).expect("open");
+    let (mut lost, mut lost_unnamed) = (0, 0);
+    for index in 0..60 {
+        let key = format!("key-{index:02}");
+        let record = store.get(b"", key.as_bytes()).expect("get");
+        if record.is_some_and(|record| record.response == [b'r'; 100]) {
+            continue;
+        }
+        lost += 1;
+        lost_unnamed += usize::from(!named.contains(&key.as_bytes()));
+    }
+    assert!(lost > 0 && lost <= report.records_dropped.len(), "{lost} keys lost: {report:?}");
+    assert!(lost_unnamed <= unnamed, "{lost_unnamed} keys lost without being named: {report:?}");
+    // What came after the gap is there.
+    assert!(store.get(b"", b"key-59").expect("get").is_some_and(|record| record.response == [b'r'; 100]));
+    store.close().expect("close");
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Verify and repair with hint files: open does not read the frames a
 //! hint covers, so damage there is found by a read, by verify (which reads
 //! every frame and checks every hint open would use against them) and cut
-//! by repair, which deletes the hints of what it changes; a hint that lies
-//! about its segment is damage to verify and gone after repair.
+//! by repair, which names what it drops from the hint and deletes the hints
+//! of what it changes; a hint that lies about its segment is damage to
+//! verify and gone after repair.
 
 mod common;
 
@@ -54,11 +55,18 @@ fn damage_that_a_hint_hides_from_open_is_found_by_reads_verify_and_repair() {
     let report = idemkv::verify(dir.path()).expect("verify");
     assert!(report.is_clean(), "{:?}", report.damage);
     let store = Store::open(dir.path(), cfg()).expect("open");
-    // Repair cut the log at the damaged completion: the claim before it is
-    // what is left of the key.
+    // Repair dropped the damaged completion alone, named from the hint: the
+    // claim before it is what is left of the key, and what came after it
+    // is kept.
+    assert_eq!(repaired.records_dropped.len(), 1, "{repaired:?}");
+    assert_eq!(repaired.records_dropped[0].key, key(0).as_bytes());
+    assert_eq!(repaired.records_dropped[0].evidence, idemkv::Evidence::Hint);
     let left = store.get(b"", key(0).as_bytes()).expect("get").expect("the claim stays");
     assert_eq!(left.state, idemkv::State::Processing);
-    assert!(store.get(b"", key(59).as_bytes()).expect("get").is_none(), "what came after the damage is cut");
+    for index in 1..60 {
+        let record = store.get(b"", key(index).as_bytes()).expect("get").expect("what came after the damage stays");
+        assert_eq!(record.response, [b'r'; 200]);
+    }
 }
 
 /// The CRC of a hint block (see docs/format.md): over the header's CRC

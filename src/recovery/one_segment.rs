@@ -169,20 +169,57 @@ pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Rep
         }
         torn_tail_bytes = scan.len - scan.valid_end;
     }
+    let mut rewritten = false;
     if !expected.active && builder.is_collecting() {
-        builder.write_logged(context.storage, context.dir, &**file, scan.valid_end);
+        rewritten = builder.write_logged(context.storage, context.dir, &**file, scan.valid_end);
         builder = HintBuilder::off();
+    }
+    let mut mark = prepared.mark;
+    if writable {
+        if hint_ignored && !rewritten {
+            forget_hint(context, id);
+        }
+        if expected.active && scan.valid_end > mark.synced_end {
+            mark = mark_durable(&**file, path, mark, scan.valid_end)?;
+        }
     }
     Ok(Recovered {
         file: prepared.file,
         lsn_floor: prepared.lsn_floor,
         valid_end: scan.valid_end,
         torn_tail_bytes,
-        mark: prepared.mark,
+        mark,
         hint: builder,
         hint_loaded,
         hint_ignored,
     })
+}
+
+/// Deletes an ignored hint that a writable open does not write again (the
+/// active segment's, written at close; or one whose rewrite failed), so
+/// that no hint is ignored open after open: until a new one is written the
+/// segment is replayed from the log, as it was.
+fn forget_hint(context: Context<'_>, id: u32) {
+    let path = hint::hint_path(context.dir, id);
+    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+    if let Err(error) = context.storage.remove_file(&path) {
+        event!(debug, shard = context.shard, segment = id, error = %error, "an ignored hint could not be deleted");
+    }
+}
+
+/// Makes the active segment's records found at open durable — a process
+/// that was killed leaves them in the page cache, past the durable mark —
+/// and moves the mark to their end (synced again, so the mark is durable
+/// too). Open treats what it recovered as durable, and the hint written at
+/// close, which may only cover durable records, is then used by the next
+/// open instead of being ignored.
+fn mark_durable(file: &dyn StorageFile, path: &Path, mark: Mark, end: u64) -> Result<Mark> {
+    let io = |error| Error::io("fsync", path, error);
+    file.sync().map_err(io)?;
+    let next = Mark { synced_end: end, round: mark.round.wrapping_add(1) };
+    file.write_all_at(&next.encode(), next.offset()).map_err(io)?;
+    file.sync().map_err(io)?;
+    Ok(next)
 }
 
 /// A builder holding every entry of the (usable) hint of `segment`, to

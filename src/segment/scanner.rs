@@ -16,6 +16,10 @@
 //! filled ahead of its records: a span of zeros only, from the end of the
 //! last whole frame past the durable mark to the end of the file, is space
 //! never written ([`Scan::unwritten`]), neither torn nor damaged.
+//!
+//! Repair walks differently ([`salvage`]): it does not stop at damage but
+//! resynchronises on the next whole frame, so that every whole frame of a
+//! damaged segment is found, and every span between them reported.
 
 use super::header::{HeaderError, Mark, SegmentHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
@@ -135,6 +139,21 @@ impl Reader<'_> {
             at += piece as u64;
         }
         Ok(true)
+    }
+
+    /// The offset from which every byte to the end of the file is zero.
+    fn zeros_from(&mut self) -> Result<u64> {
+        let mut end = self.len;
+        while end > 0 {
+            let piece = end.min(WINDOW_BYTES as u64);
+            let start = end - piece;
+            let bytes = self.get(start, usize::try_from(piece).unwrap_or(WINDOW_BYTES))?;
+            if let Some(last) = bytes.iter().rposition(|byte| *byte != 0) {
+                return Ok(start + last as u64 + 1);
+            }
+            end = start;
+        }
+        Ok(0)
     }
 
     /// Why the frame at `offset` is damaged (for the report).
@@ -282,6 +301,166 @@ fn walk_from(
         offset += frame_len;
     }
     Ok(Scan { header, valid_end: offset, len, unwritten: 0 })
+}
+
+/// The frame boundaries a segment's hint lists (repair's salvage walk):
+/// the offset of every frame of the prefix `[64, end)` it covers, in
+/// order. Empty without a hint.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Boundaries<'a> {
+    pub starts: &'a [u64],
+    pub end: u64,
+}
+
+impl Boundaries<'_> {
+    /// The length the hint gives the frame at `offset`, if a hinted frame
+    /// starts there.
+    fn frame_len(&self, offset: u64) -> Option<u64> {
+        let at = self.starts.binary_search(&offset).ok()?;
+        let next = self.starts.get(at + 1).copied().unwrap_or(self.end);
+        Some(next - offset)
+    }
+
+    /// The hinted frame starts after `offset`.
+    fn after(&self, offset: u64) -> &[u64] {
+        let at = self.starts.partition_point(|start| *start <= offset);
+        &self.starts[at..]
+    }
+}
+
+/// A span of a segment that holds no whole frame, found by [`salvage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreadable {
+    pub offset: u64,
+    pub length: u64,
+    pub reason: &'static str,
+}
+
+/// What [`salvage`] found besides the frames.
+#[derive(Debug)]
+pub(crate) struct Salvaged {
+    /// The header and its durable mark, or why they cannot be read (a
+    /// [`Error::Corruption`] or [`Error::UnsupportedFormatVersion`]).
+    pub header: Result<(SegmentHeader, Mark)>,
+    /// The file's length.
+    pub len: u64,
+    /// Zeros at the end of the active segment past its durable mark: space
+    /// the writer zero-filled, neither a frame nor damage.
+    pub unwritten: u64,
+}
+
+/// Walks every whole frame of a segment, damage or not (repair): after an
+/// unreadable span it resynchronises on the next whole frame — where the
+/// hint says the damaged frame ends, else where its own length says, else
+/// at the next hinted frame start that holds a whole frame, else at the
+/// first byte offset that does — so that one damaged frame costs that
+/// frame alone. `visit` gets each whole frame (its CRC checks, its fields
+/// make sense, its LSN is not below the one before), `unreadable` each span
+/// between them. A damaged header does not stop the walk: the frames after
+/// it are still read (with no LSN floor).
+///
+/// # Errors
+/// I/O errors, and whatever `visit` or `unreadable` return.
+pub(crate) fn salvage(
+    file: &dyn StorageFile,
+    path: &Path,
+    expected: Expected,
+    boundaries: Boundaries<'_>,
+    mut visit: impl FnMut(Frame<'_>) -> Result<()>,
+    mut unreadable: impl FnMut(Unreadable) -> Result<()>,
+) -> Result<Salvaged> {
+    let len = file.len().map_err(|error| Error::io("stat", path, error))?;
+    let header = read_header(file, path, len, expected);
+    let (floor, durable_end) = match &header {
+        Ok((header, mark)) if expected.active => (header.lsn_floor, mark.synced_end),
+        Ok((header, _)) => (header.lsn_floor, len),
+        // Without a mark, zeros at the end of the active segment are still
+        // never a record.
+        Err(_) => (0, if expected.active { HEADER_BYTES as u64 } else { len }),
+    };
+    let mut walk =
+        Salvage { reader: Reader { file, path, len, window: Vec::new(), start: 0 }, boundaries, last_lsn: floor };
+    let zeros_from = if expected.active { walk.reader.zeros_from()?.max(durable_end) } else { len };
+    let mut offset = HEADER_BYTES as u64;
+    while offset < len.min(zeros_from) {
+        if let Some((frame, frame_len)) = walk.whole(offset)? {
+            walk.last_lsn = frame.lsn;
+            let names = usize::from(frame.scope_len) + usize::from(frame.key_len);
+            let bytes = walk.reader.get(offset + PREFIX_BYTES as u64, names)?;
+            let (scope, key) = bytes.split_at(usize::from(frame.scope_len));
+            visit(Frame { header: frame, offset, len: frame_len, scope, key })?;
+            offset += frame_len;
+            continue;
+        }
+        let reason = walk.reason(offset)?;
+        let next = walk.resync(offset, zeros_from.min(len))?;
+        unreadable(Unreadable { offset, length: next - offset, reason })?;
+        offset = next;
+    }
+    // The walk stopped at the zeros of the active segment, or at the end.
+    Ok(Salvaged { header, len, unwritten: len.saturating_sub(offset) })
+}
+
+/// The state of a [`salvage`] walk.
+struct Salvage<'a> {
+    reader: Reader<'a>,
+    boundaries: Boundaries<'a>,
+    last_lsn: u64,
+}
+
+impl Salvage<'_> {
+    /// The whole frame at `offset` whose LSN is not below the last one's.
+    fn whole(&mut self, offset: u64) -> Result<Option<(Header, u64)>> {
+        Ok(self.reader.frame(offset)?.filter(|(frame, _)| frame.lsn >= self.last_lsn))
+    }
+
+    fn reason(&mut self, offset: u64) -> Result<&'static str> {
+        Ok(match self.reader.frame(offset)? {
+            Some(_) => "LSN goes backwards",
+            None => self.reader.reason(offset)?,
+        })
+    }
+
+    /// Where the next whole frame after the damage at `offset` starts, or
+    /// `end` (see [`salvage`] for the order in which places are tried).
+    fn resync(&mut self, offset: u64, end: u64) -> Result<u64> {
+        let hinted = self.boundaries.frame_len(offset).map(|len| offset + len);
+        let own = self.own_end(offset)?;
+        for candidate in [hinted, own].into_iter().flatten() {
+            if candidate == end || (candidate < end && self.whole(candidate)?.is_some()) {
+                return Ok(candidate);
+            }
+        }
+        let starts: Vec<u64> = self.boundaries.after(offset).iter().copied().filter(|start| *start < end).collect();
+        for start in starts {
+            if self.whole(start)?.is_some() {
+                return Ok(start);
+            }
+        }
+        // Past what the hint covers (or the damaged frame's own end, when
+        // its prefix decodes), byte by byte.
+        let mut at = (offset + 1).max(self.boundaries.end).max(own.unwrap_or(0)).min(end);
+        while at < end {
+            if self.whole(at)?.is_some() {
+                return Ok(at);
+            }
+            at += 1;
+        }
+        Ok(end)
+    }
+
+    /// Where the frame at `offset` ends by its own length fields, if its
+    /// prefix decodes and the frame fits in the file.
+    fn own_end(&mut self, offset: u64) -> Result<Option<u64>> {
+        if self.reader.len - offset < PREFIX_BYTES as u64 {
+            return Ok(None);
+        }
+        let prefix = self.reader.get(offset, PREFIX_BYTES)?;
+        Ok(record::decode_prefix(prefix)
+            .ok()
+            .map(|(_, frame_len, _)| offset + frame_len)
+            .filter(|end| *end <= self.reader.len))
+    }
 }
 
 /// Reads whole frames of a segment again, in increasing offsets, through

@@ -118,6 +118,12 @@ impl Writer {
         Ok(writer)
     }
 
+    /// The active segment's file length: its records, then the zeros
+    /// filled ahead of them (what the file takes on disk).
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
     /// The path of segment `segment`.
     pub(crate) fn path(&self, segment: u32) -> PathBuf {
         super::segment_path(&self.dir, segment)

@@ -375,9 +375,13 @@ impl Shard {
         let state = self.state.read();
         let now = state.now_ms(&*self.clock);
         let mut footprint = Footprint { records: state.index.len() as u64, ..Footprint::default() };
-        for usage in state.usage.values() {
+        let active = state.log.active.id;
+        for (id, usage) in &state.usage {
             footprint.live_bytes += usage.live_bytes.saturating_sub(usage.expired_bytes(now));
-            footprint.disk_bytes += usage.total_bytes;
+            // The active segment's file is longer than its records: the
+            // writer zero-fills ahead of them (and a read-only open leaves
+            // a torn tail in place).
+            footprint.disk_bytes += if *id == active { state.log.allocated() } else { usage.total_bytes };
             footprint.segments += 1;
         }
         footprint

@@ -2,7 +2,7 @@
 
 use crate::output::{self, bytes, count, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
 use crate::StateFilter;
-use idemkv::{Config, Record, State, Store};
+use idemkv::{Config, DroppedRecord, Evidence, Record, State, Store};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -137,12 +137,21 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
     ))?;
     if report.hints_checked + report.hints_ignored > 0 {
         out.line(format_args!(
-            "hint files: {} match their segments, {} ignored by open (rewritten at the next writable open)",
+            "hint files: {} match their segments, {} ignored by open",
             count(report.hints_checked),
             count(report.hints_ignored)
         ))?;
     }
+    for hint in &report.ignored_hints {
+        let next = if hint.active_segment {
+            "the next writable open deletes it and writes a new one when the store is closed"
+        } else {
+            "the next writable open rewrites it from the log"
+        };
+        out.line(format_args!("hint ignored: {}: {}; {next}", hint.file.display(), hint.reason))?;
+    }
     let spans = report.torn_tails.iter().map(|span| ("torn tail (cut at the next writable open)", span));
+    let mut advised = None;
     for (label, span) in spans.chain(report.damage.iter().map(|span| ("DAMAGE", span))) {
         out.line(format_args!(
             "{label}: {} offset {} length {}: {}",
@@ -151,6 +160,11 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
             span.length,
             span.reason
         ))?;
+        // Once per file: every span of a segment gets the same advice.
+        if label == "DAMAGE" && advised != Some((&span.file, &span.repair)) {
+            out.line(format_args!("  {}", span.repair))?;
+            advised = Some((&span.file, &span.repair));
+        }
     }
     if report.is_clean() {
         out.line("clean")?;
@@ -167,22 +181,47 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
         out.line(action)?;
     }
     for record in &report.records_dropped {
-        out.line(format_args!(
-            "dropped: {} scope {:?} key {:?} lsn {} {}",
-            record.file.display(),
-            String::from_utf8_lossy(&record.scope),
-            String::from_utf8_lossy(&record.key),
-            record.lsn,
-            record.kind
-        ))?;
+        out.line(dropped(record))?;
     }
+    if report.did_nothing() {
+        out.line("clean: nothing to repair")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let of = |evidence| report.records_dropped.iter().filter(|record| record.evidence == evidence).count();
+    let superseded = report.records_dropped.iter().filter(|record| record.superseded).count();
     out.line(format_args!(
-        "{} records dropped, {} unreadable bytes cut{}",
-        report.records_dropped.len(),
-        report.unreadable_bytes,
-        if report.dropped_nothing() { "; nothing to repair" } else { "" }
+        "{} records dropped ({} superseded by a newer record that was kept, so their keys read as before; {} \
+         without a readable key, {} unchecked: no hint covers them), {} unreadable bytes removed, {} whole \
+         records kept in the segments rewritten",
+        count(report.records_dropped.len() as u64),
+        count(superseded as u64),
+        count(of(Evidence::HintWithoutKey) as u64),
+        count(of(Evidence::Unverified) as u64),
+        count(report.unreadable_bytes),
+        count(report.records_kept),
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One dropped record on one line.
+fn dropped(record: &DroppedRecord) -> String {
+    let name = match record.evidence {
+        Evidence::HintWithoutKey => "scope and key unknown (no readable copy is left)".to_string(),
+        _ => format!("scope {:?} key {:?}", text_or_hex(&record.scope), text_or_hex(&record.key)),
+    };
+    let how = match record.evidence {
+        Evidence::Frame => "",
+        Evidence::Unverified => " (unchecked: as its damaged bytes read)",
+        _ => " (listed by the segment's hint)",
+    };
+    format!(
+        "dropped: {} offset {}: {name} lsn {} {}{how}{}",
+        record.file.display(),
+        record.offset,
+        record.lsn,
+        record.kind,
+        if record.superseded { "; superseded by a kept record" } else { "" }
+    )
 }
 
 pub fn compact(dir: &Path) -> Result<ExitCode, Failure> {

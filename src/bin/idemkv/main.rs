@@ -78,9 +78,9 @@ enum Command {
         /// The store directory.
         dir: PathBuf,
     },
-    /// Cut a damaged store back to its last consistent point and list
-    /// exactly what was dropped (never done automatically; the store must
-    /// not be open).
+    /// Repair a damaged store: keep every whole record, drop only what
+    /// cannot be read and list every record dropped (never done
+    /// automatically; the store must not be open).
     Repair {
         /// The store directory.
         dir: PathBuf,

@@ -18,7 +18,8 @@ use std::sync::atomic::AtomicU64;
 struct Facts {
     shards: u32,
     segments: u64,
-    /// Bytes of the segment files, torn tail included.
+    /// Bytes of the segment files as they are: the zeros the writer filled
+    /// ahead of the records and a torn tail included.
     disk_bytes: u64,
     live_bytes: u64,
     processing: u64,
@@ -63,7 +64,7 @@ fn facts(dir: &Path) -> Result<Facts, Failure> {
     Ok(Facts {
         shards: store.shard_count(),
         segments: stats.segments,
-        disk_bytes: stats.disk_bytes + torn_tail_bytes,
+        disk_bytes: stats.disk_bytes,
         live_bytes: stats.live_bytes,
         processing: census.processing,
         completed: census.completed,

@@ -206,17 +206,21 @@ impl HintBuilder {
 
     /// [`write`](HintBuilder::write), with a failure reported as a debug
     /// event only: a missing hint costs a replay of the log at open.
-    pub(crate) fn write_logged(&mut self, storage: &dyn Storage, dir: &Path, file: &dyn StorageFile, end: u64) {
+    /// Returns whether the hint was written.
+    pub(crate) fn write_logged(&mut self, storage: &dyn Storage, dir: &Path, file: &dyn StorageFile, end: u64) -> bool {
         match self.write(storage, dir, file, end) {
-            Ok(()) => {}
+            Ok(()) => true,
             #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
-            Err(error) => event!(
-                debug,
-                shard = self.shard,
-                segment = self.segment,
-                error = %error,
-                "no hint written; open replays this segment from the log"
-            ),
+            Err(error) => {
+                event!(
+                    debug,
+                    shard = self.shard,
+                    segment = self.segment,
+                    error = %error,
+                    "no hint written; open replays this segment from the log"
+                );
+                false
+            }
         }
     }
 }

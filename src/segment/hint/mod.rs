@@ -49,8 +49,8 @@
 //! for the active segment, at or before the durable mark), and the frame
 //! that ends at `end` is whole — its CRC checks — and has the hint's
 //! length, LSN and CRC. A compaction rewrites a segment shorter with other
-//! offsets, a repair cuts it or starts a segment of the same id with a
-//! higher LSN floor: each moves or removes that last frame, so a hint of an
+//! offsets, a repair rewrites it without its unreadable bytes (and deletes
+//! its hint): each moves or removes that last frame, so a hint of an
 //! earlier version of the file is recognised (short of a 32-bit CRC
 //! collision of a frame with the same LSN, length and offset). An old hint
 //! whose last frame is still in place describes a prefix that is unchanged
@@ -72,7 +72,9 @@
 //! Hints trust the log they describe: open does not read the frames a hint
 //! covers, so damage inside them is found when the record is read
 //! (`Error::Corruption` naming file and offset) or by `verify`, not at
-//! open.
+//! open. Repair reads them the other way round: where a frame is
+//! unreadable, its segment's hint tells where the next one starts and what
+//! the lost one was ([`listed`]).
 
 mod builder;
 mod check;
@@ -81,7 +83,7 @@ mod reader;
 
 pub(crate) use builder::HintBuilder;
 pub(crate) use check::{Checker, Verdict};
-pub(crate) use reader::{counts, open, Described, HintReader, Opened};
+pub(crate) use reader::{counts, listed, open, Described, HintReader, Listed, Opened};
 
 use crate::record::{read_u32, read_u64, Header, Kind, State, PREFIX_BYTES};
 use std::path::{Path, PathBuf};

@@ -186,6 +186,39 @@ fn check_header(file: &dyn StorageFile, segment: &Described<'_>) -> Result<(Hint
     Ok((header, header_crc, len))
 }
 
+/// What a hint says a segment held, as far as it can be read (repair,
+/// which must know what a damaged segment held).
+#[derive(Debug)]
+pub(crate) struct Listed {
+    pub header: HintHeader,
+    /// The entries of the blocks whose CRC checks, up to the first that
+    /// does not, in segment order.
+    pub entries: Vec<HintEntry>,
+}
+
+/// Reads every entry it can of the hint of segment `segment` of shard
+/// `shard` in folder `dir`: its header must decode and name that segment;
+/// nothing else about the segment is checked (the segment may be cut
+/// short, or its header or last frame damaged), so the caller checks the
+/// entries against the frames it finds. `None` without a readable hint.
+pub(crate) fn listed(storage: &dyn Storage, dir: &Path, shard: u32, segment: u32) -> Option<Listed> {
+    let file = storage.open_read_only(&hint_path(dir, segment)).ok()?;
+    let len = file.len().ok()?;
+    let mut bytes = [0u8; super::HEADER_BYTES];
+    file.read_exact_at(&mut bytes, 0).ok()?;
+    let (header, header_crc) = HintHeader::decode(&bytes).ok()?;
+    if header.shard != shard || header.segment != segment || header.end < HEADER_BYTES as u64 {
+        return None;
+    }
+    let mut reader = HintReader::new(file, header, header_crc, len);
+    let (mut entries, mut block) = (Vec::new(), Vec::new());
+    // Bounded: each block moves the reader forward in a file of `len` bytes.
+    while let Ok(true) = reader.next_block(&mut block) {
+        entries.append(&mut block);
+    }
+    Some(Listed { header, entries })
+}
+
 /// Streams the entries of a hint whose header was checked, one block in
 /// memory at a time.
 #[derive(Debug)]
