@@ -135,6 +135,35 @@ fn the_damaged_fixture_is_reported_and_never_answers_wrong() {
     }
 }
 
+/// Repair of the damaged copy drops the one damaged record, names it, keeps
+/// every other record, and leaves a store that verifies clean and a second
+/// repair leaves alone. The dropped completion's key falls back to the
+/// record before it (its claim), so a retry is told "in progress", not run.
+#[test]
+fn repair_of_the_damaged_fixture_drops_only_the_damaged_record() {
+    let copy = copy_of("format-2-damaged");
+    let report = idemkv::repair(copy.path()).expect("repair");
+    assert_eq!(report.records_dropped.len(), 1, "{report:?}");
+    let dropped = &report.records_dropped[0];
+    let key = String::from_utf8(dropped.key.clone()).expect("a key of the fixture");
+    assert!(key.starts_with("completed-") && dropped.scope == b"fixture", "{dropped:?}");
+    assert!(idemkv::verify(copy.path()).expect("verify").is_clean());
+    assert!(idemkv::repair(copy.path()).expect("second repair").did_nothing());
+    let clock = ManualClock::new(common::START_MS + 3_600_000);
+    let store = Store::open(copy.path(), config(&clock)).expect("open after repair");
+    for number in 0..COMPLETED {
+        let other = format!("completed-{number}");
+        let claim = store.claim(&request(&other)).expect("claim");
+        match claim {
+            Claim::Replay(record) => assert_eq!(record.response, format!("response {number}").into_bytes()),
+            // The dropped completion's key is back to its claim's record,
+            // Processing under its (long) lease: in progress, never run.
+            Claim::InProgress { .. } if other == key => {}
+            other_answer => panic!("{other}: {other_answer:?}"),
+        }
+    }
+}
+
 /// Writes both fixtures again (see the module docs).
 #[test]
 #[ignore = "writes the checked-in fixtures; run only for a new format version"]
