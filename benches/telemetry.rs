@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Against a build without the `metrics` feature (no handles, claims not
-//! timed), run the `engines` bench with and without `--no-default-features
-//! --features cli`.
+//! timed), run the `engines` bench of a copy of this crate whose `idemkv`
+//! dependency has `default-features = false`.
 
 mod support;
 

@@ -4,13 +4,9 @@
 //! may not read, a directory without a manifest, a damaged manifest — and a
 //! store the user may read but not write works for the read-only commands
 //! and is left as it was.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-mod common;
-
-use cli_support::{assert_fails, chmod_all, idemkv, loaded_store, scratch, stderr, stdout, Restricted};
-use common::snapshot::snapshot;
+use crate::common::snapshot::snapshot;
+use crate::support::{assert_fails, chmod_all, idemkv, loaded_store, scratch, stderr, stdout, Restricted};
 use std::os::unix::fs::PermissionsExt;
 
 /// Every command that takes a store directory, with the arguments after it.

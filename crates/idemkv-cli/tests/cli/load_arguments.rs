@@ -2,11 +2,8 @@
 //! (after creating the store directory) are refused first, latencies under
 //! `--durability sync` are those of an fsync (not clamped to a tiny bound),
 //! and `--durability interval` runs its background fsyncs.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{assert_fails, idemkv, scratch, stderr, stdout};
+use crate::support::{assert_fails, idemkv, scratch, stderr, stdout};
 
 #[test]
 fn arguments_out_of_range_are_refused_before_anything_is_created() {

@@ -1,11 +1,8 @@
 //! `idemkv load` stopped by an I/O error (here a file-size limit, as a full
 //! disk would) still prints its summary, so the count of acknowledged
 //! claims is not lost, and exits 2 with the error in one line.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{binary, scratch};
+use crate::support::{binary, scratch};
 use std::process::Command;
 
 #[test]

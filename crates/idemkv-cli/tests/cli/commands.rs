@@ -1,11 +1,8 @@
 //! The `idemkv` binary, run as a user would: every subcommand on a loaded
 //! store, a damaged segment, bad arguments, and a directory held by a live
 //! store.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{assert_fails, idemkv, loaded_store, scratch, stderr, stdout};
+use crate::support::{assert_fails, idemkv, loaded_store, scratch, stderr, stdout};
 use std::path::Path;
 
 #[test]

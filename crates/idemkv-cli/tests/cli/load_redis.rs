@@ -3,13 +3,10 @@
 //! each run claims under a scope of its own, a Cluster is loaded through
 //! `--redis-cluster`, and an unreachable server, a bad URL or a server
 //! killed mid-run is a one-line error with exit 2, never a panic.
-#![cfg(all(feature = "cli", feature = "redis"))]
+#![cfg(feature = "redis")]
 
-mod cli_support;
-mod common;
-
-use cli_support::{assert_fails, binary, idemkv, scratch, stderr, stdout};
-use common::redis::{free_port, RedisCluster, RedisServer};
+use crate::common::redis::{free_port, RedisCluster, RedisServer};
+use crate::support::{assert_fails, binary, idemkv, scratch, stderr, stdout};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

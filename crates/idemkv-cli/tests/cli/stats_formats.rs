@@ -2,11 +2,8 @@
 //! the Prometheus output parses, with a `# TYPE` for every metric and no
 //! counter typed as a gauge; a torn tail is reported and left in place;
 //! JSON carries the same facts; times are RFC 3339.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{idemkv, loaded_store, scratch, stderr, stdout};
+use crate::support::{idemkv, loaded_store, scratch, stderr, stdout};
 use std::collections::BTreeMap;
 
 /// Parses the text exposition format: every sample's value by series, and

@@ -4,11 +4,8 @@
 //! files as long as they are, with the live bytes apart; whose hints
 //! `verify` names when open would ignore them, with the reason; and whose
 //! next writable open leaves no hint ignored.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{binary, idemkv, loaded_store, scratch, stderr, stdout};
+use crate::support::{binary, idemkv, loaded_store, scratch, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,11 +2,8 @@
 //! command quietly with its own exit code — never a panic, never exit 101.
 //! Real shell pipelines, and a reader that closes before anything is
 //! written.
-#![cfg(feature = "cli")]
 
-mod cli_support;
-
-use cli_support::{binary, loaded_store, pipeline, scratch};
+use crate::support::{binary, loaded_store, pipeline, scratch};
 
 #[test]
 fn every_command_ends_quietly_when_its_reader_goes_away() {
