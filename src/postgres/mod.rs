@@ -1,5 +1,5 @@
 //! The claim contract on PostgreSQL (feature `postgres`):
-//! [`PostgresBackend`] implements [`IdempotencyBackend`], and a lease can
+//! [`PostgresBackend`] implements [`IdempotencyBackend`](crate::IdempotencyBackend), and a lease can
 //! also be finished inside the caller's own transaction
 //! ([`PostgresBackend::complete_in`]), so that the business rows and the
 //! key's completion commit or roll back together: a crash can never leave
@@ -16,9 +16,9 @@
 //! (or the background [`Reaper`]) deletes them in bounded batches.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
-//! Checkpoints ([`IdempotencyBackend::checkpoint`]) and reuse policies
-//! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
-//! point is a column of the key's row, fenced like a renewal, handed to a
+//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
+//! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
+//! is a column of the key's row, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed, and as durable as any commit. A table of
 //! an earlier schema version is upgraded in place at connect (see the

@@ -1,5 +1,5 @@
 //! The claim contract on Redis or Valkey, standalone or Cluster (feature
-//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`], so the
+//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`](crate::IdempotencyBackend), so the
 //! HTTP layer runs on it unchanged and a fleet of service instances shares
 //! one store.
 //!
@@ -13,9 +13,9 @@
 //! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
 //! (sharded pub/sub on a Cluster), with polling as the fallback.
 //!
-//! Checkpoints ([`IdempotencyBackend::checkpoint`]) and reuse policies
-//! ([`ClaimOptions::reuse`]) work as on the embedded store: the recovery
-//! point is a field of the record, fenced like a renewal, handed to a
+//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
+//! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
+//! is a field of the record, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed; it lasts as long as the record does,
 //! across a restart on the AOF. A record written by an earlier version

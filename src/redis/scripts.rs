@@ -16,8 +16,8 @@
 //! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response, `[13]` the
 //! checkpoint while Processing (the bytes of
 //! [`crate::checkpoint`]'s encoding; empty for none, and once finished).
-//! A record written before `[13]` existed reads as one without a recovery
-//! point: nothing to migrate.
+//! A record written before `[13]` existed reads as one without a checkpoint
+//! : nothing to migrate.
 //!
 //! The checkpoint follows the lease: a renewal keeps it, a takeover of
 //! an ended lease hands it to the new holder and keeps it in the record

@@ -58,6 +58,36 @@ pub mod crash_load;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+/// The name the test harness gives test `name` of the module at
+/// `module_path` (`module_path!()`): its path in the test binary, without
+/// the binary's own name. For a test that runs itself again in a child.
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_binary, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Runs `body` in a process of its own: the test binary run again for
+/// test `name` of the module at `module_path` alone, so that what `body`
+/// installs for the whole process (a `metrics` recorder) is its only one
+/// even when other tests share the binary. A failure of the child fails
+/// the test.
+pub fn own_process(module_path: &str, name: &str, body: impl FnOnce()) {
+    const CHILD: &str = "IDEMKV_TEST_OWN_PROCESS";
+    let test = test_name(module_path, name);
+    if std::env::var(CHILD).is_ok_and(|running| running == test) {
+        body();
+        return;
+    }
+    let status = std::process::Command::new(std::env::current_exe().expect("current exe"))
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, &test)
+        .status()
+        .expect("run the test in a process of its own");
+    assert!(status.success(), "{test} failed in its own process: {status}");
+}
+
 /// Where the records of a segment end: the writer zero-fills the active
 /// segment ahead of its records, so its file length says nothing. Every
 /// record the tests write ends in a non-zero byte (a key or a response).

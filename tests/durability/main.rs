@@ -1,0 +1,22 @@
+//! Crashes, power cuts, I/O faults, recovery, verify and repair, and the checked-in format fixtures.
+//!
+//! One scenario per module; each module's docs say what it guards.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod crash_kill;
+mod durability_absent_answers;
+mod durability_interval;
+mod fault_sweep;
+mod format_fixtures;
+mod power_cut;
+mod recovery_corruption;
+mod recovery_durable_mark;
+mod recovery_hints;
+mod recovery_missing_files;
+mod recovery_torn_tail;
+mod repair_cuts;
+mod repair_damage;
+mod store_creation_power_cut;
+mod verify_hints;

@@ -1,0 +1,96 @@
+//! Reopen keeps every state, every response and the token order.
+
+use crate::common::{acquire, config, fingerprint, open, replay, START_MS};
+use idemkv::{Claim, ClaimRequest, ManualClock, State, Store};
+use std::time::Duration;
+
+#[test]
+fn every_state_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = open(dir.path(), &clock);
+    let lease_of =
+        |key: &'static str| ClaimRequest::new(key, fingerprint(key)).lease(Duration::from_secs(60)).scope("s");
+    let processing = acquire(&store, &lease_of("processing")).into_token();
+    acquire(&store, &lease_of("completed")).complete(b"done").expect("complete");
+    acquire(&store, &lease_of("failed")).fail(b"declined").expect("fail");
+    let released = acquire(&store, &lease_of("released")).into_token();
+    store.release(&released).expect("release");
+    acquire(&store, &lease_of("removed")).complete(b"gone").expect("complete");
+    assert!(store.remove(b"s", b"removed").expect("remove"));
+    let mut renewed = acquire(&store, &lease_of("renewed"));
+    renewed.renew(Duration::from_secs(600)).expect("renew");
+    let _renewed_elsewhere = renewed.into_token();
+    let big = vec![0xA5u8; 300_000];
+    acquire(&store, &lease_of("big")).complete(&big).expect("complete");
+    store.close().expect("close");
+
+    let store = open(dir.path(), &clock);
+    let record = store.get(b"s", b"processing").expect("get").expect("present");
+    assert_eq!((record.state, record.token), (State::Processing, processing.token));
+    assert_eq!(replay(&store, &lease_of("completed")).response, b"done");
+    let failed = replay(&store, &lease_of("failed"));
+    assert_eq!((failed.state, failed.response.as_slice()), (State::Failed, &b"declined"[..]));
+    assert_eq!(replay(&store, &lease_of("big")).response, big);
+    assert_eq!(store.get(b"s", b"released").expect("get"), None);
+    assert_eq!(store.get(b"s", b"removed").expect("get"), None);
+    assert_eq!(store.get(b"s", b"renewed").expect("get").expect("present").deadline_ms, START_MS + 600_000);
+
+    // The held leases still finish after the reopen, by token.
+    store.complete(&processing, b"finished after restart").expect("complete");
+    clock.advance(Duration::from_secs(120));
+    assert!(matches!(store.claim(&lease_of("renewed")).expect("claim"), Claim::InProgress { .. }));
+    // A key's new token is above every token it had before the reopen.
+    let again = acquire(&store, &lease_of("released"));
+    assert!(again.token() > released.token);
+    again.release().expect("release");
+    acquire(&store, &lease_of("new")).complete(b"n").expect("complete");
+    assert_eq!(store.stats().live_records, 6);
+    assert_eq!(store.iter().count(), 6);
+    drop(store);
+
+    // Dropping without close also keeps everything (writes reached the OS).
+    let store = open(dir.path(), &clock);
+    assert_eq!(replay(&store, &lease_of("processing")).response, b"finished after restart");
+    let mut keys: Vec<Vec<u8>> = store.iter().map(|record| record.expect("record").key).collect();
+    keys.sort();
+    assert_eq!(keys, [&b"big"[..], b"completed", b"failed", b"new", b"processing", b"renewed"]);
+}
+
+#[test]
+fn expired_lease_is_recovered_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let request = ClaimRequest::new("k", fingerprint("r")).lease(Duration::from_secs(5));
+    {
+        let store = open(dir.path(), &clock);
+        let _crashed_holder = acquire(&store, &request).into_token();
+    }
+    clock.advance(Duration::from_secs(5));
+    let store = open(dir.path(), &clock);
+    let lease = acquire(&store, &request);
+    assert!(lease.recovered());
+    assert_eq!(lease.attempt(), 2);
+    lease.complete(b"second attempt").expect("complete");
+}
+
+#[test]
+fn many_segments_and_shards_reopen_intact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let make = || Store::open(dir.path(), config(&clock).segment_bytes(8192).response_bytes_max(1024)).expect("open");
+    let store = make();
+    for index in 0..2_000u32 {
+        let key = format!("key-{index}");
+        let request = ClaimRequest::new(&key, fingerprint(&key));
+        acquire(&store, &request).complete(key.as_bytes()).expect("complete");
+    }
+    store.close().expect("close");
+    let segments = std::fs::read_dir(dir.path().join("shard-0000")).expect("ls").count();
+    assert!(segments > 5, "expected several segments, found {segments}");
+    let store = make();
+    for index in 0..2_000u32 {
+        let key = format!("key-{index}");
+        assert_eq!(replay(&store, &ClaimRequest::new(&key, fingerprint(&key))).response, key.as_bytes());
+    }
+}

@@ -1,0 +1,16 @@
+//! The networked backends on real Redis and PostgreSQL servers, and the conformance suite.
+//!
+//! One scenario per module; each module's docs say what it guards.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod backend_config_checked;
+mod conformance;
+mod postgres_checkpoints;
+mod postgres_kill_restart;
+mod postgres_reaper;
+mod postgres_transaction;
+mod redis_checkpoints;
+mod redis_kill_restart;
+mod redis_tokens;

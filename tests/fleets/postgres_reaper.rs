@@ -1,0 +1,69 @@
+//! The reaper on a real server: `reap` deletes expired rows in bounded
+//! batches and leaves live ones (processing or finished), and the
+//! background reaper empties the table of expired rows by itself.
+
+#![cfg(feature = "postgres")]
+
+use crate::common::postgres::PostgresServer;
+use idemkv::postgres::PostgresBackend;
+use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+use std::time::{Duration, Instant};
+
+async fn rows(backend: &PostgresBackend) -> i64 {
+    let client = backend.pool().get().await.expect("client");
+    client.query_one("SELECT count(*) FROM idempo_store", &[]).await.expect("count").get(0)
+}
+
+async fn claim_complete(backend: &PostgresBackend, key: &str, options: ClaimOptions) {
+    match backend.claim(b"", key.as_bytes(), Fingerprint::of(b"body"), options).await.expect("claim") {
+        BackendClaim::Acquired { token, .. } => backend.complete(&token, b"done").await.expect("complete"),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_rows_are_reaped_in_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = PostgresServer::start(dir.path());
+    let backend = PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    // Writing the 32 rows takes well under the second before the first
+    // finished row expires; abandoned claims expire 2 s after their claim.
+    let short = ClaimOptions::new().lease(Duration::from_secs(1)).ttl(Duration::from_secs(1));
+    let started = Instant::now();
+    let long = ClaimOptions::new().lease(Duration::from_secs(60)).ttl(Duration::from_secs(600));
+    for n in 0..25 {
+        claim_complete(&backend, &format!("short-{n}"), short).await;
+    }
+    // Abandoned claims expire too (lease + TTL).
+    for n in 0..5 {
+        let answer = backend.claim(b"", format!("abandoned-{n}").as_bytes(), Fingerprint::of(b"body"), short).await;
+        assert!(matches!(answer, Ok(BackendClaim::Acquired { .. })), "{answer:?}");
+    }
+    claim_complete(&backend, "live-finished", long).await;
+    let held = backend.claim(b"", b"live-held", Fingerprint::of(b"body"), long).await.expect("claim");
+    assert!(matches!(held, BackendClaim::Acquired { .. }));
+    assert_eq!(rows(&backend).await, 32);
+    assert!(started.elapsed() < Duration::from_millis(900), "the rows were written in time: {:?}", started.elapsed());
+    assert_eq!(backend.reap(10).await.expect("reap"), 0, "nothing has expired yet");
+
+    tokio::time::sleep((started + Duration::from_millis(2300)).saturating_duration_since(Instant::now())).await;
+    assert_eq!(backend.reap(10).await.expect("reap"), 10, "one bounded batch");
+    assert_eq!(backend.reap(10).await.expect("reap"), 10);
+    assert_eq!(backend.reap(100).await.expect("reap"), 10, "the rest");
+    assert_eq!(backend.reap(100).await.expect("reap"), 0);
+    assert_eq!(rows(&backend).await, 2, "the live rows stay");
+    assert!(backend.get(b"", b"live-finished").await.expect("get").is_some());
+    assert!(backend.get(b"", b"live-held").await.expect("get").is_some());
+
+    // The background reaper, in batches of 7.
+    for n in 0..20 {
+        claim_complete(&backend, &format!("background-{n}"), short).await;
+    }
+    let reaper = backend.spawn_reaper(Duration::from_millis(100), 7);
+    let reaping = Instant::now();
+    while rows(&backend).await > 2 && reaping.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rows(&backend).await, 2, "the background reaper deleted the expired rows");
+    drop(reaper);
+}

@@ -1,0 +1,11 @@
+//! Counters through `metrics`, events through `tracing`.
+//!
+//! One scenario per module; each module's docs say what it guards.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod quota_metrics;
+mod telemetry_metrics;
+mod telemetry_tracing;
+mod telemetry_wait;
