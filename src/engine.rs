@@ -33,8 +33,12 @@ pub(crate) struct Engine {
     pub shards: Box<[Shard]>,
     /// The directory lock; `None` once closed.
     pub lock_file: Mutex<Option<File>>,
-    /// Background threads (flusher, compactor); stopped before close.
+    /// Background threads (flusher, compactor); stopped before close, and
+    /// when the last [`Store`](crate::Store) handle is dropped.
     pub workers: Mutex<Vec<Worker>>,
+    /// Live [`Store`](crate::Store) handles (leases hold the engine, not a
+    /// handle).
+    pub handles: std::sync::atomic::AtomicUsize,
     /// Set by close and when the engine is dropped: wakes the background
     /// threads and cuts compaction's pacing sleeps short.
     pub stop: Arc<Stop>,
@@ -50,6 +54,18 @@ pub(crate) struct Engine {
     pub torn_tail_bytes: u64,
     /// The per-scope quota ledger, `None` when no quota is configured.
     pub quota: Option<Arc<Ledger>>,
+}
+
+impl Engine {
+    /// Stops the background threads and waits for each to end its step:
+    /// a step holds the engine for its length, so after this the caller's
+    /// reference is the last but for leases, and dropping it releases the
+    /// directory at once.
+    pub fn stop_workers(&self) {
+        self.stop.stop();
+        let workers = std::mem::take(&mut *self.workers.lock());
+        drop(workers);
+    }
 }
 
 impl Drop for Engine {

@@ -216,6 +216,7 @@ fn engine(
         shards,
         lock_file: Mutex::new(lock_file),
         workers: Mutex::new(Vec::new()),
+        handles: std::sync::atomic::AtomicUsize::new(0),
         stop: Arc::default(),
         compaction: Mutex::new(()),
         wait_limits: WaitLimits {

@@ -49,9 +49,27 @@ use std::time::{Duration, Instant};
 /// assert!(matches!(store.claim(&other)?, Claim::Mismatch));
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Store {
     engine: Arc<Engine>,
+}
+
+impl Clone for Store {
+    fn clone(&self) -> Self {
+        Store::handle(Arc::clone(&self.engine))
+    }
+}
+
+impl Drop for Store {
+    /// The last handle stops the background threads before it lets go of
+    /// the engine: a compaction step in flight holds the engine, and would
+    /// otherwise keep the directory locked after this drop returned, so an
+    /// open right after it would be refused.
+    fn drop(&mut self) {
+        if self.engine.handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.engine.stop_workers();
+        }
+    }
 }
 
 impl Store {
@@ -80,7 +98,7 @@ impl Store {
         if let Some(interval) = engine.config.compaction_interval {
             compactor::start_compactor(&engine, interval)?;
         }
-        Ok(Store { engine })
+        Ok(Store::handle(engine))
     }
 
     /// Claims `(scope, key)` atomically: the answer is one row of the table
@@ -375,9 +393,7 @@ impl Store {
     /// # Errors
     /// The first fsync error; the lock is released regardless.
     pub fn close(self) -> Result<()> {
-        self.engine.stop.stop();
-        let workers = std::mem::take(&mut *self.engine.workers.lock());
-        drop(workers);
+        self.engine.stop_workers();
         for shard in &*self.engine.shards {
             shard.close(!self.engine.read_only);
             // Callers parked in `claim_wait` look again and get `Closed`.
@@ -418,7 +434,13 @@ impl Store {
 
     /// A handle on an engine just opened.
     pub(crate) fn from_engine(engine: Engine) -> Store {
-        Store { engine: Arc::new(engine) }
+        Store::handle(Arc::new(engine))
+    }
+
+    /// One more handle on `engine`.
+    fn handle(engine: Arc<Engine>) -> Store {
+        engine.handles.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Store { engine }
     }
 
     /// A lease token's key, checked against the limits, and its hash.
