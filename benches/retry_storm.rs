@@ -190,9 +190,10 @@ fn draw(path: &str, runs: &[Run]) -> Result<(), BoxError> {
 
 fn main() -> Result<(), BoxError> {
     // `cargo bench` passes `--bench`; the first other argument is the path.
-    let path = std::env::args().skip(1).find(|argument| !argument.starts_with("--")).unwrap_or_else(|| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/retry_storm.svg").to_string()
-    });
+    let path = std::env::args()
+        .skip(1)
+        .find(|argument| !argument.starts_with("--"))
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/retry_storm.svg").to_string());
     let strategies =
         [("no jitter", Jitter::None), ("full jitter", Jitter::Full), ("decorrelated jitter", Jitter::Decorrelated)];
     let mut runs = Vec::new();

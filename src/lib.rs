@@ -116,6 +116,8 @@ mod clock;
 mod compaction;
 mod compactor;
 mod config;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod engine;
 mod error;
 mod fingerprint;
@@ -145,6 +147,8 @@ mod stats;
 mod store;
 mod sync;
 mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod transition;
 mod usage;
 mod verify;
