@@ -5,12 +5,18 @@
 //! the backend offers them exact lease ends on a movable clock, quotas and
 //! a restart — run against the embedded store (on real time and on a
 //! manual clock), a standalone Redis server, a three-master Redis Cluster
-//! and PostgreSQL (real servers, started here). Each target runs only with
-//! its own feature, and checks which scenarios its backend skipped.
+//! and PostgreSQL (real servers, started here). With `tower`, the HTTP
+//! layer's scenarios (`tests/conformance/http/`) run over each of them too.
+//! Each target runs only with its own feature, and checks which scenarios
+//! its backend skipped.
 
 #![cfg(feature = "conformance")]
 
 mod common;
+/// The HTTP layer's scenarios over any backend.
+#[cfg(feature = "tower")]
+#[path = "conformance/http/mod.rs"]
+mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
 use idemkv::{BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken};
@@ -61,23 +67,53 @@ fn skipped(report: &Report) -> Vec<(&'static str, Capability)> {
     report.skipped.clone()
 }
 
+/// A store on real time or on `clock` in a fresh directory, and its
+/// capabilities (the directory lives as long as the first).
+fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilities<Store>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), store_config(clock)).expect("open");
+    let capabilities = store_capabilities(dir.path(), clock);
+    let capabilities = match clock {
+        Some(clock) => capabilities.movable_clock(clock.clone()),
+        None => capabilities,
+    };
+    (dir, store, capabilities)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_store() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path(), store_config(None)).expect("open");
-    let report = conformance::run_all(store, store_capabilities(dir.path(), None)).await;
+    let (_dir, store, capabilities) = embedded(None);
+    let report = conformance::run_all(store, capabilities).await;
     assert_eq!(skipped(&report), [("lease_boundaries", Capability::MovableClock)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_store_on_a_movable_clock() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(common::START_MS);
-    let store = Store::open(dir.path(), store_config(Some(&clock))).expect("open");
-    let capabilities = store_capabilities(dir.path(), Some(&clock)).movable_clock(clock);
+    let (_dir, store, capabilities) = embedded(Some(&clock));
     let report = conformance::run_all(store, capabilities).await;
     assert_eq!(skipped(&report), []);
     assert!(report.passed.contains(&"lease_boundaries"), "{report:?}");
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_http() {
+    let (_dir, store, capabilities) = embedded(None);
+    let probe = store.clone();
+    let skipped = http::run_all(store, capabilities).await;
+    assert_eq!(skipped, [("restart_ttl", Capability::MovableClock)]);
+    assert_eq!(probe.stats().quota_refusals, 1, "the quota scenario's one refusal");
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_http_on_a_movable_clock() {
+    let clock = ManualClock::new(common::START_MS);
+    let (_dir, store, capabilities) = embedded(Some(&clock));
+    let skipped = http::run_all(store, capabilities).await;
+    let real_time = Capability::RealTime;
+    assert_eq!(skipped, [("keepalive", real_time), ("keepalive_blocking", real_time), ("keepalive_streaming", real_time)]);
 }
 
 /// The embedded store with one flaw: `release` answers `Ok` and frees
@@ -147,13 +183,13 @@ mod redis {
     use super::{config, conformance, skipped, Capabilities, Capability};
     use crate::common::redis::{RedisCluster, RedisServer};
     use idemkv::redis::RedisBackend;
+    use std::path::Path;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_standalone() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = RedisServer::start(dir.path());
+    /// A standalone server in `dir`, a backend on it, and its capabilities:
+    /// a restart is a SIGKILL and a start on the same AOF.
+    async fn standalone(dir: &Path) -> (RedisBackend, Capabilities<RedisBackend>) {
+        let mut server = RedisServer::start(dir);
         let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
-        // A restart is a SIGKILL and a start on the same AOF.
         let capabilities = Capabilities::new().persistence(move |backend: RedisBackend| {
             drop(backend);
             server.kill();
@@ -161,6 +197,27 @@ mod redis {
             let url = server.url();
             async move { RedisBackend::connect(&url, config()).await.expect("reconnect") }
         });
+        (backend, capabilities)
+    }
+
+    /// A three-master cluster in `dir` and a backend on it.
+    async fn cluster(dir: &Path) -> (RedisCluster, RedisBackend) {
+        let cluster = tokio::task::spawn_blocking({
+            let dir = dir.to_path_buf();
+            move || RedisCluster::start(&dir)
+        })
+        .await
+        .expect("cluster");
+        let urls = cluster.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+        (cluster, backend)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_standalone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = standalone(dir.path()).await;
         let report = conformance::run_all(backend, capabilities).await;
         let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
         assert_eq!(skipped(&report), lacks);
@@ -169,15 +226,7 @@ mod redis {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_cluster() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cluster = tokio::task::spawn_blocking({
-            let dir = dir.path().to_path_buf();
-            move || RedisCluster::start(&dir)
-        })
-        .await
-        .expect("cluster");
-        let urls = cluster.urls();
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+        let (_cluster, backend) = cluster(dir.path()).await;
         let report = conformance::run_all(backend, Capabilities::new()).await;
         let lacks = [
             ("lease_boundaries", Capability::MovableClock),
@@ -186,27 +235,64 @@ mod redis {
         ];
         assert_eq!(skipped(&report), lacks);
     }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redis_standalone_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = standalone(dir.path()).await;
+        let skipped = crate::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+    }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redis_cluster_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_cluster, backend) = cluster(dir.path()).await;
+        let skipped = crate::http::run_all(backend, Capabilities::new()).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart", Capability::Persistence)]);
+    }
 }
 
 #[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres() {
+mod postgres {
+    use super::{config, conformance, skipped, Capabilities, Capability};
+    use crate::common::postgres::PostgresServer;
     use idemkv::postgres::PostgresBackend;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = common::postgres::PostgresServer::start(dir.path());
-    let backend = PostgresBackend::connect(&server.url(), config()).await.expect("connect");
-    // A restart is an immediate stop (no checkpoint, as at a crash) and a
-    // start that replays the WAL.
-    let capabilities = Capabilities::new().persistence(move |backend: PostgresBackend| {
-        drop(backend);
-        server.stop_immediate();
-        server.restart();
-        let url = server.url();
-        async move { PostgresBackend::connect(&url, config()).await.expect("reconnect") }
-    });
-    let report = conformance::run_all(backend, capabilities).await;
-    assert_eq!(
-        skipped(&report),
-        [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)]
-    );
+    use std::path::Path;
+
+    /// A server in `dir`, a backend on it, and its capabilities: a restart
+    /// is an immediate stop (no checkpoint, as at a crash) and a start that
+    /// replays the WAL.
+    async fn server(dir: &Path) -> (PostgresBackend, Capabilities<PostgresBackend>) {
+        let mut server = PostgresServer::start(dir);
+        let backend = PostgresBackend::connect(&server.url(), config()).await.expect("connect");
+        let capabilities = Capabilities::new().persistence(move |backend: PostgresBackend| {
+            drop(backend);
+            server.stop_immediate();
+            server.restart();
+            let url = server.url();
+            async move { PostgresBackend::connect(&url, config()).await.expect("reconnect") }
+        });
+        (backend, capabilities)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = server(dir.path()).await;
+        let report = conformance::run_all(backend, capabilities).await;
+        let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
+        assert_eq!(skipped(&report), lacks);
+    }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = server(dir.path()).await;
+        let skipped = crate::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+    }
 }

@@ -1,0 +1,95 @@
+//! Guards a handler that panics: the answer is a 500 `handler-failed`, the
+//! key stays in progress (an immediate retry is a 409, not a silent second
+//! run), and after the lease ends the retry runs as a recovered second
+//! attempt. Also guards `NotSpent`: the handler's word frees the key.
+
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Extension, Router};
+use idemkv::conformance::Setting;
+use idemkv::http::{Attempt, LayerConfig, NotSpent};
+use idemkv::IdempotencyBackend;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The attempts the handler was run with, in order.
+type Seen = Arc<parking_lot::Mutex<Vec<(u32, bool)>>>;
+
+/// Panics on its first run, answers 201 after.
+async fn fragile(State(seen): State<Seen>, Extension(attempt): Extension<Attempt>) -> (StatusCode, String) {
+    let run = {
+        let mut seen = seen.lock();
+        seen.push((attempt.attempt, attempt.recovered));
+        seen.len()
+    };
+    assert!(run > 1, "the first run fails half-way");
+    (StatusCode::CREATED, format!("payment on attempt {}", attempt.attempt))
+}
+
+pub async fn a_panicked_run_holds_its_key_then_runs_recovered<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    // On a movable clock the lease is 5 s, moved past at once; on real
+    // time 1 s, slept through.
+    let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
+    let seen = Seen::default();
+    let routes = Router::new().route("/payments", post(fragile)).with_state(Arc::clone(&seen));
+    let server = Served::start(backend, LayerConfig::global().lease(lease), routes).await;
+    let client = client();
+    let url = server.url("/payments");
+    let order = key(setting, "order-p");
+
+    let failed = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert!(failed.is_problem(500, "handler-failed"), "{failed:?}");
+    assert!(!failed.body.contains("half-way"), "the panic message leaked: {}", failed.body);
+
+    let early = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert!(early.is_problem(409, "in-progress"), "{early:?}");
+    assert!(early.header("retry-after").is_some(), "{early:?}");
+    assert_eq!(*seen.lock(), [(1, false)], "the retry ran before the lease ended");
+
+    setting.pass(lease + lease / 5).await;
+    let recovered = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert_eq!((recovered.status, recovered.replayed()), (201, false), "{recovered:?}");
+    assert_eq!(*seen.lock(), [(1, false), (2, true)], "the second run knows it is a recovered second attempt");
+    let replay = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert_eq!((replay.status, replay.replayed(), &replay.body), (201, true, &recovered.body), "{replay:?}");
+    assert_eq!(seen.lock().len(), 2);
+}
+
+/// Says "nothing happened" on its first run, answers 201 after.
+async fn not_yet(State(seen): State<Seen>, Extension(attempt): Extension<Attempt>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let run = {
+        let mut seen = seen.lock();
+        seen.push((attempt.attempt, attempt.recovered));
+        seen.len()
+    };
+    if run == 1 {
+        (StatusCode::SERVICE_UNAVAILABLE, Extension(NotSpent), "try again").into_response()
+    } else {
+        (StatusCode::CREATED, "charged").into_response()
+    }
+}
+
+pub async fn a_not_spent_answer_frees_the_key<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let seen = Seen::default();
+    let routes = Router::new().route("/payments", post(not_yet)).with_state(Arc::clone(&seen));
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let client = client();
+    let url = server.url("/payments");
+    let order = key(setting, "order-n");
+
+    let first = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert_eq!((first.status, first.body.as_str(), first.replayed()), (503, "try again", false), "{first:?}");
+    let retry = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert_eq!((retry.status, retry.body.as_str(), retry.replayed()), (201, "charged", false), "{retry:?}");
+    assert_eq!(seen.lock().len(), 2, "the retry ran the handler");
+    let replay = send(post_to(&client, &url, &order, "amount=1")).await;
+    assert_eq!((replay.status, replay.body.as_str(), replay.replayed()), (201, "charged", true), "{replay:?}");
+    assert_eq!(seen.lock().len(), 2);
+}

@@ -1,0 +1,51 @@
+//! Guards the pass-through of requests the layer does not guard: a
+//! streamed GET behind a router-wide layer reaches the client as it is
+//! produced, not buffered until its end.
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use super::Served;
+use crate::common::http::client;
+use futures_util::stream;
+use idemkv::http::LayerConfig;
+use idemkv::IdempotencyBackend;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+/// A chunk, a 2 s pause, another chunk.
+async fn ticker() -> Body {
+    Body::from_stream(stream::unfold(0, |sent| async move {
+        let chunk = match sent {
+            0 => "first;",
+            1 => {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                "second"
+            }
+            _ => return None,
+        };
+        Some((Ok::<_, Infallible>(Bytes::from_static(chunk.as_bytes())), sent + 1))
+    }))
+}
+
+pub async fn a_streamed_get_is_not_buffered<B: IdempotencyBackend + Clone>(backend: &B) {
+    let routes =
+        Router::new().route("/ticks", get(ticker)).route("/payments", post(|| async { (StatusCode::CREATED, "ok") }));
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let client = client();
+
+    let started = Instant::now();
+    let mut response = client.get(server.url("/ticks")).send().await.expect("send");
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.expect("read").expect("a first chunk");
+    let first_at = started.elapsed();
+    let mut body = first.to_vec();
+    while let Some(chunk) = response.chunk().await.expect("read") {
+        body.extend_from_slice(&chunk);
+    }
+    let end_at = started.elapsed();
+    assert_eq!(String::from_utf8(body).expect("utf-8"), "first;second");
+    assert!(first_at < Duration::from_secs(1), "the first chunk waited for the stream's end: {first_at:?}");
+    assert!(end_at >= Duration::from_millis(1900), "the stream did not pause, the test proves nothing: {end_at:?}");
+    assert!(response.headers().get("idempotency-replay").is_none());
+}

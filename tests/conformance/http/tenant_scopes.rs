@@ -1,0 +1,53 @@
+//! Guards chosen scopes: keys scoped by an `X-Account` header are per
+//! tenant, so two tenants with the same key and body each get their own
+//! run and answer; a request that names no tenant is refused.
+
+use axum::extract::State;
+use axum::http::header::LOCATION;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::Router;
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
+use idemkv::http::LayerConfig;
+use idemkv::conformance::Setting;
+use idemkv::IdempotencyBackend;
+
+async fn create(State(runs): State<Counter>) -> impl IntoResponse {
+    let run = runs.bump();
+    (StatusCode::CREATED, [(LOCATION, format!("/payments/{run}"))], format!("payment {run}"))
+}
+
+pub async fn two_tenants_with_the_same_key_each_get_their_own_run<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let runs = Counter::default();
+    let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
+    let layer =
+        LayerConfig::scoped(|request| request.headers.get("x-account").map(|account| account.as_bytes().to_vec()));
+    let server = Served::start(backend, layer, routes).await;
+    let client = client();
+    let url = server.url("/payments");
+    let order = key(setting, "order-1");
+    let as_tenant = |account: &str| post_to(&client, &url, &order, "amount=10").header("X-Account", account);
+
+    let alice = send(as_tenant("alice")).await;
+    let bob = send(as_tenant("bob")).await;
+    assert_eq!((alice.status, alice.replayed()), (201, false), "{alice:?}");
+    assert_eq!((bob.status, bob.replayed()), (201, false), "{bob:?}");
+    assert_eq!(runs.get(), 2, "each tenant's request ran");
+    let (alice_at, bob_at) = (alice.header("location").expect("location"), bob.header("location").expect("location"));
+    assert_ne!(alice_at, bob_at, "two tenants got one answer");
+
+    let alice_again = send(as_tenant("alice")).await;
+    let bob_again = send(as_tenant("bob")).await;
+    assert_eq!((alice_again.replayed(), alice_again.header("location")), (true, Some(alice_at)), "{alice_again:?}");
+    assert_eq!((bob_again.replayed(), bob_again.header("location")), (true, Some(bob_at)), "{bob_again:?}");
+    assert_eq!(runs.get(), 2, "each tenant's retry replayed");
+
+    let nobody = send(post_to(&client, &url, &order, "amount=10")).await;
+    assert!(nobody.is_problem(400, "scope-missing"), "{nobody:?}");
+    assert_eq!(runs.get(), 2, "a request without a tenant did not run");
+}
