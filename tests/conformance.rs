@@ -113,7 +113,10 @@ async fn embedded_store_http_on_a_movable_clock() {
     let (_dir, store, capabilities) = embedded(Some(&clock));
     let skipped = http::run_all(store, capabilities).await;
     let real_time = Capability::RealTime;
-    assert_eq!(skipped, [("keepalive", real_time), ("keepalive_blocking", real_time), ("keepalive_streaming", real_time)]);
+    assert_eq!(
+        skipped,
+        [("keepalive", real_time), ("keepalive_blocking", real_time), ("keepalive_streaming", real_time)]
+    );
 }
 
 /// The embedded store with one flaw: `release` answers `Ok` and frees

@@ -121,16 +121,13 @@ fn workload(store: &Store, ledger: &mut Ledger) {
             }
             Some(finished) => {
                 if round % 3 == 0 {
+                    assert!(next.remove(b"", key.as_bytes(), now), "the model had {key}");
                     match store.remove(b"", key.as_bytes()) {
                         Ok(removed) => {
                             assert!(removed, "{key} was finished, remove found nothing");
-                            assert!(next.remove(b"", key.as_bytes(), now), "the model had {key}");
                             ledger.ack(key, next);
                         }
-                        Err(_) => {
-                            next.remove(b"", key.as_bytes(), now);
-                            ledger.attempt(key, next);
-                        }
+                        Err(_) => ledger.attempt(key, next),
                     }
                 } else if let Ok(claim) = store.claim(&ClaimRequest::new(key, fingerprint)) {
                     let Claim::Replay(record) = claim else { panic!("{key} finished, claim answered {claim:?}") };

@@ -52,7 +52,8 @@ const ROUNDS: u64 = 6000;
 const TIME_BUDGET: Duration = Duration::from_secs(40);
 const KEYS: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
 /// The TTL of every record (the rounds never reach it).
-const TTL: Duration = Duration::from_secs(3600);
+const TTL_MS: u64 = 3_600_000;
+const TTL: Duration = Duration::from_millis(TTL_MS);
 const CUTS_PER_ROUND_MAX: u64 = 3;
 const STEPS_PER_CUT_MAX: u64 = 60;
 /// Distinct reasons (messages without numbers and paths) shown per kind of
@@ -547,7 +548,7 @@ impl Round<'_> {
             let ledger = &self.ledger.keys[key];
             let allowed =
                 std::iter::once(&ledger.durable).chain(&ledger.maybe).any(|state| admits(state, actual.as_ref()));
-            let found = actual.as_ref().map(|record| ModelRecord::from_record(record, TTL.as_millis() as u64));
+            let found = actual.as_ref().map(|record| ModelRecord::from_record(record, TTL_MS));
             if !allowed {
                 let broke = if ledger.durable.is_none() { Broke::CameBack } else { Broke::RecordLost };
                 let detail = format!(

@@ -29,7 +29,7 @@ use std::time::Duration;
 /// the frame header and the fixed fields (`docs/format.md`). A quota's
 /// byte limit counts whole frames.
 const FRAME_PREFIX_BYTES: u64 = 104;
-const _: () = assert!(FRAME_PREFIX_BYTES as usize == crate::record::PREFIX_BYTES);
+const _: () = assert!(FRAME_PREFIX_BYTES == crate::record::PREFIX_BYTES as u64);
 
 /// What the model holds for one live key: the parts of a [`Record`] that
 /// the contract decides.
@@ -233,7 +233,7 @@ struct Limits {
 ///
 /// ```
 /// use idemkv::testing::{Expected, Model};
-/// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, ManualClock, Store};
+/// use idemkv::{Claim, ClaimRequest, Clock, Config, Fingerprint, ManualClock, Store};
 /// use std::sync::Arc;
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let dir = tempfile::tempdir().unwrap();

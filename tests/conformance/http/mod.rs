@@ -103,7 +103,11 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
     scenario("refused_keys", layer::reused_key_missing_key_and_bad_key_are_refused(b, &on("refused_keys"))).await;
     scenario("release_5xx", layer::a_5xx_releases_the_key_when_the_policy_says_so(b, &on("release_5xx"))).await;
     scenario("dropped_request", layer::a_dropped_request_does_not_cancel_the_handler(b, &on("dropped_request"))).await;
-    scenario("client_disconnect", client_disconnect::a_client_that_hangs_up_gets_the_answer_on_retry(b, &on("hangs_up"))).await;
+    scenario(
+        "client_disconnect",
+        client_disconnect::a_client_that_hangs_up_gets_the_answer_on_retry(b, &on("hangs_up")),
+    )
+    .await;
     scenario("handler_panic", handler_panic::a_panicked_run_holds_its_key_then_runs_recovered(b, &on("panic"))).await;
     scenario("not_spent", handler_panic::a_not_spent_answer_frees_the_key(b, &on("not_spent"))).await;
     scenario("two_key_fields", key_parsing::two_key_fields_are_refused(b, &on("two_fields"))).await;
@@ -116,14 +120,21 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
     scenario("waited_replay", replay_headers::a_waited_replay_says_its_preference_was_applied(b, &on("wait"))).await;
     scenario("over_budget", response_budget::a_response_over_the_budget_is_replayed_as_a_500(b, &on("over"))).await;
     scenario("edge_of_budget", response_budget::responses_at_the_edge_of_the_budget_run_once(b, &on("edge"))).await;
-    scenario("headers_over_budget", response_budget::headers_alone_over_the_budget_are_kept_as_a_500(b, &on("heads"))).await;
+    scenario("headers_over_budget", response_budget::headers_alone_over_the_budget_are_kept_as_a_500(b, &on("heads")))
+        .await;
     scenario("streamed_get", streaming_passthrough::a_streamed_get_is_not_buffered(b)).await;
-    scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants"))).await;
+    scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants")))
+        .await;
     scenario("waiters", wait_many_waiters::five_hundred_waiters_share_one_run(b, &on("waiters"))).await;
     if run.clock().is_none() {
         scenario("keepalive", lease_keepalive::a_handler_twice_as_long_as_its_lease_runs_once(b, &on("long"))).await;
-        scenario("keepalive_blocking", lease_keepalive::a_handler_that_blocks_its_thread_runs_once(b, &on("blocking"))).await;
-        scenario("keepalive_streaming", lease_keepalive::a_body_that_streams_for_three_leases_runs_once(b, &on("streaming"))).await;
+        scenario("keepalive_blocking", lease_keepalive::a_handler_that_blocks_its_thread_runs_once(b, &on("blocking")))
+            .await;
+        scenario(
+            "keepalive_streaming",
+            lease_keepalive::a_body_that_streams_for_three_leases_runs_once(b, &on("streaming")),
+        )
+        .await;
     } else {
         for name in ["keepalive", "keepalive_blocking", "keepalive_streaming"] {
             skipped.push((name, Capability::RealTime));

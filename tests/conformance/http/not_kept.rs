@@ -51,7 +51,10 @@ pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBack
     assert_eq!(runs.get(), 2, "only the corrected requests reached the handler");
 }
 
-pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let server = server(backend, &runs, LayerConfig::global()).await;
     let client = client();

@@ -60,7 +60,10 @@ pub async fn a_response_over_the_budget_is_replayed_as_a_500<B: IdempotencyBacke
     assert_eq!(runs.get(), 1, "the handler ran once");
 }
 
-pub async fn responses_at_the_edge_of_the_budget_run_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+pub async fn responses_at_the_edge_of_the_budget_run_once<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let server = server(backend, &runs).await;
     let client = client();

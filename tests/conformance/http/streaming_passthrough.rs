@@ -1,12 +1,12 @@
 //! Guards the pass-through of requests the layer does not guard: a
 //! streamed GET behind a router-wide layer reaches the client as it is
 //! produced, not buffered until its end.
+use super::Served;
+use crate::common::http::client;
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
-use super::Served;
-use crate::common::http::client;
 use futures_util::stream;
 use idemkv::http::LayerConfig;
 use idemkv::IdempotencyBackend;

@@ -2,16 +2,16 @@
 //! tenant, so two tenants with the same key and body each get their own
 //! run and answer; a request that names no tenant is refused.
 
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::header::LOCATION;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
-use idemkv::http::LayerConfig;
 use idemkv::conformance::Setting;
+use idemkv::http::LayerConfig;
 use idemkv::IdempotencyBackend;
 
 async fn create(State(runs): State<Counter>) -> impl IntoResponse {

@@ -3,16 +3,16 @@
 //! is answered at once; the handler runs once and every waiter gets its
 //! answer replayed.
 
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
-use idemkv::http::{IdempotencyLayer, LayerConfig};
 use idemkv::conformance::Setting;
+use idemkv::http::{IdempotencyLayer, LayerConfig};
 use idemkv::IdempotencyBackend;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
