@@ -117,8 +117,9 @@ impl<B> Capabilities<B> {
 
     /// The backend reads its time from `clock`, which the suite may move:
     /// the scenarios advance it instead of sleeping, and those that meet
-    /// lease ends and expiries to the millisecond run. Scenarios that need
-    /// [`Capability::RealTime`] are then skipped.
+    /// lease ends and expiries to the millisecond run. A scenario that
+    /// needs [`Capability::RealTime`] (a lease keep-alive, which renews in
+    /// real time) is then skipped.
     #[must_use]
     pub fn movable_clock(mut self, clock: ManualClock) -> Self {
         self.clock = Some(clock);
