@@ -96,7 +96,11 @@
 //               postgres/ (the contract on PostgreSQL, feature `postgres`:
 //               schema and functions, replies, reaper, LISTEN wake-ups),
 //               client/ (the calling side, feature `client`: a retry
-//               layer for outgoing requests; imports nothing above it)
+//               layer for outgoing requests; imports nothing above it),
+//               conformance/ (the contract's scenarios over any backend,
+//               feature `conformance`)
+// for tests     testing/ (the reference model, feature `testing`: a plain
+//               state machine of the contract, apart from the engine)
 // around        config, clock, io/ (storage seam, fault injection), error,
 //               fingerprint, fuzzing (decoder entry points for fuzz/),
 //               wake (claim_wait on a networked backend: waiters per key,
@@ -116,6 +120,8 @@ mod clock;
 mod compaction;
 mod compactor;
 mod config;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod engine;
 mod error;
 mod fingerprint;
@@ -147,6 +153,8 @@ mod stats;
 mod store;
 mod sync;
 mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod transition;
 mod usage;
 mod verify;

@@ -160,6 +160,12 @@ impl Quota {
         self.bytes_max
     }
 
+    /// How long a refused caller is told to wait ([`Quota::retry_after`]).
+    #[cfg(any(feature = "testing", feature = "conformance"))]
+    pub(crate) fn retry_after_duration(&self) -> Duration {
+        self.retry_after
+    }
+
     fn is_limited(&self) -> bool {
         self.records_max.is_some() || self.bytes_max.is_some()
     }

@@ -1,7 +1,8 @@
 //! A structured sequence of claims, completions, fails, releases, renews,
 //! removes, clock moves, compactions and reopens over a handful of keys,
-//! run against the store and a plain model of the state machine; every
-//! answer must agree. The store lives on an in-memory disk that can lose
+//! run against the store and the reference model of the state machine
+//! (`idemkv::testing::Model`, shared with the property test and the crash
+//! tests); every answer must agree. The store lives on an in-memory disk that can lose
 //! its power ([`idemkv::io::PowerCutStorage`]). A planned I/O fault (the
 //! N-th call fails) or a power failure at a chosen storage call ends the
 //! sequence; a planned power cut then drops and tears what was not synced.
@@ -17,6 +18,7 @@
 
 use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, PowerCutStorage};
+use idemkv::testing::{Model, ModelRecord};
 use idemkv::{
     Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, ReusePolicy,
     State, Store,
@@ -25,7 +27,6 @@ use libfuzzer_sys::fuzz_target;
 
 #[path = "scratch.rs"]
 mod scratch;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,19 +67,9 @@ struct Input {
 
 type Id = (u8, u8);
 
-#[derive(Debug, Clone, PartialEq)]
-struct Model {
-    state: State,
-    fingerprint: bool,
-    /// `None` only for the would-be result of a failed claim.
-    token: Option<u64>,
-    attempt: u32,
-    deadline_ms: u64,
-    ttl_ms: u64,
-    response: Vec<u8>,
-    /// While Processing, the last checkpoint (step, payload).
-    checkpoint: Option<(String, Vec<u8>)>,
-}
+/// What a failed call touched and what it would have left there: the key,
+/// and its record had the call been carried out.
+type Pending = (Option<Id>, Option<ModelRecord>);
 
 fn names(id: Id) -> (String, String) {
     (format!("s{}", id.0 % 2), format!("k{}", id.1 % 3))
@@ -110,197 +101,80 @@ const QUOTA_RECORDS: u64 = 2;
 
 struct Run {
     clock: ManualClock,
-    models: HashMap<Id, Model>,
+    /// The reference model: what every acknowledged call left.
+    model: Model,
     tokens: Vec<(Id, u64)>,
 }
 
 impl Run {
-    fn live(&mut self, id: Id) -> Option<Model> {
+    fn live(&mut self, id: Id) -> Option<ModelRecord> {
         let now = self.clock.now_ms();
-        // Completed / Failed expire at their deadline; a Processing record
-        // whose holder never came back at lease end + TTL.
-        let expired = |model: &Model| match model.state {
-            State::Processing => model.deadline_ms + model.ttl_ms <= now,
-            State::Completed | State::Failed => model.deadline_ms <= now,
-        };
-        if self.models.get(&id).is_some_and(expired) {
-            self.models.remove(&id);
-        }
-        self.models.get(&id).cloned()
+        let (scope, key) = names(id);
+        self.model.get(scope.as_bytes(), key.as_bytes(), now).cloned()
+    }
+
+    /// The record of `id` in `model` now: what a call applied to it left.
+    fn in_model(&self, model: &mut Model, id: Id) -> Option<ModelRecord> {
+        let (scope, key) = names(id);
+        model.get(scope.as_bytes(), key.as_bytes(), self.clock.now_ms()).cloned()
+    }
+
+    /// The lease of the `slot`-th token handed out, and its key.
+    fn lease(&self, slot: u8) -> Option<(Id, LeaseToken)> {
+        let &(id, token) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1))?;
+        Some((id, LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token }))
+    }
+
+    /// Whether the lease `token` holds `id` in the model.
+    fn holds(&mut self, id: Id, token: u64) -> Option<ModelRecord> {
+        self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token))
     }
 
     /// Runs one op. `Err` carries the key the failed call touched and what
     /// it would have left there.
-    fn step(
-        &mut self,
-        slot: &mut Option<Store>,
-        dir: &Path,
-        storage: &FaultyStorage,
-        op: Op,
-    ) -> Result<(), (Option<Id>, Option<Model>)> {
-        let now = self.clock.now_ms();
+    fn step(&mut self, slot: &mut Option<Store>, dir: &Path, storage: &FaultyStorage, op: Op) -> Result<(), Pending> {
         let store = slot.as_ref().expect("open");
         match op {
             Op::Claim { scope, key, fingerprint: variant, lease_quarters, ttl_quarters, retry_failed } => {
                 let id = (scope % 2, key % 3);
-                let (scope_name, key_name) = names(id);
-                let (lease_ms, ttl_ms) = (quarters(lease_quarters), quarters(ttl_quarters));
-                let request = ClaimRequest::new(&key_name, fingerprint(variant))
-                    .scope(&scope_name)
-                    .lease(Duration::from_millis(lease_ms))
-                    .ttl(Duration::from_millis(ttl_ms))
-                    .reuse(if retry_failed { ReusePolicy::RetryFailed } else { ReusePolicy::ReplayFailure });
-                let before = self.live(id);
-                // A takeover carries the last checkpoint over.
-                let carried = before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
-                let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
-                let refused = id.0 == 0 && before.is_none() && full;
-                let attempt = before.as_ref().map_or(1, |model| model.attempt + 1);
-                let would = Model {
-                    state: State::Processing,
-                    fingerprint: variant,
-                    token: None,
-                    attempt,
-                    deadline_ms: now + lease_ms,
-                    ttl_ms,
-                    response: Vec::new(),
-                    checkpoint: carried.clone(),
-                };
-                let answer = match store.claim(&request) {
-                    Err(Error::QuotaExceeded { .. }) => {
-                        assert!(refused, "a claim refused by a quota that has room");
-                        return Ok(());
-                    }
-                    answer => answer.map_err(|_| (Some(id), Some(would.clone())))?,
-                };
-                assert!(!refused || !matches!(answer, Claim::Acquired(_)), "a claim over the quota");
-                match (answer, before) {
-                    (Claim::Acquired(lease), None) => {
-                        assert_eq!((lease.attempt(), lease.recovered()), (1, false));
-                        self.acquired(
-                            id,
-                            Model { token: Some(lease.token()), attempt: 1, ..would },
-                            lease.into_token().token,
-                        );
-                    }
-                    (Claim::Acquired(lease), Some(model)) if model.state == State::Failed => {
-                        assert!(retry_failed && model.fingerprint == variant, "a failure run again");
-                        assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, false));
-                        assert!(lease.last_checkpoint().is_none(), "a new attempt starts without a point");
-                        self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
-                    }
-                    (Claim::Acquired(lease), Some(model)) => {
-                        assert!(
-                            model.state == State::Processing
-                                && model.deadline_ms <= now
-                                && model.fingerprint == variant
-                        );
-                        assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
-                        let seen = lease.last_checkpoint().map(|point| (point.step.clone(), point.payload.clone()));
-                        assert_eq!(seen, carried, "the takeover sees the last checkpoint");
-                        self.acquired(id, Model { token: Some(lease.token()), ..would }, lease.into_token().token);
-                    }
-                    (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, variant),
-                    (Claim::InProgress { retry_after, attempt }, Some(model)) => {
-                        assert!(
-                            model.state == State::Processing && model.fingerprint == variant && model.deadline_ms > now
-                        );
-                        assert_eq!(
-                            (retry_after, attempt),
-                            (Duration::from_millis(model.deadline_ms - now), model.attempt)
-                        );
-                    }
-                    (Claim::Replay(record), Some(model)) => {
-                        assert!(model.state != State::Processing && model.fingerprint == variant);
-                        assert!(model.state == State::Completed || !retry_failed, "a failure replayed under RetryFailed");
-                        assert_eq!(
-                            (record.state, Some(record.token), &record.response),
-                            (model.state, model.token, &model.response)
-                        );
-                    }
-                    (answer, model) => panic!("claim answered {answer:?}, model has {model:?}"),
-                }
+                let reuse = if retry_failed { ReusePolicy::RetryFailed } else { ReusePolicy::ReplayFailure };
+                self.claim(store, id, variant, (quarters(lease_quarters), quarters(ttl_quarters)), reuse)?;
             }
             Op::Complete { slot, length } | Op::Fail { slot, length } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                let Some((id, lease)) = self.lease(slot) else {
                     return Ok(());
                 };
-                let terminal = if matches!(op, Op::Complete { .. }) { State::Completed } else { State::Failed };
                 let response = vec![slot; usize::from(length)];
-                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
-                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
-                let would = held.clone().map(|model| Model {
-                    state: terminal,
-                    deadline_ms: now + model.ttl_ms,
-                    response: response.clone(),
-                    checkpoint: None,
-                    ..model
-                });
-                let outcome = if terminal == State::Completed {
+                let held = self.holds(id, lease.token);
+                let mut next = self.model.clone();
+                let outcome = if matches!(op, Op::Complete { .. }) {
+                    let _ = next.complete(&lease, &response, self.clock.now_ms());
                     store.complete(&lease, &response)
                 } else {
+                    let _ = next.fail(&lease, &response, self.clock.now_ms());
                     store.fail(&lease, &response)
                 };
-                self.finished(id, held.is_some(), outcome, would)?;
+                self.finished(id, held.is_some(), outcome, next)?;
             }
             Op::Release { slot } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
+                let Some((id, lease)) = self.lease(slot) else {
                     return Ok(());
                 };
-                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
-                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
+                let held = self.holds(id, lease.token);
+                let mut next = self.model.clone();
+                let _ = next.release(&lease, self.clock.now_ms());
                 let outcome = store.release(&lease);
-                self.finished(id, held.is_some(), outcome, None)?;
+                self.finished(id, held.is_some(), outcome, next)?;
             }
-            Op::Renew { slot, quarters: extend } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
-                    return Ok(());
-                };
-                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
-                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
-                let would = held
-                    .clone()
-                    .map(|model| Model { deadline_ms: model.deadline_ms.max(now + quarters(extend)), ..model });
-                match store.renew(&lease, Duration::from_millis(quarters(extend))) {
-                    Ok(deadline_ms) => {
-                        let model = would.expect("renew accepted a stale token");
-                        assert_eq!(deadline_ms, model.deadline_ms);
-                        self.models.insert(id, model);
-                    }
-                    Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "renew refused the holder"),
-                    Err(_) => return Err((Some(id), would.or(held))),
-                }
-            }
-            Op::Checkpoint { slot, step, length } => {
-                let Some(&(id, token)) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1)) else {
-                    return Ok(());
-                };
-                let step = if step { "charged" } else { "s" };
-                let payload = vec![slot; usize::from(length)];
-                let lease = LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token };
-                let held = self.live(id).filter(|model| model.state == State::Processing && model.token == Some(token));
-                // The lease end stays (a holder past it moves it to now).
-                let would = held.clone().map(|model| Model {
-                    deadline_ms: model.deadline_ms.max(now),
-                    checkpoint: Some((step.to_string(), payload.clone())),
-                    ..model
-                });
-                match store.checkpoint(&lease, step, &payload) {
-                    Ok(()) => {
-                        let model = would.expect("a checkpoint accepted from a stale token");
-                        self.models.insert(id, model);
-                    }
-                    Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "a checkpoint refused the holder"),
-                    Err(_) => return Err((Some(id), would.or(held))),
-                }
-            }
+            Op::Renew { slot, quarters: extend } => self.renew(store, slot, extend)?,
+            Op::Checkpoint { slot, step, length } => self.checkpoint(store, slot, step, length)?,
             Op::Remove { scope, key } => {
                 let id = (scope % 2, key % 3);
                 let (scope_name, key_name) = names(id);
                 let present = self.live(id).is_some();
                 let removed = store.remove(scope_name.as_bytes(), key_name.as_bytes()).map_err(|_| (Some(id), None))?;
                 assert_eq!(removed, present);
-                self.models.remove(&id);
+                self.model.remove(scope_name.as_bytes(), key_name.as_bytes(), self.clock.now_ms());
             }
             Op::Advance { quarters: amount } => self.clock.advance(Duration::from_millis(quarters(amount))),
             Op::Compact => {
@@ -318,32 +192,147 @@ impl Run {
         Ok(())
     }
 
-    fn acquired(&mut self, id: Id, model: Model, token: u64) {
-        self.models.insert(id, model);
+    fn claim(
+        &mut self,
+        store: &Store,
+        id: Id,
+        variant: bool,
+        (lease_ms, ttl_ms): (u64, u64),
+        reuse: ReusePolicy,
+    ) -> Result<(), Pending> {
+        let now = self.clock.now_ms();
+        let (scope_name, key_name) = names(id);
+        let retry_failed = reuse == ReusePolicy::RetryFailed;
+        let request = ClaimRequest::new(&key_name, fingerprint(variant))
+            .scope(&scope_name)
+            .lease(Duration::from_millis(lease_ms))
+            .ttl(Duration::from_millis(ttl_ms))
+            .reuse(reuse);
+        let before = self.live(id);
+        // A takeover carries the last checkpoint over.
+        let carried =
+            before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
+        let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
+        let refused = id.0 == 0 && before.is_none() && full;
+        // The model applies the claim to a copy: what it would leave.
+        let mut next = self.model.clone();
+        let expected = next.claim(&request, now);
+        assert_eq!(refused, expected.is_err(), "the model's quota: {expected:?}");
+        let would = self.in_model(&mut next, id);
+        let answer = match store.claim(&request) {
+            Err(Error::QuotaExceeded { .. }) => {
+                assert!(refused, "a claim refused by a quota that has room");
+                return Ok(());
+            }
+            answer => answer.map_err(|_| (Some(id), would.clone()))?,
+        };
+        assert!(!refused || !matches!(answer, Claim::Acquired(_)), "a claim over the quota");
+        match (answer, before) {
+            (Claim::Acquired(lease), None) => {
+                assert_eq!((lease.attempt(), lease.recovered()), (1, false));
+                self.acquired(next, id, lease.into_token().token);
+            }
+            (Claim::Acquired(lease), Some(model)) if model.state == State::Failed => {
+                assert!(retry_failed && model.fingerprint == fingerprint(variant), "a failure run again");
+                assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, false));
+                assert!(lease.last_checkpoint().is_none(), "a new attempt starts without a point");
+                self.acquired(next, id, lease.into_token().token);
+            }
+            (Claim::Acquired(lease), Some(model)) => {
+                assert!(
+                    model.state == State::Processing
+                        && model.deadline_ms <= now
+                        && model.fingerprint == fingerprint(variant)
+                );
+                assert_eq!((lease.attempt(), lease.recovered()), (model.attempt + 1, true));
+                assert_eq!(lease.last_checkpoint(), carried.as_ref(), "the takeover sees the last checkpoint");
+                self.acquired(next, id, lease.into_token().token);
+            }
+            (Claim::Mismatch, Some(model)) => assert_ne!(model.fingerprint, fingerprint(variant)),
+            (Claim::InProgress { retry_after, attempt }, Some(model)) => {
+                assert!(
+                    model.state == State::Processing
+                        && model.fingerprint == fingerprint(variant)
+                        && model.deadline_ms > now
+                );
+                assert_eq!((retry_after, attempt), (Duration::from_millis(model.deadline_ms - now), model.attempt));
+            }
+            (Claim::Replay(record), Some(model)) => {
+                assert!(model.state != State::Processing && model.fingerprint == fingerprint(variant));
+                assert!(model.state == State::Completed || !retry_failed, "a failure replayed under RetryFailed");
+                assert_eq!(
+                    (record.state, Some(record.token), &record.response),
+                    (model.state, model.token, &model.response)
+                );
+            }
+            (answer, model) => panic!("claim answered {answer:?}, model has {model:?}"),
+        }
+        Ok(())
+    }
+
+    fn renew(&mut self, store: &Store, slot: u8, extend: u8) -> Result<(), Pending> {
+        let Some((id, lease)) = self.lease(slot) else {
+            return Ok(());
+        };
+        let held = self.holds(id, lease.token);
+        let mut next = self.model.clone();
+        let predicted = next.renew(&lease, Duration::from_millis(quarters(extend)), self.clock.now_ms());
+        let would = self.in_model(&mut next, id);
+        match store.renew(&lease, Duration::from_millis(quarters(extend))) {
+            Ok(deadline_ms) => {
+                let expected = predicted.expect("renew accepted a stale token");
+                assert_eq!(deadline_ms, expected);
+                self.model = next;
+            }
+            Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "renew refused the holder"),
+            Err(_) => return Err((Some(id), would)),
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, store: &Store, slot: u8, step: bool, length: u8) -> Result<(), Pending> {
+        let Some((id, lease)) = self.lease(slot) else {
+            return Ok(());
+        };
+        let step = if step { "charged" } else { "s" };
+        let payload = vec![slot; usize::from(length)];
+        let held = self.holds(id, lease.token);
+        // The lease end stays (a holder past it moves it to now).
+        let mut next = self.model.clone();
+        let predicted = next.checkpoint(&lease, step, &payload, self.clock.now_ms());
+        let would = self.in_model(&mut next, id);
+        match store.checkpoint(&lease, step, &payload) {
+            Ok(()) => {
+                assert!(predicted.is_ok(), "a checkpoint accepted from a stale token");
+                self.model = next;
+            }
+            Err(Error::LeaseLost { .. }) => assert!(held.is_none(), "a checkpoint refused the holder"),
+            Err(_) => return Err((Some(id), would)),
+        }
+        Ok(())
+    }
+
+    fn acquired(&mut self, mut next: Model, id: Id, token: u64) {
+        let (scope, key) = names(id);
+        assert!(next.grant(scope.as_bytes(), key.as_bytes(), token), "token {token} of {id:?} did not grow");
+        self.model = next;
         self.tokens.push((id, token));
     }
 
-    fn finished(
-        &mut self,
-        id: Id,
-        holds: bool,
-        outcome: Result<(), Error>,
-        would: Option<Model>,
-    ) -> Result<(), (Option<Id>, Option<Model>)> {
+    /// A finishing call returned `outcome`; `next` is the model with the
+    /// call applied.
+    fn finished(&mut self, id: Id, holds: bool, outcome: Result<(), Error>, mut next: Model) -> Result<(), Pending> {
         match outcome {
             Ok(()) => {
                 assert!(holds, "a stale token was accepted");
-                match would {
-                    Some(model) => self.models.insert(id, model),
-                    None => self.models.remove(&id),
-                };
+                self.model = next;
                 Ok(())
             }
             Err(Error::LeaseLost { .. }) => {
                 assert!(!holds, "the holder's token was refused");
                 Ok(())
             }
-            Err(_) => Err((Some(id), would)),
+            Err(_) => Err((Some(id), self.in_model(&mut next, id))),
         }
     }
 }
@@ -370,8 +359,9 @@ fuzz_target!(|input: Input| {
         };
         storage.fail_after(u64::from(after), kind);
     }
-    let mut run = Run { clock, models: HashMap::new(), tokens: Vec::new() };
-    let mut pending: Option<(Option<Id>, Option<Model>)> = None;
+    let model = Model::new(&config(&clock, Arc::new(storage.clone())));
+    let mut run = Run { clock, model, tokens: Vec::new() };
+    let mut pending: Option<Pending> = None;
     let ops = if slot.is_some() { input.ops.as_slice() } else { &[] };
     for op in ops.iter().take(64) {
         if let Err(failed) = run.step(&mut slot, dir, &storage, *op) {
@@ -392,16 +382,9 @@ fuzz_target!(|input: Input| {
             let (scope_name, key_name) = names(id);
             let actual = store.get(scope_name.as_bytes(), key_name.as_bytes()).expect("get");
             let expected = run.live(id);
-            let matches = |model: &Option<Model>| match (&actual, model) {
+            let matches = |model: &Option<ModelRecord>| match (&actual, model) {
                 (None, None) => true,
-                (Some(record), Some(model)) => {
-                    record.state == model.state
-                        && record.fingerprint == fingerprint(model.fingerprint)
-                        && model.token.is_none_or(|token| token == record.token)
-                        && record.response == model.response
-                        && record.checkpoint.as_ref().map(|point| (point.step.clone(), point.payload.clone()))
-                            == model.checkpoint
-                }
+                (Some(record), Some(model)) => model.agrees_with(record),
                 _ => false,
             };
             let failed_here = pending.as_ref().filter(|(failed_id, _)| *failed_id == Some(id));

@@ -1,11 +1,17 @@
 //! A fault swept over every I/O call of a fixed workload: fail the 1st call,
 //! then the 2nd, ... the N-th, with each kind of fault. After each run the
 //! directory is reopened on a healthy disk, and no acknowledged record may be
-//! lost, and no released or removed key may come back.
+//! lost, and no released or removed key may come back. What was
+//! acknowledged is kept by the reference model (`idemkv::testing::Model`).
+
+#![cfg(feature = "testing")]
 
 use crate::common::START_MS;
 use idemkv::io::{Fault, FaultyStorage, StdStorage};
-use idemkv::{Claim, ClaimRequest, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store};
+use idemkv::testing::{Expected, Model, ModelRecord};
+use idemkv::{
+    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, State, Store,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,36 +19,44 @@ use std::sync::Arc;
 const KEYS: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
 const ROUNDS: usize = 36;
 
-/// What a key may be on disk.
-#[derive(Debug, Clone, PartialEq)]
-enum Possible {
-    Absent,
-    /// Processing with this token, or with any token when `None`.
-    Processing(Option<u64>),
-    Finished(State, u64, Vec<u8>),
-}
+/// What the store may hold for a key: the reference model's record, or
+/// absent.
+type Possible = Option<ModelRecord>;
 
-/// Per key: the state the last acknowledged call left, plus the states
-/// that calls which failed might have left (their record may have reached
-/// the file before the error).
-#[derive(Debug, Default)]
+/// The reference model of every acknowledged call, plus per key the
+/// states that calls which failed might have left (their record may have
+/// reached the file before the error).
 struct Ledger {
-    acked: HashMap<&'static str, Possible>,
+    clock: ManualClock,
+    acked: Model,
     attempted: HashMap<&'static str, Vec<Possible>>,
 }
 
 impl Ledger {
-    fn ack(&mut self, key: &'static str, state: Possible) {
-        self.acked.insert(key, state);
+    fn new(clock: &ManualClock) -> Self {
+        let acked = Model::new(&config(clock, Arc::new(StdStorage)));
+        Ledger { clock: clock.clone(), acked, attempted: HashMap::new() }
+    }
+
+    /// A call on `key` returned `Ok`: `next` is the model with it applied.
+    fn ack(&mut self, key: &'static str, next: Model) {
+        self.acked = next;
         self.attempted.remove(key);
     }
 
-    fn attempt(&mut self, key: &'static str, state: Possible) {
+    /// A call on `key` failed: `next` is the model had it been carried out.
+    fn attempt(&mut self, key: &'static str, mut next: Model) {
+        let state = next.get(b"", key.as_bytes(), self.clock.now_ms()).cloned();
         self.attempted.entry(key).or_default().push(state);
     }
 
-    fn acked(&self, key: &str) -> Possible {
-        self.acked.get(key).cloned().unwrap_or(Possible::Absent)
+    fn acked(&mut self, key: &str) -> Possible {
+        self.acked.get(b"", key.as_bytes(), self.clock.now_ms()).cloned()
+    }
+
+    /// The model with nothing applied yet, to apply the next call to.
+    fn next(&self) -> Model {
+        self.acked.clone()
     }
 }
 
@@ -69,39 +83,56 @@ fn workload(store: &Store, ledger: &mut Ledger) {
     for round in 0..ROUNDS {
         let key = KEYS[round % KEYS.len()];
         let fingerprint = Fingerprint::of(key.as_bytes());
+        let now = ledger.clock.now_ms();
+        let mut next = ledger.next();
         match ledger.acked(key) {
-            Possible::Absent => match store.claim(&ClaimRequest::new(key, fingerprint)) {
-                Ok(Claim::Acquired(lease)) => ledger.ack(key, Possible::Processing(Some(lease.into_token().token))),
-                Ok(other) => panic!("{key} is absent but the claim answered {other:?}"),
-                Err(_) => ledger.attempt(key, Possible::Processing(None)),
-            },
-            Possible::Processing(token) => {
+            None => {
+                let request = ClaimRequest::new(key, fingerprint);
+                let expected = next.claim(&request, now);
+                assert!(matches!(expected, Ok(Expected::Acquired { .. })), "the model: {expected:?}");
+                match store.claim(&request) {
+                    Ok(Claim::Acquired(lease)) => {
+                        assert!(next.grant(b"", key.as_bytes(), lease.token()), "{key}: the token did not grow");
+                        ledger.ack(key, next);
+                    }
+                    Ok(other) => panic!("{key} is absent but the claim answered {other:?}"),
+                    Err(_) => ledger.attempt(key, next),
+                }
+            }
+            Some(record) if record.state == State::Processing => {
                 let token =
-                    LeaseToken { scope: Vec::new(), key: key.as_bytes().to_vec(), token: token.expect("acked") };
+                    LeaseToken { scope: Vec::new(), key: key.as_bytes().to_vec(), token: record.token.expect("acked") };
                 let body = response(key, round);
-                let (outcome, next) = match round % 5 {
-                    0 | 3 => (store.complete(&token, &body), Possible::Finished(State::Completed, token.token, body)),
-                    1 => (store.fail(&token, &body), Possible::Finished(State::Failed, token.token, body)),
-                    2 => (store.release(&token), Possible::Absent),
-                    _ => (store.remove(b"", key.as_bytes()).map(|_| ()), Possible::Absent),
+                let outcome = match round % 5 {
+                    0 | 3 => next.complete(&token, &body, now).and(Ok(store.complete(&token, &body))),
+                    1 => next.fail(&token, &body, now).and(Ok(store.fail(&token, &body))),
+                    2 => next.release(&token, now).and(Ok(store.release(&token))),
+                    _ => {
+                        assert!(next.remove(b"", key.as_bytes(), now), "the model holds {key}");
+                        Ok(store.remove(b"", key.as_bytes()).map(|_| ()))
+                    }
                 };
-                match outcome {
+                match outcome.expect("the model: the acknowledged holder holds") {
                     Ok(()) => ledger.ack(key, next),
                     Err(_) => ledger.attempt(key, next),
                 }
             }
-            Possible::Finished(state, token, body) => {
+            Some(finished) => {
                 if round % 3 == 0 {
+                    assert!(next.remove(b"", key.as_bytes(), now), "the model had {key}");
                     match store.remove(b"", key.as_bytes()) {
                         Ok(removed) => {
                             assert!(removed, "{key} was finished, remove found nothing");
-                            ledger.ack(key, Possible::Absent);
+                            ledger.ack(key, next);
                         }
-                        Err(_) => ledger.attempt(key, Possible::Absent),
+                        Err(_) => ledger.attempt(key, next),
                     }
                 } else if let Ok(claim) = store.claim(&ClaimRequest::new(key, fingerprint)) {
                     let Claim::Replay(record) = claim else { panic!("{key} finished, claim answered {claim:?}") };
-                    assert_eq!((record.state, record.token, &record.response), (state, token, &body));
+                    assert_eq!(
+                        (record.state, Some(record.token), &record.response),
+                        (finished.state, finished.token, &finished.response)
+                    );
                 }
             }
         }
@@ -109,21 +140,18 @@ fn workload(store: &Store, ledger: &mut Ledger) {
 }
 
 /// Reopens on a healthy disk and checks every key against the ledger.
-fn verify(dir: &Path, clock: &ManualClock, ledger: &Ledger, label: &str) {
+fn verify(dir: &Path, clock: &ManualClock, ledger: &mut Ledger, label: &str) {
     let store = Store::open(dir, config(clock, Arc::new(StdStorage)))
         .unwrap_or_else(|error| panic!("{label}: reopen failed: {error}"));
     for key in KEYS {
-        let actual = match store.get(b"", key.as_bytes()).expect("get") {
-            None => Possible::Absent,
-            Some(record) if record.state == State::Processing => Possible::Processing(Some(record.token)),
-            Some(record) => Possible::Finished(record.state, record.token, record.response),
-        };
+        let actual = store.get(b"", key.as_bytes()).expect("get");
         let acked = ledger.acked(key);
         let allowed: Vec<&Possible> =
             std::iter::once(&acked).chain(ledger.attempted.get(key).into_iter().flatten()).collect();
         let matches = allowed.iter().any(|possible| match (possible, &actual) {
-            (Possible::Processing(None), Possible::Processing(_)) => true,
-            (expected, actual) => *expected == actual,
+            (None, None) => true,
+            (Some(model), Some(record)) => model.agrees_with(record),
+            _ => false,
         });
         assert!(matches, "{label}: {key} is {actual:?}, allowed {allowed:?}");
     }
@@ -136,14 +164,14 @@ fn run(fault: Option<(u64, Fault)>) -> (u64, u64) {
     if let Some((after, kind)) = fault {
         storage.fail_after(after, kind);
     }
-    let mut ledger = Ledger::default();
+    let mut ledger = Ledger::new(&clock);
     if let Ok(store) = Store::open(dir.path(), config(&clock, Arc::new(storage.clone()))) {
         workload(&store, &mut ledger);
         // The process "crashes": no close, no final sync.
         drop(store);
     }
     let calls = storage.calls();
-    verify(dir.path(), &clock, &ledger, &format!("{fault:?}"));
+    verify(dir.path(), &clock, &mut ledger, &format!("{fault:?}"));
     (calls, storage.faults_fired())
 }
 

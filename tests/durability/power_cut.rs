@@ -24,10 +24,19 @@
 //! round alone, exactly. `IDEMKV_POWER_CUT_ROUNDS` runs more rounds (new
 //! seeds), `IDEMKV_POWER_CUT_VERBOSE` prints every round and
 //! `IDEMKV_POWER_CUT_TRACE` every call of every round (use it with a seed).
+//!
+//! What each call answers and leaves is the reference model's
+//! (`idemkv::testing::Model`); the ledger keeps, per key, which of the
+//! model's states must survive a cut and which may.
+
+#![cfg(feature = "testing")]
 
 use crate::common::START_MS;
 use idemkv::io::{PowerCutStorage, Storage};
-use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, LeaseToken, ManualClock, State, Store};
+use idemkv::testing::{Expected, Model, ModelRecord};
+use idemkv::{
+    Claim, ClaimRequest, Clock, Config, Durability, Fingerprint, LeaseToken, ManualClock, Record, State, Store,
+};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::Path;
@@ -40,6 +49,9 @@ const ROUNDS: u64 = 6000;
 /// CI budget; rounds asked for by `IDEMKV_POWER_CUT_ROUNDS` all run.
 const TIME_BUDGET: Duration = Duration::from_secs(40);
 const KEYS: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
+/// The TTL of every record (the rounds never reach it).
+const TTL_MS: u64 = 3_600_000;
+const TTL: Duration = Duration::from_millis(TTL_MS);
 const CUTS_PER_ROUND_MAX: u64 = 3;
 const STEPS_PER_CUT_MAX: u64 = 60;
 /// Distinct reasons (messages without numbers and paths) shown per kind of
@@ -76,30 +88,25 @@ fn round_seed(round: u64) -> u64 {
     Random(round ^ 0x1dea_c0de_5eed).next()
 }
 
-/// What a key may be on disk.
-#[derive(Debug, Clone, PartialEq)]
-enum Possible {
-    Absent,
-    /// Processing under this token, or under any token for a claim that
-    /// failed when the power went (`None`).
-    Processing(Option<u64>),
-    Finished(State, u64, Vec<u8>),
-}
+/// What a key may be on disk: the reference model's record (Processing
+/// under any token when a claim failed as the power went and the model
+/// does not know the token), or absent.
+type Possible = Option<ModelRecord>;
 
-impl Possible {
-    fn admits(&self, actual: &Possible) -> bool {
-        match (self, actual) {
-            (Possible::Processing(None), Possible::Processing(_)) => true,
-            (expected, actual) => expected == actual,
-        }
+/// Whether the store's `actual` record is what `expected` allows.
+fn admits(expected: &Possible, actual: Option<&Record>) -> bool {
+    match (expected, actual) {
+        (None, None) => true,
+        (Some(model), Some(record)) => model.agrees_with(record),
+        _ => false,
     }
 }
 
-/// One key: what the store answers now, what must survive a power cut, and
-/// what calls not known to be durable may have left instead.
-#[derive(Debug, Clone)]
+/// One key: what must survive a power cut, and what calls not known to be
+/// durable may have left instead. What the store answers now is the
+/// ledger's model.
+#[derive(Debug, Clone, Default)]
 struct KeyLedger {
-    current: Possible,
     durable: Possible,
     maybe: Vec<Possible>,
 }
@@ -107,6 +114,10 @@ struct KeyLedger {
 /// The model of one round.
 #[derive(Debug)]
 struct Ledger {
+    /// The reference model of every call that returned `Ok`: what the
+    /// store answers now.
+    model: Model,
+    clock: ManualClock,
     keys: Vec<KeyLedger>,
     /// `Sync`: every call that returned is durable.
     sync: bool,
@@ -121,15 +132,33 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn new(sync: bool) -> Self {
-        let key = KeyLedger { current: Possible::Absent, durable: Possible::Absent, maybe: Vec::new() };
-        Ledger { keys: vec![key; KEYS.len()], sync, token_handed: 0, token_handed_this_boot: 0, token_durable: 0 }
+    fn new(config: &Config, clock: &ManualClock, sync: bool) -> Self {
+        Ledger {
+            model: Model::new(config),
+            clock: clock.clone(),
+            keys: vec![KeyLedger::default(); KEYS.len()],
+            sync,
+            token_handed: 0,
+            token_handed_this_boot: 0,
+            token_durable: 0,
+        }
     }
 
-    /// A call on `key` returned `Ok`, leaving `state`.
-    fn done(&mut self, key: usize, state: Possible) {
+    /// What the model holds for `key` now.
+    fn current(&mut self, key: usize) -> Possible {
+        self.model.get(b"", KEYS[key].as_bytes(), self.clock.now_ms()).cloned()
+    }
+
+    /// What `model` holds for `key` now.
+    fn state_in(&self, model: &mut Model, key: usize) -> Possible {
+        model.get(b"", KEYS[key].as_bytes(), self.clock.now_ms()).cloned()
+    }
+
+    /// A call on `key` returned `Ok`: `next` is the model with it applied.
+    fn done(&mut self, key: usize, next: Model) {
+        self.model = next;
+        let state = self.current(key);
         let ledger = &mut self.keys[key];
-        ledger.current = state.clone();
         if self.sync {
             ledger.durable = state;
             ledger.maybe.clear();
@@ -138,16 +167,18 @@ impl Ledger {
         }
     }
 
-    /// A call on `key` failed as the power went; it may have left `state`.
-    fn failed(&mut self, key: usize, state: Possible) {
+    /// A call on `key` failed as the power went; `next` is the model had it
+    /// been carried out.
+    fn failed(&mut self, key: usize, mut next: Model) {
+        let state = self.state_in(&mut next, key);
         self.keys[key].maybe.push(state);
     }
 
     /// A `Store::sync` returned `Ok`: everything so far is durable.
     fn synced(&mut self) {
-        for key in &mut self.keys {
-            key.durable = key.current.clone();
-            key.maybe.clear();
+        for key in 0..KEYS.len() {
+            let current = self.current(key);
+            self.keys[key] = KeyLedger { durable: current, maybe: Vec::new() };
         }
         self.token_durable = self.token_durable.max(self.token_handed_this_boot);
     }
@@ -286,6 +317,7 @@ impl Round<'_> {
             .durability(durability)
             .segment_bytes(self.segment_bytes)
             .response_bytes_max(1024)
+            .default_ttl(TTL)
             .compaction_interval(None)
             .compaction_bytes_per_second(0)
             .clock(Arc::new(self.clock.clone()))
@@ -395,18 +427,18 @@ impl Round<'_> {
     /// One call on a random key, chosen by the key's current state.
     fn key_step(&mut self, store: &Store) -> Result<(), Failure> {
         let key = self.random.index(KEYS.len());
-        match self.ledger.keys[key].current.clone() {
-            Possible::Absent => self.claim_new(store, key),
-            Possible::Processing(Some(token)) => self.finish(store, key, token),
-            Possible::Processing(None) => unreachable!("the current state always has its token"),
-            Possible::Finished(state, token, response) => {
+        match self.ledger.current(key) {
+            None => self.claim_new(store, key),
+            Some(record) if record.state == State::Processing => {
+                self.finish(store, key, record.token.expect("the current state always has its token"))
+            }
+            Some(expected) => {
                 if self.random.percent(30) {
                     self.remove(store, key)
                 } else {
-                    let expected = Possible::Finished(state, token, response);
                     match store.claim(&request(key)) {
-                        Ok(Claim::Replay(record)) if state_of(&record) == expected => Ok(()),
-                        Ok(other) => Err(wrong(key, "claim", &other, &expected)),
+                        Ok(Claim::Replay(record)) if expected.agrees_with(&record) => Ok(()),
+                        Ok(other) => Err(wrong(key, "claim", &other, &Some(expected))),
                         Err(error) => self.call_failed("replay claim", &error),
                     }
                 }
@@ -415,19 +447,25 @@ impl Round<'_> {
     }
 
     fn claim_new(&mut self, store: &Store, key: usize) -> Result<(), Failure> {
+        let mut next = self.ledger.model.clone();
+        let expected = next.claim(&request(key), self.clock.now_ms());
+        assert!(matches!(expected, Ok(Expected::Acquired { .. })), "the model: {expected:?}");
         match store.claim(&request(key)) {
             Ok(Claim::Acquired(lease)) => {
                 let token = lease.into_token().token;
                 if self.ledger.handed(token)? {
                     self.totals.interval_tokens_reissued += 1;
                 }
-                self.acknowledged(key, Possible::Processing(Some(token)));
+                // Under `Interval` a token lost with a cut may be handed out
+                // again: the ledger's `handed` judges tokens, not the model.
+                let _grew = next.grant(b"", KEYS[key].as_bytes(), token);
+                self.acknowledged(key, next);
                 Ok(())
             }
-            Ok(other) => Err(wrong(key, "claim", &other, &Possible::Absent)),
+            Ok(other) => Err(wrong(key, "claim", &other, &None)),
             Err(error) => {
                 self.trace(format_args!("{}: claim failed: {error}", KEYS[key]));
-                self.ledger.failed(key, Possible::Processing(None));
+                self.ledger.failed(key, next);
                 self.call_failed("claim", &error)
             }
         }
@@ -438,24 +476,25 @@ impl Round<'_> {
     fn finish(&mut self, store: &Store, key: usize, token: u64) -> Result<(), Failure> {
         let lease = LeaseToken { scope: Vec::new(), key: KEYS[key].as_bytes().to_vec(), token };
         let response = response(key, token, self.step, &mut self.random);
-        let (call, outcome, next) = match self.random.below(100) {
-            0..30 => {
-                ("complete", store.complete(&lease, &response), Possible::Finished(State::Completed, token, response))
-            }
-            30..45 => ("fail", store.fail(&lease, &response), Possible::Finished(State::Failed, token, response)),
-            45..60 => ("release", store.release(&lease), Possible::Absent),
+        let (now, mut next) = (self.clock.now_ms(), self.ledger.model.clone());
+        let (call, predicted, outcome) = match self.random.below(100) {
+            0..30 => ("complete", next.complete(&lease, &response, now), store.complete(&lease, &response)),
+            30..45 => ("fail", next.fail(&lease, &response, now), store.fail(&lease, &response)),
+            45..60 => ("release", next.release(&lease, now), store.release(&lease)),
             60..75 => {
-                ("renew", store.renew(&lease, Duration::from_secs(60)).map(|_| ()), Possible::Processing(Some(token)))
+                let extend = Duration::from_secs(60);
+                ("renew", next.renew(&lease, extend, now).map(|_| ()), store.renew(&lease, extend).map(|_| ()))
             }
             75..85 => return self.remove(store, key),
             _ => {
                 return match store.claim(&request(key)) {
                     Ok(Claim::InProgress { .. }) => Ok(()),
-                    Ok(other) => Err(wrong(key, "claim", &other, &Possible::Processing(Some(token)))),
+                    Ok(other) => Err(wrong(key, "claim", &other, &self.ledger.current(key))),
                     Err(error) => self.call_failed("in-progress claim", &error),
                 };
             }
         };
+        assert_eq!(predicted, Ok(()), "the model: the current holder holds");
         match outcome {
             Ok(()) => {
                 self.acknowledged(key, next);
@@ -470,24 +509,28 @@ impl Round<'_> {
     }
 
     fn remove(&mut self, store: &Store, key: usize) -> Result<(), Failure> {
+        let mut next = self.ledger.model.clone();
+        assert!(next.remove(b"", KEYS[key].as_bytes(), self.clock.now_ms()), "the model holds {}", KEYS[key]);
         match store.remove(b"", KEYS[key].as_bytes()) {
             Ok(true) => {
-                self.acknowledged(key, Possible::Absent);
+                self.acknowledged(key, next);
                 Ok(())
             }
             Ok(false) => Err(Failure::new(Broke::WrongAnswer, format!("{}: remove found nothing", KEYS[key]))),
             Err(error) => {
                 self.trace(format_args!("{}: remove failed: {error}", KEYS[key]));
-                self.ledger.failed(key, Possible::Absent);
+                self.ledger.failed(key, next);
                 self.call_failed("remove", &error)
             }
         }
     }
 
-    fn acknowledged(&mut self, key: usize, state: Possible) {
-        self.trace(format_args!("{}: Ok, now {}", KEYS[key], brief(&state)));
+    /// A call on `key` returned `Ok`; `next` is the model with it applied.
+    fn acknowledged(&mut self, key: usize, next: Model) {
         self.totals.acknowledged_calls += 1;
-        self.ledger.done(key, state);
+        self.ledger.done(key, next);
+        let state = self.ledger.current(key);
+        self.trace(format_args!("{}: Ok, now {}", KEYS[key], brief(&state)));
     }
 
     /// Every key as the model allows after a cut; the model then takes what
@@ -495,15 +538,17 @@ impl Round<'_> {
     fn verify(&mut self, store: &Store) -> Result<(), Failure> {
         for (key, name) in KEYS.iter().enumerate() {
             let actual = match store.get(b"", name.as_bytes()) {
-                Ok(record) => record.map_or(Possible::Absent, |record| state_of(&record)),
+                Ok(record) => record,
                 Err(error) => {
                     return Err(Failure::new(Broke::CallFailed, format!("{name}: get after reopen: {error}")))
                 }
             };
-            let ledger = &mut self.ledger.keys[key];
-            let allowed = std::iter::once(&ledger.durable).chain(&ledger.maybe).any(|state| state.admits(&actual));
+            let ledger = &self.ledger.keys[key];
+            let allowed =
+                std::iter::once(&ledger.durable).chain(&ledger.maybe).any(|state| admits(state, actual.as_ref()));
+            let found = actual.as_ref().map(|record| ModelRecord::from_record(record, TTL_MS));
             if !allowed {
-                let broke = if ledger.durable == Possible::Absent { Broke::CameBack } else { Broke::RecordLost };
+                let broke = if ledger.durable.is_none() { Broke::CameBack } else { Broke::RecordLost };
                 let detail = format!(
                     "{name}: acknowledged {:?}{}, found {:?} after the reopen",
                     brief(&ledger.durable),
@@ -512,12 +557,13 @@ impl Round<'_> {
                     } else {
                         format!(" (or {:?})", ledger.maybe.iter().map(brief).collect::<Vec<_>>())
                     },
-                    brief(&actual),
+                    brief(&found),
                 );
                 return Err(Failure::new(broke, detail));
             }
-            *ledger = KeyLedger { current: actual.clone(), durable: actual.clone(), maybe: Vec::new() };
-            self.trace(format_args!("{name}: found {}", brief(&actual)));
+            self.trace(format_args!("{name}: found {}", brief(&found)));
+            self.ledger.model.set(b"", name.as_bytes(), found.clone());
+            self.ledger.keys[key] = KeyLedger { durable: found, maybe: Vec::new() };
         }
         Ok(())
     }
@@ -535,18 +581,17 @@ fn response(key: usize, token: u64, step: u64, random: &mut Random) -> Vec<u8> {
     response
 }
 
-fn state_of(record: &idemkv::Record) -> Possible {
-    match record.state {
-        State::Processing => Possible::Processing(Some(record.token)),
-        state => Possible::Finished(state, record.token, record.response.clone()),
-    }
-}
-
 /// A state for a message: responses by length only.
 fn brief(state: &Possible) -> String {
     match state {
-        Possible::Finished(state, token, response) => format!("{state:?}({token}, {} bytes)", response.len()),
-        other => format!("{other:?}"),
+        None => "Absent".to_string(),
+        Some(record) => {
+            let token = record.token.map_or("any".to_string(), |token| token.to_string());
+            match record.state {
+                State::Processing => format!("Processing({token})"),
+                finished => format!("{finished:?}({token}, {} bytes)", record.response.len()),
+            }
+        }
     }
 }
 
@@ -572,17 +617,20 @@ fn run_round(dir: &Path, round: u64, seed: u64, totals: &mut Totals) {
     let mut random = Random(seed);
     let sync = random.percent(70);
     let segment_bytes = 4096 + random.below(12 * 1024 + 1);
+    let clock = ManualClock::new(START_MS);
     let mut state = Round {
         dir,
         random,
         storage: fresh_disk(dir),
-        clock: ManualClock::new(START_MS),
-        ledger: Ledger::new(sync),
+        clock: clock.clone(),
+        ledger: Ledger::new(&Config::new(), &clock, sync),
         segment_bytes,
         totals,
         step: 0,
         trace: std::env::var_os("IDEMKV_POWER_CUT_TRACE").is_some(),
     };
+    // The model knows the round's limits, lease and TTL from its config.
+    state.ledger.model = Model::new(&state.config());
     let outcome = state.run();
     let step = state.step;
     totals.rounds += 1;

@@ -1,4 +1,4 @@
-//! The embedded store's contract: claims, leases, waits, TTLs, quotas, recovery points, compaction, limits.
+//! The embedded store's contract: claims, leases, waits, TTLs, quotas, checkpoints, compaction, limits.
 //!
 //! One scenario per module; each module's docs say what it guards.
 

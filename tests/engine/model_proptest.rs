@@ -1,17 +1,20 @@
 //! Random sequences of claim / complete / fail / release / renew / remove /
-//! get / clock moves / compaction / reopen, run against the store and against a plain
-//! in-memory model of DESIGN §3. Every answer and every record must agree.
+//! get / clock moves / compaction / reopen, run against the store and against the
+//! reference model of DESIGN §3 (`idemkv::testing::Model`, shared with the
+//! fuzz target and the crash tests). Every answer and every record must agree.
 //! Scope 0 has a quota (records and bytes): the model predicts each refusal,
 //! and after every step the store's running quota counts must equal a
 //! recount of its index.
 
+#![cfg(feature = "testing")]
+
 use crate::common::START_MS;
+use idemkv::testing::{Expected, Model, ModelRecord, Refusal};
 use idemkv::{
     Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, Record,
     ReusePolicy, State, Store,
 };
 use proptest::prelude::*;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,41 +58,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Debug, Clone, PartialEq)]
-struct ModelRecord {
-    state: State,
-    fingerprint: u8,
-    token: u64,
-    attempt: u32,
-    recovered: bool,
-    deadline_ms: u64,
-    ttl_ms: u64,
-    response: Vec<u8>,
-    /// While Processing, the last checkpoint (step, payload).
-    checkpoint: Option<(String, Vec<u8>)>,
-}
-
-impl ModelRecord {
-    /// The bytes the record keeps after scope and key: the response, or
-    /// while Processing the encoded checkpoint.
-    fn stored_len(&self) -> usize {
-        match &self.checkpoint {
-            Some((step, payload)) => 1 + step.len() + payload.len(),
-            None => self.response.len(),
-        }
-    }
-}
-
 /// The step names the model uses.
 fn step_name(step: u8) -> String {
     ["charged", "reserved", "s"][usize::from(step % 3)].to_string()
-}
-
-/// DESIGN §3 as a plain map.
-#[derive(Default)]
-struct Model {
-    records: HashMap<(u8, u8), ModelRecord>,
-    max_token: HashMap<(u8, u8), u64>,
 }
 
 /// Scope 0's quota: two live records, and bytes for one large response.
@@ -102,32 +73,6 @@ fn frame_bytes(stored_len: usize) -> u64 {
     104 + 7 + 5 + stored_len as u64
 }
 
-impl Model {
-    /// Scope 0's live records and their bytes.
-    fn quota_usage(&mut self, now: u64) -> (u64, u64) {
-        let mut usage = (0, 0);
-        for key in 0..3 {
-            if let Some(record) = self.live((0, key), now) {
-                usage = (usage.0 + 1, usage.1 + frame_bytes(record.stored_len()));
-            }
-        }
-        usage
-    }
-
-    fn live(&mut self, id: (u8, u8), now: u64) -> Option<&mut ModelRecord> {
-        // Completed / Failed expire at their deadline; a Processing record
-        // whose holder never came back at lease end + TTL.
-        let expired = |record: &ModelRecord| match record.state {
-            State::Processing => record.deadline_ms + record.ttl_ms <= now,
-            State::Completed | State::Failed => record.deadline_ms <= now,
-        };
-        if self.records.get(&id).is_some_and(expired) {
-            self.records.remove(&id);
-        }
-        self.records.get_mut(&id)
-    }
-}
-
 fn names(scope: u8, key: u8) -> (String, String) {
     (format!("scope-{scope}"), format!("key-{key}"))
 }
@@ -136,9 +81,9 @@ fn fingerprint(value: u8) -> Fingerprint {
     Fingerprint::of(&[value])
 }
 
-fn open(dir: &Path, clock: &ManualClock) -> Store {
+fn config(clock: &ManualClock) -> Config {
     // Small segments, so that compaction has sealed segments to work on.
-    let config = Config::new()
+    Config::new()
         .shards(1)
         .durability(Durability::Buffered)
         .segment_bytes(4096)
@@ -146,26 +91,29 @@ fn open(dir: &Path, clock: &ManualClock) -> Store {
         .compaction_interval(None)
         .compaction_bytes_per_second(0)
         .clock(Arc::new(clock.clone()))
-        .scope_quota("scope-0", Quota::new().records(QUOTA_RECORDS).bytes(QUOTA_BYTES));
-    Store::open(dir, config).expect("open")
+        .scope_quota("scope-0", Quota::new().records(QUOTA_RECORDS).bytes(QUOTA_BYTES))
+}
+
+fn open(dir: &Path, clock: &ManualClock) -> Store {
+    Store::open(dir, config(clock)).expect("open")
 }
 
 fn check_record(actual: &Record, expected: &ModelRecord) {
     assert_eq!(actual.state, expected.state);
-    assert_eq!(actual.fingerprint, fingerprint(expected.fingerprint));
-    assert_eq!(actual.token, expected.token);
+    assert_eq!(actual.fingerprint, expected.fingerprint);
+    assert_eq!(Some(actual.token), expected.token);
     assert_eq!(actual.attempt, expected.attempt);
     assert_eq!(actual.recovered, expected.recovered);
     assert_eq!(actual.deadline_ms, expected.deadline_ms);
     assert_eq!(actual.response, expected.response);
-    let checkpoint = actual.checkpoint.as_ref().map(|point| (point.step.clone(), point.payload.clone()));
-    assert_eq!(checkpoint, expected.checkpoint);
+    assert_eq!(actual.checkpoint, expected.checkpoint);
 }
 
 struct Harness {
     dir: tempfile::TempDir,
     clock: ManualClock,
     store: Option<Store>,
+    /// The reference model, shared with the fuzz target and the crash tests.
     model: Model,
     /// Every lease handed out, as (scope, key, token); stale ones included.
     tokens: Vec<(u8, u8, LeaseToken)>,
@@ -178,6 +126,13 @@ impl Harness {
 
     fn now(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The model's live record of `(scope, key)` now.
+    fn live(&mut self, scope: u8, key: u8) -> Option<ModelRecord> {
+        let (scope_name, key_name) = names(scope, key);
+        let now = self.now();
+        self.model.get(scope_name.as_bytes(), key_name.as_bytes(), now).cloned()
     }
 
     fn run(&mut self, op: &Op) {
@@ -194,15 +149,13 @@ impl Harness {
             Op::Remove { scope, key } => {
                 let (scope_name, key_name) = names(*scope, *key);
                 let now = self.now();
-                let expected = self.model.live((*scope, *key), now).is_some();
-                self.model.records.remove(&(*scope, *key));
+                let expected = self.model.remove(scope_name.as_bytes(), key_name.as_bytes(), now);
                 let removed = self.store().remove(scope_name.as_bytes(), key_name.as_bytes()).expect("remove");
                 assert_eq!(removed, expected);
             }
             Op::Get { scope, key } => {
                 let (scope_name, key_name) = names(*scope, *key);
-                let now = self.now();
-                let expected = self.model.live((*scope, *key), now).cloned();
+                let expected = self.live(*scope, *key);
                 let actual = self.store().get(scope_name.as_bytes(), key_name.as_bytes()).expect("get");
                 match (actual, expected) {
                     (None, None) => {}
@@ -230,12 +183,17 @@ impl Harness {
             .ttl(Duration::from_millis(ttl_ms))
             .reuse(reuse);
         let now = self.now();
-        let (records, bytes) = self.model.quota_usage(now);
-        let new_record = self.model.live((scope, key), now).is_none();
+        let usage = self.model.usage(b"scope-0", now);
+        let (records, bytes) = (usage.records, usage.bytes);
+        let previous = self.live(scope, key);
+        let new_record = previous.is_none();
         let refused = scope == 0 && new_record && (records >= QUOTA_RECORDS || bytes + frame_bytes(0) > QUOTA_BYTES);
+        let expected = self.model.claim(&request, now);
+        assert_eq!(refused, matches!(expected, Err(Refusal::QuotaExceeded { .. })), "the model's quota: {expected:?}");
         let answer = match self.store().claim(&request) {
-            Err(Error::QuotaExceeded { .. }) => {
+            Err(error @ Error::QuotaExceeded { .. }) => {
                 assert!(refused, "refused at {records} records, {bytes} bytes");
+                assert!(expected.as_ref().is_err_and(|refusal| refusal.matches(&error)), "{error:?}, {expected:?}");
                 // A refusal first swept out what had expired: exact counts.
                 let usage = self.store().scope_usage("scope-0").expect("a full scope");
                 assert_eq!((usage.records, usage.bytes), (records, bytes));
@@ -244,57 +202,52 @@ impl Harness {
             answer => answer.expect("claim"),
         };
         assert!(!refused || !matches!(answer, Claim::Acquired(_)), "admitted at {records} records, {bytes} bytes");
-        let expected = self.model.live((scope, key), now).cloned();
-        match (answer, expected) {
+        let expected = expected.expect("the model refused a claim the store answered");
+        match (answer, previous) {
             (Claim::Acquired(lease), previous) => {
                 let (attempt, recovered, checkpoint) = match previous {
                     None => (1, false, None),
                     Some(record) if record.state == State::Failed => {
-                        assert_eq!(record.fingerprint, fp, "Acquired despite another fingerprint");
+                        assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
                         assert_eq!(reuse, ReusePolicy::RetryFailed, "a failure run again by default");
                         (record.attempt + 1, false, None)
                     }
                     Some(record) => {
-                        assert_eq!(record.fingerprint, fp, "Acquired despite another fingerprint");
+                        assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
                         assert_eq!(record.state, State::Processing, "Acquired over a finished record");
                         assert!(record.deadline_ms <= now, "Acquired while the lease is valid");
                         (record.attempt + 1, true, record.checkpoint)
                     }
                 };
                 assert_eq!((lease.attempt(), lease.recovered()), (attempt, recovered));
-                let seen = lease.last_checkpoint().map(|point| (point.step.clone(), point.payload.clone()));
-                assert_eq!(seen, checkpoint, "the takeover sees the last checkpoint");
+                assert_eq!(lease.last_checkpoint(), checkpoint.as_ref(), "the takeover sees the last checkpoint");
                 assert_eq!(lease.deadline_ms(), now + lease_ms);
-                let max_token = self.model.max_token.entry((scope, key)).or_insert(0);
-                assert!(lease.token() > *max_token, "token did not grow");
-                *max_token = lease.token();
-                let record = ModelRecord {
-                    state: State::Processing,
-                    fingerprint: fp,
-                    token: lease.token(),
-                    attempt,
-                    recovered,
-                    deadline_ms: now + lease_ms,
-                    ttl_ms,
-                    response: Vec::new(),
-                    checkpoint,
-                };
-                self.model.records.insert((scope, key), record);
+                let deadline_ms = now + lease_ms;
+                assert_eq!(expected, Expected::Acquired { attempt, recovered, checkpoint, deadline_ms }, "the model");
+                assert!(
+                    self.model.grant(scope_name.as_bytes(), key_name.as_bytes(), lease.token()),
+                    "token did not grow"
+                );
                 self.tokens.push((scope, key, lease.into_token()));
             }
-            (Claim::Mismatch, Some(record)) => assert_ne!(record.fingerprint, fp),
+            (Claim::Mismatch, Some(record)) => {
+                assert_ne!(record.fingerprint, fingerprint(fp));
+                assert_eq!(expected, Expected::Mismatch, "the model");
+            }
             (Claim::InProgress { retry_after, attempt }, Some(record)) => {
-                assert_eq!(record.fingerprint, fp);
+                assert_eq!(record.fingerprint, fingerprint(fp));
                 assert_eq!(record.state, State::Processing);
                 assert!(record.deadline_ms > now);
                 assert_eq!(retry_after, Duration::from_millis(record.deadline_ms - now));
                 assert_eq!(attempt, record.attempt);
+                assert_eq!(expected, Expected::InProgress { retry_after, attempt }, "the model");
             }
             (Claim::Replay(actual), Some(record)) => {
-                assert_eq!(record.fingerprint, fp);
+                assert_eq!(record.fingerprint, fingerprint(fp));
                 assert_ne!(record.state, State::Processing);
                 assert!(record.state == State::Completed || reuse == ReusePolicy::ReplayFailure);
                 check_record(&actual, &record);
+                assert_eq!(expected, Expected::Replay(record), "the model");
             }
             (answer, expected) => panic!("claim: store {answer:?}, model {expected:?}"),
         }
@@ -307,9 +260,14 @@ impl Harness {
         let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
         let now = self.now();
         let holds = self
-            .model
-            .live((scope, key), now)
-            .is_some_and(|record| record.state == State::Processing && record.token == token.token);
+            .live(scope, key)
+            .is_some_and(|record| record.state == State::Processing && record.token == Some(token.token));
+        let predicted = match terminal {
+            Some((State::Completed, response)) => self.model.complete(&token, response, now),
+            Some((_, response)) => self.model.fail(&token, response, now),
+            None => self.model.release(&token, now),
+        };
+        assert_eq!(predicted.is_ok(), holds, "the model: {predicted:?}");
         let outcome = match terminal {
             Some((State::Completed, response)) => self.store().complete(&token, response),
             Some((_, response)) => self.store().fail(&token, response),
@@ -320,18 +278,6 @@ impl Harness {
             return;
         }
         outcome.expect("finish by the holder");
-        match terminal {
-            Some((state, response)) => {
-                let record = self.model.records.get_mut(&(scope, key)).expect("held");
-                record.state = state;
-                record.deadline_ms = now + record.ttl_ms;
-                record.response.clone_from(response);
-                record.checkpoint = None;
-            }
-            None => {
-                self.model.records.remove(&(scope, key));
-            }
-        }
     }
 
     fn checkpoint(&mut self, slot: usize, step: &str, payload: &[u8]) {
@@ -340,20 +286,25 @@ impl Harness {
         }
         let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
         let now = self.now();
+        let holder = self
+            .live(scope, key)
+            .is_some_and(|record| record.state == State::Processing && record.token == Some(token.token));
+        let predicted = self.model.checkpoint(&token, step, payload, now);
         let outcome = self.store().checkpoint(&token, step, payload);
-        match self.model.live((scope, key), now) {
-            Some(record) if record.state == State::Processing && record.token == token.token => {
-                if 1 + step.len() + payload.len() > 512 {
-                    assert!(matches!(outcome, Err(Error::CheckpointTooLarge { .. })), "{outcome:?}");
-                    return;
-                }
-                outcome.expect("checkpoint by the holder");
-                // The lease end stays; a holder whose lease ended but was
-                // not taken over moves its written end to now.
-                record.deadline_ms = record.deadline_ms.max(now);
-                record.checkpoint = Some((step.to_string(), payload.to_vec()));
+        if holder {
+            if 1 + step.len() + payload.len() > 512 {
+                assert!(matches!(outcome, Err(Error::CheckpointTooLarge { .. })), "{outcome:?}");
+                assert!(matches!(predicted, Err(Refusal::CheckpointTooLarge { .. })), "the model: {predicted:?}");
+                return;
             }
-            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. } | Error::CheckpointTooLarge { .. }))),
+            outcome.expect("checkpoint by the holder");
+            // The lease end stays; a holder whose lease ended but was
+            // not taken over moves its written end to now (the model
+            // does so).
+            assert_eq!(predicted, Ok(()), "the model");
+        } else {
+            assert!(matches!(outcome, Err(Error::LeaseLost { .. } | Error::CheckpointTooLarge { .. })));
+            assert!(predicted.is_err_and(|refusal| refusal.matches(&outcome.expect_err("refused"))), "the model");
         }
     }
 
@@ -361,15 +312,13 @@ impl Harness {
         if self.tokens.is_empty() {
             return;
         }
-        let (scope, key, token) = self.tokens[slot % self.tokens.len()].clone();
+        let (_, _, token) = self.tokens[slot % self.tokens.len()].clone();
         let now = self.now();
+        let predicted = self.model.renew(&token, Duration::from_millis(extend_ms), now);
         let outcome = self.store().renew(&token, Duration::from_millis(extend_ms));
-        match self.model.live((scope, key), now) {
-            Some(record) if record.state == State::Processing && record.token == token.token => {
-                record.deadline_ms = record.deadline_ms.max(now + extend_ms);
-                assert_eq!(outcome.expect("renew by the holder"), record.deadline_ms);
-            }
-            _ => assert!(matches!(outcome, Err(Error::LeaseLost { .. })), "stale renew accepted: {outcome:?}"),
+        match predicted {
+            Ok(deadline_ms) => assert_eq!(outcome.expect("renew by the holder"), deadline_ms),
+            Err(_) => assert!(matches!(outcome, Err(Error::LeaseLost { .. })), "stale renew accepted: {outcome:?}"),
         }
     }
 }
@@ -382,7 +331,8 @@ proptest! {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = ManualClock::new(START_MS);
         let store = Some(open(dir.path(), &clock));
-        let mut harness = Harness { dir, clock, store, model: Model::default(), tokens: Vec::new() };
+        let model = Model::new(&config(&clock));
+        let mut harness = Harness { dir, clock, store, model, tokens: Vec::new() };
         for op in &ops {
             harness.run(op);
         }

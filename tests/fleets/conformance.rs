@@ -1,425 +1,300 @@
-//! One contract, every backend: the same scenarios — the state table,
-//! fencing, TTL, scopes, `claim_wait`, concurrent duplicates, limits,
-//! renew, get and remove, checkpoints and reuse policies — run
-//! against the embedded store, a standalone Redis server, a three-master
-//! Redis Cluster and PostgreSQL (real servers, started here). Time is real on every backend (Redis's clock is the server's),
-//! so leases and TTLs are short and waits bounded.
+//! One contract, every backend: the public suite
+//! (`idemkv::conformance::run_all`) — the state table, fencing, TTL,
+//! scopes, `claim_wait`, concurrent duplicates, limits, renew, get and
+//! remove, late finishes, checkpoints and reuse policies, and where
+//! the backend offers them exact lease ends on a movable clock, quotas and
+//! a restart — run against the embedded store (on real time and on a
+//! manual clock), a standalone Redis server, a three-master Redis Cluster
+//! and PostgreSQL (real servers, started here). With `tower`, the HTTP
+//! layer's scenarios (`tests/fleets/conformance/http/`) run over each of them too.
+//! Each target runs only with its own feature, and checks which scenarios
+//! its backend skipped.
 
-#![cfg(all(feature = "tokio", feature = "redis"))]
+#![cfg(feature = "conformance")]
 
-use crate::common::redis::{RedisCluster, RedisServer};
-use idemkv::redis::RedisBackend;
-use idemkv::{
-    BackendClaim, Checkpoint, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken,
-    ReusePolicy, State,
-};
-use std::time::{Duration, Instant};
+/// The HTTP layer's scenarios over any backend.
+#[cfg(feature = "tower")]
+#[path = "conformance/http/mod.rs"]
+mod http;
 
-const LEASE: Duration = Duration::from_millis(400);
-const TTL: Duration = Duration::from_millis(600);
+use idemkv::conformance::{self, Capabilities, Capability, Report};
+use idemkv::{BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::{ClaimOptions, ManualClock, Quota, Record, Store};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// What every backend is given: the limits the scenarios check.
+/// The scope the embedded targets limit, for the quota scenario.
+const QUOTA_SCOPE: &str = "quota-scope";
+
+/// What every backend is given: the limits the scenarios check, and a
+/// TTL of a minute for what they leave behind.
 fn config() -> Config {
-    Config::new().response_bytes_max(4096)
+    Config::new().response_bytes_max(4096).default_ttl(Duration::from_secs(60))
 }
 
-/// The embedded store's, with its own setting on top (Buffered writes, for
-/// speed), which a networked backend would refuse.
-fn store_config() -> Config {
-    config().durability(Durability::Buffered)
+/// The quota of [`QUOTA_SCOPE`].
+fn quota() -> Quota {
+    Quota::new().records(2).retry_after(Duration::from_millis(2500))
 }
 
-fn options() -> ClaimOptions {
-    ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60))
-}
-
-fn fp(text: &str) -> Fingerprint {
-    Fingerprint::of(text.as_bytes())
-}
-
-/// Keys of one scenario on one target never meet another's.
-struct Keys(String);
-
-impl Keys {
-    fn key(&self, name: &str) -> Vec<u8> {
-        format!("{}-{name}", self.0).into_bytes()
+/// The embedded store's, with its own settings on top (Buffered writes,
+/// for speed; a quota), which a networked backend would refuse.
+fn store_config(clock: Option<&ManualClock>) -> Config {
+    let config = config().durability(Durability::Buffered).scope_quota(QUOTA_SCOPE, quota());
+    match clock {
+        Some(clock) => config.clock(Arc::new(clock.clone())),
+        None => config,
     }
 }
 
-async fn acquire<B: IdempotencyBackend>(
-    backend: &B,
-    scope: &[u8],
-    key: &[u8],
-    options: ClaimOptions,
-) -> (LeaseToken, u32, bool) {
-    match backend.claim(scope, key, fp("body"), options).await.expect("claim") {
-        BackendClaim::Acquired { token, attempt, recovered, .. } => (token, attempt, recovered),
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-/// [`acquire`] in the empty scope, with the checkpoint handed over.
-async fn acquire_at<B: IdempotencyBackend>(
-    backend: &B,
-    key: &[u8],
-    options: ClaimOptions,
-) -> (LeaseToken, u32, bool, Option<Checkpoint>) {
-    match backend.claim(b"", key, fp("body"), options).await.expect("claim") {
-        BackendClaim::Acquired { token, attempt, recovered, checkpoint } => (token, attempt, recovered, checkpoint),
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-async fn state_table<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("table");
-    let (token, attempt, recovered) = acquire(backend, b"", &key, options()).await;
-    assert_eq!((attempt, recovered), (1, false));
-    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
-        BackendClaim::InProgress { retry_after } => assert!(retry_after <= LEASE, "{retry_after:?}"),
-        other => panic!("expected InProgress, got {other:?}"),
-    }
-    assert!(matches!(backend.claim(b"", &key, fp("other"), options()).await, Ok(BackendClaim::Mismatch)));
-    backend.complete(&token, b"201 charged").await.expect("complete");
-    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
-        BackendClaim::Replay(response) => assert_eq!(response, b"201 charged"),
-        other => panic!("expected Replay, got {other:?}"),
-    }
-    assert!(matches!(backend.claim(b"", &key, fp("other"), options()).await, Ok(BackendClaim::Mismatch)));
-    assert!(matches!(backend.complete(&token, b"again").await, Err(Error::LeaseLost { .. })), "finished once");
-
-    let failed = keys.key("failed");
-    let (token, _, _) = acquire(backend, b"", &failed, options()).await;
-    backend.fail(&token, b"402 declined").await.expect("fail");
-    match backend.claim(b"", &failed, fp("body"), options()).await.expect("claim") {
-        BackendClaim::Replay(response) => assert_eq!(response, b"402 declined"),
-        other => panic!("expected the failure replayed, got {other:?}"),
-    }
-
-    let released = keys.key("released");
-    let (first, _, _) = acquire(backend, b"", &released, options()).await;
-    backend.release(&first).await.expect("release");
-    let (second, attempt, recovered) = acquire(backend, b"", &released, options()).await;
-    assert_eq!((attempt, recovered), (1, false), "released: absent again");
-    assert!(second.token > first.token, "tokens of a key only grow: {} then {}", first.token, second.token);
-}
-
-async fn fencing<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("fencing");
-    let (stale, _, _) = acquire(backend, b"", &key, options()).await;
-    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
-    let (fresh, attempt, recovered) = acquire(backend, b"", &key, options()).await;
-    assert_eq!((attempt, recovered), (2, true));
-    assert!(fresh.token > stale.token);
-    assert!(matches!(backend.complete(&stale, b"late").await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(backend.renew(&stale, LEASE).await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(backend.release(&stale).await, Err(Error::LeaseLost { .. })));
-    backend.complete(&fresh, b"done").await.expect("complete");
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!(
-        (record.state, record.token, record.attempt, record.recovered),
-        (State::Completed, fresh.token, 2, true)
-    );
-    assert_eq!(record.response, b"done");
-}
-
-async fn ttl<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("ttl");
-    let short = ClaimOptions::new().lease(LEASE).ttl(TTL);
-    let (first, _, _) = acquire(backend, b"", &key, short).await;
-    backend.complete(&first, b"done").await.expect("complete");
-    assert!(matches!(backend.claim(b"", &key, fp("body"), short).await, Ok(BackendClaim::Replay(_))));
-    tokio::time::sleep(TTL + Duration::from_millis(300)).await;
-    assert_eq!(backend.get(b"", &key).await.expect("get"), None, "expired");
-    let (second, attempt, recovered) = acquire(backend, b"", &key, short).await;
-    assert_eq!((attempt, recovered), (1, false), "expired: a fresh start");
-    assert!(second.token > first.token, "no token repeats after expiry");
-}
-
-async fn scopes<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("scoped");
-    let (a, _, _) = acquire(backend, b"tenant-a", &key, options()).await;
-    let (b, _, _) = acquire(backend, b"tenant-b", &key, options()).await;
-    backend.complete(&a, b"for a").await.expect("complete a");
-    backend.complete(&b, b"for b").await.expect("complete b");
-    for (scope, answer) in [(&b"tenant-a"[..], &b"for a"[..]), (b"tenant-b", b"for b")] {
-        match backend.claim(scope, &key, fp("body"), options()).await.expect("claim") {
-            BackendClaim::Replay(response) => assert_eq!(response, answer),
-            other => panic!("expected Replay, got {other:?}"),
+/// The capabilities of an embedded store in `dir`: quotas, and a restart
+/// that closes it and opens it again on the same directory.
+fn store_capabilities(dir: &Path, clock: Option<&ManualClock>) -> Capabilities<Store> {
+    let (dir, clock) = (dir.to_path_buf(), clock.cloned());
+    Capabilities::new().quota(QUOTA_SCOPE, quota()).persistence(move |store: Store| {
+        let (dir, config) = (dir.clone(), store_config(clock.as_ref()));
+        async move {
+            store.close().expect("close");
+            Store::open(&dir, config).expect("reopen")
         }
-    }
-    assert_eq!(backend.get(b"tenant-c", &key).await.expect("get"), None);
+    })
 }
 
-async fn claim_wait<B: IdempotencyBackend + Clone>(backend: &B, keys: &Keys) {
-    let key = keys.key("wait");
-    let long = ClaimOptions::new().lease(Duration::from_secs(10)).ttl(Duration::from_secs(60));
-    let (token, _, _) = acquire(backend, b"", &key, long).await;
-    let waiter = {
-        let (backend, key) = (backend.clone(), key.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let answer = backend.claim(b"", &key, fp("body"), long.wait(Some(Duration::from_secs(8)))).await;
-            (answer, started.elapsed())
-        })
+/// The scenarios a target's report says were skipped, by name.
+fn skipped(report: &Report) -> Vec<(&'static str, Capability)> {
+    report.skipped.clone()
+}
+
+/// A store on real time or on `clock` in a fresh directory, and its
+/// capabilities (the directory lives as long as the first).
+fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilities<Store>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), store_config(clock)).expect("open");
+    let capabilities = store_capabilities(dir.path(), clock);
+    let capabilities = match clock {
+        Some(clock) => capabilities.movable_clock(clock.clone()),
+        None => capabilities,
     };
-    // Held for 1.6 s: the waiter's polls (if it were only polling) come
-    // at 0.1, 0.3, 0.7, 1.5 and 2.5 s, so an answer well before 2.5 s
-    // came from the finish's wake-up.
-    tokio::time::sleep(Duration::from_millis(1600)).await;
-    backend.complete(&token, b"waited for").await.expect("complete");
-    let completed = Instant::now();
-    let (answer, wait_took) = waiter.await.expect("waiter");
-    let after_finish = completed.elapsed();
-    match answer.expect("claim_wait") {
-        BackendClaim::Replay(response) => assert_eq!(response, b"waited for"),
-        other => panic!("expected Replay after the wait, got {other:?}"),
-    }
-    assert!(wait_took >= Duration::from_millis(1500), "it waited for the holder: {wait_took:?}");
-    assert!(after_finish < Duration::from_millis(500), "woken by the finish, not a poll: {after_finish:?} after it");
-
-    let held = keys.key("wait-held");
-    let (_token, _, _) = acquire(backend, b"", &held, long).await;
-    let started = Instant::now();
-    let answer = backend.claim(b"", &held, fp("body"), long.wait(Some(Duration::from_millis(200)))).await;
-    assert!(matches!(answer, Ok(BackendClaim::InProgress { .. })), "{answer:?}");
-    assert!(started.elapsed() >= Duration::from_millis(190), "waited its time: {:?}", started.elapsed());
-}
-
-async fn duplicates<B: IdempotencyBackend + Clone>(backend: &B, keys: &Keys) {
-    let key = keys.key("duplicates");
-    let tasks: Vec<_> = (0..32)
-        .map(|_| {
-            let (backend, key) = (backend.clone(), key.clone());
-            tokio::spawn(async move { backend.claim(b"", &key, fp("body"), options()).await })
-        })
-        .collect();
-    let mut acquired = Vec::new();
-    for task in tasks {
-        match task.await.expect("task").expect("claim") {
-            BackendClaim::Acquired { token, .. } => acquired.push(token),
-            BackendClaim::InProgress { .. } => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(acquired.len(), 1, "exactly one of 32 concurrent duplicates runs");
-    backend.complete(&acquired[0], b"once").await.expect("complete");
-}
-
-async fn limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let too_long = vec![b'k'; backend.limits().key_bytes_max + 1];
-    assert!(matches!(backend.claim(b"", &too_long, fp("body"), options()).await, Err(Error::KeyTooLong { .. })));
-    assert!(matches!(backend.claim(b"", b"", fp("body"), options()).await, Err(Error::KeyEmpty)));
-    let key = keys.key("limits");
-    let (token, _, _) = acquire(backend, b"", &key, options()).await;
-    let large = vec![0; backend.limits().response_bytes_max + 1];
-    assert!(matches!(backend.complete(&token, &large).await, Err(Error::ResponseTooLarge { .. })));
-    backend.complete(&token, b"small").await.expect("the lease still holds after a refused response");
-    let zero = ClaimOptions::new().lease(Duration::ZERO);
-    assert!(matches!(
-        backend.claim(b"", &keys.key("zero"), fp("body"), zero).await,
-        Err(Error::InvalidDuration { .. })
-    ));
-}
-
-async fn renew_get_remove<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("renew");
-    assert_eq!(backend.get(b"", &key).await.expect("get"), None);
-    let (token, _, _) = acquire(backend, b"", &key, options()).await;
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!((record.state, record.token, record.attempt), (State::Processing, token.token, 1));
-    assert!(record.response.is_empty());
-    backend.renew(&token, Duration::from_secs(5)).await.expect("renew");
-    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
-    assert!(
-        matches!(backend.claim(b"", &key, fp("body"), options()).await, Ok(BackendClaim::InProgress { .. })),
-        "renewed past the first lease"
-    );
-    assert!(backend.remove(b"", &key).await.expect("remove"));
-    assert!(!backend.remove(b"", &key).await.expect("remove again"));
-    assert!(
-        matches!(backend.complete(&token, b"late").await, Err(Error::LeaseLost { .. })),
-        "removed under its holder"
-    );
-    let (after, attempt, _) = acquire(backend, b"", &key, options()).await;
-    assert_eq!(attempt, 1);
-    assert!(after.token > token.token);
-}
-
-fn point(step: &str, payload: &[u8]) -> Checkpoint {
-    Checkpoint::new(step, payload.to_vec())
-}
-
-async fn stored_point<B: IdempotencyBackend>(backend: &B, key: &[u8]) -> Option<Checkpoint> {
-    backend.get(b"", key).await.expect("get").and_then(|record| record.checkpoint)
-}
-
-/// A checkpoint goes to the holder that takes the key over, and
-/// stays in the record for the one after; a stale holder's is refused.
-async fn checkpoints<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("resume");
-    let (first, _, _, none) = acquire_at(backend, &key, options()).await;
-    assert_eq!(none, None, "a fresh claim has no checkpoint");
-    let before = backend.get(b"", &key).await.expect("get").expect("present");
-    backend.checkpoint(&first, "reserved", b"r_1").await.expect("checkpoint");
-    backend.checkpoint(&first, "charged", b"ch_1").await.expect("checkpoint");
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!(
-        (record.state, record.token, record.checkpoint.clone()),
-        (State::Processing, first.token, Some(point("charged", b"ch_1")))
-    );
-    assert!(record.response.is_empty());
-    assert!(record.deadline_ms.abs_diff(before.deadline_ms) <= 5, "the lease end stays: {record:?} {before:?}");
-    backend.renew(&first, LEASE).await.expect("renew");
-    assert_eq!(stored_point(backend, &key).await, Some(point("charged", b"ch_1")), "a renewal keeps it");
-
-    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
-    let (second, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
-    assert_eq!((attempt, recovered, resumed), (2, true, Some(point("charged", b"ch_1"))), "the takeover resumes");
-    assert!(matches!(backend.checkpoint(&first, "late", b"x").await, Err(Error::LeaseLost { .. })), "stale");
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!(
-        (record.token, record.checkpoint),
-        (second.token, Some(point("charged", b"ch_1"))),
-        "nothing of the stale one"
-    );
-
-    tokio::time::sleep(LEASE + Duration::from_millis(150)).await;
-    let (third, attempt, recovered, resumed) = acquire_at(backend, &key, options()).await;
-    assert_eq!((attempt, recovered, resumed), (3, true, Some(point("charged", b"ch_1"))), "carried over twice");
-    assert!(matches!(backend.checkpoint(&second, "late", b"x").await, Err(Error::LeaseLost { .. })));
-    backend.checkpoint(&third, "ordered", b"o_1").await.expect("checkpoint");
-    assert_eq!(stored_point(backend, &key).await, Some(point("ordered", b"o_1")));
-    backend.complete(&third, b"201 ordered").await.expect("complete");
-    assert!(matches!(backend.checkpoint(&third, "after", b"x").await, Err(Error::LeaseLost { .. })), "finished");
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!((record.state, record.checkpoint, record.response), (State::Completed, None, b"201 ordered".to_vec()));
-}
-
-/// Releasing, removing or expiring a key drops its checkpoint: the
-/// next claim starts without one.
-async fn checkpoints_dropped<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("released");
-    let (token, _, _, _) = acquire_at(backend, &key, options()).await;
-    backend.checkpoint(&token, "validated", b"v").await.expect("checkpoint");
-    backend.release(&token).await.expect("release");
-    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "released");
-    let (token, attempt, recovered, fresh) = acquire_at(backend, &key, options()).await;
-    assert_eq!((attempt, recovered, fresh), (1, false, None), "released: a fresh start");
-    assert_eq!(stored_point(backend, &key).await, None);
-
-    backend.checkpoint(&token, "validated", b"v").await.expect("checkpoint");
-    assert!(backend.remove(b"", &key).await.expect("remove"));
-    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "removed");
-    assert_eq!(acquire_at(backend, &key, options()).await.3, None, "removed: a fresh start");
-
-    let expiring = keys.key("expired");
-    let short = ClaimOptions::new().lease(Duration::from_millis(200)).ttl(Duration::from_millis(300));
-    let (token, _, _, _) = acquire_at(backend, &expiring, short).await;
-    backend.checkpoint(&token, "charged", b"ch").await.expect("checkpoint");
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(matches!(backend.checkpoint(&token, "late", b"x").await, Err(Error::LeaseLost { .. })), "expired");
-    let (_, attempt, recovered, fresh) = acquire_at(backend, &expiring, short).await;
-    assert_eq!((attempt, recovered, fresh), (1, false, None), "expired: a fresh start");
-}
-
-/// A refused checkpoint is a typed error and stores nothing.
-async fn recovery_point_limits<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let key = keys.key("limits");
-    let max = backend.limits().response_bytes_max;
-    let (token, _, _, _) = acquire_at(backend, &key, options()).await;
-    backend.checkpoint(&token, "kept", b"k").await.expect("checkpoint");
-    let too_large = backend.checkpoint(&token, "s", &vec![7; max - 1]).await;
-    assert!(matches!(too_large, Err(Error::CheckpointTooLarge { len, max: limit }) if len == max + 1 && limit == max));
-    assert!(matches!(backend.checkpoint(&token, "", b"x").await, Err(Error::InvalidCheckpoint { .. })));
-    assert!(matches!(backend.checkpoint(&token, &"s".repeat(256), b"").await, Err(Error::InvalidCheckpoint { .. })));
-    assert_eq!(stored_point(backend, &key).await, Some(point("kept", b"k")), "nothing stored");
-    backend.checkpoint(&token, "s", &vec![7; max - 2]).await.expect("step + payload + 1 = the limit");
-    assert_eq!(stored_point(backend, &key).await, Some(point("s", &vec![7; max - 2])));
-    backend.checkpoint(&token, &"é".repeat(127), b"").await.expect("a 254-byte step");
-    backend.complete(&token, b"done").await.expect("complete");
-}
-
-/// What a claim of a finished key gets under each reuse policy.
-async fn reuse_policies<B: IdempotencyBackend>(backend: &B, keys: &Keys) {
-    let retry = options().reuse(ReusePolicy::RetryFailed);
-    let key = keys.key("failed");
-    let (first, _, _, _) = acquire_at(backend, &key, options()).await;
-    backend.checkpoint(&first, "declined", b"d").await.expect("checkpoint");
-    backend.fail(&first, b"402 declined").await.expect("fail");
-    let failed = backend.get(b"", &key).await.expect("get").expect("present");
-    match backend.claim(b"", &key, fp("body"), options()).await.expect("claim") {
-        BackendClaim::Replay(response) => assert_eq!(response, b"402 declined", "the default replays"),
-        other => panic!("expected Replay, got {other:?}"),
-    }
-    assert!(matches!(backend.claim(b"", &key, fp("other"), retry).await, Ok(BackendClaim::Mismatch)));
-    let (second, attempt, recovered, resumed) = acquire_at(backend, &key, retry).await;
-    assert_eq!((attempt, recovered, resumed), (2, false, None), "run again, nothing half-done");
-    assert!(second.token > first.token);
-    let record = backend.get(b"", &key).await.expect("get").expect("present");
-    assert_eq!((record.state, record.attempt, record.token), (State::Processing, 2, second.token));
-    assert!(record.response.is_empty() && record.checkpoint.is_none());
-    assert!(record.created_ms >= failed.created_ms);
-    assert!(matches!(backend.claim(b"", &key, fp("body"), retry).await, Ok(BackendClaim::InProgress { .. })));
-    assert!(matches!(backend.fail(&first, b"late").await, Err(Error::LeaseLost { .. })), "superseded");
-    backend.complete(&second, b"201 charged").await.expect("complete");
-    match backend.claim(b"", &key, fp("body"), retry).await.expect("claim") {
-        BackendClaim::Replay(response) => assert_eq!(response, b"201 charged", "completed: always replayed"),
-        other => panic!("expected Replay, got {other:?}"),
-    }
-}
-
-/// Every scenario, in turn, on `backend`; keys prefixed with `target`.
-async fn conformance<B: IdempotencyBackend + Clone>(backend: B, target: &str) {
-    let keys = |scenario: &str| Keys(format!("{target}-{scenario}"));
-    state_table(&backend, &keys("state_table")).await;
-    fencing(&backend, &keys("fencing")).await;
-    ttl(&backend, &keys("ttl")).await;
-    scopes(&backend, &keys("scopes")).await;
-    claim_wait(&backend, &keys("claim_wait")).await;
-    duplicates(&backend, &keys("duplicates")).await;
-    limits(&backend, &keys("limits")).await;
-    renew_get_remove(&backend, &keys("renew_get_remove")).await;
-    checkpoints(&backend, &keys("checkpoints")).await;
-    checkpoints_dropped(&backend, &keys("checkpoints_dropped")).await;
-    recovery_point_limits(&backend, &keys("recovery_point_limits")).await;
-    reuse_policies(&backend, &keys("reuse_policies")).await;
+    (dir, store, capabilities)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_store() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = idemkv::Store::open(dir.path(), store_config()).expect("open");
-    conformance(store, "embedded").await;
+    let (_dir, store, capabilities) = embedded(None);
+    let report = conformance::run_all(store, capabilities).await;
+    assert_eq!(skipped(&report), [("lease_boundaries", Capability::MovableClock)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_standalone() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = RedisServer::start(dir.path());
-    let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
-    conformance(backend, "standalone").await;
+async fn embedded_store_on_a_movable_clock() {
+    let clock = ManualClock::new(crate::common::START_MS);
+    let (_dir, store, capabilities) = embedded(Some(&clock));
+    let report = conformance::run_all(store, capabilities).await;
+    assert_eq!(skipped(&report), []);
+    assert!(report.passed.contains(&"lease_boundaries"), "{report:?}");
 }
 
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_http() {
+    let (_dir, store, capabilities) = embedded(None);
+    let probe = store.clone();
+    let skipped = self::http::run_all(store, capabilities).await;
+    assert_eq!(skipped, [("restart_ttl", Capability::MovableClock)]);
+    assert_eq!(probe.stats().quota_refusals, 1, "the quota scenario's one refusal");
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_http_on_a_movable_clock() {
+    let clock = ManualClock::new(crate::common::START_MS);
+    let (_dir, store, capabilities) = embedded(Some(&clock));
+    let skipped = self::http::run_all(store, capabilities).await;
+    let real_time = Capability::RealTime;
+    assert_eq!(
+        skipped,
+        [("keepalive", real_time), ("keepalive_blocking", real_time), ("keepalive_streaming", real_time)]
+    );
+}
+
+/// The embedded store with one flaw: `release` answers `Ok` and frees
+/// nothing.
+#[derive(Clone)]
+struct ReleaseForgotten(Store);
+
+impl IdempotencyBackend for ReleaseForgotten {
+    async fn claim(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+    ) -> Result<BackendClaim, Error> {
+        IdempotencyBackend::claim(&self.0, scope, key, fingerprint, options).await
+    }
+
+    async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
+        IdempotencyBackend::complete(&self.0, token, response).await
+    }
+
+    async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
+        IdempotencyBackend::fail(&self.0, token, response).await
+    }
+
+    async fn release(&self, _token: &LeaseToken) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<(), Error> {
+        IdempotencyBackend::checkpoint(&self.0, token, step, payload).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<(), Error> {
+        IdempotencyBackend::renew(&self.0, token, extend).await
+    }
+
+    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
+        IdempotencyBackend::get(&self.0, scope, key).await
+    }
+
+    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
+        IdempotencyBackend::remove(&self.0, scope, key).await
+    }
+
+    fn limits(&self) -> BackendLimits {
+        self.0.limits()
+    }
+}
+
+/// The suite is no rubber stamp: a backend that breaks one row of the
+/// contract fails it, and the panic names the scenario.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cluster() {
+async fn a_backend_that_breaks_the_contract_fails_the_suite_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || RedisCluster::start(&dir)
-    })
-    .await
-    .expect("cluster");
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
-    conformance(backend, "cluster").await;
+    let store = Store::open(dir.path(), store_config(None)).expect("open");
+    let run = tokio::spawn(conformance::run_all(ReleaseForgotten(store), Capabilities::new()));
+    let panic = run.await.expect_err("the suite passed a backend whose release frees nothing").into_panic();
+    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    assert!(message.starts_with("conformance scenario `state_table` failed: "), "{message}");
+    assert!(message.contains("expected Acquired"), "{message}");
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::{config, conformance, skipped, Capabilities, Capability};
+    use crate::common::redis::{RedisCluster, RedisServer};
+    use idemkv::redis::RedisBackend;
+    use std::path::Path;
+
+    /// A standalone server in `dir`, a backend on it, and its capabilities:
+    /// a restart is a SIGKILL and a start on the same AOF.
+    async fn standalone(dir: &Path) -> (RedisBackend, Capabilities<RedisBackend>) {
+        let mut server = RedisServer::start(dir);
+        let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
+        let capabilities = Capabilities::new().persistence(move |backend: RedisBackend| {
+            drop(backend);
+            server.kill();
+            server.restart();
+            let url = server.url();
+            async move { RedisBackend::connect(&url, config()).await.expect("reconnect") }
+        });
+        (backend, capabilities)
+    }
+
+    /// A three-master cluster in `dir` and a backend on it.
+    async fn cluster(dir: &Path) -> (RedisCluster, RedisBackend) {
+        let cluster = tokio::task::spawn_blocking({
+            let dir = dir.to_path_buf();
+            move || RedisCluster::start(&dir)
+        })
+        .await
+        .expect("cluster");
+        let urls = cluster.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+        (cluster, backend)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_standalone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = standalone(dir.path()).await;
+        let report = conformance::run_all(backend, capabilities).await;
+        let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
+        assert_eq!(skipped(&report), lacks);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_cluster() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_cluster, backend) = cluster(dir.path()).await;
+        let report = conformance::run_all(backend, Capabilities::new()).await;
+        let lacks = [
+            ("lease_boundaries", Capability::MovableClock),
+            ("quota_refusals", Capability::Quotas),
+            ("survives_restart", Capability::Persistence),
+        ];
+        assert_eq!(skipped(&report), lacks);
+    }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redis_standalone_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = standalone(dir.path()).await;
+        let skipped = super::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+    }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redis_cluster_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_cluster, backend) = cluster(dir.path()).await;
+        let skipped = super::http::run_all(backend, Capabilities::new()).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart", Capability::Persistence)]);
+    }
 }
 
 #[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = crate::common::postgres::PostgresServer::start(dir.path());
-    let backend = idemkv::postgres::PostgresBackend::connect(&server.url(), config()).await.expect("connect");
-    conformance(backend, "postgres").await;
+mod postgres {
+    use super::{config, conformance, skipped, Capabilities, Capability};
+    use crate::common::postgres::PostgresServer;
+    use idemkv::postgres::PostgresBackend;
+    use std::path::Path;
+
+    /// A server in `dir`, a backend on it, and its capabilities: a restart
+    /// is an immediate stop (no checkpoint, as at a crash) and a start that
+    /// replays the WAL.
+    async fn server(dir: &Path) -> (PostgresBackend, Capabilities<PostgresBackend>) {
+        let mut server = PostgresServer::start(dir);
+        let backend = PostgresBackend::connect(&server.url(), config()).await.expect("connect");
+        let capabilities = Capabilities::new().persistence(move |backend: PostgresBackend| {
+            drop(backend);
+            server.stop_immediate();
+            server.restart();
+            let url = server.url();
+            async move { PostgresBackend::connect(&url, config()).await.expect("reconnect") }
+        });
+        (backend, capabilities)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = server(dir.path()).await;
+        let report = conformance::run_all(backend, capabilities).await;
+        let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
+        assert_eq!(skipped(&report), lacks);
+    }
+
+    #[cfg(feature = "tower")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (backend, capabilities) = server(dir.path()).await;
+        let skipped = super::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+    }
 }

@@ -1,16 +1,15 @@
 //! Guards the pass-through of requests the layer does not guard: a
 //! streamed GET behind a router-wide layer reaches the client as it is
 //! produced, not buffered until its end.
-#![cfg(feature = "tower")]
-
-use crate::common::http::{client, Server};
+use super::Served;
+use crate::common::http::client;
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use futures_util::stream;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -29,11 +28,10 @@ async fn ticker() -> Body {
     }))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_streamed_get_is_not_buffered() {
+pub async fn a_streamed_get_is_not_buffered<B: IdempotencyBackend + Clone>(backend: &B) {
     let routes =
         Router::new().route("/ticks", get(ticker)).route("/payments", post(|| async { (StatusCode::CREATED, "ok") }));
-    let server = Server::start(Config::new(), LayerConfig::global(), routes).await;
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
     let client = client();
 
     let started = Instant::now();

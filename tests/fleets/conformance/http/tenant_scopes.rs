@@ -1,33 +1,37 @@
 //! Guards chosen scopes: keys scoped by an `X-Account` header are per
 //! tenant, so two tenants with the same key and body each get their own
 //! run and answer; a request that names no tenant is refused.
-#![cfg(feature = "tower")]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::header::LOCATION;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 
 async fn create(State(runs): State<Counter>) -> impl IntoResponse {
     let run = runs.bump();
     (StatusCode::CREATED, [(LOCATION, format!("/payments/{run}"))], format!("payment {run}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_tenants_with_the_same_key_each_get_their_own_run() {
+pub async fn two_tenants_with_the_same_key_each_get_their_own_run<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
     let layer =
         LayerConfig::scoped(|request| request.headers.get("x-account").map(|account| account.as_bytes().to_vec()));
-    let server = Server::start(Config::new(), layer, routes).await;
+    let server = Served::start(backend, layer, routes).await;
     let client = client();
     let url = server.url("/payments");
-    let as_tenant = |account: &str| post_to(&client, &url, "order-1", "amount=10").header("X-Account", account);
+    let order = key(setting, "order-1");
+    let as_tenant = |account: &str| post_to(&client, &url, &order, "amount=10").header("X-Account", account);
 
     let alice = send(as_tenant("alice")).await;
     let bob = send(as_tenant("bob")).await;
@@ -43,7 +47,7 @@ async fn two_tenants_with_the_same_key_each_get_their_own_run() {
     assert_eq!((bob_again.replayed(), bob_again.header("location")), (true, Some(bob_at)), "{bob_again:?}");
     assert_eq!(runs.get(), 2, "each tenant's retry replayed");
 
-    let nobody = send(post_to(&client, &url, "order-1", "amount=10")).await;
+    let nobody = send(post_to(&client, &url, &order, "amount=10")).await;
     assert!(nobody.is_problem(400, "scope-missing"), "{nobody:?}");
     assert_eq!(runs.get(), 2, "a request without a tenant did not run");
 }

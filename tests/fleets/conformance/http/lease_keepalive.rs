@@ -4,15 +4,17 @@
 //! so does a handler that blocks its thread for three leases, and one
 //! whose body streams for three leases after its head was answered (the
 //! keep-alive once ran in the handler's task and stopped at the head).
-#![cfg(feature = "tower")]
+//! Renewals run in real time, so these need a backend on real time.
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 use std::time::Duration;
 
 /// Runs 2.2 s: more than twice the 1 s lease.
@@ -22,19 +24,22 @@ async fn long(State(runs): State<Counter>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_handler_twice_as_long_as_its_lease_runs_once() {
+pub async fn a_handler_twice_as_long_as_its_lease_runs_once<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(long)).with_state(runs.clone());
-    let server = Server::start(Config::new(), LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
+    let server = Served::start(backend, LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
     let client = client();
     let url = server.url("/payments");
+    let order = key(setting, "order-long");
 
-    let first = tokio::spawn(send(post_to(&client, &url, "order-long", "amount=1")));
+    let first = tokio::spawn(send(post_to(&client, &url, &order, "amount=1")));
     runs.reach(1, Duration::from_secs(10), "the handler started").await;
     // Past the 1 s lease: without renewals this duplicate would take over.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let duplicate = send(post_to(&client, &url, "order-long", "amount=1")).await;
+    let duplicate = send(post_to(&client, &url, &order, "amount=1")).await;
     assert!(duplicate.is_problem(409, "in-progress"), "{duplicate:?}");
     assert!(duplicate.header("retry-after").is_some(), "{duplicate:?}");
     assert_eq!(runs.get(), 1, "the duplicate ran the handler again");
@@ -43,7 +48,7 @@ async fn a_handler_twice_as_long_as_its_lease_runs_once() {
     assert_eq!((first.status, first.body.as_str(), first.replayed()), (201, "payment 1", false), "{first:?}");
     assert_eq!(first.header("idempotency-stored"), None, "the answer was not kept: {first:?}");
 
-    let retry = send(post_to(&client, &url, "order-long", "amount=1")).await;
+    let retry = send(post_to(&client, &url, &order, "amount=1")).await;
     assert_eq!((retry.status, retry.body.as_str(), retry.replayed()), (201, "payment 1", true), "{retry:?}");
     assert_eq!(runs.get(), 1, "the handler ran once");
 }
@@ -73,8 +78,13 @@ async fn streaming(State(runs): State<Counter>) -> (StatusCode, axum::body::Body
 /// A duplicate sent 1.5 s into the first request — past its 1 s lease —
 /// must get 409, the first its own answer stored, the retry after it the
 /// replay, and the handler must have run once.
-async fn runs_once_past_its_lease(routes: Router, runs: &Counter, key: &str) -> String {
-    let server = Server::start(Config::new(), LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
+async fn runs_once_past_its_lease<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    routes: Router,
+    runs: &Counter,
+    key: &str,
+) -> String {
+    let server = Served::start(backend, LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
     let client = client();
     let url = server.url("/payments");
     let first = tokio::spawn(send(post_to(&client, &url, key, "amount=1")));
@@ -91,18 +101,19 @@ async fn runs_once_past_its_lease(routes: Router, runs: &Counter, key: &str) -> 
     first.body
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_handler_that_blocks_its_thread_for_three_leases_runs_once() {
+pub async fn a_handler_that_blocks_its_thread_runs_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(blocking)).with_state(runs.clone());
-    let body = runs_once_past_its_lease(routes, &runs, "order-blocking").await;
+    let body = runs_once_past_its_lease(backend, routes, &runs, &key(setting, "order-blocking")).await;
     assert_eq!(body, "payment 1");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_body_that_streams_for_three_leases_runs_once() {
+pub async fn a_body_that_streams_for_three_leases_runs_once<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(streaming)).with_state(runs.clone());
-    let body = runs_once_past_its_lease(routes, &runs, "order-streaming").await;
+    let body = runs_once_past_its_lease(backend, routes, &runs, &key(setting, "order-streaming")).await;
     assert!(body.starts_with("part 0 of payment 1;") && body.ends_with("part 5 of payment 1;"), "{body}");
 }

@@ -2,15 +2,16 @@
 //! handler's 400 or 422 free the key (the corrected request or the retry
 //! runs); with `keep_validation_failures(true)` the 400 and 422 are kept
 //! and replayed.
-#![cfg(feature = "tower")]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 
 /// `bad` is a 400, `unprocessable` a 422, anything else a 201.
 async fn validate(State(runs): State<Counter>, body: String) -> (StatusCode, String) {
@@ -23,66 +24,72 @@ async fn validate(State(runs): State<Counter>, body: String) -> (StatusCode, Str
     (status, format!("run {run}"))
 }
 
-async fn server(runs: &Counter, layer: LayerConfig) -> Server {
+async fn server<B: IdempotencyBackend + Clone>(backend: &B, runs: &Counter, layer: LayerConfig) -> Served {
     let routes = Router::new().route("/payments", post(validate)).with_state(runs.clone());
-    Server::start(Config::new(), layer, routes).await
+    Served::start(backend, layer, routes).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_mistyped_path_or_method_does_not_spend_the_key() {
+pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
-    let server = server(&runs, LayerConfig::global()).await;
+    let server = server(backend, &runs, LayerConfig::global()).await;
     let client = client();
+    let (order_404, order_405) = (key(setting, "order-404"), key(setting, "order-405"));
 
-    let missed = send(post_to(&client, &server.url("/paymnets"), "order-404", "amount=1")).await;
+    let missed = send(post_to(&client, &server.url("/paymnets"), &order_404, "amount=1")).await;
     assert_eq!(missed.status, 404, "{missed:?}");
-    let corrected = send(post_to(&client, &server.url("/payments"), "order-404", "amount=1")).await;
+    let corrected = send(post_to(&client, &server.url("/payments"), &order_404, "amount=1")).await;
     assert_eq!((corrected.status, corrected.replayed()), (201, false), "the 404 was kept: {corrected:?}");
 
     let wrong_method =
-        send(client.patch(server.url("/payments")).header("Idempotency-Key", "order-405").body("amount=1")).await;
+        send(client.patch(server.url("/payments")).header("Idempotency-Key", &order_405).body("amount=1")).await;
     assert_eq!(wrong_method.status, 405, "{wrong_method:?}");
-    let corrected = send(post_to(&client, &server.url("/payments"), "order-405", "amount=1")).await;
+    let corrected = send(post_to(&client, &server.url("/payments"), &order_405, "amount=1")).await;
     assert_eq!((corrected.status, corrected.replayed()), (201, false), "the 405 was kept: {corrected:?}");
     assert_eq!(runs.get(), 2, "only the corrected requests reached the handler");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn validation_failures_are_not_kept_by_default() {
+pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
-    let server = server(&runs, LayerConfig::global()).await;
+    let server = server(backend, &runs, LayerConfig::global()).await;
     let client = client();
     let url = server.url("/payments");
 
-    for (key, invalid, status) in [("order-400", "bad", 400), ("order-422", "unprocessable", 422)] {
+    for (name, invalid, status) in [("order-400", "bad", 400), ("order-422", "unprocessable", 422)] {
+        let key = key(setting, name);
         let before = runs.get();
-        let first = send(post_to(&client, &url, key, invalid)).await;
+        let first = send(post_to(&client, &url, &key, invalid)).await;
         assert_eq!((first.status, first.replayed()), (status, false), "{first:?}");
-        let retry = send(post_to(&client, &url, key, invalid)).await;
+        let retry = send(post_to(&client, &url, &key, invalid)).await;
         assert_eq!((retry.status, retry.replayed()), (status, false), "the {status} was replayed: {retry:?}");
         assert_eq!(runs.get(), before + 2, "the retry of a {status} ran the handler again");
         // A corrected request may use the key.
-        let corrected = send(post_to(&client, &url, key, "amount=1")).await;
+        let corrected = send(post_to(&client, &url, &key, "amount=1")).await;
         assert_eq!((corrected.status, corrected.replayed()), (201, false), "{corrected:?}");
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn validation_failures_are_kept_on_request() {
+pub async fn validation_failures_are_kept_on_request<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
-    let server = server(&runs, LayerConfig::global().keep_validation_failures(true)).await;
+    let server = server(backend, &runs, LayerConfig::global().keep_validation_failures(true)).await;
     let client = client();
     let url = server.url("/payments");
 
-    for (key, invalid, status) in [("order-400", "bad", 400), ("order-422", "unprocessable", 422)] {
+    for (name, invalid, status) in [("order-400", "bad", 400), ("order-422", "unprocessable", 422)] {
+        let key = key(setting, name);
         let before = runs.get();
-        let first = send(post_to(&client, &url, key, invalid)).await;
+        let first = send(post_to(&client, &url, &key, invalid)).await;
         assert_eq!((first.status, first.replayed()), (status, false), "{first:?}");
-        let retry = send(post_to(&client, &url, key, invalid)).await;
+        let retry = send(post_to(&client, &url, &key, invalid)).await;
         assert_eq!((retry.status, retry.replayed(), &retry.body), (status, true, &first.body), "{retry:?}");
         assert_eq!(runs.get(), before + 1, "the {status} was kept and replayed");
         // The key is spent: another request with it is a reused key.
-        let other = send(post_to(&client, &url, key, "amount=1")).await;
+        let other = send(post_to(&client, &url, &key, "amount=1")).await;
         assert!(other.is_problem(422, "key-reused"), "{other:?}");
         assert_eq!(runs.get(), before + 1);
     }

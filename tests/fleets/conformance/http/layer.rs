@@ -1,14 +1,14 @@
-//! The idempotency layer in front of a real axum server on 127.0.0.1, driven
-//! by a real HTTP client: double sends, concurrent sends, a reused key, a
-//! missing key, an oversized body, a restart on the same directory, expiry,
-//! a 5xx released under `FailurePolicy::ReleaseOnServerError`, and a
-//! request dropped mid-handler whose handler still finishes.
-#![cfg(feature = "tower")]
+//! The idempotency layer over a backend: double sends, concurrent sends, a
+//! reused key, a missing key, an oversized body, a restart of the backend
+//! (and, on a movable clock, expiry), a 5xx released under
+//! `FailurePolicy::ReleaseOnServerError`, and a request dropped
+//! mid-handler whose handler still finishes.
 
+use super::{key, Served};
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use idemkv::conformance::{Restart, Setting};
 use idemkv::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
-use idemkv::{Config, Durability, ManualClock, Store};
-use std::path::Path;
+use idemkv::IdempotencyBackend;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,37 +34,23 @@ async fn charge(State(ledger): State<Arc<Ledger>>, body: Bytes) -> (StatusCode, 
 struct Server {
     url: String,
     ledger: Arc<Ledger>,
-    task: tokio::task::JoinHandle<()>,
+    served: Served,
 }
 
-async fn start(dir: &Path, clock: &ManualClock, ledger: Arc<Ledger>) -> Server {
-    start_with(dir, clock, ledger, LayerConfig::global()).await
+async fn start<B: IdempotencyBackend + Clone>(backend: &B, ledger: Arc<Ledger>) -> Server {
+    start_with(backend, ledger, LayerConfig::global()).await
 }
 
-async fn start_with(dir: &Path, clock: &ManualClock, ledger: Arc<Ledger>, layer: LayerConfig) -> Server {
-    let config =
-        Config::new().durability(Durability::Sync).clock(Arc::new(clock.clone())).default_ttl(Duration::from_secs(60));
-    let store = Store::open(dir, config).expect("open store");
-    let app = Router::new()
-        .route("/payments", post(charge))
-        .with_state(Arc::clone(&ledger))
-        .layer(IdempotencyLayer::new(store, layer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/payments", listener.local_addr().expect("address"));
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("serve");
-    });
-    Server { url, ledger, task }
+async fn start_with<B: IdempotencyBackend + Clone>(backend: &B, ledger: Arc<Ledger>, layer: LayerConfig) -> Server {
+    let routes = Router::new().route("/payments", post(charge)).with_state(Arc::clone(&ledger));
+    let served = Served::start(backend, layer, routes).await;
+    Server { url: served.url("/payments"), ledger, served }
 }
 
 impl Server {
-    /// Stops serving and drops the store (releasing its directory lock).
+    /// Stops serving, so that nothing holds the backend any more.
     async fn stop(self) {
-        self.task.abort();
-        let _ = self.task.await;
-        // Connections held by the client pool may keep the router (and the
-        // store) alive a little longer; give them a moment to close.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.served.stop().await;
     }
 }
 
@@ -90,36 +76,32 @@ async fn send(
 
 fn client() -> reqwest::Client {
     // No pooled connections: a restarted server must not meet old sockets.
-    reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client")
+    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().expect("client")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn double_send_charges_once_and_replays() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(1_767_225_600_000);
-    let server = start(dir.path(), &clock, Arc::default()).await;
+pub async fn double_send_charges_once_and_replays<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let server = start(backend, Arc::default()).await;
     let client = client();
-    let first = send(&client, &server.url, Some("order-1"), "amount=10", &[]).await;
-    let second = send(&client, &server.url, Some("\"order-1\""), "amount=10", &[]).await;
+    let order = key(setting, "order-1");
+    let first = send(&client, &server.url, Some(&order), "amount=10", &[]).await;
+    let second = send(&client, &server.url, Some(&format!("\"{order}\"")), "amount=10", &[]).await;
     assert_eq!((first.0, first.2.as_deref()), (201, None));
     assert_eq!((second.0, &second.1, second.2.as_deref()), (201, &first.1, Some("true")));
     assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1);
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_sends_execute_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(1_767_225_600_000);
-    let server = start(dir.path(), &clock, Arc::default()).await;
+pub async fn concurrent_sends_execute_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let server = start(backend, Arc::default()).await;
     let client = client();
+    let order = key(setting, "order-2");
     let sends: Vec<_> = (0..8)
         .map(|index| {
-            let (client, url) = (client.clone(), server.url.clone());
+            let (client, url, order) = (client.clone(), server.url.clone(), order.clone());
             tokio::spawn(async move {
                 // Half of them ask to wait for the first request's answer.
                 let headers: &[(&str, &str)] = if index % 2 == 0 { &[("Prefer", "wait=5")] } else { &[] };
-                send(&client, &url, Some("order-2"), "amount=20", headers).await
+                send(&client, &url, Some(&order), "amount=20", headers).await
             })
         })
         .collect();
@@ -139,14 +121,15 @@ async fn concurrent_sends_execute_once() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reused_key_missing_key_and_bad_key_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(1_767_225_600_000);
-    let server = start(dir.path(), &clock, Arc::default()).await;
+pub async fn reused_key_missing_key_and_bad_key_are_refused<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let server = start(backend, Arc::default()).await;
     let client = client();
-    assert_eq!(send(&client, &server.url, Some("order-3"), "amount=30", &[]).await.0, 201);
-    let reused = send(&client, &server.url, Some("order-3"), "amount=31", &[]).await;
+    let order = key(setting, "order-3");
+    assert_eq!(send(&client, &server.url, Some(&order), "amount=30", &[]).await.0, 201);
+    let reused = send(&client, &server.url, Some(&order), "amount=31", &[]).await;
     assert_eq!(reused.0, 422, "{reused:?}");
     assert!(!reused.1.contains("payment"), "a mismatch never reveals the stored response: {reused:?}");
     let missing = send(&client, &server.url, None, "amount=30", &[]).await;
@@ -154,51 +137,83 @@ async fn reused_key_missing_key_and_bad_key_are_refused() {
     assert!(missing.1.contains("urn:idemkv:problem:key-missing"), "{missing:?}");
     let long = "k".repeat(300);
     assert_eq!(send(&client, &server.url, Some(&long), "amount=30", &[]).await.0, 400);
-    assert_eq!(send(&client, &server.url, Some("\"unclosed"), "amount=30", &[]).await.0, 400);
+    let unclosed = format!("\"{}", key(setting, "unclosed"));
+    assert_eq!(send(&client, &server.url, Some(&unclosed), "amount=30", &[]).await.0, 400);
     // Bodies are buffered up to 1 MiB; beyond that a clear 413, nothing stored.
     let huge = "x".repeat((1 << 20) + 1);
-    let too_large = send(&client, &server.url, Some("order-huge"), &huge, &[]).await;
+    let order_huge = key(setting, "order-huge");
+    let too_large = send(&client, &server.url, Some(&order_huge), &huge, &[]).await;
     assert_eq!(too_large.0, 413, "{:?}", &too_large.1);
-    assert_eq!(send(&client, &server.url, Some("order-huge"), "amount=1", &[]).await.0, 201);
+    assert_eq!(send(&client, &server.url, Some(&order_huge), "amount=1", &[]).await.0, 201);
     assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 2);
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_survives_a_restart_and_expires_by_ttl() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(1_767_225_600_000);
+/// Answers once, restarts the backend, and checks that the restarted
+/// server replays without charging; the backend after the restart, the
+/// client and the key.
+async fn restart_replays<B: IdempotencyBackend + Clone>(
+    backend: B,
+    restart: &mut Restart<B>,
+    setting: &Setting,
+) -> (B, Server, reqwest::Client, String) {
     let client = client();
-    let server = start(dir.path(), &clock, Arc::default()).await;
-    let first = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
+    let order = key(setting, "order-4");
+    let server = start(&backend, Arc::default()).await;
+    let first = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
     assert_eq!(first.0, 201);
     server.stop().await;
+    let backend = restart(backend).await;
 
     let ledger = Arc::new(Ledger::default());
-    let server = start(dir.path(), &clock, Arc::clone(&ledger)).await;
-    let again = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
+    let server = start(&backend, Arc::clone(&ledger)).await;
+    let again = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
     assert_eq!((again.0, &again.1, again.2.as_deref()), (201, &first.1, Some("true")));
     assert_eq!(ledger.charges.load(Ordering::SeqCst), 0, "the restarted server replayed");
-    clock.advance(Duration::from_secs(61));
-    let expired = send(&client, &server.url, Some("order-4"), "amount=40", &[]).await;
-    assert_eq!((expired.0, expired.2.as_deref()), (201, None));
-    assert_eq!(ledger.charges.load(Ordering::SeqCst), 1, "after the TTL the key runs again");
-    server.stop().await;
+    (backend, server, client, order)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_5xx_releases_the_key_so_a_retry_runs_when_the_policy_says_so() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::new(1_767_225_600_000);
+/// A kept answer is replayed by a server on the restarted backend.
+pub async fn replay_survives_a_restart<B: IdempotencyBackend + Clone>(
+    backend: B,
+    restart: &mut Restart<B>,
+    setting: &Setting,
+) -> B {
+    let (backend, server, _, _) = restart_replays(backend, restart, setting).await;
+    server.stop().await;
+    backend
+}
+
+/// [`replay_survives_a_restart`], and after the backend's default TTL (a
+/// minute, moved on its clock) the key runs again.
+pub async fn replay_survives_a_restart_and_expires_by_ttl<B: IdempotencyBackend + Clone>(
+    backend: B,
+    restart: &mut Restart<B>,
+    setting: &Setting,
+) -> B {
+    let (backend, server, client, order) = restart_replays(backend, restart, setting).await;
+    setting.pass(Duration::from_secs(61)).await;
+    let expired = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
+    assert_eq!((expired.0, expired.2.as_deref()), (201, None));
+    assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1, "after the TTL the key runs again");
+    server.stop().await;
+    backend
+}
+
+pub async fn a_5xx_releases_the_key_when_the_policy_says_so<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let ledger = Arc::new(Ledger::default());
     ledger.fail_first.store(1, Ordering::SeqCst);
     let layer = LayerConfig::global().failure_policy(FailurePolicy::ReleaseOnServerError);
-    let server = start_with(dir.path(), &clock, Arc::clone(&ledger), layer).await;
+    let server = start_with(backend, Arc::clone(&ledger), layer).await;
     let client = client();
-    let failed = send(&client, &server.url, Some("order-5"), "amount=50", &[]).await;
+    let order = key(setting, "order-5");
+    let failed = send(&client, &server.url, Some(&order), "amount=50", &[]).await;
     assert_eq!(failed.0, 503);
     // The key was released before the 503 went out: the retry runs at once.
-    let retried = send(&client, &server.url, Some("order-5"), "amount=50", &[]).await;
+    let retried = send(&client, &server.url, Some(&order), "amount=50", &[]).await;
     assert_eq!((retried.0, retried.2.as_deref()), (201, None), "{retried:?}");
     assert_eq!(ledger.charges.load(Ordering::SeqCst), 1);
     server.stop().await;
@@ -228,16 +243,17 @@ impl tower::Service<axum::http::Request<axum::body::Body>> for Slow {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_request_does_not_cancel_the_handler_and_the_retry_replays() {
+pub async fn a_dropped_request_does_not_cancel_the_handler<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     use tower::{Layer, Service};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path(), Config::new()).expect("open");
     let slow = Slow::default();
-    let mut service = IdempotencyLayer::new(store.clone(), LayerConfig::global()).layer(slow.clone());
+    let mut service = IdempotencyLayer::new(backend.clone(), LayerConfig::global()).layer(slow.clone());
+    let order = key(setting, "order-6");
     let request = || {
         axum::http::Request::post("/payments")
-            .header("Idempotency-Key", "order-6")
+            .header("Idempotency-Key", &order)
             .body(axum::body::Body::from("amount=60"))
             .expect("request")
     };
@@ -248,7 +264,8 @@ async fn a_dropped_request_does_not_cancel_the_handler_and_the_retry_replays() {
     // The handler runs on in its own task, and its answer is kept.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let stored = loop {
-        if let Some(record) = store.get(b"", b"order-6").expect("get").filter(|record| record.state.is_terminal()) {
+        let record = backend.get(b"", order.as_bytes()).await.expect("get");
+        if let Some(record) = record.filter(|record| record.state.is_terminal()) {
             break record;
         }
         assert!(std::time::Instant::now() < deadline, "the handler's answer was never kept");

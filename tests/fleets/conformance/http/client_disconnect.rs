@@ -1,15 +1,16 @@
 //! Guards a client that disconnects mid-handler over real HTTP: the handler
 //! is not cancelled, it finishes, its answer is kept, and the retry replays
 //! it without a second run.
-#![cfg(feature = "tower")]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 use std::time::Duration;
 
 #[derive(Clone, Default)]
@@ -26,15 +27,18 @@ async fn slow(State(runs): State<Runs>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_client_that_hangs_up_mid_handler_gets_the_answer_on_retry() {
+pub async fn a_client_that_hangs_up_gets_the_answer_on_retry<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Runs::default();
     let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
-    let server = Server::start(Config::new(), LayerConfig::global(), routes).await;
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
     let client = client();
     let url = server.url("/payments");
+    let order = key(setting, "order-gone");
 
-    let gave_up = post_to(&client, &url, "order-gone", "amount=1").timeout(Duration::from_millis(200)).send().await;
+    let gave_up = post_to(&client, &url, &order, "amount=1").timeout(Duration::from_millis(200)).send().await;
     let error = gave_up.expect_err("a 1 s handler cannot answer within 200 ms");
     assert!(error.is_timeout(), "{error:?}");
     assert_eq!(runs.started.get(), 1, "the handler had started");
@@ -42,7 +46,7 @@ async fn a_client_that_hangs_up_mid_handler_gets_the_answer_on_retry() {
 
     runs.finished.reach(1, Duration::from_secs(10), "the handler of the dropped request finished").await;
     // Waits (bounded) for the answer to be kept if the retry is quicker.
-    let retry = send(post_to(&client, &url, "order-gone", "amount=1").header("Prefer", "wait=10")).await;
+    let retry = send(post_to(&client, &url, &order, "amount=1").header("Prefer", "wait=10")).await;
     assert_eq!((retry.status, retry.body.as_str(), retry.replayed()), (201, "payment 1", true), "{retry:?}");
     assert_eq!(runs.started.get(), 1, "the handler ran once");
 }

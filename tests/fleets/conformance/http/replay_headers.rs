@@ -1,16 +1,18 @@
 //! Guards what a replay carries: the stored headers (`ETag`,
 //! `x-request-id`, a custom header, both `set-cookie` fields) but not the
-//! first answer's `Date`, and no header on the `replay_deny` list.
-#![cfg(feature = "tower")]
+//! first answer's `Date`, and no header on the `replay_deny` list; and what
+//! a waited replay says of its preference.
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use super::{key, Served};
+use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::header::{HeaderName, DATE, ETAG, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::Config;
+use idemkv::IdempotencyBackend;
 
 /// A `Date` no server would send today, to tell the first answer's from a
 /// fresh one.
@@ -29,21 +31,21 @@ async fn create(State(runs): State<Counter>) -> (StatusCode, HeaderMap, String) 
     (StatusCode::CREATED, headers, format!("payment {run}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replay_carries_the_stored_headers_but_not_date_nor_denied_ones() {
+pub async fn a_replay_carries_the_stored_headers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
     let layer = LayerConfig::global().replay_deny(vec![HeaderName::from_static("x-internal-trace")]);
-    let server = Server::start(Config::new(), layer, routes).await;
+    let server = Served::start(backend, layer, routes).await;
     let client = client();
     let url = server.url("/payments");
+    let order = key(setting, "order-h");
 
-    let first = send(post_to(&client, &url, "order-h", "amount=1")).await;
+    let first = send(post_to(&client, &url, &order, "amount=1")).await;
     assert_eq!((first.status, first.replayed()), (201, false), "{first:?}");
     assert_eq!(first.header("date"), Some(OLD_DATE), "the handler's own Date goes out the first time");
     assert_eq!(first.header("x-internal-trace"), Some("node-7"), "a denied header still goes out the first time");
 
-    let replay = send(post_to(&client, &url, "order-h", "amount=1")).await;
+    let replay = send(post_to(&client, &url, &order, "amount=1")).await;
     assert_eq!((replay.status, replay.replayed(), &replay.body), (201, true, &first.body), "{replay:?}");
     assert_eq!(runs.get(), 1);
     assert_eq!(replay.header("etag"), Some("\"v1\""));
@@ -65,21 +67,24 @@ async fn slow(State(runs): State<Counter>) -> (StatusCode, String) {
 /// honoured, `Preference-Applied: wait=N` (RFC 7240), with N as capped by
 /// `wait_max`; one that did not wait is told to look again within a
 /// second, not when the 30 s lease would end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_waited_replay_says_its_preference_was_applied() {
+pub async fn a_waited_replay_says_its_preference_was_applied<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
     let layer = LayerConfig::global().wait_max(std::time::Duration::from_secs(20));
-    let server = Server::start(Config::new(), layer, routes).await;
+    let server = Served::start(backend, layer, routes).await;
     let client = client();
     let url = server.url("/payments");
-    let first = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1")));
+    let order = key(setting, "order-wait");
+    let first = tokio::spawn(send(post_to(&client, &url, &order, "amount=1")));
     runs.reach(1, std::time::Duration::from_secs(10), "the first started").await;
-    let at_once = send(post_to(&client, &url, "order-wait", "amount=1")).await;
+    let at_once = send(post_to(&client, &url, &order, "amount=1")).await;
     assert!(at_once.is_problem(409, "in-progress"), "{at_once:?}");
     assert_eq!(at_once.header("retry-after"), Some("1"), "{at_once:?}");
     assert_eq!(at_once.header("preference-applied"), None, "{at_once:?}");
-    let waited = send(post_to(&client, &url, "order-wait", "amount=1").header("Prefer", "wait=60")).await;
+    let waited = send(post_to(&client, &url, &order, "amount=1").header("Prefer", "wait=60")).await;
     assert_eq!((waited.status, waited.body.as_str(), waited.replayed()), (201, "payment 1", true), "{waited:?}");
     assert_eq!(waited.header("preference-applied"), Some("wait=20"), "{waited:?}");
     assert_eq!(first.await.expect("join").body, "payment 1");

@@ -1,0 +1,170 @@
+//! The HTTP layer's scenarios over any backend: a real axum server on
+//! 127.0.0.1 behind `IdempotencyLayer` over the backend, driven by a real
+//! HTTP client — double and concurrent sends, refused keys, a restart, a
+//! released 5xx, a dropped request, a client that hangs up, a panicking
+//! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept,
+//! quotas, replayed headers, the response budget, streamed pass-through,
+//! tenant scopes and 500 waiters.
+//!
+//! They live with the tests rather than in `idemkv::conformance`: they
+//! need a server and a client (axum, hyper, reqwest), which the library
+//! does not depend on, and what they ask of a backend is what the public
+//! suite already holds it to. Each takes the same [`Capabilities`] as the
+//! public suite, and [`run_all`] skips, and says so, what a backend lacks.
+
+mod client_disconnect;
+mod handler_panic;
+mod key_parsing;
+mod layer;
+mod lease_keepalive;
+mod not_kept;
+mod quota;
+mod replay_headers;
+mod response_budget;
+mod streaming_passthrough;
+mod tenant_scopes;
+mod wait_many_waiters;
+
+use axum::Router;
+use idemkv::conformance::{Capabilities, Capability, Setting};
+use idemkv::http::{IdempotencyLayer, LayerConfig};
+use idemkv::IdempotencyBackend;
+use std::future::Future;
+use std::time::Duration;
+
+/// A served app: an axum server on a free loopback port.
+pub struct Served {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Puts the whole of `routes` behind the layer over `backend`
+    /// (router-wide, as services do) and serves it.
+    pub async fn start<B: IdempotencyBackend + Clone>(backend: &B, layer: LayerConfig, routes: Router) -> Served {
+        Served::serve(routes.layer(IdempotencyLayer::new(backend.clone(), layer))).await
+    }
+
+    /// Serves `app`, already layered.
+    pub async fn serve(app: Router) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("serve");
+        });
+        Served { base, task }
+    }
+
+    /// The URL of `path` on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Stops serving, and lets the connections the client pool may hold
+    /// close, so that nothing holds the layer's backend any more.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The `Idempotency-Key` value `name` of `setting`.
+pub fn key(setting: &Setting, name: &str) -> String {
+    String::from_utf8(setting.key(name)).expect("a prefix in UTF-8")
+}
+
+/// Runs one scenario, named on stderr first so that a failure shows
+/// which one it was.
+async fn scenario(name: &str, run: impl Future<Output = ()>) {
+    eprintln!("conformance (http): `{name}`");
+    run.await;
+}
+
+/// Every HTTP scenario on `backend`, in turn; the scenarios skipped, each
+/// with the capability the backend lacks.
+pub async fn run_all<B: IdempotencyBackend + Clone>(
+    backend: B,
+    mut capabilities: Capabilities<B>,
+) -> Vec<(&'static str, Capability)> {
+    let mut skipped = Vec::new();
+    let run = capabilities.setting();
+    let on = |name: &str| run.of(name);
+    let b = &backend;
+    scenario("double_send", layer::double_send_charges_once_and_replays(b, &on("double_send"))).await;
+    scenario("concurrent_sends", layer::concurrent_sends_execute_once(b, &on("concurrent_sends"))).await;
+    scenario("refused_keys", layer::reused_key_missing_key_and_bad_key_are_refused(b, &on("refused_keys"))).await;
+    scenario("release_5xx", layer::a_5xx_releases_the_key_when_the_policy_says_so(b, &on("release_5xx"))).await;
+    scenario("dropped_request", layer::a_dropped_request_does_not_cancel_the_handler(b, &on("dropped_request"))).await;
+    scenario(
+        "client_disconnect",
+        client_disconnect::a_client_that_hangs_up_gets_the_answer_on_retry(b, &on("hangs_up")),
+    )
+    .await;
+    scenario("handler_panic", handler_panic::a_panicked_run_holds_its_key_then_runs_recovered(b, &on("panic"))).await;
+    scenario("not_spent", handler_panic::a_not_spent_answer_frees_the_key(b, &on("not_spent"))).await;
+    scenario("two_key_fields", key_parsing::two_key_fields_are_refused(b, &on("two_fields"))).await;
+    scenario("sf_string", key_parsing::an_sf_string_with_an_escape_is_one_key(b, &on("sf_string"))).await;
+    scenario("key_parameters", key_parsing::parameters_on_the_key_are_refused(b, &on("parameters"))).await;
+    scenario("not_kept_routing", not_kept::a_mistyped_path_or_method_does_not_spend_the_key(b, &on("routing"))).await;
+    scenario("not_kept_validation", not_kept::validation_failures_are_not_kept_by_default(b, &on("validation"))).await;
+    scenario("kept_validation", not_kept::validation_failures_are_kept_on_request(b, &on("kept"))).await;
+    scenario("replay_headers", replay_headers::a_replay_carries_the_stored_headers(b, &on("headers"))).await;
+    scenario("waited_replay", replay_headers::a_waited_replay_says_its_preference_was_applied(b, &on("wait"))).await;
+    scenario("over_budget", response_budget::a_response_over_the_budget_is_replayed_as_a_500(b, &on("over"))).await;
+    scenario("edge_of_budget", response_budget::responses_at_the_edge_of_the_budget_run_once(b, &on("edge"))).await;
+    scenario("headers_over_budget", response_budget::headers_alone_over_the_budget_are_kept_as_a_500(b, &on("heads")))
+        .await;
+    scenario("streamed_get", streaming_passthrough::a_streamed_get_is_not_buffered(b)).await;
+    scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants")))
+        .await;
+    scenario("waiters", wait_many_waiters::five_hundred_waiters_share_one_run(b, &on("waiters"))).await;
+    if run.clock().is_none() {
+        scenario("keepalive", lease_keepalive::a_handler_twice_as_long_as_its_lease_runs_once(b, &on("long"))).await;
+        scenario("keepalive_blocking", lease_keepalive::a_handler_that_blocks_its_thread_runs_once(b, &on("blocking")))
+            .await;
+        scenario(
+            "keepalive_streaming",
+            lease_keepalive::a_body_that_streams_for_three_leases_runs_once(b, &on("streaming")),
+        )
+        .await;
+    } else {
+        for name in ["keepalive", "keepalive_blocking", "keepalive_streaming"] {
+            skipped.push((name, Capability::RealTime));
+        }
+    }
+    match capabilities.quota_scope().cloned() {
+        Some(limited) => scenario("quota", quota::a_tenant_at_its_quota_gets_429(b, &on("quota"), &limited)).await,
+        None => skipped.push(("quota", Capability::Quotas)),
+    }
+    let restart = capabilities.restarter();
+    match (restart, run.clock()) {
+        (Some(restart), Some(_)) => {
+            let restarted = on("restart_ttl");
+            scenario("restart_ttl", async {
+                drop(layer::replay_survives_a_restart_and_expires_by_ttl(backend, restart, &restarted).await);
+            })
+            .await;
+        }
+        (Some(restart), None) => {
+            skipped.push(("restart_ttl", Capability::MovableClock));
+            let restarted = on("restart");
+            scenario("restart", async {
+                drop(layer::replay_survives_a_restart(backend, restart, &restarted).await);
+            })
+            .await;
+        }
+        (None, _) => skipped.push(("restart", Capability::Persistence)),
+    }
+    for (name, needs) in &skipped {
+        eprintln!("conformance (http): skipped `{name}`: the backend offers no {needs}");
+    }
+    skipped
+}
