@@ -53,29 +53,29 @@ pub async fn a_handler_twice_as_long_as_its_lease_runs_once<B: IdempotencyBacken
     assert_eq!(runs.get(), 1, "the handler ran once");
 }
 
-/// Blocks its thread (a synchronous driver, CPU-bound work) for 3 s:
-/// three times the 1 s lease. Nothing in its task can renew meanwhile.
+/// Blocks its thread (a synchronous driver, CPU-bound work) for 6 s:
+/// three times the 2 s lease. Nothing in its task can renew meanwhile.
 async fn blocking(State(runs): State<Counter>) -> (StatusCode, String) {
     let run = runs.bump();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(6));
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-/// Answers its head at once and streams its body over 3 s: three times
-/// the 1 s lease (a proxied upstream body, an export).
+/// Answers its head at once and streams its body over 6 s: three times
+/// the 2 s lease (a proxied upstream body, an export).
 async fn streaming(State(runs): State<Counter>) -> (StatusCode, axum::body::Body) {
     let run = runs.bump();
     let chunks = futures_util::stream::unfold(0u32, move |sent| async move {
         if sent == 6 {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         Some((Ok::<_, std::io::Error>(format!("part {sent} of payment {run};")), sent + 1))
     });
     (StatusCode::CREATED, axum::body::Body::from_stream(chunks))
 }
 
-/// A duplicate sent 1.5 s into the first request — past its 1 s lease —
+/// A duplicate sent 3 s into the first request — past its 2 s lease —
 /// must get 409, the first its own answer stored, the retry after it the
 /// replay, and the handler must have run once.
 async fn runs_once_past_its_lease<B: IdempotencyBackend + Clone>(
@@ -84,12 +84,12 @@ async fn runs_once_past_its_lease<B: IdempotencyBackend + Clone>(
     runs: &Counter,
     key: &str,
 ) -> String {
-    let server = Served::start(backend, LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
+    let server = Served::start(backend, LayerConfig::global().lease(Duration::from_secs(2)), routes).await;
     let client = client();
     let url = server.url("/payments");
     let first = tokio::spawn(send(post_to(&client, &url, key, "amount=1")));
     runs.reach(1, Duration::from_secs(10), "the handler started").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let duplicate = send(post_to(&client, &url, key, "amount=1")).await;
     assert!(duplicate.is_problem(409, "in-progress"), "the lease lapsed: {duplicate:?}");
     let first = first.await.expect("join");
