@@ -139,8 +139,8 @@ impl<K: IdempotencyBackend> IdempotencyLayer<K> {
         metrics::describe_counter!(
             guard::RESPONSES_TOTAL,
             "Answers of the idempotency layer by outcome (executed, executed_not_kept, executed_not_stored, \
-             replay, in_progress, mismatch, refused, store_unavailable, handler_failed, response_too_large, \
-             unkeyed) and status"
+             replay, in_progress, mismatch, quota_exceeded, refused, store_unavailable, handler_failed, \
+             response_too_large, unkeyed) and status"
         );
         IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config), keeper: Arc::new(Keeper::new()) }
     }

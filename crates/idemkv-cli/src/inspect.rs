@@ -190,9 +190,9 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
     let of = |evidence| report.records_dropped.iter().filter(|record| record.evidence == evidence).count();
     let superseded = report.records_dropped.iter().filter(|record| record.superseded).count();
     out.line(format_args!(
-        "{} records dropped ({} superseded by a newer record that was kept, so their keys read as before; {} \
-         without a readable key, {} unchecked: no hint covers them), {} unreadable bytes removed, {} whole \
-         records kept in the segments rewritten",
+        "records dropped: {} ({} superseded by a newer record that was kept, so their keys read as before; {} \
+         without a readable key, {} unchecked: no hint covers them), unreadable bytes removed: {}, whole \
+         records kept in the segments rewritten: {}",
         count(report.records_dropped.len() as u64),
         count(superseded as u64),
         count(of(Evidence::HintWithoutKey) as u64),

@@ -216,7 +216,7 @@ fn one_repair_fixes_a_truncated_active_segment() {
     // Every record the cut took is listed, by the segment's hint.
     let dropped = text.lines().filter(|line| line.starts_with("dropped: ")).count();
     assert!(dropped > 0, "{text}");
-    assert!(text.contains(&format!("{dropped} records dropped")), "{text}");
+    assert!(text.contains(&format!("records dropped: {dropped} ")), "{text}");
     let verified = idemkv(&["verify", path]);
     assert!(verified.status.success() && stdout(&verified).contains("clean"), "{}", stdout(&verified));
     for args in [&["stats", path][..], &["list", path], &["get", path, "load-0000000000000007"], &["compact", path]] {
