@@ -606,12 +606,12 @@ mod tests {
         Config::new().scope_bytes_max(500).key_bytes_max(500).validate_for_backend(NETWORKED).expect("at the ceiling");
     }
 
-    /// The tables of what a backend takes, in these docs and the README,
+    /// The tables of what a backend takes, in these docs and docs/fleets.md,
     /// list every setting a backend refuses, as refused.
     #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn the_tables_list_every_refused_setting() {
-        for (file, text) in [("src/config.rs", include_str!("config.rs")), ("README.md", include_str!("../README.md"))]
+        for (file, text) in [("src/config.rs", include_str!("config.rs")), ("docs/fleets.md", include_str!("../docs/fleets.md"))]
         {
             for setting in StoreSetting::ALL {
                 let listed = text.lines().any(|line| {
