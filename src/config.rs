@@ -611,7 +611,8 @@ mod tests {
     #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn the_tables_list_every_refused_setting() {
-        for (file, text) in [("src/config.rs", include_str!("config.rs")), ("docs/fleets.md", include_str!("../docs/fleets.md"))]
+        for (file, text) in
+            [("src/config.rs", include_str!("config.rs")), ("docs/fleets.md", include_str!("../docs/fleets.md"))]
         {
             for setting in StoreSetting::ALL {
                 let listed = text.lines().any(|line| {

@@ -19,7 +19,7 @@ use crate::shard::{KeyRef, Outcome, Shard, Tally};
 use crate::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::waiters::{WaitLimits, Waiter};
 use parking_lot::Mutex;
-use std::fs::File;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub(crate) struct Engine {
     pub hasher: KeyHasher,
     pub shards: Box<[Shard]>,
     /// The directory lock; `None` once closed.
-    pub lock_file: Mutex<Option<File>>,
+    pub lock_file: Mutex<Option<crate::open::DirLock>>,
     /// Background threads (flusher, compactor); stopped before close, and
     /// when the last [`Store`](crate::Store) handle is dropped.
     pub workers: Mutex<Vec<Worker>>,

@@ -24,6 +24,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Shards of a new store when [`Config::shards`] is not set.
 pub const DEFAULT_SHARDS: u32 = 4;
@@ -207,7 +208,7 @@ fn engine(
     config: Config,
     hasher: KeyHasher,
     shards: Box<[Shard]>,
-    lock_file: Option<File>,
+    lock_file: Option<DirLock>,
     opened: Opened,
 ) -> Engine {
     Engine {
@@ -329,10 +330,69 @@ fn holds_no_record(storage: &dyn Storage, shard_dir: &Path) -> Result<bool> {
     Ok(true)
 }
 
+/// A directory's advisory lock, held for as long as this lives. This
+/// process's held locks are also listed (see [`transient_holder`]).
+#[derive(Debug)]
+pub(crate) struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+/// Lock files this process holds through a live [`DirLock`].
+static HELD_HERE: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+
+impl DirLock {
+    fn new(file: File, path: PathBuf) -> DirLock {
+        HELD_HERE.lock().push(path.clone());
+        DirLock { _file: file, path }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let mut held = HELD_HERE.lock();
+        if let Some(at) = held.iter().position(|path| *path == self.path) {
+            held.swap_remove(at);
+        }
+    }
+}
+
+/// How long an open waits out a lock held on behalf of this process by a
+/// child between its fork and its exec.
+const TRANSIENT_HOLD_MAX: Duration = Duration::from_millis(500);
+
+/// Whether the lock of `path` is held for this process although no handle
+/// of this process holds it: the file names this process as the holder,
+/// and no live [`DirLock`] of it does. An flock belongs to the open file,
+/// and a child process this process is starting shares this process's
+/// open files from its fork until its exec closes them (they are
+/// close-on-exec): a store dropped meanwhile stays locked for that moment.
+fn transient_holder(path: &Path) -> bool {
+    holder_pid(path) == Some(std::process::id()) && !HELD_HERE.lock().contains(&path.to_path_buf())
+}
+
+/// Tries `lock` on `file`, waiting out a transient holder (see
+/// [`transient_holder`]) for at most [`TRANSIENT_HOLD_MAX`].
+fn try_lock_patiently(
+    file: &File,
+    path: &Path,
+    lock: impl Fn(&File) -> std::result::Result<(), TryLockError>,
+) -> std::result::Result<(), TryLockError> {
+    let started = std::time::Instant::now();
+    loop {
+        match lock(file) {
+            Err(TryLockError::WouldBlock) if started.elapsed() < TRANSIENT_HOLD_MAX && transient_holder(path) => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// Takes the advisory lock that keeps a second open (in this process or
 /// another) out of the directory: exclusive, refused while any handle,
 /// writer or read-only, holds the lock.
-pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
+pub(crate) fn lock_directory(dir: &Path) -> Result<DirLock> {
     let path = dir.join(LOCK_FILE_NAME);
     let file = OpenOptions::new()
         .read(true)
@@ -341,14 +401,14 @@ pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
         .truncate(false)
         .open(&path)
         .map_err(|error| Error::io("open", &path, error))?;
-    match file.try_lock() {
+    match try_lock_patiently(&file, &path, File::try_lock) {
         Ok(()) => {
             // The holder's process id, for the message of a refused open.
             let pid = std::process::id().to_string();
             file.set_len(0)
                 .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0))
                 .map_err(|error| Error::io("write", &path, error))?;
-            Ok(file)
+            Ok(DirLock::new(file, path))
         }
         Err(TryLockError::WouldBlock) => {
             // A shared lock that can be had beside the holders means they
@@ -366,15 +426,15 @@ pub(crate) fn lock_directory(dir: &Path) -> Result<File> {
 /// could delete a segment while it is read). A store without a lock file
 /// was never opened by a writer (a writer creates the file before anything
 /// else), so there is nothing to lock and nothing is created.
-fn lock_shared(dir: &Path) -> Result<Option<File>> {
+fn lock_shared(dir: &Path) -> Result<Option<DirLock>> {
     let path = dir.join(LOCK_FILE_NAME);
     let file = match File::open(&path) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(Error::io("open", path, error)),
     };
-    match file.try_lock_shared() {
-        Ok(()) => Ok(Some(file)),
+    match try_lock_patiently(&file, &path, File::try_lock_shared) {
+        Ok(()) => Ok(Some(DirLock::new(file, path))),
         Err(TryLockError::WouldBlock) => Err(Error::Locked { holder_pid: holder_pid(&path), path }),
         Err(TryLockError::Error(error)) => Err(Error::io("lock", path, error)),
     }

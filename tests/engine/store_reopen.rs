@@ -126,3 +126,27 @@ fn an_open_right_after_the_last_drop_is_never_locked_out() {
         drop(store);
     }
 }
+
+/// A child process this process starts shares its open files from its fork
+/// until its exec, so a store dropped in that moment is still locked on
+/// this process's behalf: an open then waits the moment out instead of
+/// answering `Locked`. Here a child holds the lock (the lock file as its
+/// standard input) for 200 ms after this process let go of it.
+#[test]
+fn an_open_waits_out_a_lock_a_starting_child_still_shares() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    open(dir.path(), &clock).close().expect("close");
+    let path = dir.path().join(idemkv::LOCK_FILE_NAME);
+    let lock = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("lock file");
+    lock.try_lock().expect("free");
+    std::fs::write(&path, std::process::id().to_string()).expect("holder pid");
+    let mut child = std::process::Command::new("sleep").arg("0.2").stdin(lock).spawn().expect("sleep");
+    let store = Store::open(dir.path(), config(&clock)).expect("open once the child lets go");
+    child.wait().expect("child");
+    drop(store);
+    // A lock this process really holds is refused at once, as before.
+    let holder = open(dir.path(), &clock);
+    assert!(matches!(Store::open(dir.path(), config(&clock)), Err(idemkv::Error::Locked { .. })));
+    drop(holder);
+}
