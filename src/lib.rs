@@ -108,17 +108,12 @@
 //               telemetry (counters exported through `metrics`, events
 //               through `tracing`; features of the same names)
 
-#[cfg(feature = "tokio")]
-mod asynchronous;
 mod backend;
-mod background;
 mod checkpoint;
 mod claim;
 #[cfg(feature = "client")]
 pub mod client;
 mod clock;
-mod compaction;
-mod compactor;
 mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -130,35 +125,22 @@ mod format;
 pub mod fuzzing;
 #[cfg(feature = "tower")]
 pub mod http;
-mod index;
 pub mod io;
-mod iter;
 mod lease;
-mod manifest;
-mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod quota;
-mod read_only;
 mod record;
-mod recovery;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod remote;
 mod repair;
-mod segment;
-mod shard;
 mod stats;
 mod store;
-mod sync;
-mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod transition;
-mod usage;
 mod verify;
-mod waiters;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod wake;
 
@@ -166,19 +148,19 @@ pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend}
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use compaction::CompactionReport;
 pub use config::{Config, Durability};
+pub use engine::compaction::CompactionReport;
+pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
+pub use engine::transition::ReusePolicy;
 pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
-pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
-pub use transition::ReusePolicy;
 pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.
