@@ -109,6 +109,8 @@
 //               through `tracing`; features of the same names)
 
 mod backend;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod backends;
 mod checkpoint;
 mod claim;
 #[cfg(feature = "client")]
@@ -127,24 +129,20 @@ pub mod fuzzing;
 pub mod http;
 pub mod io;
 mod lease;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 mod quota;
 mod record;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-mod remote;
 mod repair;
 mod stats;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-mod wake;
 
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+#[cfg(feature = "postgres")]
+pub use backends::postgres;
+#[cfg(feature = "redis")]
+pub use backends::redis;
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};

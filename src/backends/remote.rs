@@ -2,7 +2,7 @@
 //! the settings it honours, validated at connect ([`Settings`]); the checks
 //! before any call goes out (the claim prologue, the finish, renewal and
 //! recovery-point checks); the wait branch of a claim and its loop
-//! ([`crate::wake`]); the dispatch of the finishing calls and of fencing
+//! ([`crate::backends::wake`]); the dispatch of the finishing calls and of fencing
 //! answers; the limits. A backend writes only its [`Transport`] — how a
 //! call reaches its server (a Lua script, a SQL function) and how its
 //! wake-ups arrive — and `remote_backend!` makes that an
@@ -163,7 +163,7 @@ pub(crate) async fn claim<T: Transport>(
     match options.wait {
         Some(wait) if !wait.is_zero() => {
             let subscription = transport.listen(scope, key, wait).await;
-            crate::wake::claim_until(&subscription.event, wait, || transport.claim_once(&args, true)).await
+            crate::backends::wake::claim_until(&subscription.event, wait, || transport.claim_once(&args, true)).await
         }
         _ => transport.claim_once(&args, false).await,
     }
@@ -239,19 +239,20 @@ macro_rules! remote_backend {
                 fingerprint: $crate::Fingerprint,
                 options: $crate::backend::ClaimOptions,
             ) -> $crate::error::Result<$crate::backend::BackendClaim> {
-                $crate::remote::claim(self, scope, key, fingerprint, options).await
+                $crate::backends::remote::claim(self, scope, key, fingerprint, options).await
             }
 
             async fn complete(&self, token: &$crate::LeaseToken, response: &[u8]) -> $crate::error::Result<()> {
-                $crate::remote::finish(self, token, $crate::remote::Finish::Complete, response).await
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Complete, response)
+                    .await
             }
 
             async fn fail(&self, token: &$crate::LeaseToken, response: &[u8]) -> $crate::error::Result<()> {
-                $crate::remote::finish(self, token, $crate::remote::Finish::Fail, response).await
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Fail, response).await
             }
 
             async fn release(&self, token: &$crate::LeaseToken) -> $crate::error::Result<()> {
-                $crate::remote::finish(self, token, $crate::remote::Finish::Release, &[]).await
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Release, &[]).await
             }
 
             async fn checkpoint(
@@ -260,7 +261,7 @@ macro_rules! remote_backend {
                 step: &str,
                 payload: &[u8],
             ) -> $crate::error::Result<()> {
-                $crate::remote::store_checkpoint(self, token, step, payload).await
+                $crate::backends::remote::store_checkpoint(self, token, step, payload).await
             }
 
             async fn renew(
@@ -268,19 +269,19 @@ macro_rules! remote_backend {
                 token: &$crate::LeaseToken,
                 extend: std::time::Duration,
             ) -> $crate::error::Result<()> {
-                $crate::remote::renew(self, token, extend).await
+                $crate::backends::remote::renew(self, token, extend).await
             }
 
             async fn get(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<Option<$crate::Record>> {
-                $crate::remote::get(self, scope, key).await
+                $crate::backends::remote::get(self, scope, key).await
             }
 
             async fn remove(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<bool> {
-                $crate::remote::remove(self, scope, key).await
+                $crate::backends::remote::remove(self, scope, key).await
             }
 
             fn limits(&self) -> $crate::backend::BackendLimits {
-                $crate::remote::Transport::settings(self).limits()
+                $crate::backends::remote::Transport::settings(self).limits()
             }
         }
     };

@@ -5,7 +5,7 @@
 //! interval, so a message lost with a connection costs at most one
 //! interval.
 
-use crate::wake::Waits;
+use crate::backends::wake::Waits;
 use ::redis::aio::{AsyncPushSender, SendError};
 use ::redis::{PushInfo, PushKind, Value};
 use std::sync::Arc;

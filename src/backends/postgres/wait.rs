@@ -12,7 +12,7 @@
 //! with backoff, and every wait is also bounded by a poll interval, so a
 //! notification lost with a connection costs at most one interval.
 
-use crate::wake::Waits;
+use crate::backends::wake::Waits;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -82,10 +82,10 @@ mod schema;
 mod wait;
 
 use crate::backend::BackendClaim;
+use crate::backends::remote::{fenced, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::remote::{fenced, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
 use crate::LeaseToken;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 pub use reaper::Reaper;

@@ -77,11 +77,11 @@ mod scripts;
 mod wait;
 
 use crate::backend::BackendClaim;
+use crate::backends::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::backends::wake::Waits;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
-use crate::wake::Waits;
 use crate::LeaseToken;
 use ::redis::{Script, Value};
 use connection::Connection;
