@@ -123,6 +123,7 @@ mod engine;
 mod error;
 mod fingerprint;
 mod format;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "tower")]

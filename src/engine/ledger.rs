@@ -161,6 +161,7 @@ impl Ledger {
     }
 
     /// Every counted scope's usage.
+    #[cfg(feature = "testing")]
     pub(crate) fn snapshot(&self) -> HashMap<Vec<u8>, ScopeUsage> {
         let mut all = HashMap::new();
         for stripe in &*self.stripes {

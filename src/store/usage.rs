@@ -1,9 +1,11 @@
 //! What a scope holds against its quota: [`Store::scope_usage`], and the
 //! audit that tests and fuzzing run against a recount of the index.
 
+#[cfg(feature = "testing")]
 use crate::error::Result;
 use crate::quota::ScopeUsage;
 use crate::store::Store;
+#[cfg(feature = "testing")]
 use std::collections::HashMap;
 
 impl Store {
@@ -43,6 +45,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn quota_audit(&self) -> Result<Option<String>> {
         let Some(ledger) = &self.engine().quota else {

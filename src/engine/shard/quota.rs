@@ -14,10 +14,12 @@ use crate::engine::ledger::Ledger;
 use crate::engine::telemetry::event;
 use crate::engine::transition;
 use crate::error::{Error, Result};
+#[cfg(feature = "testing")]
 use crate::quota::ScopeUsage;
 use crate::record::{self, Header, Kind, State, PREFIX_BYTES};
 use crate::stats::{bump, Counters};
 use std::borrow::Cow;
+#[cfg(feature = "testing")]
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -116,6 +118,7 @@ impl Shard {
     }
 
     /// Adds this shard's live records to `counted`, by limited scope.
+    #[cfg(feature = "testing")]
     pub(crate) fn count_scopes(&self, ledger: &Ledger, counted: &mut HashMap<Vec<u8>, ScopeUsage>) -> Result<()> {
         count(&*self.read()?, ledger, |scope, bytes| {
             if let Some(usage) = counted.get_mut(scope) {

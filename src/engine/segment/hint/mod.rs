@@ -78,6 +78,7 @@
 
 mod builder;
 mod check;
+#[cfg(feature = "testing")]
 pub(crate) mod fuzz;
 mod reader;
 

@@ -199,6 +199,7 @@ fn names_round_trip() {
     assert_eq!(crate::engine::segment::parse_segment_name(&path), None);
 }
 
+#[cfg(feature = "testing")]
 #[test]
 fn the_fuzz_entry_reads_its_sample_and_survives_edits() {
     let sample = fuzz::sample();
