@@ -66,47 +66,8 @@
 //! # Ok(()) }
 //! ```
 
-// Module map. Types flow down this list; no module imports one above it.
-//
-// on disk       record (frame codec, `Record`, `State`), segment/ (header,
-//               scanner: the one walk for open, verify and compaction;
-//               writer: append, roll, group commit; hint/: per-segment
-//               hint files, the cache open rebuilds an index from),
-//               checkpoint (a checkpoint's bytes in a Processing
-//               record), manifest, format
-// in memory     index (hash -> newest record), quota (per-scope limits;
-//               ledger: their store-wide counts), compaction (usage accounting
-//               and the pure `choose` policy), transition (the pure claim
-//               state machine of DESIGN §3)
-// one shard     shard/ (executes transitions under its lock; state: index
-//               upkeep, record reads and writes; compact: executes a plan;
-//               quota: keeps the quota ledger in step with the index),
-//               recovery (rebuilds a shard's log as plain data, each
-//               segment from its hint and the log after it)
-// one store     engine (the shards behind every handle, calls by key hash),
-//               open (lock, manifest, parallel recovery), sync (fsync
-//               fan-out, interval flusher), compactor (passes, pacer),
-//               background (periodic worker threads)
-// public API    lease, claim, store (iter: its records; read_only: read-only
-//               handles; usage: what a scope holds of its quota), stats,
-//               verify, repair, backend (the trait any
-//               backend implements), http/ (tower layer, feature `tower`),
-//               redis/ (the contract on Redis / Valkey, feature `redis`:
-//               scripts, connection, replies, claim_wait's wake-ups),
-//               postgres/ (the contract on PostgreSQL, feature `postgres`:
-//               schema and functions, replies, reaper, LISTEN wake-ups),
-//               client/ (the calling side, feature `client`: a retry
-//               layer for outgoing requests; imports nothing above it),
-//               conformance/ (the contract's scenarios over any backend,
-//               feature `conformance`)
-// for tests     testing/ (the reference model, feature `testing`: a plain
-//               state machine of the contract, apart from the engine)
-// around        config, clock, io/ (storage seam, fault injection), error,
-//               fingerprint, fuzzing (decoder entry points for fuzz/),
-//               wake (claim_wait on a networked backend: waiters per key,
-//               the claim-and-park loop),
-//               telemetry (counters exported through `metrics`, events
-//               through `tracing`; features of the same names)
+// Module map: docs/architecture.md ("Module map"). The layers are declared
+// in .ci/layers.py, which CI runs: no module imports one above it.
 
 mod backend;
 #[cfg(any(feature = "redis", feature = "postgres"))]
