@@ -1,10 +1,10 @@
 //! What a caller asks ([`ClaimRequest`]) and what the store answers
 //! ([`Claim`]).
 
+use crate::engine::transition::ReusePolicy;
 use crate::fingerprint::Fingerprint;
 use crate::lease::Lease;
 use crate::record::Record;
-use crate::transition::ReusePolicy;
 use std::time::Duration;
 
 /// A request to claim `(scope, key)`.

@@ -1,11 +1,11 @@
 //! Store configuration: a builder whose setters name their defaults.
 
 use crate::clock::{duration_ms, Clock, SystemClock};
+use crate::engine::segment::header::HEADER_BYTES;
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
 use crate::quota::{Quota, Quotas};
 use crate::record;
-use crate::segment::header::HEADER_BYTES;
 use std::sync::Arc;
 use std::time::Duration;
 

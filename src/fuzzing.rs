@@ -18,33 +18,33 @@ pub fn decode_record(bytes: &[u8]) -> Option<usize> {
 /// Decodes `bytes` as a segment header.
 #[must_use]
 pub fn decode_segment_header(bytes: &[u8]) -> bool {
-    crate::segment::header::SegmentHeader::decode(bytes).is_ok()
+    crate::engine::segment::header::SegmentHeader::decode(bytes).is_ok()
 }
 
 /// Decodes `bytes` as a manifest.
 #[must_use]
 pub fn decode_manifest(bytes: &[u8]) -> bool {
-    crate::manifest::Manifest::decode(std::path::Path::new("MANIFEST"), bytes).is_ok()
+    crate::engine::manifest::Manifest::decode(std::path::Path::new("MANIFEST"), bytes).is_ok()
 }
 
 /// A valid segment header for shard `shard`, segment `segment`, so that
 /// fuzzers can build plausible segment files.
 #[must_use]
 pub fn segment_header(shard: u32, segment: u32, lsn_floor: u64) -> Vec<u8> {
-    crate::segment::header::SegmentHeader { shard, segment, lsn_floor }.encode().to_vec()
+    crate::engine::segment::header::SegmentHeader { shard, segment, lsn_floor }.encode().to_vec()
 }
 
 /// A valid catalog for shard `shard` naming segments `first..=last`, so
 /// that fuzzers can build plausible shard folders.
 #[must_use]
 pub fn catalog(shard: u32, first: u32, last: u32) -> Vec<u8> {
-    crate::segment::catalog::Catalog { shard, first, last }.encode().to_vec()
+    crate::engine::segment::catalog::Catalog { shard, first, last }.encode().to_vec()
 }
 
 /// A valid manifest for `shards` shards.
 #[must_use]
 pub fn manifest(shards: u32) -> Vec<u8> {
-    crate::manifest::Manifest { shards, hash_key: [1, 2] }.encode().to_vec()
+    crate::engine::manifest::Manifest { shards, hash_key: [1, 2] }.encode().to_vec()
 }
 
 /// Reads `hint` as the hint file of a small fixed segment (on an in-memory
@@ -54,11 +54,11 @@ pub fn manifest(shards: u32) -> Vec<u8> {
 /// on any input.
 #[must_use]
 pub fn read_hint(hint: &[u8], fix_crcs: bool) -> Option<usize> {
-    crate::segment::hint::fuzz::read(hint, fix_crcs)
+    crate::engine::segment::hint::fuzz::read(hint, fix_crcs)
 }
 
 /// A valid hint of the segment [`read_hint`] reads against.
 #[must_use]
 pub fn sample_hint() -> Vec<u8> {
-    crate::segment::hint::fuzz::sample()
+    crate::engine::segment::hint::fuzz::sample()
 }

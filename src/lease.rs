@@ -2,11 +2,11 @@
 //! be turned into.
 
 use crate::checkpoint::Checkpoint;
+use crate::engine::telemetry::event;
+use crate::engine::transition::{Finish, Held};
 use crate::engine::{Engine, TokenRef};
 use crate::error::{Error, Result};
 use crate::stats::bump;
-use crate::telemetry::event;
-use crate::transition::{Finish, Held};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;

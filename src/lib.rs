@@ -66,59 +66,17 @@
 //! # Ok(()) }
 //! ```
 
-// Module map. Types flow down this list; no module imports one above it.
-//
-// on disk       record (frame codec, `Record`, `State`), segment/ (header,
-//               scanner: the one walk for open, verify and compaction;
-//               writer: append, roll, group commit; hint/: per-segment
-//               hint files, the cache open rebuilds an index from),
-//               checkpoint (a checkpoint's bytes in a Processing
-//               record), manifest, format
-// in memory     index (hash -> newest record), quota (per-scope limits;
-//               ledger: their store-wide counts), compaction (usage accounting
-//               and the pure `choose` policy), transition (the pure claim
-//               state machine of DESIGN §3)
-// one shard     shard/ (executes transitions under its lock; state: index
-//               upkeep, record reads and writes; compact: executes a plan;
-//               quota: keeps the quota ledger in step with the index),
-//               recovery (rebuilds a shard's log as plain data, each
-//               segment from its hint and the log after it)
-// one store     engine (the shards behind every handle, calls by key hash),
-//               open (lock, manifest, parallel recovery), sync (fsync
-//               fan-out, interval flusher), compactor (passes, pacer),
-//               background (periodic worker threads)
-// public API    lease, claim, store (iter: its records; read_only: read-only
-//               handles; usage: what a scope holds of its quota), stats,
-//               verify, repair, backend (the trait any
-//               backend implements), http/ (tower layer, feature `tower`),
-//               redis/ (the contract on Redis / Valkey, feature `redis`:
-//               scripts, connection, replies, claim_wait's wake-ups),
-//               postgres/ (the contract on PostgreSQL, feature `postgres`:
-//               schema and functions, replies, reaper, LISTEN wake-ups),
-//               client/ (the calling side, feature `client`: a retry
-//               layer for outgoing requests; imports nothing above it),
-//               conformance/ (the contract's scenarios over any backend,
-//               feature `conformance`)
-// for tests     testing/ (the reference model, feature `testing`: a plain
-//               state machine of the contract, apart from the engine)
-// around        config, clock, io/ (storage seam, fault injection), error,
-//               fingerprint, fuzzing (decoder entry points for fuzz/),
-//               wake (claim_wait on a networked backend: waiters per key,
-//               the claim-and-park loop),
-//               telemetry (counters exported through `metrics`, events
-//               through `tracing`; features of the same names)
+// Module map: docs/architecture.md ("Module map"). The layers are declared
+// in .ci/layers.py, which CI runs: no module imports one above it.
 
-#[cfg(feature = "tokio")]
-mod asynchronous;
 mod backend;
-mod background;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod backends;
 mod checkpoint;
 mod claim;
 #[cfg(feature = "client")]
 pub mod client;
 mod clock;
-mod compaction;
-mod compactor;
 mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -126,59 +84,43 @@ mod engine;
 mod error;
 mod fingerprint;
 mod format;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "tower")]
 pub mod http;
-mod index;
 pub mod io;
-mod iter;
 mod lease;
-mod manifest;
-mod open;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 mod quota;
-mod read_only;
 mod record;
-mod recovery;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-mod remote;
 mod repair;
-mod segment;
-mod shard;
 mod stats;
 mod store;
-mod sync;
-mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod transition;
-mod usage;
 mod verify;
-mod waiters;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-mod wake;
 
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+#[cfg(feature = "postgres")]
+pub use backends::postgres;
+#[cfg(feature = "redis")]
+pub use backends::redis;
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use compaction::CompactionReport;
 pub use config::{Config, Durability};
+pub use engine::compaction::CompactionReport;
+pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
+pub use engine::transition::ReusePolicy;
 pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
-pub use open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};
-pub use transition::ReusePolicy;
 pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.

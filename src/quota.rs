@@ -1,12 +1,9 @@
 //! Per-scope quotas: the limits ([`Quota`]; what they mean is there), what
-//! a refusal names ([`QuotaLimit`]), what a scope holds ([`ScopeUsage`]),
-//! and the ledger that counts it store-wide. The `Config` setters are in
-//! `config`, the shards' hooks into their index in `shard::quota`, the
-//! sweep before a refusal in `engine`, `Store::scope_usage` in `usage`.
-
-mod ledger;
-
-pub(crate) use ledger::Ledger;
+//! a refusal names ([`QuotaLimit`]) and what a scope holds ([`ScopeUsage`]).
+//! The ledger that counts it store-wide is `engine::ledger`, the `Config`
+//! setters are in `config`, the shards' hooks into their index in
+//! `engine::shard::quota`, the sweep before a refusal in `engine`,
+//! `Store::scope_usage` in `store::usage`.
 
 use crate::error::{Error, Result};
 use std::collections::HashMap;

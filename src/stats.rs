@@ -1,7 +1,7 @@
 //! Counters, kept per shard (no shared cache line on the hot path) and
 //! summed by [`crate::Store::stats`]; the census of records by state.
 
-use crate::telemetry::{self, names, ClaimTimes, Count, Observe};
+use crate::engine::telemetry::{self, names, ClaimTimes, Count, Observe};
 
 /// A snapshot of the store's counters since it was opened.
 ///
@@ -116,7 +116,7 @@ pub struct Census {
 macro_rules! counters {
     ($($name:ident => $metric:literal, $help:literal;)*) => {
         /// Counters of one shard, each also exported through `metrics`
-        /// under its name (see [`crate::telemetry`]).
+        /// under its name (see [`crate::engine::telemetry`]).
         #[derive(Debug)]
         pub(crate) struct Counters {
             $(pub $name: Count,)*

@@ -5,15 +5,15 @@
 //! compaction of a live writer may delete a segment while it is checked,
 //! which is then reported missing).
 
+use crate::engine::index::KeyHasher;
+use crate::engine::open::existing_manifest;
+use crate::engine::recovery::check_catalog;
+use crate::engine::segment;
+use crate::engine::segment::header::HEADER_BYTES;
+use crate::engine::segment::hint::{self, Checker, Verdict};
+use crate::engine::segment::scanner::{self, Expected};
 use crate::error::{Error, Result};
-use crate::index::KeyHasher;
 use crate::io::{StdStorage, Storage, StorageFile};
-use crate::open::existing_manifest;
-use crate::recovery::check_catalog;
-use crate::segment;
-use crate::segment::header::HEADER_BYTES;
-use crate::segment::hint::{self, Checker, Verdict};
-use crate::segment::scanner::{self, Expected};
 use std::path::{Path, PathBuf};
 
 /// One damaged span of a segment file.

@@ -1,7 +1,8 @@
 //! The file layer: every byte the store reads or writes goes through
 //! [`Storage`] and [`StorageFile`], so tests can inject faults (a failed or
-//! short write, a failed fsync, a full disk: [`FaultyStorage`]) and cut the
-//! power ([`PowerCutStorage`]) without `cfg(test)` switches.
+//! short write, a failed fsync, a full disk: `FaultyStorage`) and cut the
+//! power (`PowerCutStorage`) without `cfg(test)` switches. Those two test
+//! doubles exist only with the feature `testing`.
 
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
@@ -10,12 +11,16 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+#[cfg(feature = "testing")]
 mod fault;
 mod map;
+#[cfg(feature = "testing")]
 pub mod powercut;
 
+#[cfg(feature = "testing")]
 pub use fault::{Fault, FaultyStorage};
 pub use map::Map;
+#[cfg(feature = "testing")]
 pub use powercut::{PowerCut, PowerCutStorage, FILE_BYTES_MAX, SECTOR_BYTES};
 
 /// One open file, addressed by offset (no shared cursor, so readers and the

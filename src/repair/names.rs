@@ -6,10 +6,10 @@
 
 use super::salvage::{Analysis, Lost};
 use super::Evidence;
+use crate::engine::index::KeyHasher;
+use crate::engine::segment::scanner;
 use crate::error::{Error, Result};
-use crate::index::KeyHasher;
 use crate::io::Storage;
-use crate::segment::scanner;
 use std::collections::HashMap;
 
 /// What the shard's whole frames say of one key.

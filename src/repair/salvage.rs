@@ -4,13 +4,13 @@
 //! lists them, else as the damaged bytes read. Reads only.
 
 use super::Evidence;
+use crate::engine::index::KeyHasher;
+use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
+use crate::engine::segment::hint::{self, Checker, HintEntry, Listed, Verdict};
+use crate::engine::segment::scanner::{self, Boundaries, Expected, Frame, Unreadable};
 use crate::error::Result;
-use crate::index::KeyHasher;
 use crate::io::{Storage, StorageFile};
 use crate::record::{self, Kind, PREFIX_BYTES};
-use crate::segment::header::{SegmentHeader, HEADER_BYTES};
-use crate::segment::hint::{self, Checker, HintEntry, Listed, Verdict};
-use crate::segment::scanner::{self, Boundaries, Expected, Frame, Unreadable};
 use std::path::{Path, PathBuf};
 
 /// Where a frame's LSN is: after its CRC and length, and the kind, state,

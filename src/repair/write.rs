@@ -5,11 +5,11 @@
 //! cut off and fsynced.
 
 use super::salvage::Analysis;
+use crate::engine::segment;
+use crate::engine::segment::header::SegmentHeader;
+use crate::engine::segment::scanner::FrameCopier;
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
-use crate::segment;
-use crate::segment::header::SegmentHeader;
-use crate::segment::scanner::FrameCopier;
 use std::path::Path;
 
 /// Bytes gathered before each write of a rewritten segment.

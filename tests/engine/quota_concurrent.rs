@@ -3,6 +3,8 @@
 //! more slots than it has, and slots freed by releases are reused without
 //! ever going over.
 
+#![cfg(feature = "testing")]
+
 use crate::common::{fingerprint, START_MS};
 use idemkv::{Claim, ClaimRequest, Error, ManualClock, Quota, Store};
 use std::sync::atomic::{AtomicU64, Ordering};

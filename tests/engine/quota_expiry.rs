@@ -4,6 +4,8 @@
 //! first sweeps expired records out). Compaction, which drops expired
 //! records and moves live ones, keeps the counts exact.
 
+#![cfg(feature = "testing")]
+
 use crate::common::{acquire, fingerprint, START_MS};
 use idemkv::{Claim, ClaimRequest, Config, Durability, Error, ManualClock, Quota, Store};
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 //! mismatches, takeovers and finishing a lease pass; a release or a remove
 //! frees the slot at once.
 
+#![cfg(feature = "testing")]
+
 use crate::common::{acquire, fingerprint, replay, START_MS};
 use idemkv::{Claim, ClaimRequest, Config, Error, ManualClock, Quota, QuotaLimit, ScopeUsage, Store};
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! records that expired while the store was closed, and counted from what
 //! is there when a quota is set on an existing store.
 
+#![cfg(feature = "testing")]
+
 use crate::common::{acquire, fingerprint, replay, START_MS};
 use idemkv::{Claim, ClaimRequest, Config, Error, ManualClock, Quota, QuotaLimit, ScopeUsage, Store};
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! a second run), and once the disk has room the answer is stored and
 //! replayed. The layer once gave up at the first failure: the lease
 //! lapsed, and the next retry ran the handler a second time.
-#![cfg(feature = "tower")]
+#![cfg(all(feature = "tower", feature = "testing"))]
 
 use crate::common::http::{client, post as post_to, send, Counter, Server};
 use axum::extract::State;

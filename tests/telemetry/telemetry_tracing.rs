@@ -3,7 +3,7 @@
 //! a torn tail cut, a compaction pass, a lost lease, an abandoned lease and
 //! a poisoned shard, each with the fields an operator needs.
 
-#![cfg(feature = "tracing")]
+#![cfg(all(feature = "tracing", feature = "testing"))]
 
 use idemkv::io::{Fault, FaultyStorage, StdStorage};
 use idemkv::{Claim, ClaimRequest, Config, Durability, Error, Fingerprint, ManualClock, Store};

@@ -1,0 +1,372 @@
+//! The claim contract on Redis or Valkey, standalone or Cluster (feature
+//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`](crate::IdempotencyBackend), so the
+//! HTTP layer runs on it unchanged and a fleet of service instances shares
+//! one store.
+//!
+//! Every transition is one Lua script, one round trip, run by SHA. All a
+//! script touches for `(scope, key)` — the record and its channel —
+//! carries one hash tag (a digest of scope and key), so it lives in one
+//! Cluster slot. Leases and TTLs run on the server's clock (`TIME` inside
+//! the script), never a client's: a fleet's clocks disagree. Records leave
+//! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
+//! after they stop being live (their fencing token outlives them that
+//! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
+//! (sharded pub/sub on a Cluster), with polling as the fallback.
+//!
+//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
+//! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
+//! is a field of the record, fenced like a renewal, handed to a
+//! takeover and kept for the one after it, dropped when the key is
+//! finished, released or removed; it lasts as long as the record does,
+//! across a restart on the AOF. A record written by an earlier version
+//! has no such field and reads as one without a checkpoint.
+//!
+//! # Configuration
+//!
+//! [`RedisBackend::connect`] takes the [`Config`] of the embedded store and checks it as
+//! [`Store::open`](crate::Store::open) does: a value out of range is
+//! [`Error::InvalidConfig`]. The default lease and TTL, the longest
+//! duration and the size limits apply; a setting of the embedded store
+//! alone (shards, durability, segments, compaction, waiter limits, clock,
+//! storage, quotas) is refused with [`Error::UnsupportedSetting`] rather
+//! than ignored. The table in [`Config`]'s docs lists every setting.
+//!
+//! # What Redis must be set to
+//!
+//! - **Persistence**: `appendonly yes` with `appendfsync always` for no
+//!   loss of an acknowledged answer at a crash of the server;
+//!   `appendfsync everysec` may lose the last second: a claim or completion
+//!   lost that way lets a retry run the side effect again.
+//! - **`maxmemory-policy noeviction`**: an evicted record is a retry that
+//!   runs twice. Under `noeviction` a full server refuses claims
+//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
+//! - **Failover**: replication is asynchronous; a replica promoted after
+//!   its primary died may lack the newest writes, with the same effect as
+//!   a lost write above. `WAIT` is not used: it narrows the window, it does
+//!   not close it.
+//!
+//! # Errors and retries
+//!
+//! A lost connection or a timeout is [`Error::Backend`] with
+//! [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or may not have taken
+//! effect, and nothing is guessed. Retrying a claim is safe (the worst
+//! case is `InProgress` until the lost lease ends, then a recovered
+//! attempt); retrying a completion with the same token is safe (a second
+//! one answers `LeaseLost` when the first took effect: `get` tells).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use idemkv::redis::RedisBackend;
+//! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+//!
+//! # async fn run() -> Result<(), idemkv::Error> {
+//! let backend = RedisBackend::connect("redis://127.0.0.1:6379", Config::new()).await?;
+//! let fingerprint = Fingerprint::of(b"POST /payments amount=10");
+//! match backend.claim(b"account-42", b"order-1", fingerprint, ClaimOptions::new()).await? {
+//!     BackendClaim::Acquired { token, .. } => backend.complete(&token, b"201 charged").await?,
+//!     BackendClaim::Replay(response) => assert_eq!(response, b"201 charged"),
+//!     _ => {}
+//! }
+//! # Ok(()) }
+//! ```
+
+mod connection;
+mod reply;
+mod scripts;
+mod wait;
+
+use crate::backend::BackendClaim;
+use crate::backends::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::backends::wake::Waits;
+use crate::config::{Backend, Config};
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::LeaseToken;
+use ::redis::{Script, Value};
+use connection::Connection;
+use reply::{bytes, number, protocol};
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long Redis keeps a record after it stopped being live (expired,
+/// released, removed) by default, for its fencing token: the
+/// server clock may go back by less than this without a token repeating.
+pub const TOKEN_KEEP_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// What this backend honours of a [`Config`]: a scope and key are bytes
+/// of the record's value, not of its name (a digest), so the `Config`'s
+/// own limits are the only ones.
+const BACKEND: Backend = Backend { name: "redis", scope_and_key_bytes_max: usize::MAX };
+
+/// The claim contract on a Redis / Valkey server or Cluster.
+#[derive(Clone)]
+pub struct RedisBackend {
+    connection: Connection,
+    settings: Settings,
+    prefix: Arc<str>,
+    keep_ms: u64,
+    waits: Arc<Waits>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    claim: Script,
+    finish: Script,
+    renew: Script,
+    checkpoint: Script,
+    remove: Script,
+    get: Script,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RedisBackend")
+            .field("cluster", &self.connection.is_cluster())
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The names of one key's record and channel.
+struct Names {
+    record: Vec<u8>,
+    channel: Vec<u8>,
+}
+
+impl Names {
+    fn of(prefix: &str, scope: &[u8], key: &[u8]) -> Names {
+        let mut hasher = Sha256::new();
+        hasher.update(b"idemkv.redis.v1");
+        hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
+        hasher.update(scope);
+        hasher.update(key);
+        let digest = hasher.finalize();
+        let tag = digest.iter().take(16).fold(String::with_capacity(32), |mut tag, byte| {
+            let _ = write!(tag, "{byte:02x}");
+            tag
+        });
+        let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
+        Names { record: name("r"), channel: name("w") }
+    }
+}
+
+impl RedisBackend {
+    /// Connects to a standalone server (`redis://host:port/db`,
+    /// `rediss://` for TLS when the client supports it). The connection is
+    /// multiplexed and reconnects by itself; `config` gives the default
+    /// lease and TTL and the size limits ([`Config::default_lease`],
+    /// [`Config::default_ttl`], [`Config::key_bytes_max`], ...), checked
+    /// before anything is sent. A setting only the embedded store honours
+    /// (its shards, durability, segments, compaction, waiter limits, clock,
+    /// storage or quotas) is refused, not ignored: the table in
+    /// [`Config`]'s docs lists which settings apply.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL or a value out of range (as
+    /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
+    /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
+    /// store alone; [`Error::Backend`] when the server cannot be reached.
+    pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let waits = Arc::new(Waits::default());
+        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
+        Ok(RedisBackend::with(connection, settings, waits))
+    }
+
+    /// Connects to a Cluster through any of its nodes.
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect).
+    pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let waits = Arc::new(Waits::default());
+        let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
+        Ok(RedisBackend::with(connection, settings, waits))
+    }
+
+    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>) -> RedisBackend {
+        RedisBackend {
+            connection,
+            settings,
+            prefix: Arc::from("idemkv"),
+            keep_ms: millis(TOKEN_KEEP_DEFAULT),
+            waits,
+            scripts: Arc::new(Scripts {
+                claim: Script::new(scripts::CLAIM),
+                finish: Script::new(scripts::FINISH),
+                renew: Script::new(scripts::RENEW),
+                checkpoint: Script::new(scripts::CHECKPOINT),
+                remove: Script::new(scripts::REMOVE),
+                get: Script::new(scripts::GET),
+            }),
+        }
+    }
+
+    /// Names every key with `prefix` (default `idemkv`), so that several
+    /// services can share a server.
+    #[must_use]
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Arc::from(prefix);
+        self
+    }
+
+    /// How long Redis keeps a record after it stopped being live (expired,
+    /// released, removed; default an hour), absent to every call but for
+    /// its fencing token: tokens of a key never repeat as long as the
+    /// server clock never goes back by more than this. It costs that much
+    /// longer in memory per record.
+    #[must_use]
+    pub fn token_keep(mut self, keep: Duration) -> Self {
+        self.keep_ms = millis(keep);
+        self
+    }
+
+    /// Runs a fenced script: 1 when the token held the key.
+    async fn fenced(&self, invocation: &::redis::ScriptInvocation<'_>) -> Result<bool> {
+        Ok(number(&self.connection.invoke(invocation).await?)? == 1)
+    }
+}
+
+/// Leaves a channel's waiters when a wait ends (or its future is
+/// dropped); the last one unsubscribes, in the background.
+struct Leave<'a> {
+    backend: &'a RedisBackend,
+    channel: Vec<u8>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.backend.waits.leave(&self.channel) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let connection = self.backend.connection.clone();
+                let channel = std::mem::take(&mut self.channel);
+                runtime.spawn(async move { connection.unsubscribe(&channel).await });
+            }
+        }
+    }
+}
+
+remote_backend!(RedisBackend);
+
+impl Transport for RedisBackend {
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    async fn claim_once(&self, args: &ClaimArgs<'_>, _waiting: bool) -> Result<BackendClaim> {
+        let names = Names::of(&self.prefix, args.scope, args.key);
+        let mut invocation = self.scripts.claim.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .arg(args.scope)
+            .arg(args.key)
+            .arg(&args.fingerprint.as_bytes()[..])
+            .arg(args.lease_ms)
+            .arg(args.ttl_ms)
+            .arg(self.keep_ms)
+            .arg(args.reuse_arg());
+        let reply = self.connection.invoke(&invocation).await?;
+        let Value::Array(items) = reply else {
+            return Err(protocol("claim: not an array"));
+        };
+        let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
+        match (tag.as_slice(), items.as_slice()) {
+            (b"A", [_, token, attempt, recovered, _lease_end, point]) => Ok(BackendClaim::Acquired {
+                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
+                attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
+                recovered: number(recovered)? == 1,
+                checkpoint: reply::checkpoint(&bytes(point)?)?,
+            }),
+            (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
+            (b"I", [_, left, _attempt]) => {
+                Ok(BackendClaim::InProgress { retry_after: Duration::from_millis(number(left)?) })
+            }
+            (b"M", [_]) => Ok(BackendClaim::Mismatch),
+            (b"X", [_]) => Err(Error::KeyHashCollision),
+            _ => Err(protocol("claim: unknown answer")),
+        }
+    }
+
+    /// Woken by the finishing script's publish on the key's channel.
+    async fn listen<'a>(&'a self, scope: &'a [u8], key: &'a [u8], _wait: Duration) -> Subscription<'a> {
+        let channel = Names::of(&self.prefix, scope, key).channel;
+        let (event, first) = self.waits.join(&channel);
+        if first {
+            // Without the subscription the wait still ends: by polling.
+            let _polled_instead = self.connection.subscribe(&channel).await;
+        }
+        Subscription { event, _leave: Box::new(Leave { backend: self, channel }) }
+    }
+
+    async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.finish.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .arg(&token.scope)
+            .arg(&token.key)
+            .arg(token.token)
+            .arg(finish.code())
+            .arg(response)
+            .arg(&names.channel)
+            .arg(self.connection.publish_command())
+            .arg(self.keep_ms);
+        self.fenced(&invocation).await
+    }
+
+    async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.checkpoint.prepare_invoke();
+        invocation.key(&names.record).arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
+        self.fenced(&invocation).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
+        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let mut invocation = self.scripts.renew.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .arg(&token.scope)
+            .arg(&token.key)
+            .arg(token.token)
+            .arg(extend_ms)
+            .arg(self.keep_ms);
+        match self.connection.invoke(&invocation).await? {
+            Value::Array(items) => Ok(items.first().map(number).transpose()? == Some(1)),
+            _ => Err(protocol("renew: not an array")),
+        }
+    }
+
+    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        let names = Names::of(&self.prefix, scope, key);
+        let mut invocation = self.scripts.get.prepare_invoke();
+        invocation.key(&names.record);
+        match self.connection.invoke(&invocation).await? {
+            Value::Array(fields) if fields.is_empty() => Ok(None),
+            Value::Array(fields) => reply::record(scope, key, &fields).map(Some),
+            _ => Err(protocol("get: not an array")),
+        }
+    }
+
+    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        let names = Names::of(&self.prefix, scope, key);
+        let mut invocation = self.scripts.remove.prepare_invoke();
+        invocation
+            .key(&names.record)
+            .arg(scope)
+            .arg(key)
+            .arg(&names.channel)
+            .arg(self.connection.publish_command())
+            .arg(self.keep_ms);
+        match self.connection.invoke(&invocation).await? {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            Value::Int(-1) => Err(Error::KeyHashCollision),
+            _ => Err(protocol("remove: unknown answer")),
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! What every networked backend (Redis, PostgreSQL) shares, written once:
+//! the settings it honours, validated at connect ([`Settings`]); the checks
+//! before any call goes out (the claim prologue, the finish, renewal and
+//! recovery-point checks); the wait branch of a claim and its loop
+//! ([`crate::backends::wake`]); the dispatch of the finishing calls and of fencing
+//! answers; the limits. A backend writes only its [`Transport`] — how a
+//! call reaches its server (a Lua script, a SQL function) and how its
+//! wake-ups arrive — and `remote_backend!` makes that an
+//! [`IdempotencyBackend`](crate::IdempotencyBackend).
+
+use crate::backend::{BackendClaim, BackendLimits, ClaimOptions};
+use crate::checkpoint;
+use crate::config::{Backend, Config};
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::{Fingerprint, LeaseToken, ReusePolicy};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The settings a networked backend honours: a [`Config`] that passed
+/// [`Config::validate_for_backend`], so every value in it is in force.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    config: Arc<Config>,
+}
+
+impl Settings {
+    /// Checks `config` for `backend` exactly as `Store::open` checks its
+    /// values, and refuses the settings of the embedded store alone.
+    pub(crate) fn new(config: Config, backend: Backend) -> Result<Settings> {
+        config.validate_for_backend(backend)?;
+        Ok(Settings { config: Arc::new(config) })
+    }
+
+    /// The sizes the backend accepts.
+    pub(crate) fn limits(&self) -> BackendLimits {
+        BackendLimits {
+            key_bytes_max: self.config.key_bytes_max,
+            scope_bytes_max: self.config.scope_bytes_max,
+            response_bytes_max: self.config.response_bytes_max,
+        }
+    }
+
+    /// The claim prologue: the key checked, the lease and TTL checked or
+    /// defaulted.
+    fn claim_args<'a>(
+        &self,
+        scope: &'a [u8],
+        key: &'a [u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+    ) -> Result<ClaimArgs<'a>> {
+        self.config.check_key(scope, key)?;
+        let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
+        let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
+        Ok(ClaimArgs { scope, key, fingerprint, lease_ms, ttl_ms, reuse: options.reuse })
+    }
+}
+
+impl Settings {
+    /// The checks before a finishing call: the key and the response's size.
+    pub(crate) fn check_finish(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.config.check_key(&token.scope, &token.key)?;
+        self.config.check_response(response)
+    }
+}
+
+/// One claim as it goes to the server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimArgs<'a> {
+    pub(crate) scope: &'a [u8],
+    pub(crate) key: &'a [u8],
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) lease_ms: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) reuse: ReusePolicy,
+}
+
+impl ClaimArgs<'_> {
+    /// The reuse policy as the server-side code spells it.
+    pub(crate) fn reuse_arg(&self) -> &'static str {
+        match self.reuse {
+            ReusePolicy::RetryFailed => "retry",
+            ReusePolicy::ReplayFailure => "replay",
+        }
+    }
+}
+
+/// Which finishing call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    Complete,
+    Fail,
+    Release,
+}
+
+impl Finish {
+    /// The code the server-side code takes (`C`, `F`, `D`).
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Finish::Complete => "C",
+            Finish::Fail => "F",
+            Finish::Release => "D",
+        }
+    }
+}
+
+/// A waiter's membership in its key's wake-ups: the event a finish of the
+/// key fires, and whatever leaves the key's waiters when dropped.
+pub(crate) struct Subscription<'a> {
+    pub(crate) event: Arc<Notify>,
+    pub(crate) _leave: Box<dyn Send + 'a>,
+}
+
+/// How a networked backend talks to its server. Every call has passed the
+/// shared checks; a fenced call answers whether the token still held the
+/// key (`false` becomes [`Error::LeaseLost`]).
+pub(crate) trait Transport: Send + Sync + 'static {
+    /// The backend's validated settings.
+    fn settings(&self) -> &Settings;
+
+    /// One claim; `waiting` is set for the claims of a waiting caller.
+    fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> impl Future<Output = Result<BackendClaim>> + Send;
+
+    /// Joins the wake-ups of `(scope, key)` (subscribing, listening, ...)
+    /// for a caller that waits up to `wait`. Without them a wait still
+    /// ends, by polling.
+    fn listen<'a>(
+        &'a self,
+        scope: &'a [u8],
+        key: &'a [u8],
+        wait: Duration,
+    ) -> impl Future<Output = Subscription<'a>> + Send;
+
+    /// Completes, fails or releases the lease (`response` empty for a
+    /// release), waking the key's waiters.
+    fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Extends the lease to at least `extend_ms` from the server's now.
+    fn renew(&self, token: &LeaseToken, extend_ms: u64) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Stores an encoded checkpoint in the Processing record.
+    fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> impl Future<Output = Result<bool>> + Send;
+
+    /// The live record, if any.
+    fn get(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<Option<Record>>> + Send;
+
+    /// Removes the record whatever its state, waking its waiters.
+    fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// [`IdempotencyBackend::claim`](crate::IdempotencyBackend::claim) on a transport.
+pub(crate) async fn claim<T: Transport>(
+    transport: &T,
+    scope: &[u8],
+    key: &[u8],
+    fingerprint: Fingerprint,
+    options: ClaimOptions,
+) -> Result<BackendClaim> {
+    let args = transport.settings().claim_args(scope, key, fingerprint, options)?;
+    match options.wait {
+        Some(wait) if !wait.is_zero() => {
+            let subscription = transport.listen(scope, key, wait).await;
+            crate::backends::wake::claim_until(&subscription.event, wait, || transport.claim_once(&args, true)).await
+        }
+        _ => transport.claim_once(&args, false).await,
+    }
+}
+
+/// Complete, fail or release on a transport.
+pub(crate) async fn finish<T: Transport>(
+    transport: &T,
+    token: &LeaseToken,
+    finish: Finish,
+    response: &[u8],
+) -> Result<()> {
+    transport.settings().check_finish(token, response)?;
+    fenced(transport.finish(token, finish, response).await?, token)
+}
+
+/// [`IdempotencyBackend::renew`](crate::IdempotencyBackend::renew) on a transport.
+pub(crate) async fn renew<T: Transport>(transport: &T, token: &LeaseToken, extend: Duration) -> Result<()> {
+    let config = &transport.settings().config;
+    config.check_key(&token.scope, &token.key)?;
+    let extend_ms = config.check_duration("renewal", Some(extend), 0)?;
+    fenced(transport.renew(token, extend_ms).await?, token)
+}
+
+/// [`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint) on a transport.
+pub(crate) async fn store_checkpoint<T: Transport>(
+    transport: &T,
+    token: &LeaseToken,
+    step: &str,
+    payload: &[u8],
+) -> Result<()> {
+    let config = &transport.settings().config;
+    config.check_key(&token.scope, &token.key)?;
+    let point = checkpoint::encode(step, payload, config.response_bytes_max)?;
+    fenced(transport.checkpoint(token, &point).await?, token)
+}
+
+/// [`IdempotencyBackend::get`](crate::IdempotencyBackend::get) on a transport.
+pub(crate) async fn get<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+    transport.settings().config.check_key(scope, key)?;
+    transport.get(scope, key).await
+}
+
+/// [`IdempotencyBackend::remove`](crate::IdempotencyBackend::remove) on a transport.
+pub(crate) async fn remove<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -> Result<bool> {
+    transport.settings().config.check_key(scope, key)?;
+    transport.remove(scope, key).await
+}
+
+/// The answer of a fenced call.
+pub(crate) fn fenced(held: bool, token: &LeaseToken) -> Result<()> {
+    if held {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost { token: token.token })
+    }
+}
+
+/// A duration in whole milliseconds, saturated.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Implements [`IdempotencyBackend`](crate::IdempotencyBackend) for a
+/// [`Transport`] through the shared functions above.
+macro_rules! remote_backend {
+    ($backend:ty) => {
+        impl $crate::backend::IdempotencyBackend for $backend {
+            async fn claim(
+                &self,
+                scope: &[u8],
+                key: &[u8],
+                fingerprint: $crate::Fingerprint,
+                options: $crate::backend::ClaimOptions,
+            ) -> $crate::error::Result<$crate::backend::BackendClaim> {
+                $crate::backends::remote::claim(self, scope, key, fingerprint, options).await
+            }
+
+            async fn complete(&self, token: &$crate::LeaseToken, response: &[u8]) -> $crate::error::Result<()> {
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Complete, response)
+                    .await
+            }
+
+            async fn fail(&self, token: &$crate::LeaseToken, response: &[u8]) -> $crate::error::Result<()> {
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Fail, response).await
+            }
+
+            async fn release(&self, token: &$crate::LeaseToken) -> $crate::error::Result<()> {
+                $crate::backends::remote::finish(self, token, $crate::backends::remote::Finish::Release, &[]).await
+            }
+
+            async fn checkpoint(
+                &self,
+                token: &$crate::LeaseToken,
+                step: &str,
+                payload: &[u8],
+            ) -> $crate::error::Result<()> {
+                $crate::backends::remote::store_checkpoint(self, token, step, payload).await
+            }
+
+            async fn renew(
+                &self,
+                token: &$crate::LeaseToken,
+                extend: std::time::Duration,
+            ) -> $crate::error::Result<()> {
+                $crate::backends::remote::renew(self, token, extend).await
+            }
+
+            async fn get(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<Option<$crate::Record>> {
+                $crate::backends::remote::get(self, scope, key).await
+            }
+
+            async fn remove(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<bool> {
+                $crate::backends::remote::remove(self, scope, key).await
+            }
+
+            fn limits(&self) -> $crate::backend::BackendLimits {
+                $crate::backends::remote::Transport::settings(self).limits()
+            }
+        }
+    };
+}
+pub(crate) use remote_backend;

@@ -1,0 +1,426 @@
+//! One shard: its index, its log and its lock. Every state transition of a
+//! key happens here, under the shard's lock, as one appended record: the
+//! shard looks the key up, asks [`crate::engine::transition`] what to do, and
+//! executes the answer.
+//!
+//! `state` holds what is behind the lock (index upkeep, writes and reads of
+//! records); `hold` what a lease holder does (finish, renew, checkpoint);
+//! `compact` executes a compaction plan on the shard.
+
+mod compact;
+mod hold;
+mod quota;
+mod state;
+
+use crate::checkpoint::Checkpoint;
+use crate::clock::{Clock, Now};
+use crate::config::{Config, Durability};
+use crate::engine::recovery::Recovered;
+#[cfg(feature = "tokio")]
+use crate::engine::segment::commit::Turn;
+use crate::engine::segment::commit::{ActiveSnapshot, GroupCommit};
+use crate::engine::segment::writer::Writer;
+use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
+use crate::engine::waiters::Waiters;
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::record::{self, Header, Record, State};
+use crate::stats::{bump, Census, Counters};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use state::{Lookup, ShardState};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How much a shard holds, for [`crate::Stats`].
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Footprint {
+    pub records: u64,
+    pub live_bytes: u64,
+    pub disk_bytes: u64,
+    pub segments: u64,
+}
+
+/// A `(scope, key)` with its index hash.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyRef<'a> {
+    pub hash: u128,
+    pub scope: &'a [u8],
+    pub key: &'a [u8],
+}
+
+/// The shard-level answer to a claim. `lease_deadline_ms` is the lease end
+/// as written (wall clock).
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Acquired { token: u64, lease_deadline_ms: u64, held: Held, checkpoint: Option<Checkpoint> },
+    Replay(Record),
+    InProgress { retry_after_ms: u64, attempt: u32 },
+    Mismatch,
+}
+
+/// What one look at a key adds to the counters. The counters count
+/// answers: a waiting claim (`claim_wait`) is one call and one answer
+/// however many times it looks at its key, so only its first look counts
+/// the call, and an in-progress look counts nothing until the wait ends on
+/// it ([`Shard::count_in_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// A claim answered by this look: the call and its outcome.
+    Answer,
+    /// The first look of a waiting claim: the call, and its outcome unless
+    /// in progress.
+    WaitFirst,
+    /// A later look of a waiting claim: a wait look, and its outcome unless
+    /// in progress.
+    WaitAgain,
+}
+
+/// One shard of a store.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    pub id: u32,
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    clock: Arc<dyn Clock>,
+    /// Writers take it exclusively; a claim answered from the stored record
+    /// (replay, in progress, mismatch) and `get` share it, so they never
+    /// queue behind one another, only behind a write.
+    state: RwLock<ShardState>,
+    /// Callers waiting for a key to leave Processing (`claim_wait`).
+    pub waiters: Waiters,
+    commit: GroupCommit,
+    /// Set under the state lock by `close`; checked under it by every call.
+    closed: AtomicBool,
+    pub counters: Counters,
+}
+
+impl Shard {
+    /// The shard recovered at open, at `now` (its TTL floor; records
+    /// expired by then are dropped and counted). Reads each Processing
+    /// record once (see [`ShardState::new`]).
+    pub(crate) fn new(id: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
+        let storage = Arc::clone(&config.storage);
+        let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
+        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
+            recovered;
+        // Under Sync every record is synced as it is written: `pwrite` is
+        // faster there than writing through the map (see `segment::writer`).
+        let map_writes = !matches!(config.durability, Durability::Sync);
+        let log = Writer::new(
+            dir.clone(),
+            id,
+            Arc::clone(&storage),
+            config.segment_bytes,
+            active,
+            sealed,
+            next_lsn,
+            catalog,
+            map_writes,
+        )?;
+        let counters = Counters::new(id);
+        counters.torn_tail_bytes_cut.add(torn_tail_bytes);
+        counters.hints_loaded.add(hints_loaded);
+        counters.hints_ignored.add(hints_ignored);
+        let state = ShardState::new(index, log, now, &lengths, &counters)?;
+        Ok(Shard {
+            id,
+            dir,
+            storage,
+            clock: Arc::clone(&config.clock),
+            state: RwLock::new(state),
+            waiters: Waiters::default(),
+            // Everything recovered at open was synced by recovery.
+            commit: GroupCommit::new(id, next_lsn.saturating_sub(1), next_round),
+            closed: AtomicBool::new(false),
+            counters,
+        })
+    }
+
+    /// The state for writing, unless the shard is closed or poisoned.
+    fn lock(&self) -> Result<RwLockWriteGuard<'_, ShardState>> {
+        let state = self.state.write();
+        self.check_open()?;
+        Ok(state)
+    }
+
+    /// The state for reading, shared with other readers, unless the shard
+    /// is closed or poisoned.
+    fn read(&self) -> Result<RwLockReadGuard<'_, ShardState>> {
+        let state = self.state.read();
+        self.check_open()?;
+        Ok(state)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.commit.is_poisoned() {
+            return Err(Error::Poisoned { shard: self.id });
+        }
+        Ok(())
+    }
+
+    /// Refuses every later call. Taking the lock waits for the call in
+    /// flight, so nothing is written after this returns; with `trim`
+    /// (a writable store), the zeros ahead of the active segment's last
+    /// record are cut off.
+    pub(crate) fn close(&self, trim: bool) {
+        let mut state = self.state.write();
+        self.closed.store(true, Ordering::Release);
+        if trim {
+            state.log.trim();
+        }
+    }
+
+    /// Writes the hint of the active segment, if everything written to it
+    /// is durable and the shard is not poisoned (at close, and when the
+    /// last handle is dropped): the next open then replays only what is
+    /// written after it.
+    pub(crate) fn write_active_hint(&self) {
+        let mut state = self.state.write();
+        if !self.commit.is_poisoned() && !self.commit.is_dirty() {
+            state.log.write_active_hint();
+        }
+    }
+
+    fn segment_path(&self, segment: u32) -> PathBuf {
+        crate::engine::segment::segment_path(&self.dir, segment)
+    }
+
+    /// Decides a claim and writes its record. Returns the answer and the LSN
+    /// of the record it rests on (for the durability wait). A key whose
+    /// stored record answers the claim (replay, in progress, mismatch) is
+    /// answered under the shared lock; only a claim that writes takes it
+    /// exclusively. `tally` says what the look adds to the counters.
+    /// Every acquire wakes the key's waiters: a takeover (or a fresh start
+    /// over an expired record) gives them a new holder and lease end to
+    /// wait for.
+    pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams, tally: Tally) -> Result<(Outcome, u64)> {
+        {
+            let state = self.read()?;
+            match tally {
+                Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
+                Tally::WaitAgain => bump(&self.counters.wait_looks),
+            }
+            let now = state.now(&*self.clock);
+            if let Lookup::Live(entry, lease_end_ms) = state.lookup(key.hash, now) {
+                let (header, frame) = state.load(&entry, Some(key))?;
+                let stored = Stored { record: &header, lease_end_ms };
+                match transition::claim(Some(stored), params, state.log.next_lsn, now) {
+                    ClaimStep::Acquire(_) => {}
+                    step => return self.answer(step, entry.lsn, &header, &frame, tally),
+                }
+            }
+        }
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        let current = match state.live_entry(key.hash, now, &self.counters) {
+            Some((entry, lease_end_ms)) => Some((entry.lsn, lease_end_ms, state.load(&entry, Some(key))?)),
+            None => None,
+        };
+        let stored =
+            current.as_ref().map(|(_, lease_end_ms, (record, _))| Stored { record, lease_end_ms: *lease_end_ms });
+        match transition::claim(stored, params, state.log.next_lsn, now) {
+            ClaimStep::Acquire(header) => {
+                // A takeover carries the last checkpoint over into the
+                // record it writes, so that it outlives this holder too.
+                let carried = match (&current, header.recovered) {
+                    (Some((_, _, (stored, frame))), true) => record::body(stored, frame).2.to_vec(),
+                    _ => Vec::new(),
+                };
+                drop(current);
+                let checkpoint = self.checkpoint_of(&carried)?;
+                state.write(key, &header, &carried, &self.commit, &self.counters, now)?;
+                drop(state);
+                bump(&self.counters.acquired);
+                if header.recovered {
+                    bump(&self.counters.recovered);
+                }
+                self.waiters.wake(key.hash);
+                let outcome = Outcome::Acquired {
+                    token: header.token,
+                    lease_deadline_ms: header.deadline_ms,
+                    held: Held::of(&header),
+                    checkpoint,
+                };
+                Ok((outcome, header.lsn))
+            }
+            step => {
+                let (lsn, _, (header, frame)) =
+                    current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
+                self.answer(step, lsn, &header, &frame, tally)
+            }
+        }
+    }
+
+    /// The answer to a claim that the stored record (`header`, `frame`, at
+    /// LSN `lsn`) decides without a write: mismatch, in progress or replay.
+    /// An in-progress look of a waiting claim is not counted here.
+    fn answer(&self, step: ClaimStep, lsn: u64, header: &Header, frame: &[u8], tally: Tally) -> Result<(Outcome, u64)> {
+        let outcome = match step {
+            ClaimStep::Acquire(_) => {
+                return Err(Error::corruption(&self.dir, 0, "an acquired claim has no stored answer"))
+            }
+            ClaimStep::Mismatch => {
+                bump(&self.counters.mismatches);
+                Outcome::Mismatch
+            }
+            ClaimStep::InProgress { retry_after_ms, attempt } => {
+                if tally != Tally::Answer {
+                    return Ok((Outcome::InProgress { retry_after_ms, attempt }, lsn));
+                }
+                bump(&self.counters.in_progress);
+                Outcome::InProgress { retry_after_ms, attempt }
+            }
+            ClaimStep::Replay => {
+                bump(&self.counters.replays);
+                // `load` checked that the record is the put the index points at.
+                let record = Record::from_frame(header, frame)
+                    .ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
+                Outcome::Replay(record)
+            }
+        };
+        bump(&self.counters.duplicates);
+        Ok((outcome, lsn))
+    }
+
+    /// Counts the in-progress answer a waiting claim ended on (its timeout
+    /// passed, or the caps let it wait no longer): the looks that answered
+    /// in progress while it waited were not counted.
+    pub(crate) fn count_in_progress(&self) {
+        bump(&self.counters.in_progress);
+        bump(&self.counters.duplicates);
+    }
+
+    /// Removes a key whatever its state. Returns whether a live record was
+    /// removed, and the LSN the answer rests on: the tombstone's, or for an
+    /// absent key the newest written (what made it absent is no newer).
+    pub(crate) fn remove(&self, key: &KeyRef<'_>) -> Result<(bool, u64)> {
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        let Some((entry, _)) = state.live_entry(key.hash, now, &self.counters) else {
+            return Ok((false, self.commit.written_lsn()));
+        };
+        let (stored, _) = state.load(&entry, Some(key))?;
+        let header = transition::remove(&stored, state.log.next_lsn, now.wall_ms);
+        state.write(key, &header, &[], &self.commit, &self.counters, now)?;
+        bump(&self.counters.removes);
+        drop(state);
+        self.waiters.wake(key.hash);
+        Ok((true, header.lsn))
+    }
+
+    /// The live record at index hash `hash`, checked to belong to `key` when
+    /// one is given (iteration has only the hash), and the LSN the answer
+    /// rests on: the record's, or for an absent key the newest written (the
+    /// tombstone or expiry that made it absent is no newer).
+    /// Read under the shared lock; an expired key is dropped under the
+    /// exclusive one.
+    pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<(Option<Record>, u64)> {
+        {
+            let state = self.read()?;
+            let now = state.now(&*self.clock);
+            match state.lookup(hash, now) {
+                Lookup::Absent => return Ok((None, self.commit.written_lsn())),
+                Lookup::Live(entry, _) => {
+                    let (header, frame) = state.load(&entry, key)?;
+                    return Ok((Record::from_frame(&header, &frame), entry.lsn));
+                }
+                Lookup::Gone => {}
+            }
+        }
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        let Some((entry, _)) = state.live_entry(hash, now, &self.counters) else {
+            return Ok((None, self.commit.written_lsn()));
+        };
+        let (header, frame) = state.load(&entry, key)?;
+        Ok((Record::from_frame(&header, &frame), entry.lsn))
+    }
+
+    /// Drops the Processing records abandoned past their lease end + TTL, so
+    /// that compaction can reclaim them; returns how many.
+    pub(crate) fn expire_abandoned(&self) -> Result<u64> {
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        Ok(state.expire_abandoned(now, &self.counters))
+    }
+
+    /// The index hashes of every key (for iteration).
+    pub(crate) fn hashes(&self) -> Result<Vec<u128>> {
+        Ok(self.read()?.index.hashes().collect())
+    }
+
+    /// Adds this shard's records by state to `census`.
+    pub(crate) fn census(&self, census: &mut Census) -> Result<()> {
+        let state = self.read()?;
+        let now = state.now(&*self.clock);
+        for (hash, entry) in state.index.iter() {
+            let lease_end_ms = if entry.state == State::Processing { state.lease_end(hash) } else { 0 };
+            let counter = match entry.state {
+                _ if transition::is_gone(entry, lease_end_ms, now) => &mut census.expired,
+                State::Processing => &mut census.processing,
+                State::Completed => &mut census.completed,
+                State::Failed => &mut census.failed,
+            };
+            *counter += 1;
+        }
+        Ok(())
+    }
+
+    /// Records, live bytes, disk bytes and segments of this shard.
+    pub(crate) fn footprint(&self) -> Footprint {
+        let state = self.state.read();
+        let now = state.now_ms(&*self.clock);
+        let mut footprint = Footprint { records: state.index.len() as u64, ..Footprint::default() };
+        let active = state.log.active.id;
+        for (id, usage) in &state.usage {
+            footprint.live_bytes += usage.live_bytes.saturating_sub(usage.expired_bytes(now));
+            // The active segment's file is longer than its records: the
+            // writer zero-fills ahead of them (and a read-only open leaves
+            // a torn tail in place).
+            footprint.disk_bytes += if *id == active { state.log.allocated() } else { usage.total_bytes };
+            footprint.segments += 1;
+        }
+        footprint
+    }
+
+    /// Makes every record up to `lsn` durable (group commit).
+    pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
+        self.commit.sync_to(lsn, &self.counters, || self.active_snapshot())
+    }
+
+    /// One step of waiting for `lsn` to be durable (see [`GroupCommit::turn`]).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn commit_turn(&self, lsn: u64) -> Result<Turn> {
+        self.commit.turn(lsn)
+    }
+
+    /// Runs the fsync a caller leads after [`Turn::Lead`].
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lead_commit(&self) -> Result<()> {
+        self.commit.lead(&self.counters, &|| self.active_snapshot())
+    }
+
+    fn active_snapshot(&self) -> ActiveSnapshot {
+        let state = self.state.read();
+        ActiveSnapshot {
+            file: Arc::clone(&state.log.active.file),
+            path: state.log.path(state.log.active.id),
+            written_lsn: self.commit.written_lsn(),
+            end: state.log.active.end,
+        }
+    }
+
+    /// Whether records were written that are not yet durable.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.commit.is_dirty()
+    }
+
+    /// Makes everything written so far durable.
+    pub(crate) fn sync_all(&self) -> Result<()> {
+        self.sync_to(self.commit.written_lsn())
+    }
+}

@@ -1,0 +1,171 @@
+//! A shard's part in the per-scope quotas (see [`crate::quota`]): counting
+//! its records into the store-wide ledger at open, keeping them counted as
+//! the index changes, and sweeping expired records out when a claim would
+//! be refused.
+//!
+//! The index knows a key only by its hash, so when a record leaves it
+//! without its key at hand (an expiry), the record's scope is read back
+//! from its frame: the fixed prefix and the scope, never the response.
+
+use super::state::ShardState;
+use super::{KeyRef, Shard};
+use crate::engine::index::Entry;
+use crate::engine::ledger::Ledger;
+use crate::engine::telemetry::event;
+use crate::engine::transition;
+use crate::error::{Error, Result};
+#[cfg(feature = "testing")]
+use crate::quota::ScopeUsage;
+use crate::record::{self, Header, Kind, State, PREFIX_BYTES};
+use crate::stats::{bump, Counters};
+use std::borrow::Cow;
+#[cfg(feature = "testing")]
+use std::collections::HashMap;
+use std::sync::Arc;
+
+impl ShardState {
+    /// Counts the put `header` of `bytes` if it gives `key` a live record
+    /// the index does not hold yet (a new claim). Returns the bytes counted
+    /// (`None`: quotas off, not a new record, or the scope not limited),
+    /// which [`ShardState::quota_give_back`] returns if the write fails.
+    ///
+    /// # Errors
+    /// [`Error::QuotaExceeded`], counted in the shard's refusals.
+    pub(super) fn quota_admit(
+        &self,
+        key: &KeyRef<'_>,
+        header: &Header,
+        bytes: u64,
+        counters: &Counters,
+    ) -> Result<Option<u64>> {
+        let Some(ledger) = &self.quota else {
+            return Ok(None);
+        };
+        if header.kind == Kind::Tombstone || self.index.get(&key.hash).is_some() {
+            return Ok(None);
+        }
+        match ledger.admit(key.scope, bytes) {
+            Ok(counted) => Ok(counted.then_some(bytes)),
+            Err(error) => {
+                bump(&counters.quota_refusals);
+                Err(error)
+            }
+        }
+    }
+
+    /// Returns what [`ShardState::quota_admit`] counted for a write that
+    /// failed.
+    pub(super) fn quota_give_back(&self, scope: &[u8], admitted: Option<u64>) {
+        if let (Some(ledger), Some(bytes)) = (&self.quota, admitted) {
+            ledger.remove(scope, bytes);
+        }
+    }
+
+    /// The index now holds `new` for a key of `scope`, in place of `old`
+    /// (or of nothing, when the write was admitted as `admitted` bytes).
+    pub(super) fn quota_settle(&self, scope: &[u8], old: Option<&Entry>, admitted: Option<u64>, new: &Entry) {
+        let Some(ledger) = &self.quota else { return };
+        if let Some(old_bytes) = old.map(|old| old.frame_len.into()).or(admitted) {
+            ledger.resize(scope, old_bytes, new.frame_len.into());
+        }
+    }
+
+    /// `entry` is about to leave the index; its scope is `scope`, or is
+    /// read back from its frame. Returns `false` if that read fails: the
+    /// key must then stay indexed (and counted), and a later try drops it,
+    /// so that the counts never drift from the index.
+    pub(super) fn quota_release(&self, entry: &Entry, scope: Option<&[u8]>) -> bool {
+        let Some(ledger) = &self.quota else { return true };
+        match scope.map_or_else(|| self.scope_of(entry), |scope| Ok(Cow::Borrowed(scope))) {
+            Ok(scope) => {
+                ledger.remove(&scope, entry.frame_len.into());
+                true
+            }
+            #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+            Err(error) => {
+                event!(warn, %error, "an expired record's scope could not be read back; it stays until a later try");
+                false
+            }
+        }
+    }
+
+    /// The scope of the record `entry` points at, read from its frame.
+    fn scope_of(&self, entry: &Entry) -> Result<Cow<'_, [u8]>> {
+        let offset = u64::from(entry.offset);
+        let corrupt = |reason: &str| Error::corruption(self.log.path(entry.segment), offset, reason);
+        let prefix = self.log.read(entry.segment, offset, PREFIX_BYTES)?;
+        let (header, _, _) = record::decode_prefix(&prefix).map_err(|_| corrupt("record prefix unreadable"))?;
+        if header.lsn != entry.lsn {
+            return Err(corrupt("record LSN differs from the index"));
+        }
+        let end = PREFIX_BYTES + usize::from(header.scope_len);
+        Ok(match self.log.read(entry.segment, offset, end)? {
+            Cow::Borrowed(bytes) => Cow::Borrowed(&bytes[PREFIX_BYTES..]),
+            Cow::Owned(mut bytes) => Cow::Owned(bytes.split_off(PREFIX_BYTES)),
+        })
+    }
+}
+
+impl Shard {
+    /// Counts this shard's live records into `ledger`, and keeps them
+    /// counted from here on. Called once at open, before the shard serves.
+    pub(crate) fn attach_quota(&self, ledger: &Arc<Ledger>) -> Result<()> {
+        let mut state = self.state.write();
+        // Straight into the ledger: no second copy of every scope's name.
+        count(&state, ledger, |scope, bytes| ledger.add(scope, bytes))?;
+        state.quota = Some(Arc::clone(ledger));
+        Ok(())
+    }
+
+    /// Adds this shard's live records to `counted`, by limited scope.
+    #[cfg(feature = "testing")]
+    pub(crate) fn count_scopes(&self, ledger: &Ledger, counted: &mut HashMap<Vec<u8>, ScopeUsage>) -> Result<()> {
+        count(&*self.read()?, ledger, |scope, bytes| {
+            if let Some(usage) = counted.get_mut(scope) {
+                usage.records += 1;
+                usage.bytes += bytes;
+            } else {
+                counted.insert(scope.to_vec(), ScopeUsage { records: 1, bytes });
+            }
+        })
+    }
+
+    /// Drops every expired record (a TTL that passed, an abandoned lease
+    /// past its end + TTL) and counts it; returns the records left.
+    pub(crate) fn sweep_expired(&self) -> Result<u64> {
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        let gone: Vec<(u128, State)> = state
+            .index
+            .iter()
+            .filter(|(hash, entry)| {
+                let lease_end_ms = if entry.state == State::Processing { state.lease_end(*hash) } else { 0 };
+                transition::is_gone(entry, lease_end_ms, now)
+            })
+            .map(|(hash, entry)| (hash, entry.state))
+            .collect();
+        for (hash, record_state) in gone {
+            if state.index_remove(hash).is_none() {
+                continue;
+            }
+            let counter = match record_state {
+                State::Processing => &self.counters.abandoned_expired,
+                State::Completed | State::Failed => &self.counters.expirations,
+            };
+            bump(counter);
+        }
+        Ok(state.index.len() as u64)
+    }
+}
+
+/// Calls `add(scope, bytes)` for each live record of `state` in a limited
+/// scope.
+fn count(state: &ShardState, ledger: &Ledger, mut add: impl FnMut(&[u8], u64)) -> Result<()> {
+    for entry in state.index.values() {
+        let scope = state.scope_of(entry)?;
+        if ledger.counts(&scope) {
+            add(&scope, u64::from(entry.frame_len));
+        }
+    }
+    Ok(())
+}

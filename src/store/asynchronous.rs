@@ -1,0 +1,200 @@
+//! The async face of the store (feature `tokio`): the same calls as
+//! futures, for services on tokio. Nothing here parks a thread: a claim
+//! writes its record under the shard's lock as the blocking call does
+//! (a buffered write, no fsync), a caller that waits for a key awaits an
+//! event of that key, and under [`Durability::Sync`](crate::Durability::Sync)
+//! only the caller that leads a shard's next fsync runs it on tokio's
+//! blocking pool — at most one thread per shard — while the others await
+//! its end.
+//!
+//! Every future here is cancel-safe in the sense that matters: dropping it
+//! never leaves a half-written record, and a lease acquired before the drop
+//! is counted as abandoned (the key stays Processing until its lease ends).
+//! A finishing call of a [`Lease`] refused before it wrote anything hands
+//! the lease back, as the blocking calls do ([`FinishError`]).
+
+use crate::claim::{Claim, ClaimRequest};
+use crate::engine::shard::Tally;
+use crate::engine::telemetry;
+use crate::engine::transition::Finish;
+use crate::error::Result;
+use crate::lease::{FinishError, Lease, LeaseToken};
+use crate::record::Record;
+use crate::store::Store;
+use std::time::{Duration, Instant};
+
+impl Store {
+    /// [`Store::claim`] as a future.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idemkv::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new())?;
+    /// let request = ClaimRequest::new("order-9", Fingerprint::of(b"POST /orders 9"));
+    /// if let Claim::Acquired(lease) = store.claim_async(&request).await? {
+    ///     lease.complete_async(b"201 created").await?;
+    /// }
+    /// let Claim::Replay(record) = store.claim_async(&request).await? else { unreachable!() };
+    /// assert_eq!(record.response, b"201 created");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::claim`].
+    pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let (claim, hash) = self.look_async(request, Tally::Answer).await?;
+        self.claim_timed(&claim, hash, started);
+        Ok(claim)
+    }
+
+    /// One look at the key for a claim, counted as `tally` says; the
+    /// durability wait takes no thread.
+    async fn look_async(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
+        let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
+        Ok((claim, hash))
+    }
+
+    /// [`Store::claim_wait`] as a future: while the key is in progress it
+    /// awaits an event of the key (no thread, no polling), woken as
+    /// [`Store::claim_wait`] is, up to `timeout` (measured by tokio's
+    /// timer). Past [`Config::waiters_per_key_max`](crate::Config::waiters_per_key_max)
+    /// or [`Config::waiters_max`](crate::Config::waiters_max) it answers
+    /// `InProgress` at once. Counted as [`Store::claim_wait`] is: one claim,
+    /// one answer.
+    ///
+    /// # Errors
+    /// As [`Store::claim`].
+    pub async fn claim_wait_async(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
+        let started = Instant::now();
+        let (mut claim, hash) = self.look_async(request, Tally::WaitFirst).await?;
+        // Whether `claim` was looked at before the last park: the answer
+        // after a park is the key's state then.
+        let mut stale = false;
+        while let Claim::InProgress { .. } = claim {
+            let left = timeout.saturating_sub(started.elapsed());
+            let waiter = if left.is_zero() { None } else { self.engine().listen(hash) };
+            let Some(mut waiter) = waiter else {
+                if stale {
+                    claim = self.look_async(request, Tally::WaitAgain).await?.0;
+                }
+                break;
+            };
+            // Listening before looking again: a finish in between wakes it.
+            claim = self.look_async(request, Tally::WaitAgain).await?.0;
+            stale = false;
+            if let Claim::InProgress { retry_after, .. } = claim {
+                let _woken_or_not = tokio::time::timeout(left.min(retry_after), waiter.woken()).await;
+                stale = true;
+            }
+        }
+        self.wait_answered(&claim, hash, started);
+        Ok(claim)
+    }
+
+    /// [`Store::complete`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::complete`].
+    pub async fn complete_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_async(token, Finish::Complete(response)).await
+    }
+
+    /// [`Store::fail`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::fail`].
+    pub async fn fail_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        self.finish_async(token, Finish::Fail(response)).await
+    }
+
+    /// [`Store::release`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::release`].
+    pub async fn release_async(&self, token: &LeaseToken) -> Result<()> {
+        self.finish_async(token, Finish::Release).await
+    }
+
+    /// [`Store::renew`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::renew`].
+    pub async fn renew_async(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
+        let (hash, token) = self.token_ref(token)?;
+        let (deadline_ms, lsn) = self.engine().renew(hash, &token, extend)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
+        Ok(deadline_ms)
+    }
+
+    /// [`Store::checkpoint`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::checkpoint`].
+    pub async fn checkpoint_async(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine().checkpoint(hash, &token, step, payload)?;
+        self.engine().wait_durable_async(hash, lsn).await
+    }
+
+    /// [`Store::get`] as a future (under `Sync`, the durability wait
+    /// takes no thread).
+    ///
+    /// # Errors
+    /// As [`Store::get`].
+    pub async fn get_async(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        let key = self.engine().key_ref(scope, key)?;
+        let (record, lsn) = self.engine().shard_of_hash(key.hash).get(key.hash, Some(&key))?;
+        self.engine().wait_durable_async(key.hash, lsn).await?;
+        Ok(record)
+    }
+
+    /// [`Store::remove`] as a future.
+    ///
+    /// # Errors
+    /// As [`Store::remove`].
+    pub async fn remove_async(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        let key = self.engine().key_ref(scope, key)?;
+        let (removed, lsn) = self.engine().shard_of_hash(key.hash).remove(&key)?;
+        self.engine().wait_durable_async(key.hash, lsn).await?;
+        Ok(removed)
+    }
+
+    async fn finish_async(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine().finish(hash, &token, finish)?;
+        self.engine().wait_durable_async(hash, lsn).await
+    }
+}
+
+impl Lease {
+    /// [`Lease::complete`] as a future. A refused call hands the lease back
+    /// as [`Lease::complete`] does.
+    ///
+    /// # Errors
+    /// As [`Lease::complete`].
+    pub async fn complete_async(self, response: &[u8]) -> Result<(), FinishError> {
+        self.finish_async(Finish::Complete(response)).await
+    }
+
+    /// [`Lease::fail`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::fail`].
+    pub async fn fail_async(self, response: &[u8]) -> Result<(), FinishError> {
+        self.finish_async(Finish::Fail(response)).await
+    }
+
+    /// [`Lease::release`] as a future.
+    ///
+    /// # Errors
+    /// As [`Lease::release`].
+    pub async fn release_async(self) -> Result<(), FinishError> {
+        self.finish_async(Finish::Release).await
+    }
+}

@@ -1,0 +1,469 @@
+//! The store: a directory of shards behind one cheap, cloneable handle.
+//! This is the public API; opening lives in `engine::open`, the engine the
+//! handles share in `engine`, durability rounds in `engine::sync`,
+//! compaction passes in `engine::compactor`. The rest of `Store` is in this
+//! folder: `iter` (its records), `read_only` (read-only handles), `usage`
+//! (what a scope holds of its quota), `asynchronous` (the async calls,
+//! feature `tokio`).
+
+#[cfg(feature = "tokio")]
+mod asynchronous;
+pub(crate) mod iter;
+mod read_only;
+mod usage;
+
+use crate::claim::{Claim, ClaimRequest};
+use crate::config::{Config, Durability};
+use crate::engine::compaction::CompactionReport;
+use crate::engine::compactor;
+use crate::engine::open;
+use crate::engine::shard::{Outcome, Tally};
+use crate::engine::sync::{self, sync_dirty};
+use crate::engine::telemetry;
+use crate::engine::transition::Finish;
+use crate::engine::{Engine, TokenRef};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::lease::{Lease, LeaseToken};
+use crate::record::Record;
+use crate::stats::{Census, Stats};
+pub use crate::store::iter::Iter;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An open idempotency store. Cheap to clone; all clones share the same
+/// shards. `Send + Sync`: use it from as many threads as you like.
+///
+/// # Examples
+///
+/// ```
+/// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path(), Config::new())?;
+/// let fingerprint = Fingerprint::builder().part(b"POST").part(b"/payments").part(b"amount=10").finish();
+/// let request = ClaimRequest::new("key-1", fingerprint).scope("tenant-a");
+///
+/// match store.claim(&request)? {
+///     Claim::Acquired(lease) => lease.complete(b"201 charged")?,
+///     other => panic!("a new key is acquired, got {other:?}"),
+/// }
+/// // A retry gets the first answer back.
+/// let Claim::Replay(record) = store.claim(&request)? else { panic!("not a replay") };
+/// assert_eq!(record.response, b"201 charged");
+/// // The same key with another request is refused.
+/// let other = ClaimRequest::new("key-1", Fingerprint::of(b"something else")).scope("tenant-a");
+/// assert!(matches!(store.claim(&other)?, Claim::Mismatch));
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Store {
+    engine: Arc<Engine>,
+}
+
+impl Clone for Store {
+    fn clone(&self) -> Self {
+        Store::handle(Arc::clone(&self.engine))
+    }
+}
+
+impl Drop for Store {
+    /// The last handle stops the background threads before it lets go of
+    /// the engine: a compaction step in flight holds the engine, and would
+    /// otherwise keep the directory locked after this drop returned, so an
+    /// open right after it would be refused.
+    fn drop(&mut self) {
+        if self.engine.handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.engine.stop_workers();
+        }
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it (and the directory) if new.
+    ///
+    /// Each shard's index is rebuilt segment by segment: from the segment's
+    /// hint file where one matches it (see `docs/format.md`), and from the
+    /// log after what the hint covers, or all of it; a hint that is missing,
+    /// damaged or stale only costs that replay ([`Stats::hints_ignored`]),
+    /// and this open writes it again.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`]; [`Error::NotAStore`] for a non-empty
+    /// directory without a manifest; [`Error::Locked`] when another handle
+    /// has it open (a writer, or read-only handles from
+    /// [`Store::open_read_only`]); [`Error::ShardCountMismatch`];
+    /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
+    /// file and offset of damage that is not a torn tail, in the frames
+    /// this open reads (those a hint covers are checked when read, and by
+    /// [`crate::verify`]); I/O errors.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
+        let engine = Arc::new(open::open(dir.as_ref(), config)?);
+        if let Durability::Interval(interval) = engine.config.durability {
+            sync::start_flusher(&engine, interval)?;
+        }
+        if let Some(interval) = engine.config.compaction_interval {
+            compactor::start_compactor(&engine, interval)?;
+        }
+        Ok(Store::handle(engine))
+    }
+
+    /// Claims `(scope, key)` atomically: the answer is one row of the table
+    /// in the crate docs.
+    ///
+    /// # Errors
+    /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`],
+    /// [`Error::InvalidDuration`] for the request; [`Error::ReadOnly`],
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`] and I/O
+    /// errors. An error changes nothing.
+    pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let (claim, hash) = self.look(request, Tally::Answer)?;
+        self.claim_timed(&claim, hash, started);
+        Ok(claim)
+    }
+
+    /// One look at the key for a claim, counted as `tally` says, durable
+    /// as the configuration asks; with the key's index hash.
+    fn look(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
+        let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
+        self.engine.wait_durable(hash, lsn)?;
+        Ok((claim, hash))
+    }
+
+    /// Counts the answer a waiting claim ends on, once: an in-progress one
+    /// (its looks in progress were not counted), and its latency from the
+    /// call, the wait included.
+    pub(crate) fn wait_answered(&self, claim: &Claim, hash: u128, started: Instant) {
+        if matches!(claim, Claim::InProgress { .. }) {
+            self.engine.shard_of_hash(hash).count_in_progress();
+        }
+        self.claim_timed(claim, hash, telemetry::TIMES_CLAIMS.then_some(started));
+    }
+
+    /// Records how long a claim took, by outcome, when claims are timed.
+    pub(crate) fn claim_timed(&self, claim: &Claim, hash: u128, started: Option<Instant>) {
+        if let Some(started) = started {
+            let outcome = match claim {
+                Claim::Acquired(lease) => usize::from(lease.recovered()),
+                Claim::Replay(_) => 2,
+                Claim::InProgress { .. } => 3,
+                Claim::Mismatch => 4,
+            };
+            self.engine.shard_of_hash(hash).counters.claim_times.record(outcome, started.elapsed());
+        }
+    }
+
+    /// The claim answer, the index hash, and the LSN the answer rests on,
+    /// which the caller must wait to be durable before answering. An
+    /// acquired lease is built at once, so that a caller that gives up
+    /// before that (an error, a dropped future) counts it as abandoned.
+    pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128, u64)> {
+        let claimed = self.engine.claim(
+            (request.scope, request.key),
+            request.fingerprint,
+            (request.lease, request.ttl),
+            request.reuse,
+            tally,
+        )?;
+        let claim = match claimed.outcome {
+            Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
+                Arc::clone(&self.engine),
+                claimed.hash,
+                (request.scope, request.key),
+                token,
+                held,
+                lease_deadline_ms,
+                checkpoint,
+            )),
+            Outcome::Replay(record) => Claim::Replay(record),
+            Outcome::InProgress { retry_after_ms, attempt } => {
+                Claim::InProgress { retry_after: Duration::from_millis(retry_after_ms), attempt }
+            }
+            Outcome::Mismatch => Claim::Mismatch,
+        };
+        Ok((claim, claimed.hash, claimed.lsn))
+    }
+
+    /// Like [`claim`](Store::claim), but while the key is in progress it
+    /// waits, up to `timeout`, for the holder to finish and then answers
+    /// with the final state (HTTP `Prefer: wait`). After `timeout` it answers
+    /// with the key's state then (`InProgress` unless the lease ended just
+    /// then), and so it does at once when the key or the store already has
+    /// as many waiters as [`Config::waiters_per_key_max`] and
+    /// [`Config::waiters_max`] allow.
+    ///
+    /// A waiting caller parks on an event of its key, woken when the key
+    /// stops being in progress by the holder it saw: a complete, fail,
+    /// release or [`remove`](Store::remove), a takeover by another claim,
+    /// or [`close`](Store::close) (then [`Error::Closed`]). It does not
+    /// poll: without such an event it wakes only at the lease end its last
+    /// look reported (to take over if the lease has ended by the store's
+    /// [`Clock`](crate::Clock): a renewed lease is waited for again) and at
+    /// `timeout`, both measured in real time. The call counts once in
+    /// [`Stats::claims`] and once by its final answer, however often it
+    /// looked again ([`Stats::wait_looks`]).
+    ///
+    /// # Errors
+    /// As [`claim`](Store::claim).
+    pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
+        let started = Instant::now();
+        let (mut claim, hash) = self.look(request, Tally::WaitFirst)?;
+        // Whether `claim` was looked at before the last park: the answer
+        // after a park is the key's state then.
+        let mut stale = false;
+        while let Claim::InProgress { .. } = claim {
+            let left = timeout.saturating_sub(started.elapsed());
+            let waiter = if left.is_zero() { None } else { self.engine.listen(hash) };
+            let Some(waiter) = waiter else {
+                if stale {
+                    claim = self.look(request, Tally::WaitAgain)?.0;
+                }
+                break;
+            };
+            // Listening before looking again: a finish in between wakes it.
+            claim = self.look(request, Tally::WaitAgain)?.0;
+            stale = false;
+            if let Claim::InProgress { retry_after, .. } = claim {
+                waiter.block(left.min(retry_after));
+                stale = true;
+            }
+        }
+        self.wait_answered(&claim, hash, started);
+        Ok(claim)
+    }
+
+    /// The live record of `(scope, key)`, `None` if absent or expired.
+    /// Under [`Durability::Sync`] the answer, `None` included, waits until
+    /// what it rests on is durable (for `None`, everything the shard has
+    /// written: the tombstone that made the key absent may be that new).
+    ///
+    /// # Errors
+    /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
+    pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        let key = self.engine.key_ref(scope, key)?;
+        // Under `Sync` an absent answer waits too: the tombstone that made
+        // the key absent may not be durable yet.
+        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
+        self.engine.wait_durable(key.hash, lsn)?;
+        Ok(record)
+    }
+
+    /// Removes `(scope, key)` whatever its state (an admin operation). A
+    /// holder of the key then gets [`Error::LeaseLost`]. Returns whether a
+    /// live record was removed; under [`Durability::Sync`] either answer
+    /// waits for durability, as [`get`](Store::get) does.
+    ///
+    /// # Errors
+    /// As [`get`](Store::get), and [`Error::ReadOnly`].
+    pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.engine.refuse_if_read_only("remove")?;
+        let key = self.engine.key_ref(scope, key)?;
+        let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
+        self.engine.wait_durable(key.hash, lsn)?;
+        Ok(removed)
+    }
+
+    /// Completes the lease `token` (see [`Lease::complete`]).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the token no longer holds the key;
+    /// [`Error::ResponseTooLarge`]; the key errors of
+    /// [`claim`](Store::claim); [`Error::ReadOnly`]; I/O errors.
+    pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.finish(hash, &token, Finish::Complete(response))?;
+        self.engine.wait_durable(hash, lsn)
+    }
+
+    /// Fails the lease `token` with a replayed terminal response (see
+    /// [`Lease::fail`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete).
+    pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.finish(hash, &token, Finish::Fail(response))?;
+        self.engine.wait_durable(hash, lsn)
+    }
+
+    /// Releases the lease `token`: the key becomes absent (see
+    /// [`Lease::release`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete).
+    pub fn release(&self, token: &LeaseToken) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.finish(hash, &token, Finish::Release)?;
+        self.engine.wait_durable(hash, lsn)
+    }
+
+    /// Renews the lease `token` so that it ends at least `extend` of elapsed
+    /// time from now. Returns the new lease end in wall-clock ms since the
+    /// epoch (see [`Lease::deadline_ms`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
+    pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
+        let (hash, token) = self.token_ref(token)?;
+        let (deadline_ms, lsn) = self.engine.renew(hash, &token, extend)?;
+        self.engine.wait_durable(hash, lsn)?;
+        Ok(deadline_ms)
+    }
+
+    /// Stores a checkpoint for the lease `token` (see
+    /// [`Lease::checkpoint`]).
+    ///
+    /// # Errors
+    /// As [`Lease::checkpoint`].
+    pub fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.checkpoint(hash, &token, step, payload)?;
+        self.engine.wait_durable(hash, lsn)
+    }
+
+    /// Iterates over the live records of every shard (inspection; not a
+    /// snapshot: records that change while it runs may or may not be seen).
+    #[must_use]
+    pub fn iter(&self) -> Iter<'_> {
+        Iter::new(&self.engine.shards)
+    }
+
+    /// Runs one compaction pass now: in every shard, Processing records
+    /// abandoned past their lease end + TTL leave the index, then sealed
+    /// segments whose records have all expired or been superseded are
+    /// deleted (oldest first), and those mostly dead are rewritten with only
+    /// what must stay. Claims go on meanwhile; each shard's lock is held
+    /// only for short batches. The background compactor (see
+    /// [`Config::compaction_interval`]) calls the same.
+    ///
+    /// # Errors
+    /// I/O errors (the pass stops; nothing is lost, a half-written file is
+    /// deleted), [`Error::Corruption`] in a sealed segment, [`Error::Closed`]
+    /// (also when [`close`](Store::close) cuts the pass short),
+    /// [`Error::Poisoned`], [`Error::ReadOnly`].
+    pub fn compact(&self) -> Result<CompactionReport> {
+        self.engine.refuse_if_read_only("compact")?;
+        compactor::compact(&self.engine)
+    }
+
+    /// Counts the indexed records by state, and those expired but not yet
+    /// dropped. Walks the whole index (a shard at a time), so it is meant for
+    /// inspection, not for every request; [`Store::stats`] is the cheap one.
+    ///
+    /// # Errors
+    /// [`Error::Closed`], [`Error::Poisoned`].
+    pub fn census(&self) -> Result<Census> {
+        let mut census = Census::default();
+        for shard in &*self.engine.shards {
+            shard.census(&mut census)?;
+        }
+        Ok(census)
+    }
+
+    /// Makes everything written so far durable (fsync of every shard).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] or the fsync's I/O error.
+    pub fn sync(&self) -> Result<()> {
+        sync_dirty(&self.engine.shards)
+    }
+
+    /// The counters since open.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        for shard in &*self.engine.shards {
+            shard.counters.add_to(&mut stats);
+            let footprint = shard.footprint();
+            stats.live_records += footprint.records;
+            stats.live_bytes += footprint.live_bytes;
+            stats.disk_bytes += footprint.disk_bytes;
+            stats.segments += footprint.segments;
+        }
+        stats
+    }
+
+    /// Closes the store: refuses further calls on every clone, makes
+    /// everything durable, writes the hint file of each shard's active
+    /// segment (so that the next open reads only what is written after it)
+    /// and releases the directory lock. Dropping the last clone also
+    /// releases the lock, without the final fsync (and writes the hint of a
+    /// shard only if all its writes were already durable). A compaction
+    /// pass in progress is cut short (it waits for the segment being
+    /// rewritten, never for the pacer of
+    /// [`Config::compaction_bytes_per_second`]), and answers
+    /// [`Error::Closed`]; so does every call waiting in
+    /// [`claim_wait`](Store::claim_wait), woken by the close.
+    ///
+    /// # Errors
+    /// The first fsync error; the lock is released regardless.
+    pub fn close(self) -> Result<()> {
+        self.engine.stop_workers();
+        for shard in &*self.engine.shards {
+            shard.close(!self.engine.read_only);
+            // Callers parked in `claim_wait` look again and get `Closed`.
+            shard.waiters.wake_all();
+        }
+        let synced = self.sync();
+        if synced.is_ok() && !self.engine.read_only {
+            for shard in &*self.engine.shards {
+                shard.write_active_hint();
+            }
+        }
+        self.engine.lock_file.lock().take();
+        synced
+    }
+
+    /// The store directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.engine.dir
+    }
+
+    /// The number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> u32 {
+        u32::try_from(self.engine.shards.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The configuration the store was opened with.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn config(&self) -> &Config {
+        &self.engine.config
+    }
+
+    /// The engine this handle shares.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// A handle on an engine just opened.
+    pub(crate) fn from_engine(engine: Engine) -> Store {
+        Store::handle(Arc::new(engine))
+    }
+
+    /// One more handle on `engine`.
+    fn handle(engine: Arc<Engine>) -> Store {
+        engine.handles.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Store { engine }
+    }
+
+    /// A lease token's key, checked against the limits, and its hash.
+    pub(crate) fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
+        let key = self.engine.key_ref(&token.scope, &token.key)?;
+        Ok((key.hash, TokenRef { scope: key.scope, key: key.key, token: token.token, held: None }))
+    }
+}
+
+impl<'a> IntoIterator for &'a Store {
+    type Item = Result<Record>;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
