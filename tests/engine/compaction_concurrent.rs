@@ -91,8 +91,11 @@ fn answers_hold_while_compaction_runs() {
                 })
             })
             .collect();
-        let expected: Vec<Expected> = workers.into_iter().map(|handle| handle.join().expect("worker")).collect();
+        // Set even when a worker panicked, so that the compactor stops and
+        // the failure is reported instead of the test hanging.
+        let joined: Vec<_> = workers.into_iter().map(std::thread::ScopedJoinHandle::join).collect();
         done.store(true, Ordering::SeqCst);
+        let expected: Vec<Expected> = joined.into_iter().map(|joined| joined.expect("worker")).collect();
         (expected, compactor.join().expect("compactor"))
     });
     assert!(passes > 5, "compaction ran only {passes} times");
