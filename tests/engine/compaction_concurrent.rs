@@ -1,6 +1,13 @@
 //! Compaction runs in a loop while several threads claim, complete, release
 //! and replay, and the clock moves: every answer stays what the state
 //! machine says, through compaction and a final reopen.
+//!
+//! The compactor moves the clock by a second a pass, at most one pass a
+//! millisecond, and every claim takes a lease of a week: however slowly a
+//! loaded machine runs a worker between its claim and its finish, the
+//! clock cannot end the lease in between (that would be a takeover, not
+//! what this test is about). Churn records live 2 s of that clock, so
+//! compaction still has expired records to clear.
 
 use crate::common::{fingerprint, START_MS};
 use idemkv::{Claim, ClaimRequest, Config, Durability, ManualClock, Store};
@@ -11,7 +18,10 @@ use std::time::Duration;
 
 const THREADS: usize = 3;
 const ROUNDS: usize = 1500;
-const LONG: Duration = Duration::from_secs(24 * 3600);
+/// Longer than the clock moves in any run (at most 1,000 passes a second).
+const LONG: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Longer than any claim-to-finish span of a worker, in passes.
+const LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 fn config(clock: &ManualClock) -> Config {
     Config::new()
@@ -33,14 +43,14 @@ fn worker(store: &Store, thread: usize) -> Expected {
     for round in 0..ROUNDS {
         // Churn: short-lived records that compaction must clear away.
         let churn = format!("churn-{thread}-{round}");
-        let request = ClaimRequest::new(&churn, fingerprint(&churn)).ttl(Duration::from_secs(2));
+        let request = ClaimRequest::new(&churn, fingerprint(&churn)).ttl(Duration::from_secs(2)).lease(LEASE);
         let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("{churn} not acquired") };
         lease.complete(&[b'c'; 200]).expect("complete");
 
         if round % 10 == 0 {
             let key = format!("keep-{thread}-{}", round / 10);
             let body = format!("{key}:").repeat(round % 7 + 1).into_bytes();
-            let request = ClaimRequest::new(&key, fingerprint(&key)).ttl(LONG);
+            let request = ClaimRequest::new(&key, fingerprint(&key)).ttl(LONG).lease(LEASE);
             let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("{key} not acquired") };
             if round % 30 == 0 {
                 lease.release().expect("release");
@@ -80,6 +90,7 @@ fn answers_hold_while_compaction_runs() {
                 store.compact().expect("compact");
                 clock.advance(Duration::from_secs(1));
                 passes += 1;
+                std::thread::sleep(Duration::from_millis(1));
             }
             passes
         });
