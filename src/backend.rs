@@ -6,6 +6,8 @@
 //! parts ([`BackendClaim`], [`LeaseToken`]) so that a backend need not hand
 //! out borrows of its own state, and it knows nothing of HTTP or tower.
 
+#[cfg(feature = "tokio")]
+use crate::engine::transition::Finish;
 use crate::{Checkpoint, Error, Fingerprint, LeaseToken, Record, ReusePolicy};
 #[cfg(feature = "tokio")]
 use crate::{Claim, ClaimRequest, Store};
@@ -90,6 +92,15 @@ pub enum BackendClaim {
     },
     /// The key was used for a different request.
     Mismatch,
+}
+
+impl crate::claim::wait::Answer for BackendClaim {
+    fn in_progress(&self) -> Option<Duration> {
+        match self {
+            BackendClaim::InProgress { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
 }
 
 /// The sizes a backend accepts, so that callers check input before it runs.
@@ -216,31 +227,31 @@ impl IdempotencyBackend for Store {
     }
 
     async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
-        self.complete_async(token, response).await
+        self.write_finish(token, Finish::Complete(response))?.wait_async(self.engine()).await
     }
 
     async fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
-        self.fail_async(token, response).await
+        self.write_finish(token, Finish::Fail(response))?.wait_async(self.engine()).await
     }
 
     async fn release(&self, token: &LeaseToken) -> Result<(), Error> {
-        self.release_async(token).await
+        self.write_finish(token, Finish::Release)?.wait_async(self.engine()).await
     }
 
     async fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<(), Error> {
-        self.checkpoint_async(token, step, payload).await
+        self.write_checkpoint(token, step, payload)?.wait_async(self.engine()).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<(), Error> {
-        self.renew_async(token, extend).await.map(|_| ())
+        self.write_renew(token, extend)?.wait_async(self.engine()).await.map(|_deadline_ms| ())
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
-        self.get_async(scope, key).await
+        self.write_get(scope, key)?.wait_async(self.engine()).await
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
-        self.remove_async(scope, key).await
+        self.write_remove(scope, key)?.wait_async(self.engine()).await
     }
 
     fn limits(&self) -> BackendLimits {

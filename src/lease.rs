@@ -311,9 +311,6 @@ impl Lease {
         self.renewed(outcome)
     }
 
-    /// Writes the finishing record, then awaits its durability. Once the
-    /// record is written the lease is spent, even if the future is dropped
-    /// before the fsync ends.
     /// [`Lease::checkpoint`] as a future.
     ///
     /// # Errors
@@ -327,6 +324,9 @@ impl Lease {
         self.checkpointed(outcome, step, payload)
     }
 
+    /// Writes the finishing record, then awaits its durability. Once the
+    /// record is written the lease is spent, even if the future is dropped
+    /// before the fsync ends.
     #[cfg(feature = "tokio")]
     pub(crate) async fn finish_async(mut self, finish: Finish<'_>) -> Result<(), FinishError> {
         let lsn = self.write_finish(finish)?;

@@ -1,8 +1,8 @@
 //! What every networked backend (Redis, PostgreSQL) shares, written once:
 //! the settings it honours, validated at connect ([`Settings`]); the checks
 //! before any call goes out (the claim prologue, the finish, renewal and
-//! recovery-point checks); the wait branch of a claim and its loop
-//! ([`crate::backends::wake`]); the dispatch of the finishing calls and of fencing
+//! checkpoint checks); a waiting claim's side of the claim-and-wait loop
+//! ([`crate::claim::wait`]); the dispatch of the finishing calls and of fencing
 //! answers; the limits. A backend writes only its [`Transport`] — how a
 //! call reaches its server (a Lua script, a SQL function) and how its
 //! wake-ups arrive — and `remote_backend!` makes that an
@@ -10,14 +10,20 @@
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions};
 use crate::checkpoint;
+use crate::claim::wait::{self, KeyWait, Poll};
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::{Fingerprint, LeaseToken, ReusePolicy};
+use event_listener::{Event, EventListener};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+
+/// How long a waiting claim parks without a wake-up at first and at most
+/// (the pause doubles): a wake-up lost with a connection costs at most
+/// that.
+const POLL: Poll = Poll { first: Duration::from_millis(100), max: Duration::from_secs(1) };
 
 /// The settings a networked backend honours: a [`Config`] that passed
 /// [`Config::validate_for_backend`], so every value in it is in force.
@@ -110,7 +116,7 @@ impl Finish {
 /// A waiter's membership in its key's wake-ups: the event a finish of the
 /// key fires, and whatever leaves the key's waiters when dropped.
 pub(crate) struct Subscription<'a> {
-    pub(crate) event: Arc<Notify>,
+    pub(crate) event: Arc<Event>,
     pub(crate) _leave: Box<dyn Send + 'a>,
 }
 
@@ -161,11 +167,43 @@ pub(crate) async fn claim<T: Transport>(
 ) -> Result<BackendClaim> {
     let args = transport.settings().claim_args(scope, key, fingerprint, options)?;
     match options.wait {
-        Some(wait) if !wait.is_zero() => {
-            let subscription = transport.listen(scope, key, wait).await;
-            crate::backends::wake::claim_until(&subscription.event, wait, || transport.claim_once(&args, true)).await
+        Some(timeout) if !timeout.is_zero() => {
+            let mut waiting = RemoteWait { transport, args: &args, timeout, subscription: None };
+            wait::claim_wait(&mut waiting, timeout).await
         }
         _ => transport.claim_once(&args, false).await,
+    }
+}
+
+/// A waiting claim on a transport: every look is a claim marked as a
+/// waiting caller's; the first registration joins the key's wake-ups
+/// (subscribing, listening), which the caller keeps until its claim ends.
+struct RemoteWait<'a, T> {
+    transport: &'a T,
+    args: &'a ClaimArgs<'a>,
+    timeout: Duration,
+    subscription: Option<Subscription<'a>>,
+}
+
+impl<T: Transport> KeyWait for RemoteWait<'_, T> {
+    type Answer = BackendClaim;
+    type Armed = EventListener;
+    const POLL: Option<Poll> = Some(POLL);
+
+    async fn look(&mut self, _again: bool) -> Result<BackendClaim> {
+        self.transport.claim_once(self.args, true).await
+    }
+
+    async fn arm(&mut self) -> Option<EventListener> {
+        if self.subscription.is_none() {
+            let (scope, key) = (self.args.scope, self.args.key);
+            self.subscription = Some(self.transport.listen(scope, key, self.timeout).await);
+        }
+        self.subscription.as_ref().map(|subscription| subscription.event.listen())
+    }
+
+    async fn park(&mut self, armed: EventListener, pause: Duration) {
+        let _woken_or_polled = tokio::time::timeout(pause, armed).await;
     }
 }
 

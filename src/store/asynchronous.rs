@@ -18,8 +18,8 @@ use crate::engine::shard::Tally;
 use crate::engine::telemetry;
 use crate::engine::transition::Finish;
 use crate::error::Result;
-use crate::lease::{FinishError, Lease, LeaseToken};
-use crate::record::Record;
+use crate::lease::{FinishError, Lease};
+use crate::store::wait::StoreWait;
 use crate::store::Store;
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ impl Store {
 
     /// One look at the key for a claim, counted as `tally` says; the
     /// durability wait takes no thread.
-    async fn look_async(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
+    pub(super) async fn look_async(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128)> {
         let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
         self.engine().wait_durable_async(hash, lsn).await?;
         Ok((claim, hash))
@@ -71,104 +71,7 @@ impl Store {
     /// # Errors
     /// As [`Store::claim`].
     pub async fn claim_wait_async(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        let started = Instant::now();
-        let (mut claim, hash) = self.look_async(request, Tally::WaitFirst).await?;
-        // Whether `claim` was looked at before the last park: the answer
-        // after a park is the key's state then.
-        let mut stale = false;
-        while let Claim::InProgress { .. } = claim {
-            let left = timeout.saturating_sub(started.elapsed());
-            let waiter = if left.is_zero() { None } else { self.engine().listen(hash) };
-            let Some(mut waiter) = waiter else {
-                if stale {
-                    claim = self.look_async(request, Tally::WaitAgain).await?.0;
-                }
-                break;
-            };
-            // Listening before looking again: a finish in between wakes it.
-            claim = self.look_async(request, Tally::WaitAgain).await?.0;
-            stale = false;
-            if let Claim::InProgress { retry_after, .. } = claim {
-                let _woken_or_not = tokio::time::timeout(left.min(retry_after), waiter.woken()).await;
-                stale = true;
-            }
-        }
-        self.wait_answered(&claim, hash, started);
-        Ok(claim)
-    }
-
-    /// [`Store::complete`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::complete`].
-    pub async fn complete_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish_async(token, Finish::Complete(response)).await
-    }
-
-    /// [`Store::fail`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::fail`].
-    pub async fn fail_async(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        self.finish_async(token, Finish::Fail(response)).await
-    }
-
-    /// [`Store::release`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::release`].
-    pub async fn release_async(&self, token: &LeaseToken) -> Result<()> {
-        self.finish_async(token, Finish::Release).await
-    }
-
-    /// [`Store::renew`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::renew`].
-    pub async fn renew_async(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
-        let (hash, token) = self.token_ref(token)?;
-        let (deadline_ms, lsn) = self.engine().renew(hash, &token, extend)?;
-        self.engine().wait_durable_async(hash, lsn).await?;
-        Ok(deadline_ms)
-    }
-
-    /// [`Store::checkpoint`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::checkpoint`].
-    pub async fn checkpoint_async(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine().checkpoint(hash, &token, step, payload)?;
-        self.engine().wait_durable_async(hash, lsn).await
-    }
-
-    /// [`Store::get`] as a future (under `Sync`, the durability wait
-    /// takes no thread).
-    ///
-    /// # Errors
-    /// As [`Store::get`].
-    pub async fn get_async(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        let key = self.engine().key_ref(scope, key)?;
-        let (record, lsn) = self.engine().shard_of_hash(key.hash).get(key.hash, Some(&key))?;
-        self.engine().wait_durable_async(key.hash, lsn).await?;
-        Ok(record)
-    }
-
-    /// [`Store::remove`] as a future.
-    ///
-    /// # Errors
-    /// As [`Store::remove`].
-    pub async fn remove_async(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        let key = self.engine().key_ref(scope, key)?;
-        let (removed, lsn) = self.engine().shard_of_hash(key.hash).remove(&key)?;
-        self.engine().wait_durable_async(key.hash, lsn).await?;
-        Ok(removed)
-    }
-
-    async fn finish_async(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine().finish(hash, &token, finish)?;
-        self.engine().wait_durable_async(hash, lsn).await
+        StoreWait::<true>::new(self, request).run(timeout).await
     }
 }
 

@@ -3,14 +3,16 @@
 //! handles share in `engine`, durability rounds in `engine::sync`,
 //! compaction passes in `engine::compactor`. The rest of `Store` is in this
 //! folder: `iter` (its records), `read_only` (read-only handles), `usage`
-//! (what a scope holds of its quota), `asynchronous` (the async calls,
-//! feature `tokio`).
+//! (what a scope holds of its quota), `wait` (its side of the
+//! claim-and-wait loop), `asynchronous` (the async calls, feature
+//! `tokio`).
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
 pub(crate) mod iter;
 mod read_only;
 mod usage;
+mod wait;
 
 use crate::claim::{Claim, ClaimRequest};
 use crate::config::{Config, Durability};
@@ -29,6 +31,7 @@ use crate::lease::{Lease, LeaseToken};
 use crate::record::Record;
 use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
+use crate::store::wait::StoreWait;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -209,30 +212,7 @@ impl Store {
     /// # Errors
     /// As [`claim`](Store::claim).
     pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        let started = Instant::now();
-        let (mut claim, hash) = self.look(request, Tally::WaitFirst)?;
-        // Whether `claim` was looked at before the last park: the answer
-        // after a park is the key's state then.
-        let mut stale = false;
-        while let Claim::InProgress { .. } = claim {
-            let left = timeout.saturating_sub(started.elapsed());
-            let waiter = if left.is_zero() { None } else { self.engine.listen(hash) };
-            let Some(waiter) = waiter else {
-                if stale {
-                    claim = self.look(request, Tally::WaitAgain)?.0;
-                }
-                break;
-            };
-            // Listening before looking again: a finish in between wakes it.
-            claim = self.look(request, Tally::WaitAgain)?.0;
-            stale = false;
-            if let Claim::InProgress { retry_after, .. } = claim {
-                waiter.block(left.min(retry_after));
-                stale = true;
-            }
-        }
-        self.wait_answered(&claim, hash, started);
-        Ok(claim)
+        crate::claim::wait::block_on(StoreWait::<false>::new(self, request).run(timeout))
     }
 
     /// The live record of `(scope, key)`, `None` if absent or expired.
@@ -244,12 +224,7 @@ impl Store {
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        let key = self.engine.key_ref(scope, key)?;
-        // Under `Sync` an absent answer waits too: the tombstone that made
-        // the key absent may not be durable yet.
-        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
-        self.engine.wait_durable(key.hash, lsn)?;
-        Ok(record)
+        self.write_get(scope, key)?.wait(&self.engine)
     }
 
     /// Removes `(scope, key)` whatever its state (an admin operation). A
@@ -260,11 +235,7 @@ impl Store {
     /// # Errors
     /// As [`get`](Store::get), and [`Error::ReadOnly`].
     pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        self.engine.refuse_if_read_only("remove")?;
-        let key = self.engine.key_ref(scope, key)?;
-        let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
-        self.engine.wait_durable(key.hash, lsn)?;
-        Ok(removed)
+        self.write_remove(scope, key)?.wait(&self.engine)
     }
 
     /// Completes the lease `token` (see [`Lease::complete`]).
@@ -274,9 +245,7 @@ impl Store {
     /// [`Error::ResponseTooLarge`]; the key errors of
     /// [`claim`](Store::claim); [`Error::ReadOnly`]; I/O errors.
     pub fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine.finish(hash, &token, Finish::Complete(response))?;
-        self.engine.wait_durable(hash, lsn)
+        self.write_finish(token, Finish::Complete(response))?.wait(&self.engine)
     }
 
     /// Fails the lease `token` with a replayed terminal response (see
@@ -285,9 +254,7 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete).
     pub fn fail(&self, token: &LeaseToken, response: &[u8]) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine.finish(hash, &token, Finish::Fail(response))?;
-        self.engine.wait_durable(hash, lsn)
+        self.write_finish(token, Finish::Fail(response))?.wait(&self.engine)
     }
 
     /// Releases the lease `token`: the key becomes absent (see
@@ -296,9 +263,7 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete).
     pub fn release(&self, token: &LeaseToken) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine.finish(hash, &token, Finish::Release)?;
-        self.engine.wait_durable(hash, lsn)
+        self.write_finish(token, Finish::Release)?.wait(&self.engine)
     }
 
     /// Renews the lease `token` so that it ends at least `extend` of elapsed
@@ -308,10 +273,7 @@ impl Store {
     /// # Errors
     /// As [`complete`](Store::complete), and [`Error::InvalidDuration`].
     pub fn renew(&self, token: &LeaseToken, extend: Duration) -> Result<u64> {
-        let (hash, token) = self.token_ref(token)?;
-        let (deadline_ms, lsn) = self.engine.renew(hash, &token, extend)?;
-        self.engine.wait_durable(hash, lsn)?;
-        Ok(deadline_ms)
+        self.write_renew(token, extend)?.wait(&self.engine)
     }
 
     /// Stores a checkpoint for the lease `token` (see
@@ -320,9 +282,7 @@ impl Store {
     /// # Errors
     /// As [`Lease::checkpoint`].
     pub fn checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<()> {
-        let (hash, token) = self.token_ref(token)?;
-        let lsn = self.engine.checkpoint(hash, &token, step, payload)?;
-        self.engine.wait_durable(hash, lsn)
+        self.write_checkpoint(token, step, payload)?.wait(&self.engine)
     }
 
     /// Iterates over the live records of every shard (inspection; not a
@@ -456,6 +416,66 @@ impl Store {
     pub(crate) fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
         let key = self.engine.key_ref(&token.scope, &token.key)?;
         Ok((key.hash, TokenRef { scope: key.scope, key: key.key, token: token.token, held: None }))
+    }
+
+    // The writes of the calls by key and by token, before the durability
+    // wait that each face (blocking, async) adds.
+
+    pub(crate) fn write_get(&self, scope: &[u8], key: &[u8]) -> Result<Unsynced<Option<Record>>> {
+        let key = self.engine.key_ref(scope, key)?;
+        // Under `Sync` an absent answer waits too: the tombstone that made
+        // the key absent may not be durable yet.
+        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
+        Ok(Unsynced { hash: key.hash, lsn, answer: record })
+    }
+
+    pub(crate) fn write_remove(&self, scope: &[u8], key: &[u8]) -> Result<Unsynced<bool>> {
+        self.engine.refuse_if_read_only("remove")?;
+        let key = self.engine.key_ref(scope, key)?;
+        let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
+        Ok(Unsynced { hash: key.hash, lsn, answer: removed })
+    }
+
+    pub(crate) fn write_finish(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<Unsynced<()>> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.finish(hash, &token, finish)?;
+        Ok(Unsynced { hash, lsn, answer: () })
+    }
+
+    pub(crate) fn write_renew(&self, token: &LeaseToken, extend: Duration) -> Result<Unsynced<u64>> {
+        let (hash, token) = self.token_ref(token)?;
+        let (deadline_ms, lsn) = self.engine.renew(hash, &token, extend)?;
+        Ok(Unsynced { hash, lsn, answer: deadline_ms })
+    }
+
+    pub(crate) fn write_checkpoint(&self, token: &LeaseToken, step: &str, payload: &[u8]) -> Result<Unsynced<()>> {
+        let (hash, token) = self.token_ref(token)?;
+        let lsn = self.engine.checkpoint(hash, &token, step, payload)?;
+        Ok(Unsynced { hash, lsn, answer: () })
+    }
+}
+
+/// The answer of a call whose record is written, and the LSN it rests on:
+/// under [`Durability::Sync`] it is answered once that is durable.
+#[must_use = "the answer is given once its record is durable"]
+pub(crate) struct Unsynced<T> {
+    hash: u128,
+    lsn: u64,
+    answer: T,
+}
+
+impl<T> Unsynced<T> {
+    /// The answer, once durable, blocking the thread.
+    pub(crate) fn wait(self, engine: &Engine) -> Result<T> {
+        engine.wait_durable(self.hash, self.lsn)?;
+        Ok(self.answer)
+    }
+
+    /// The answer, once durable, awaited (no thread is blocked).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn wait_async(self, engine: &Arc<Engine>) -> Result<T> {
+        engine.wait_durable_async(self.hash, self.lsn).await?;
+        Ok(self.answer)
     }
 }
 

@@ -13,12 +13,13 @@
 //! notification lost with a connection costs at most one interval.
 
 use crate::backends::wake::Waits;
+use event_listener::Event;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The channel every finishing statement notifies on.
@@ -69,7 +70,7 @@ impl Listening {
 
     /// Joins the waiters of `tag`; the returned event fires at its
     /// notification or when the listener's connection is lost.
-    pub(super) fn join(&self, tag: &str) -> Arc<Notify> {
+    pub(super) fn join(&self, tag: &str) -> Arc<Event> {
         self.waits.join(tag.as_bytes()).0
     }
 

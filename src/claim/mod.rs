@@ -7,6 +7,8 @@ use crate::lease::Lease;
 use crate::record::Record;
 use std::time::Duration;
 
+pub(crate) mod wait;
+
 /// A request to claim `(scope, key)`.
 ///
 /// # Examples
@@ -121,4 +123,13 @@ pub enum Claim {
     /// The key is present with a different fingerprint. The stored response
     /// is never revealed.
     Mismatch,
+}
+
+impl wait::Answer for Claim {
+    fn in_progress(&self) -> Option<Duration> {
+        match self {
+            Claim::InProgress { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
 }
