@@ -56,9 +56,10 @@ LAYERS = [
     ]),
     ("engine internals, one store, and the offline tools beside it", [
         "engine",
-        # Open adds repair's advice to a refusal; repair takes the
-        # directory lock and reads the manifest the way open does.
-        "engine::open repair",
+        "engine::open",
+        # Repair takes the directory lock and reads the manifest the way
+        # open does; `Store::open` adds its advice to a refusal.
+        "repair",
         "engine::sync",
         "engine::compactor",
         "verify",

@@ -33,13 +33,10 @@ pub const DEFAULT_SHARDS: u32 = 4;
 /// Name of the advisory lock file in a store directory.
 pub const LOCK_FILE_NAME: &str = "LOCK";
 
-/// Opens (or creates) the store in `dir`. See [`crate::Store::open`]. A
-/// [`Error::Corruption`] says what `idemkv repair` would do about it.
+/// Opens (or creates) the store in `dir`. See [`crate::Store::open`],
+/// which adds to an [`Error::Corruption`] what `idemkv repair` would do
+/// about it.
 pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
-    open_writable(dir, config).map_err(|error| crate::repair::advise(error, dir))
-}
-
-fn open_writable(dir: &Path, config: Config) -> Result<Engine> {
     config.validate()?;
     let dir = dir.to_path_buf();
     let _span = info_span!("open", path = %dir.display());
@@ -115,13 +112,8 @@ fn open_writable(dir: &Path, config: Config) -> Result<Engine> {
 
 /// Opens the store in `dir` for reading only. See
 /// [`crate::Store::open_read_only`]: nothing on disk is created, deleted,
-/// truncated, renamed or synced. A [`Error::Corruption`] says what
-/// `idemkv repair` would do about it.
+/// truncated, renamed or synced.
 pub(crate) fn open_read_only(dir: &Path, config: Config) -> Result<Engine> {
-    open_for_reading(dir, config).map_err(|error| crate::repair::advise(error, dir))
-}
-
-fn open_for_reading(dir: &Path, config: Config) -> Result<Engine> {
     config.validate()?;
     let dir = dir.to_path_buf();
     let _span = info_span!("open_read_only", path = %dir.display());

@@ -19,9 +19,8 @@ use crate::engine::telemetry;
 use crate::engine::transition::Finish;
 use crate::error::Result;
 use crate::lease::{FinishError, Lease};
-use crate::store::wait::StoreWait;
 use crate::store::Store;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 impl Store {
     /// [`Store::claim`] as a future.
@@ -58,20 +57,6 @@ impl Store {
         let (claim, hash, lsn) = self.claim_unsynced(request, tally)?;
         self.engine().wait_durable_async(hash, lsn).await?;
         Ok((claim, hash))
-    }
-
-    /// [`Store::claim_wait`] as a future: while the key is in progress it
-    /// awaits an event of the key (no thread, no polling), woken as
-    /// [`Store::claim_wait`] is, up to `timeout` (measured by tokio's
-    /// timer). Past [`Config::waiters_per_key_max`](crate::Config::waiters_per_key_max)
-    /// or [`Config::waiters_max`](crate::Config::waiters_max) it answers
-    /// `InProgress` at once. Counted as [`Store::claim_wait`] is: one claim,
-    /// one answer.
-    ///
-    /// # Errors
-    /// As [`Store::claim`].
-    pub async fn claim_wait_async(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        StoreWait::<true>::new(self, request).run(timeout).await
     }
 }
 

@@ -31,7 +31,6 @@ use crate::lease::{Lease, LeaseToken};
 use crate::record::Record;
 use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
-use crate::store::wait::StoreWait;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,7 +102,9 @@ impl Store {
     /// this open reads (those a hint covers are checked when read, and by
     /// [`crate::verify`]); I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
-        let engine = Arc::new(open::open(dir.as_ref(), config)?);
+        let dir = dir.as_ref();
+        // A refusal says what `idemkv repair` would do about it.
+        let engine = Arc::new(open::open(dir, config).map_err(|error| crate::repair::advise(error, dir))?);
         if let Durability::Interval(interval) = engine.config.durability {
             sync::start_flusher(&engine, interval)?;
         }
@@ -188,31 +189,6 @@ impl Store {
             Outcome::Mismatch => Claim::Mismatch,
         };
         Ok((claim, claimed.hash, claimed.lsn))
-    }
-
-    /// Like [`claim`](Store::claim), but while the key is in progress it
-    /// waits, up to `timeout`, for the holder to finish and then answers
-    /// with the final state (HTTP `Prefer: wait`). After `timeout` it answers
-    /// with the key's state then (`InProgress` unless the lease ended just
-    /// then), and so it does at once when the key or the store already has
-    /// as many waiters as [`Config::waiters_per_key_max`] and
-    /// [`Config::waiters_max`] allow.
-    ///
-    /// A waiting caller parks on an event of its key, woken when the key
-    /// stops being in progress by the holder it saw: a complete, fail,
-    /// release or [`remove`](Store::remove), a takeover by another claim,
-    /// or [`close`](Store::close) (then [`Error::Closed`]). It does not
-    /// poll: without such an event it wakes only at the lease end its last
-    /// look reported (to take over if the lease has ended by the store's
-    /// [`Clock`](crate::Clock): a renewed lease is waited for again) and at
-    /// `timeout`, both measured in real time. The call counts once in
-    /// [`Stats::claims`] and once by its final answer, however often it
-    /// looked again ([`Stats::wait_looks`]).
-    ///
-    /// # Errors
-    /// As [`claim`](Store::claim).
-    pub fn claim_wait(&self, request: &ClaimRequest<'_>, timeout: Duration) -> Result<Claim> {
-        crate::claim::wait::block_on(StoreWait::<false>::new(self, request).run(timeout))
     }
 
     /// The live record of `(scope, key)`, `None` if absent or expired.

@@ -86,7 +86,9 @@ impl Store {
     /// manifest too); I/O errors, such as a directory or file the user may
     /// not read.
     pub fn open_read_only(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
-        Ok(Store::from_engine(open::open_read_only(dir.as_ref(), config)?))
+        let dir = dir.as_ref();
+        let engine = open::open_read_only(dir, config).map_err(|error| crate::repair::advise(error, dir))?;
+        Ok(Store::from_engine(engine))
     }
 
     /// Whether this handle was opened with

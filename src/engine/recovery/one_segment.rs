@@ -3,8 +3,8 @@
 //! log with the scanner. A missing, damaged or stale hint falls back to the
 //! log, reported only as a debug event and a counter.
 
-use super::replay::Replay;
-use super::Access;
+use crate::engine::recovery::replay::Replay;
+use crate::engine::recovery::Access;
 use crate::engine::segment::header::Mark;
 use crate::engine::segment::hint::{self, Described, HintBuilder, HintEntry, HintReader, Opened};
 use crate::engine::segment::scanner::{self, Expected, Resume};

@@ -3,7 +3,7 @@
 //! shard's lock, so that callers wait for an fsync without holding up
 //! writers.
 
-use super::header::Mark;
+use crate::engine::segment::header::Mark;
 use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
 use crate::io::StorageFile;

@@ -22,10 +22,10 @@
 //!
 //! The [`Writer`] lives behind its shard's lock.
 
-use super::catalog::Catalog;
-use super::commit::GroupCommit;
-use super::header::{SegmentHeader, HEADER_BYTES};
-use super::hint::HintBuilder;
+use crate::engine::segment::catalog::Catalog;
+use crate::engine::segment::commit::GroupCommit;
+use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
+use crate::engine::segment::hint::HintBuilder;
 use crate::error::{Error, Result};
 use crate::io::{Map, Storage, StorageFile};
 use crate::stats::{bump, Counters};
@@ -96,7 +96,7 @@ impl Writer {
         catalog: Catalog,
         map_writes: bool,
     ) -> Result<Self> {
-        let path = super::segment_path(&dir, active.id);
+        let path = crate::engine::segment::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
         let mut writer = Writer {
             dir,
@@ -126,7 +126,7 @@ impl Writer {
 
     /// The path of segment `segment`.
     pub(crate) fn path(&self, segment: u32) -> PathBuf {
-        super::segment_path(&self.dir, segment)
+        crate::engine::segment::segment_path(&self.dir, segment)
     }
 
     /// The open file of segment `segment`, active or sealed.
@@ -328,7 +328,7 @@ pub(crate) fn create_segment(
     segment: u32,
     lsn_floor: u64,
 ) -> Result<Arc<dyn StorageFile>> {
-    let path = super::segment_path(dir, segment);
+    let path = crate::engine::segment::segment_path(dir, segment);
     let header = SegmentHeader { shard, segment, lsn_floor };
     let file = storage.open(&path, true).map_err(|error| Error::io("create", &path, error))?;
     let written =
