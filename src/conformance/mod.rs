@@ -61,6 +61,7 @@
 
 mod capabilities;
 mod contract;
+mod real_time;
 mod recovery;
 mod restart;
 
@@ -69,6 +70,7 @@ pub use contract::{
     claim_wait, duplicates, fencing, late_finish, lease_boundaries, limits, quota_refusals, renew_get_remove, scopes,
     state_table, ttl,
 };
+pub use real_time::lease_ends;
 pub use recovery::{recovery_point_limits, recovery_points, recovery_points_dropped, reuse_policies};
 pub use restart::survives_restart;
 
@@ -125,7 +127,8 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     if run.clock().is_some() {
         scenario(&mut report, "lease_boundaries", lease_boundaries(backend, &run.of("lease_boundaries"))).await;
     } else {
-        skip(&mut report, "lease_boundaries", Capability::MovableClock);
+        // The same boundaries on either side, with a margin, on real time.
+        scenario(&mut report, "lease_ends", lease_ends(backend, &run.of("lease_ends"))).await;
     }
     match capabilities.quota_scope().cloned() {
         Some(quota) => {

@@ -83,7 +83,8 @@ fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilit
 async fn embedded_store() {
     let (_dir, store, capabilities) = embedded(None);
     let report = conformance::run_all(store, capabilities).await;
-    assert_eq!(skipped(&report), [("lease_boundaries", Capability::MovableClock)]);
+    assert_eq!(skipped(&report), []);
+    assert!(report.passed.contains(&"lease_ends"), "real time: the boundaries with a margin: {report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,6 +94,7 @@ async fn embedded_store_on_a_movable_clock() {
     let report = conformance::run_all(store, capabilities).await;
     assert_eq!(skipped(&report), []);
     assert!(report.passed.contains(&"lease_boundaries"), "{report:?}");
+    assert!(!report.passed.contains(&"lease_ends"), "to the millisecond instead: {report:?}");
 }
 
 #[cfg(feature = "tower")]
@@ -221,8 +223,8 @@ mod redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let (backend, capabilities) = standalone(dir.path()).await;
         let report = conformance::run_all(backend, capabilities).await;
-        let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
-        assert_eq!(skipped(&report), lacks);
+        assert_eq!(skipped(&report), [("quota_refusals", Capability::Quotas)]);
+        assert!(report.passed.contains(&"lease_ends"), "{report:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,12 +232,9 @@ mod redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_cluster, backend) = cluster(dir.path()).await;
         let report = conformance::run_all(backend, Capabilities::new()).await;
-        let lacks = [
-            ("lease_boundaries", Capability::MovableClock),
-            ("quota_refusals", Capability::Quotas),
-            ("survives_restart", Capability::Persistence),
-        ];
+        let lacks = [("quota_refusals", Capability::Quotas), ("survives_restart", Capability::Persistence)];
         assert_eq!(skipped(&report), lacks);
+        assert!(report.passed.contains(&"lease_ends"), "{report:?}");
     }
 
     #[cfg(feature = "tower")]
@@ -285,8 +284,8 @@ mod postgres {
         let dir = tempfile::tempdir().expect("tempdir");
         let (backend, capabilities) = server(dir.path()).await;
         let report = conformance::run_all(backend, capabilities).await;
-        let lacks = [("lease_boundaries", Capability::MovableClock), ("quota_refusals", Capability::Quotas)];
-        assert_eq!(skipped(&report), lacks);
+        assert_eq!(skipped(&report), [("quota_refusals", Capability::Quotas)]);
+        assert!(report.passed.contains(&"lease_ends"), "{report:?}");
     }
 
     #[cfg(feature = "tower")]
