@@ -74,6 +74,7 @@ LAYERS = [
     ]),
     ("backends and layers over any backend", [
         "backends::wake",
+        "backends::counters",
         "backends::remote",
         "backends::redis",
         "backends::postgres",

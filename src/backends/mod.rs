@@ -6,6 +6,7 @@
 //! `remote` (settings, the claim prologue, the finish dispatch, the
 //! `IdempotencyBackend` impl) and `wake` (the claim-and-park loop).
 
+pub(crate) mod counters;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

@@ -9,6 +9,7 @@
 //! [`IdempotencyBackend`](crate::IdempotencyBackend).
 
 use crate::backend::{BackendClaim, BackendLimits, ClaimOptions};
+use crate::backends::counters::{Call, Counters};
 use crate::checkpoint;
 use crate::claim::wait::{self, KeyWait, Poll};
 use crate::config::{Backend, Config};
@@ -30,6 +31,7 @@ const POLL: Poll = Poll { first: Duration::from_millis(100), max: Duration::from
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     config: Arc<Config>,
+    counters: Counters,
 }
 
 impl Settings {
@@ -37,7 +39,7 @@ impl Settings {
     /// values, and refuses the settings of the embedded store alone.
     pub(crate) fn new(config: Config, backend: Backend) -> Result<Settings> {
         config.validate_for_backend(backend)?;
-        Ok(Settings { config: Arc::new(config) })
+        Ok(Settings { config: Arc::new(config), counters: Counters::new(backend.name) })
     }
 
     /// The sizes the backend accepts.
@@ -165,14 +167,18 @@ pub(crate) async fn claim<T: Transport>(
     fingerprint: Fingerprint,
     options: ClaimOptions,
 ) -> Result<BackendClaim> {
-    let args = transport.settings().claim_args(scope, key, fingerprint, options)?;
-    match options.wait {
+    let settings = transport.settings();
+    let args = settings.claim_args(scope, key, fingerprint, options)?;
+    let started = std::time::Instant::now();
+    let answer = match options.wait {
         Some(timeout) if !timeout.is_zero() => {
             let mut waiting = RemoteWait { transport, args: &args, timeout, subscription: None };
             wait::claim_wait(&mut waiting, timeout).await
         }
         _ => transport.claim_once(&args, false).await,
-    }
+    };
+    settings.counters.claimed(&answer, started.elapsed());
+    answer
 }
 
 /// A waiting claim on a transport: every look is a claim marked as a
@@ -190,7 +196,10 @@ impl<T: Transport> KeyWait for RemoteWait<'_, T> {
     type Armed = EventListener;
     const POLL: Option<Poll> = Some(POLL);
 
-    async fn look(&mut self, _again: bool) -> Result<BackendClaim> {
+    async fn look(&mut self, again: bool) -> Result<BackendClaim> {
+        if again {
+            self.transport.settings().counters.looked_again();
+        }
         self.transport.claim_once(self.args, true).await
     }
 
@@ -215,7 +224,14 @@ pub(crate) async fn finish<T: Transport>(
     response: &[u8],
 ) -> Result<()> {
     transport.settings().check_finish(token, response)?;
-    fenced(transport.finish(token, finish, response).await?, token)
+    let answer = transport.finish(token, finish, response).await.and_then(|held| fenced(held, token));
+    let call = match finish {
+        Finish::Complete => Call::Complete,
+        Finish::Fail => Call::Fail,
+        Finish::Release => Call::Release,
+    };
+    transport.settings().counters.called(call, &answer);
+    answer
 }
 
 /// [`IdempotencyBackend::renew`](crate::IdempotencyBackend::renew) on a transport.
@@ -223,7 +239,9 @@ pub(crate) async fn renew<T: Transport>(transport: &T, token: &LeaseToken, exten
     let config = &transport.settings().config;
     config.check_key(&token.scope, &token.key)?;
     let extend_ms = config.check_duration("renewal", Some(extend), 0)?;
-    fenced(transport.renew(token, extend_ms).await?, token)
+    let answer = transport.renew(token, extend_ms).await.and_then(|held| fenced(held, token));
+    transport.settings().counters.called(Call::Renew, &answer);
+    answer
 }
 
 /// [`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint) on a transport.
@@ -236,7 +254,9 @@ pub(crate) async fn store_checkpoint<T: Transport>(
     let config = &transport.settings().config;
     config.check_key(&token.scope, &token.key)?;
     let point = checkpoint::encode(step, payload, config.response_bytes_max)?;
-    fenced(transport.checkpoint(token, &point).await?, token)
+    let answer = transport.checkpoint(token, &point).await.and_then(|held| fenced(held, token));
+    transport.settings().counters.called(Call::Checkpoint, &answer);
+    answer
 }
 
 /// [`IdempotencyBackend::get`](crate::IdempotencyBackend::get) on a transport.
@@ -248,7 +268,9 @@ pub(crate) async fn get<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -
 /// [`IdempotencyBackend::remove`](crate::IdempotencyBackend::remove) on a transport.
 pub(crate) async fn remove<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -> Result<bool> {
     transport.settings().config.check_key(scope, key)?;
-    transport.remove(scope, key).await
+    let answer = transport.remove(scope, key).await;
+    transport.settings().counters.removed(&answer);
+    answer
 }
 
 /// The answer of a fenced call.

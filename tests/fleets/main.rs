@@ -6,6 +6,7 @@
 mod common;
 
 mod backend_config_checked;
+mod backend_counters;
 mod conformance;
 mod postgres_checkpoints;
 mod postgres_kill_restart;
