@@ -112,29 +112,24 @@ impl Counters {
         }
     }
 
-    #[cfg(feature = "metrics")]
     fn count_failure(self, failure: &'static str) {
+        #[cfg(feature = "metrics")]
         metrics::counter!("idempo_backend_errors_total", "backend" => self.backend, "failure" => failure).increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self.backend, failure);
     }
 
-    #[cfg(not(feature = "metrics"))]
-    fn count_failure(self, _failure: &'static str) {}
-
-    #[cfg(feature = "metrics")]
     fn count(self, name: &'static str) {
+        #[cfg(feature = "metrics")]
         metrics::counter!(name, "backend" => self.backend).increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self.backend, name);
     }
 
-    #[cfg(not(feature = "metrics"))]
-    fn count(self, _name: &'static str) {
-        let _ = self.backend;
-    }
-
-    #[cfg(feature = "metrics")]
     fn seconds(self, name: &'static str, outcome: &'static str, took: Duration) {
+        #[cfg(feature = "metrics")]
         metrics::histogram!(name, "backend" => self.backend, "outcome" => outcome).record(took.as_secs_f64());
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self.backend, name, outcome, took);
     }
-
-    #[cfg(not(feature = "metrics"))]
-    fn seconds(self, _name: &'static str, _outcome: &'static str, _took: Duration) {}
 }
