@@ -1,8 +1,9 @@
 //! `idemkv`: inspect, verify, compact and load-test a store directory —
 //! and, built with the `redis` feature, load-test a Redis server or Cluster
-//! (`idemkv load --redis URL`).
+//! (`idemkv load --redis URL`); move a store's live records to Redis,
+//! PostgreSQL or another store (`export`, `import`).
 //!
-//! `stats`, `get` and `list` open the store read-only
+//! `stats`, `get`, `list` and `export` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
 //! for a user who may read the store but not write it, share the lock with
 //! each other and are refused while a live writer holds the store (the
@@ -17,6 +18,7 @@ mod inspect;
 mod load;
 mod output;
 mod stats;
+mod transfer;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use output::Failure;
@@ -90,6 +92,38 @@ enum Command {
     /// (--redis, --redis-cluster; needs the `redis` feature), then latency
     /// and answers.
     Load(load::LoadArgs),
+    /// Write every live record of a store (opened read-only) to a new
+    /// file of JSON lines, for `import`.
+    Export {
+        /// The store directory.
+        dir: PathBuf,
+        /// The file to create (never overwritten).
+        file: PathBuf,
+    },
+    /// Import an `export` file into Redis, PostgreSQL or another store:
+    /// every record as a claim and its finish would make it; keys the
+    /// target already holds are kept. The whole file is checked first.
+    Import(ImportArgs),
+}
+
+/// Where `import` writes.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["redis", "postgres", "store"])))]
+struct ImportArgs {
+    /// The file `export` wrote.
+    file: PathBuf,
+    /// A Redis / Valkey server's URL (`redis://host:port/db`).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// The key prefix of the Redis backend (default `idemkv`).
+    #[arg(long, requires = "redis")]
+    prefix: Option<String>,
+    /// A PostgreSQL connection URL.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// Another store directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
 }
 
 /// How `stats` prints.
@@ -114,6 +148,33 @@ enum StateFilter {
     Failed,
 }
 
+/// `import`, to the target its arguments name.
+fn import(args: &ImportArgs) -> Result<ExitCode, Failure> {
+    if let Some(dir) = &args.store {
+        return transfer::import_into_store(&args.file, dir);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| Failure::other(error.to_string()))?;
+    runtime.block_on(async {
+        #[cfg(feature = "redis")]
+        if let Some(url) = &args.redis {
+            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
+            if let Some(prefix) = &args.prefix {
+                backend = backend.prefix(prefix);
+            }
+            return transfer::import(&backend, &args.file, &format!("Redis at {url}")).await;
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(url) = &args.postgres {
+            let backend = idemkv::postgres::PostgresBackend::connect(url, idemkv::Config::new()).await?;
+            return transfer::import(&backend, &args.file, "PostgreSQL").await;
+        }
+        Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -124,6 +185,8 @@ fn main() -> ExitCode {
         Command::Compact { dir } => inspect::compact(&dir),
         Command::Repair { dir } => inspect::repair(&dir),
         Command::Load(args) => load::load(&args),
+        Command::Export { dir, file } => transfer::export(&dir, &file),
+        Command::Import(args) => import(&args),
     };
     match outcome {
         Ok(code) => code,

@@ -12,6 +12,7 @@ mod after_kill;
 mod closed_pipe;
 mod commands;
 mod errors;
+mod export_import;
 mod load_arguments;
 mod load_redis;
 mod load_stopped;
