@@ -73,6 +73,7 @@ LAYERS = [
         "testing",
     ]),
     ("backends and layers over any backend", [
+        "backends::tls",
         "backends::wake",
         "backends::counters",
         "backends::remote",

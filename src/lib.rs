@@ -105,6 +105,8 @@ pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend}
 pub use backends::postgres;
 #[cfg(feature = "redis")]
 pub use backends::redis;
+#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
+pub use backends::tls::Tls;
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};

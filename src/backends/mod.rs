@@ -12,4 +12,6 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub(crate) mod remote;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 pub(crate) mod wake;

@@ -283,6 +283,7 @@ pub(crate) fn fenced(held: bool, token: &LeaseToken) -> Result<()> {
 }
 
 /// A duration in whole milliseconds, saturated.
+#[cfg(feature = "redis")]
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

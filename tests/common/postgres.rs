@@ -59,9 +59,39 @@ impl PostgresServer {
             .status()
             .expect("initdb is not on the PATH: install postgresql (.ci/run does)");
         assert!(initdb.success(), "initdb failed in {}", data.display());
+        PostgresServer::started(dir)
+    }
+
+    fn started(dir: &Path) -> PostgresServer {
         let mut server = PostgresServer { port: free_port(), dir: dir.to_path_buf(), child: None };
         server.restart();
         server
+    }
+
+    /// A new cluster that takes TCP connections over TLS only
+    /// (`hostssl` in `pg_hba.conf`), with the server certificate
+    /// `cert_pem` and its key `key_pem`.
+    pub fn start_tls(dir: &Path, cert_pem: &str, key_pem: &str) -> PostgresServer {
+        let server = PostgresServer::start(dir);
+        drop(server);
+        let data = dir.join("data");
+        let own = |path: &Path, contents: &str, mode: u32| {
+            std::fs::write(path, contents).expect("write");
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).expect("chmod");
+            if is_root() {
+                std::os::unix::fs::chown(path, Some(id("-u", "nobody")), Some(id("-g", "nobody"))).expect("chown");
+            }
+        };
+        own(&data.join("server.crt"), cert_pem, 0o600);
+        own(&data.join("server.key"), key_pem, 0o600);
+        let conf = std::fs::read_to_string(data.join("postgresql.conf")).expect("postgresql.conf");
+        own(
+            &data.join("postgresql.conf"),
+            &format!("{conf}\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"),
+            0o600,
+        );
+        own(&data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 trust\n", 0o600);
+        PostgresServer::started(dir)
     }
 
     /// Starts the server (again, after [`stop_immediate`]) on the same

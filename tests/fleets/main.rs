@@ -15,3 +15,4 @@ mod postgres_transaction;
 mod redis_checkpoints;
 mod redis_kill_restart;
 mod redis_tokens;
+mod tls;

@@ -184,16 +184,60 @@ impl PostgresBackend {
     /// # Errors
     /// As [`connect`](PostgresBackend::connect).
     pub async fn connect_with(
+        connect: tokio_postgres::Config,
+        pool_size: usize,
+        config: Config,
+    ) -> Result<PostgresBackend> {
+        PostgresBackend::connect_over(connect, pool_size, config, Connector::Plain).await
+    }
+
+    /// As [`connect`](PostgresBackend::connect), over TLS trusting what
+    /// `tls` says (feature `tls`), for every connection: the pool's and the
+    /// one that listens. The URL's `sslmode` says whether the server must
+    /// take TLS (`require`) or may refuse it (`prefer`, the default); the
+    /// certificate is checked against the host name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn connect() -> Result<(), idemkv::Error> {
+    /// use idemkv::postgres::PostgresBackend;
+    /// use idemkv::{Config, Tls};
+    ///
+    /// let url = "postgres://payments@db.internal/payments?sslmode=require";
+    /// let backend = PostgresBackend::connect_tls(url, Config::new(), &Tls::webpki_roots()).await?;
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](PostgresBackend::connect); [`Error::Backend`] when
+    /// the handshake fails (a certificate that `tls` does not trust, or
+    /// for another name) or the server takes no TLS under `sslmode=require`.
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<PostgresBackend> {
+        let connect: tokio_postgres::Config =
+            url.parse().map_err(|error| Error::InvalidConfig(format!("postgres: {error}")))?;
+        let connector = Connector::Rustls(tokio_postgres_rustls::MakeRustlsConnect::new(tls.client_config()?));
+        PostgresBackend::connect_over(connect, POOL_SIZE_DEFAULT, config, connector).await
+    }
+
+    async fn connect_over(
         mut connect: tokio_postgres::Config,
         pool_size: usize,
         config: Config,
+        connector: Connector,
     ) -> Result<PostgresBackend> {
         let settings = Settings::new(config, BACKEND)?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }
-        let manager =
-            Manager::from_config(connect.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match &connector {
+            Connector::Plain => Manager::from_config(connect.clone(), NoTls, recycling),
+            #[cfg(feature = "tls")]
+            Connector::Rustls(tls) => Manager::from_config(connect.clone(), tls.clone(), recycling),
+        };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .runtime(Runtime::Tokio1)
@@ -205,7 +249,7 @@ impl PostgresBackend {
         let mut client = pool.get().await.map_err(pool_error)?;
         schema::migrate(&mut client).await?;
         drop(client);
-        let (listening, stop) = Listening::new(connect);
+        let (listening, stop) = Listening::new(connect, connector);
         Ok(PostgresBackend { pool, settings, listening, _stop: stop })
     }
 
@@ -327,6 +371,24 @@ impl PostgresBackend {
 /// The answer of a fenced function: whether the token held the key.
 fn held(row: &Row, what: &str) -> Result<bool> {
     row.try_get::<_, bool>(0).map_err(|_| protocol(what))
+}
+
+/// How the backend's connections are made: in plain text, or over TLS.
+#[derive(Clone)]
+pub(super) enum Connector {
+    Plain,
+    #[cfg(feature = "tls")]
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            Connector::Plain => "plain",
+            #[cfg(feature = "tls")]
+            Connector::Rustls(_) => "tls",
+        })
+    }
 }
 
 /// Leaves a tag's waiters when a wait ends (or its future is dropped).

@@ -12,6 +12,7 @@
 //! with backoff, and every wait is also bounded by a poll interval, so a
 //! notification lost with a connection costs at most one interval.
 
+use super::Connector;
 use crate::backends::wake::Waits;
 use event_listener::Event;
 use sha2::{Digest, Sha256};
@@ -20,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::tls::{MakeTlsConnect, TlsStream};
+use tokio_postgres::{AsyncMessage, NoTls, Socket};
 
 /// The channel every finishing statement notifies on.
 const CHANNEL: &str = "idemkv";
@@ -50,6 +52,7 @@ pub(super) fn tag(scope: &[u8], key: &[u8]) -> String {
 pub(super) struct Listening {
     waits: Waits,
     connect: tokio_postgres::Config,
+    connector: Connector,
     started: AtomicBool,
     ready: watch::Sender<bool>,
     stop: watch::Receiver<()>,
@@ -61,10 +64,11 @@ pub(super) struct Listening {
 pub(super) struct Stop(#[allow(dead_code, reason = "held for its drop")] watch::Sender<()>);
 
 impl Listening {
-    pub(super) fn new(connect: tokio_postgres::Config) -> (Arc<Listening>, Arc<Stop>) {
+    pub(super) fn new(connect: tokio_postgres::Config, connector: Connector) -> (Arc<Listening>, Arc<Stop>) {
         let (stop_sender, stop) = watch::channel(());
         let (ready, _) = watch::channel(false);
-        let listening = Listening { waits: Waits::default(), connect, started: AtomicBool::new(false), ready, stop };
+        let listening =
+            Listening { waits: Waits::default(), connect, connector, started: AtomicBool::new(false), ready, stop };
         (Arc::new(listening), Arc::new(Stop(stop_sender)))
     }
 
@@ -110,11 +114,23 @@ async fn listen(listening: Arc<Listening>) {
     }
 }
 
+/// One session over the backend's connector (plain or TLS).
+async fn session(listening: &Listening) -> bool {
+    match &listening.connector {
+        Connector::Plain => session_over(listening, NoTls).await,
+        #[cfg(feature = "tls")]
+        Connector::Rustls(tls) => session_over(listening, tls.clone()).await,
+    }
+}
+
 /// Connects, listens and hands notifications to the waiters until the
 /// connection ends; returns whether it listened.
-async fn session(listening: &Listening) -> bool {
-    let Ok(Ok((client, mut connection))) =
-        tokio::time::timeout(CONNECT_TIMEOUT, listening.connect.connect(NoTls)).await
+async fn session_over<T>(listening: &Listening, tls: T) -> bool
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: TlsStream + Unpin,
+{
+    let Ok(Ok((client, mut connection))) = tokio::time::timeout(CONNECT_TIMEOUT, listening.connect.connect(tls)).await
     else {
         return false;
     };

@@ -11,6 +11,12 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Client, IntoConnectionInfo, ProtocolVersion, ScriptInvocation, Value};
 use std::time::Duration;
 
+/// What a TLS connection trusts; without the feature `tls` there is none.
+#[cfg(feature = "tls")]
+use crate::Tls;
+#[cfg(not(feature = "tls"))]
+pub(super) enum Tls {}
+
 /// How long a call waits for its answer before it is
 /// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,15 +29,42 @@ pub(super) enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// The client of `info`, trusting `tls` when given.
+#[cfg(feature = "tls")]
+fn client(info: ::redis::ConnectionInfo, tls: Option<&Tls>) -> ::redis::RedisResult<Client> {
+    crate::backends::tls::install_default_provider();
+    if let Some(tls) = tls {
+        let root_cert = tls.ca_pem_bytes().map(<[u8]>::to_vec);
+        Client::build_with_tls(info, ::redis::TlsCertificates { client_tls: None, root_cert })
+    } else {
+        Client::open(info)
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn client(info: ::redis::ConnectionInfo, _tls: Option<&Tls>) -> ::redis::RedisResult<Client> {
+    Client::open(info)
+}
+
 fn invalid(error: &::redis::RedisError) -> Error {
     Error::InvalidConfig(format!("redis: {error}"))
 }
 
 impl Connection {
-    pub(super) async fn single(url: &str, pushes: Pushes) -> Result<Connection> {
+    /// A connection to `url`; over TLS with `tls` (then `url` must be
+    /// `rediss://`).
+    pub(super) async fn single(url: &str, pushes: Pushes, tls: Option<&Tls>) -> Result<Connection> {
         let info = url.into_connection_info().map_err(|error| invalid(&error))?;
+        let is_tls = matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. });
+        if is_tls && !cfg!(feature = "tls") {
+            return Err(Error::InvalidConfig("redis: a rediss:// URL needs the feature `tls`".into()));
+        }
+        if tls.is_some() && !is_tls {
+            return Err(Error::InvalidConfig("redis: a TLS connection needs a rediss:// URL".into()));
+        }
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let client = Client::open(info.set_redis_settings(settings)).map_err(|error| invalid(&error))?;
+        let info = info.set_redis_settings(settings);
+        let client = client(info, tls).map_err(|error| invalid(&error))?;
         let config = ConnectionManagerConfig::new()
             .set_push_sender(pushes)
             .set_automatic_resubscription()

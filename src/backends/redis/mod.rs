@@ -155,8 +155,9 @@ impl Names {
 }
 
 impl RedisBackend {
-    /// Connects to a standalone server (`redis://host:port/db`,
-    /// `rediss://` for TLS when the client supports it). The connection is
+    /// Connects to a standalone server (`redis://host:port/db`; with the
+    /// feature `tls`, `rediss://` for TLS trusting the Mozilla roots, and
+    /// see [`connect_tls`](RedisBackend::connect_tls)). The connection is
     /// multiplexed and reconnects by itself; `config` gives the default
     /// lease and TTL and the size limits ([`Config::default_lease`],
     /// [`Config::default_ttl`], [`Config::key_bytes_max`], ...), checked
@@ -173,7 +174,37 @@ impl RedisBackend {
     pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
-        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
+        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits)), None).await?;
+        Ok(RedisBackend::with(connection, settings, waits))
+    }
+
+    /// Connects to a standalone server over TLS (a `rediss://` URL),
+    /// trusting what `tls` says (feature `tls`). The certificate's name is
+    /// checked against the URL's host.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn connect() -> Result<(), idemkv::Error> {
+    /// use idemkv::redis::RedisBackend;
+    /// use idemkv::{Config, Tls};
+    ///
+    /// let ca = std::fs::read("/etc/idemkv/redis-ca.pem").expect("the CA");
+    /// let backend = RedisBackend::connect_tls("rediss://redis.internal:6380", Config::new(), &Tls::ca_pem(&ca)?).await?;
+    /// # let _ = backend;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect); [`Error::InvalidConfig`] for
+    /// a URL that is not `rediss://`; [`Error::Backend`] when the handshake
+    /// fails (a certificate that `tls` does not trust, or for another
+    /// name).
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<RedisBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let waits = Arc::new(Waits::default());
+        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits)), Some(tls)).await?;
         Ok(RedisBackend::with(connection, settings, waits))
     }
 
