@@ -9,6 +9,7 @@ mod backend_config_checked;
 mod conformance;
 mod postgres_checkpoints;
 mod postgres_kill_restart;
+mod postgres_least_privilege;
 mod postgres_reaper;
 mod postgres_transaction;
 mod redis_checkpoints;

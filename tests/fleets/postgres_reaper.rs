@@ -5,7 +5,7 @@
 #![cfg(feature = "postgres")]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
+use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
 use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,10 @@ async fn claim_complete(backend: &PostgresBackend, key: &str, options: ClaimOpti
 async fn expired_rows_are_reaped_in_batches() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = PostgresServer::start(dir.path());
-    let backend = PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    // No elected reaper: this test counts what `reap` deletes itself.
+    let options = PostgresOptions::new().reaping(Reaping::Off);
+    let client = server.url().parse().expect("url");
+    let backend = PostgresBackend::connect_with_options(client, Config::new(), options).await.expect("connect");
     // Writing the 32 rows takes well under the second before the first
     // finished row expires; abandoned claims expire 2 s after their claim.
     let short = ClaimOptions::new().lease(Duration::from_secs(1)).ttl(Duration::from_secs(1));

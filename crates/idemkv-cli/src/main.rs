@@ -1,13 +1,16 @@
 //! `idemkv`: inspect, verify, compact and load-test a store directory —
 //! and, built with the `redis` feature, load-test a Redis server or Cluster
-//! (`idemkv load --redis URL`).
+//! (`idemkv load --redis URL`); built with the `postgres` feature, create
+//! or upgrade the store's schema on a PostgreSQL server (`idemkv migrate
+//! --postgres URL`).
 //!
 //! `stats`, `get` and `list` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
 //! for a user who may read the store but not write it, share the lock with
 //! each other and are refused while a live writer holds the store (the
 //! message names its process). `verify` opens every file read-only and
-//! takes no lock. `compact`, `repair` and `load` write.
+//! takes no lock. `compact`, `repair` and `load` write; `migrate` runs the
+//! PostgreSQL schema's DDL as its owner.
 //!
 //! Exit codes: 0 clean, 1 damage (and `get` of an absent key, `load`
 //! finding a key held twice), 2 usage or any other error — clap's own
@@ -15,6 +18,7 @@
 
 mod inspect;
 mod load;
+mod migrate;
 mod output;
 mod stats;
 
@@ -90,6 +94,10 @@ enum Command {
     /// (--redis, --redis-cluster; needs the `redis` feature), then latency
     /// and answers.
     Load(load::LoadArgs),
+    /// Create or upgrade the store's schema on a PostgreSQL server, as the
+    /// role that is to own it (needs the `postgres` feature); the services
+    /// then connect with a role that cannot run DDL.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// How `stats` prints.
@@ -124,6 +132,7 @@ fn main() -> ExitCode {
         Command::Compact { dir } => inspect::compact(&dir),
         Command::Repair { dir } => inspect::repair(&dir),
         Command::Load(args) => load::load(&args),
+        Command::Migrate(args) => migrate::migrate(&args),
     };
     match outcome {
         Ok(code) => code,

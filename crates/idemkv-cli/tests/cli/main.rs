@@ -15,4 +15,5 @@ mod errors;
 mod load_arguments;
 mod load_redis;
 mod load_stopped;
+mod migrate_postgres;
 mod stats_formats;
