@@ -11,6 +11,7 @@ mod postgres_checkpoints;
 mod postgres_kill_restart;
 mod postgres_least_privilege;
 mod postgres_reaper;
+mod postgres_reaper_elected;
 mod postgres_transaction;
 mod redis_checkpoints;
 mod redis_kill_restart;
