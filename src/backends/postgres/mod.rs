@@ -420,7 +420,9 @@ impl PostgresBackend {
     /// Runs [`reap`](PostgresBackend::reap) in the background every
     /// `interval`, batch after batch while batches come back full (up to a
     /// bound per pass); it stops when the returned [`Reaper`] drops. Needs
-    /// a tokio runtime.
+    /// a tokio runtime. Unlike the elected reaper every backend starts
+    /// ([`Reaping`]), it takes no lock: for a backend connected with
+    /// [`Reaping::Off`] whose caller decides where reaping runs.
     #[must_use]
     pub fn spawn_reaper(&self, interval: Duration, batch: u32) -> Reaper {
         Reaper::spawn(self.clone(), interval, batch.max(1))
