@@ -51,7 +51,7 @@ pub enum Durability {
 /// # On Redis and PostgreSQL
 ///
 /// `RedisBackend::connect`, `RedisBackend::connect_cluster`,
-/// `PostgresBackend::connect` and `PostgresBackend::connect_with` check
+/// `PostgresBackend::connect`, `connect_with` and `connect_with_options` check
 /// their `Config` before they send anything: every value as
 /// [`Config::validate`] checks it for [`crate::Store::open`]
 /// ([`Error::InvalidConfig`] for a zero lease or TTL, `shards(3)`, ...), but

@@ -214,6 +214,35 @@ pub enum Error {
         /// ([`crate::Quota::retry_after`]).
         retry_after: std::time::Duration,
     },
+    /// The PostgreSQL schema holds no store (`found` 0), or one at another
+    /// version than this build uses. `connect` runs no DDL: the schema's
+    /// owner migrates it, once per release (`idemkv migrate --postgres
+    /// URL`, or `PostgresBackend::migrate`); a schema migrated by a newer
+    /// build needs that build.
+    #[error("postgres schema {schema:?} is at version {found}, this build uses version {expected}: {}",
+        if found < expected {
+            "run the migration as the schema's owner (`idemkv migrate --postgres URL`, or PostgresBackend::migrate)"
+        } else {
+            "it was migrated by a newer build; run that build"
+        })]
+    SchemaVersion {
+        /// The PostgreSQL schema connected to.
+        schema: String,
+        /// The version found (0: none).
+        found: i32,
+        /// The version this build uses.
+        expected: i32,
+    },
+    /// The role `connect` logged in as lacks privileges the calls need:
+    /// nothing was done. The schema's owner grants them (the grants are
+    /// listed in the docs of the `postgres` module's backend).
+    #[error("postgres role {role:?} lacks {}: the schema's owner must grant them", missing.join(", "))]
+    MissingPrivileges {
+        /// The role connected as.
+        role: String,
+        /// Each privilege missing, as `PRIVILEGE on kind object`.
+        missing: Vec<String>,
+    },
     /// A networked backend did not answer as the contract needs: see
     /// [`BackendFailure`] for what is known of the call's effect.
     #[error("{backend}: {failure}: {source}")]

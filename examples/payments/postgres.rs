@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idemkv::postgres::PostgresBackend;
+use idemkv::postgres::{PostgresBackend, PostgresOptions};
 use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken};
 use std::sync::Arc;
 
@@ -18,12 +18,18 @@ use std::sync::Arc;
 const CREATE_CHARGES: &str =
     "CREATE TABLE IF NOT EXISTS payments_charges (id bigserial PRIMARY KEY, account text NOT NULL, body text NOT NULL)";
 
-/// Connects (creating the idempotency schema and the charges table).
+/// Migrates the idempotency schema (a production service leaves that to
+/// its owner's `idemkv migrate --postgres URL` and connects with a role
+/// that cannot run DDL; this example owns its database), connects (the
+/// backend's elected reaper deletes expired rows) and creates the charges
+/// table.
 pub async fn connect(url: &str) -> Result<Arc<PostgresBackend>, String> {
-    let backend = PostgresBackend::connect(url, Config::new()).await.map_err(|error| match error {
+    let said = |error| match error {
         idemkv::Error::InvalidConfig(message) => format!("bad PostgreSQL URL: {message}"),
         error => format!("cannot connect to PostgreSQL: {error}"),
-    })?;
+    };
+    PostgresBackend::migrate(url, &PostgresOptions::new()).await.map_err(said)?;
+    let backend = PostgresBackend::connect(url, Config::new()).await.map_err(said)?;
     let client = backend.pool().get().await.map_err(|error| format!("PostgreSQL: {error}"))?;
     client.batch_execute(CREATE_CHARGES).await.map_err(|error| format!("PostgreSQL: {error}"))?;
     Ok(Arc::new(backend))

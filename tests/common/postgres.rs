@@ -4,7 +4,10 @@
 //! directory, listening on a free loopback port, `fsync` and
 //! `synchronous_commit` on, stopped (`pg_ctl stop -m immediate`, no
 //! checkpoint: a crash) when its handle drops. PostgreSQL refuses to run
-//! as root, so as root the server runs as `nobody`.
+//! as root, so as root the server runs as `nobody`. [`PostgresServer::start`]
+//! migrates the store into schema `public` as the superuser `postgres`
+//! (the owner), as an operator does before the services connect;
+//! [`PostgresServer::start_empty`] leaves the database as `initdb` made it.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -44,8 +47,30 @@ fn as_server_user(program: &str) -> Command {
 }
 
 impl PostgresServer {
-    /// A new cluster in `dir/data` (`dir` is created if missing), started.
+    /// A new cluster in `dir/data` (`dir` is created if missing), started,
+    /// the store migrated into schema `public`.
     pub fn start(dir: &Path) -> PostgresServer {
+        let server = PostgresServer::start_empty(dir);
+        server.migrate(idemkv::postgres::SCHEMA_DEFAULT);
+        server
+    }
+
+    /// Migrates the store into `schema` as the superuser (on a thread of
+    /// its own: callers may be inside a runtime already).
+    pub fn migrate(&self, schema: &str) -> idemkv::postgres::Migration {
+        let (url, schema) = (self.url(), schema.to_owned());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let options = idemkv::postgres::PostgresOptions::new().schema(&schema);
+            runtime.block_on(idemkv::postgres::PostgresBackend::migrate(&url, &options)).expect("migrate")
+        })
+        .join()
+        .expect("the migration thread")
+    }
+
+    /// A new cluster in `dir/data` (`dir` is created if missing), started,
+    /// with no store in it.
+    pub fn start_empty(dir: &Path) -> PostgresServer {
         std::fs::create_dir_all(dir).expect("server dir");
         if is_root() {
             std::os::unix::fs::chown(dir, Some(id("-u", "nobody")), Some(id("-g", "nobody"))).expect("chown");
@@ -133,9 +158,14 @@ impl PostgresServer {
         panic!("postgres on port {} was not ready within 30 s (see {}/server.log)", self.port, self.dir.display());
     }
 
-    /// The URL clients use.
+    /// The URL clients use (the superuser `postgres`).
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.url_as("postgres")
+    }
+
+    /// The URL of `role` (password-less: the cluster trusts loopback).
+    pub fn url_as(&self, role: &str) -> String {
+        format!("postgres://{role}@127.0.0.1:{}/postgres", self.port)
     }
 
     /// `pg_ctl stop -m immediate`: every server process quits at once, no

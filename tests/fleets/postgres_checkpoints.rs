@@ -1,9 +1,10 @@
 //! Checkpoints on a real PostgreSQL server: one stored before the
 //! server stops (`pg_ctl stop -m immediate`, no checkpoint) is handed to
 //! the holder that takes the key over after the restart; and a table of
-//! schema version 1, with a row in it, is upgraded in place at connect:
-//! the row keeps its lease and attempt, has no checkpoint, and the
-//! claim of version 1 still answers beside the new one.
+//! schema version 1, with a row in it, is refused by `connect` and
+//! upgraded in place by the migration: the row keeps its lease and
+//! attempt, has no checkpoint, and the claim of version 1 still answers
+//! beside the new one.
 
 #![cfg(all(feature = "tokio", feature = "postgres"))]
 
@@ -56,6 +57,10 @@ CREATE OR REPLACE FUNCTION idemkv_claim(
     OUT o_left_ms bigint, OUT o_response bytea)
 LANGUAGE plpgsql AS $$ BEGIN o_answer := 'M'; END $$;
 ALTER TABLE idempo_store DROP COLUMN checkpoint;
+ALTER FUNCTION idemkv_finish(bytea, bytea, bigint, text, bytea) RESET search_path;
+ALTER FUNCTION idemkv_renew(bytea, bytea, bigint, bigint) RESET search_path;
+ALTER FUNCTION idemkv_remove(bytea, bytea) RESET search_path;
+ALTER FUNCTION idemkv_reap(integer) RESET search_path;
 DELETE FROM idemkv_schema_version WHERE version > 1;
 ";
 
@@ -68,7 +73,15 @@ async fn a_version_1_table_is_upgraded_in_place() {
     backend.pool().get().await.expect("client").batch_execute(BACK_TO_VERSION_1).await.expect("back to 1");
     drop(backend);
 
-    let backend = PostgresBackend::connect(&server.url(), Config::new()).await.expect("upgrade");
+    match PostgresBackend::connect(&server.url(), Config::new()).await {
+        Err(idemkv::Error::SchemaVersion { found: 1, expected, .. }) => {
+            assert_eq!(expected, PostgresBackend::schema_version());
+        }
+        other => panic!("connect must refuse a schema of version 1: {other:?}"),
+    }
+    let migration = server.migrate("public");
+    assert_eq!((migration.from, migration.to), (1, PostgresBackend::schema_version()));
+    let backend = PostgresBackend::connect(&server.url(), Config::new()).await.expect("upgraded");
     let client = backend.pool().get().await.expect("client");
     let version: i32 =
         client.query_one("SELECT max(version) FROM idemkv_schema_version", &[]).await.expect("version").get(0);

@@ -4,7 +4,8 @@
 //! the CA connects and runs the contract; one that trusts another CA, or
 //! the Mozilla roots, is refused at the handshake; a plain connection to
 //! the TLS-only server is refused; a `rediss://` URL is not taken for a
-//! plain one.
+//! plain one. On PostgreSQL the pool, the listener and the reaper all
+//! connect over TLS (the server takes nothing else).
 #![cfg(feature = "tls")]
 
 use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, Tls};
@@ -163,6 +164,13 @@ async fn postgres_over_tls_with_a_private_ca() {
     let (answer, _) = waiter.await.expect("waiter");
     assert!(matches!(answer, Ok(BackendClaim::Replay(ref response)) if response == b"woken"), "{answer:?}");
     assert!(completed.elapsed() < Duration::from_millis(500), "woken by the notification, not a poll");
+
+    // So is the reaper's: it takes the fleet's lock.
+    let started = Instant::now();
+    while !backend.reaping() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the reaper did not connect over TLS in 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let other_ca = Tls::ca_pem(ca().pem().as_bytes()).expect("another CA");
     refused_at_handshake(PostgresBackend::connect_tls(&url, Config::new(), &other_ca).await, "another CA");

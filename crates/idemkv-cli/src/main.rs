@@ -1,14 +1,17 @@
 //! `idemkv`: inspect, verify, compact and load-test a store directory —
 //! and, built with the `redis` feature, load-test a Redis server or Cluster
-//! (`idemkv load --redis URL`); move a store's live records to Redis,
-//! PostgreSQL or another store (`export`, `import`).
+//! (`idemkv load --redis URL`); built with the `postgres` feature, create
+//! or upgrade the store's schema on a PostgreSQL server (`idemkv migrate
+//! --postgres URL`); move a store's live records to Redis, PostgreSQL or
+//! another store (`export`, `import`).
 //!
 //! `stats`, `get`, `list` and `export` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
 //! for a user who may read the store but not write it, share the lock with
 //! each other and are refused while a live writer holds the store (the
 //! message names its process). `verify` opens every file read-only and
-//! takes no lock. `compact`, `repair` and `load` write.
+//! takes no lock. `compact`, `repair` and `load` write; `migrate` runs the
+//! PostgreSQL schema's DDL as its owner.
 //!
 //! Exit codes: 0 clean, 1 damage (and `get` of an absent key, `load`
 //! finding a key held twice), 2 usage or any other error — clap's own
@@ -16,6 +19,7 @@
 
 mod inspect;
 mod load;
+mod migrate;
 mod output;
 mod stats;
 mod transfer;
@@ -92,6 +96,10 @@ enum Command {
     /// (--redis, --redis-cluster; needs the `redis` feature), then latency
     /// and answers.
     Load(load::LoadArgs),
+    /// Create or upgrade the store's schema on a PostgreSQL server, as the
+    /// role that is to own it (needs the `postgres` feature); the services
+    /// then connect with a role that cannot run DDL.
+    Migrate(migrate::MigrateArgs),
     /// Write every live record of a store (opened read-only) to a new
     /// file of JSON lines, for `import`.
     Export {
@@ -118,9 +126,13 @@ struct ImportArgs {
     /// The key prefix of the Redis backend (default `idemkv`).
     #[arg(long, requires = "redis")]
     prefix: Option<String>,
-    /// A PostgreSQL connection URL.
+    /// A PostgreSQL connection URL (the schema migrated first: `idemkv
+    /// migrate`).
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// The PostgreSQL schema of the store (default `public`).
+    #[arg(long, requires = "postgres")]
+    schema: Option<String>,
     /// Another store directory (created if missing).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
@@ -168,8 +180,12 @@ fn import(args: &ImportArgs) -> Result<ExitCode, Failure> {
         }
         #[cfg(feature = "postgres")]
         if let Some(url) = &args.postgres {
-            let backend = idemkv::postgres::PostgresBackend::connect(url, idemkv::Config::new()).await?;
-            return transfer::import(&backend, &args.file, "PostgreSQL").await;
+            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
+            let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
+            let schema = args.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
+            let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
+            let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
+            return transfer::import(&backend, &args.file, &format!("PostgreSQL schema {schema}")).await;
         }
         Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
     })
@@ -185,6 +201,7 @@ fn main() -> ExitCode {
         Command::Compact { dir } => inspect::compact(&dir),
         Command::Repair { dir } => inspect::repair(&dir),
         Command::Load(args) => load::load(&args),
+        Command::Migrate(args) => migrate::migrate(&args),
         Command::Export { dir, file } => transfer::export(&dir, &file),
         Command::Import(args) => import(&args),
     };

@@ -6,14 +6,21 @@
 //! "charged but not recorded" or "recorded but not charged".
 //!
 //! Every transition is one statement calling a server-side function that
-//! [`PostgresBackend::connect`] creates (a versioned schema, see the
-//! `schema` module's docs): one round trip, on a pooled connection
+//! the migration creates ([`PostgresBackend::migrate`], or `idemkv migrate
+//! --postgres URL`, run by the objects' owner; a versioned schema, see the
+//! `schema` module's docs). [`PostgresBackend::connect`] runs no DDL: it
+//! checks the version and its role's privileges, so a service connects
+//! with a role that cannot create anything. Each store lives in a
+//! PostgreSQL schema of its own ([`PostgresOptions::schema`], default
+//! `public`). A call is one round trip, on a pooled connection
 //! (`deadpool-postgres` over `tokio-postgres`), with the statement prepared
 //! once per connection. Leases and TTLs run on the server's clock
 //! (`clock_timestamp()`), never a client's; fencing tokens come from one
 //! sequence, so a token is never reused for any key, across release and
-//! expiry. Expired rows are absent to every call; [`PostgresBackend::reap`]
-//! (or the background [`Reaper`]) deletes them in bounded batches.
+//! expiry. Expired rows are absent to every call; the elected reaper that
+//! every backend starts ([`Reaping`]: one instance of a fleet reaps, chosen
+//! by an advisory lock) deletes them in bounded batches, as
+//! [`PostgresBackend::reap`] does by hand.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
 //! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
@@ -21,8 +28,18 @@
 //! is a column of the key's row, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed, and as durable as any commit. A table of
-//! an earlier schema version is upgraded in place at connect (see the
-//! `schema` module's docs).
+//! an earlier schema version is upgraded in place by the migration (see
+//! the `schema` module's docs).
+//!
+//! # Privileges
+//!
+//! The owner migrates; the service's role needs USAGE on the schema,
+//! SELECT, INSERT, UPDATE and DELETE on `idempo_store`, SELECT on
+//! `idemkv_schema_version`, USAGE on the sequence `idemkv_tokens` and
+//! EXECUTE on the schema's functions. `connect` answers
+//! [`Error::MissingPrivileges`] with whatever of that is missing, and
+//! [`Error::SchemaVersion`] when the schema holds no store or another
+//! version.
 //!
 //! # Configuration
 //!
@@ -59,6 +76,7 @@
 //! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // The owner has run `idemkv migrate --postgres postgres://owner@127.0.0.1/shop`.
 //! let backend = PostgresBackend::connect("postgres://app@127.0.0.1/shop", Config::new()).await?;
 //! let fingerprint = Fingerprint::of(b"POST /payments amount=10");
 //! match backend.claim(b"account-42", b"order-1", fingerprint, ClaimOptions::new()).await? {
@@ -76,6 +94,8 @@
 //! # Ok(()) }
 //! ```
 
+mod connector;
+mod options;
 mod reaper;
 mod reply;
 mod schema;
@@ -87,13 +107,20 @@ use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::LeaseToken;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use connector::Connector;
+use deadpool_postgres::{Pool, Runtime};
+use options::Schema;
+pub use options::{
+    PostgresOptions, Reaping, POOL_SIZE_DEFAULT, REAP_BATCH_DEFAULT, REAP_INTERVAL_DEFAULT, SCHEMA_DEFAULT,
+};
+use reaper::Elected;
 pub use reaper::Reaper;
 use reply::{pool_error, postgres_error, protocol, timed_out};
+pub use schema::Migration;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{NoTls, Row, Transaction};
+use tokio_postgres::{Row, Transaction};
 use wait::{Listening, Stop};
 /// The pool and client crates, at the versions this build uses.
 pub use {deadpool_postgres, tokio_postgres};
@@ -104,8 +131,6 @@ pub use {deadpool_postgres, tokio_postgres};
 /// (over 126 bytes) and up to 3 of padding between them leave 2,685 for
 /// the two, however incompressible.
 const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 };
-/// Connections in the pool of [`PostgresBackend::connect`].
-pub const POOL_SIZE_DEFAULT: usize = 16;
 /// How long a call waits for a connection and its answer before it is
 /// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -114,24 +139,52 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the first wait lets the listener connect before it polls.
 const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
 
-const CLAIM: &str = "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
-                     FROM idemkv_claim($1, $2, $3, $4, $5, $6, $7)";
-const FINISH: &str = "SELECT idemkv_finish($1, $2, $3, $4, $5)";
-const RENEW: &str = "SELECT idemkv_renew($1, $2, $3, $4)";
-const CHECKPOINT: &str = "SELECT idemkv_checkpoint($1, $2, $3, $4)";
-const REMOVE: &str = "SELECT idemkv_remove($1, $2)";
-const REAP: &str = "SELECT idemkv_reap($1)";
-const GET: &str = "SELECT state, fingerprint, token, attempt, recovered, idemkv_ms(created_at), \
-                   idemkv_ms(updated_at), idemkv_ms(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), \
-                   response, checkpoint FROM idempo_store \
-                   WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()";
+/// The statements of one schema's store, every name qualified (see
+/// [`Schema`]).
+#[derive(Debug)]
+struct Statements {
+    claim: String,
+    finish: String,
+    renew: String,
+    checkpoint: String,
+    remove: String,
+    reap: String,
+    get: String,
+}
+
+impl Statements {
+    fn of(schema: &Schema) -> Statements {
+        let call = |function: &str, args: &str| format!("SELECT {}({args})", schema.object(function));
+        let ms = schema.object("idemkv_ms");
+        Statements {
+            claim: format!(
+                "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
+                 FROM {}($1, $2, $3, $4, $5, $6, $7)",
+                schema.object("idemkv_claim")
+            ),
+            finish: call("idemkv_finish", "$1, $2, $3, $4, $5"),
+            renew: call("idemkv_renew", "$1, $2, $3, $4"),
+            checkpoint: call("idemkv_checkpoint", "$1, $2, $3, $4"),
+            remove: call("idemkv_remove", "$1, $2"),
+            reap: call("idemkv_reap", "$1"),
+            get: format!(
+                "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
+                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint \
+                 FROM {} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()",
+                schema.object("idempo_store")
+            ),
+        }
+    }
+}
 
 /// The claim contract on a PostgreSQL server. Clones share the pool.
 #[derive(Clone)]
 pub struct PostgresBackend {
     pool: Pool,
     settings: Settings,
+    sql: Arc<Statements>,
     listening: Arc<Listening>,
+    reaper: Option<Arc<Elected>>,
     _stop: Arc<Stop>,
 }
 
@@ -139,6 +192,23 @@ impl std::fmt::Debug for PostgresBackend {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("PostgresBackend").field("pool", &self.pool.status()).finish_non_exhaustive()
     }
+}
+
+/// The client's configuration from a URL or key-value string.
+fn parse(url: &str) -> Result<tokio_postgres::Config> {
+    url.parse().map_err(|error| Error::InvalidConfig(format!("postgres: {error}")))
+}
+
+/// The pool of a backend; connections open on demand.
+fn pool(connect: &tokio_postgres::Config, connector: &Connector, size: usize) -> Result<Pool> {
+    Pool::builder(connector.manager(connect))
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(CALL_TIMEOUT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|error| Error::InvalidConfig(format!("postgres pool: {error}")))
 }
 
 /// A duration in ms as PostgreSQL's `bigint`, saturated.
@@ -154,9 +224,11 @@ fn signed(token: &LeaseToken) -> Option<i64> {
 
 impl PostgresBackend {
     /// Connects with a URL (`postgres://user:password@host:port/db`) or a
-    /// key-value string (`host=... dbname=...`), a pool of
-    /// [`POOL_SIZE_DEFAULT`] connections, and creates or migrates the
-    /// schema. `config` gives the default lease and TTL and the size limits
+    /// key-value string (`host=... dbname=...`) and the default
+    /// [`PostgresOptions`]: schema `public`, a pool of
+    /// [`POOL_SIZE_DEFAULT`] connections, the elected reaper. Runs no DDL:
+    /// the schema must have been migrated ([`migrate`](PostgresBackend::migrate)).
+    /// `config` gives the default lease and TTL and the size limits
     /// ([`Config::default_lease`], [`Config::default_ttl`],
     /// [`Config::key_bytes_max`], ...), checked before anything is sent. A
     /// setting only the embedded store honours (its shards, durability,
@@ -165,21 +237,21 @@ impl PostgresBackend {
     /// settings apply.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad URL, a value out of range (as
+    /// [`Error::InvalidConfig`] for a bad URL or a value out of range (as
     /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
-    /// say), or a schema migrated by a newer build;
-    /// [`Error::UnsupportedSetting`] for a setting of the embedded store
-    /// alone; [`Error::Backend`] when the server cannot be reached or
-    /// refuses the migration.
+    /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
+    /// store alone; [`Error::SchemaVersion`] when the schema holds no store
+    /// or one at another version; [`Error::MissingPrivileges`] when the role
+    /// lacks a privilege the calls need; [`Error::Backend`] when the server
+    /// cannot be reached.
     pub async fn connect(url: &str, config: Config) -> Result<PostgresBackend> {
-        let connect: tokio_postgres::Config =
-            url.parse().map_err(|error| Error::InvalidConfig(format!("postgres: {error}")))?;
-        PostgresBackend::connect_with(connect, POOL_SIZE_DEFAULT, config).await
+        PostgresBackend::connect_with_options(parse(url)?, config, PostgresOptions::new()).await
     }
 
     /// As [`connect`](PostgresBackend::connect), with the client's
     /// configuration and a pool of `pool_size` connections (plus one that
-    /// listens for `claim_wait`, opened at the first wait).
+    /// listens for `claim_wait`, opened at the first wait, and the
+    /// reaper's).
     ///
     /// # Errors
     /// As [`connect`](PostgresBackend::connect).
@@ -188,13 +260,62 @@ impl PostgresBackend {
         pool_size: usize,
         config: Config,
     ) -> Result<PostgresBackend> {
-        PostgresBackend::connect_over(connect, pool_size, config, Connector::Plain).await
+        PostgresBackend::connect_with_options(connect, config, PostgresOptions::new().pool_size(pool_size)).await
+    }
+
+    /// As [`connect`](PostgresBackend::connect), with the client's
+    /// configuration and every [`PostgresOptions`]: the schema, the pool,
+    /// whether to migrate first, the reaper.
+    ///
+    /// ```no_run
+    /// use idemkv::postgres::{PostgresBackend, PostgresOptions};
+    /// use idemkv::Config;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = "postgres://billing_app@db/shop".parse()?;
+    /// let options = PostgresOptions::new().schema("billing_idemkv");
+    /// let backend = PostgresBackend::connect_with_options(client, Config::new(), options).await?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](PostgresBackend::connect); with
+    /// [`PostgresOptions::migrate_on_connect`], as
+    /// [`migrate`](PostgresBackend::migrate) too.
+    pub async fn connect_with_options(
+        mut connect: tokio_postgres::Config,
+        config: Config,
+        options: PostgresOptions,
+    ) -> Result<PostgresBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let schema = options.checked_schema()?;
+        if connect.get_connect_timeout().is_none() {
+            connect.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if options.migrate {
+            PostgresBackend::migrate_with(connect.clone(), &options).await?;
+        }
+        let connector = Connector::of(&options)?;
+        let pool = pool(&connect, &connector, options.pool_size)?;
+        let client = pool.get().await.map_err(pool_error)?;
+        schema::check(&client, &schema).await?;
+        drop(client);
+        let reaper = match options.reaping {
+            Reaping::Elected { interval, batch } => {
+                Some(Arc::new(Elected::spawn(connect.clone(), connector.clone(), &schema, interval, batch)))
+            }
+            Reaping::Off => None,
+        };
+        let (listening, stop) = Listening::new(connect, connector);
+        let sql = Arc::new(Statements::of(&schema));
+        Ok(PostgresBackend { pool, settings, sql, listening, reaper, _stop: stop })
     }
 
     /// As [`connect`](PostgresBackend::connect), over TLS trusting what
-    /// `tls` says (feature `tls`), for every connection: the pool's and the
-    /// one that listens. The URL's `sslmode` says whether the server must
-    /// take TLS (`require`) or may refuse it (`prefer`, the default); the
+    /// `tls` says (feature `tls`), for every connection: the pool's, the
+    /// one that listens and the reaper's (see [`PostgresOptions::tls`]).
+    /// The URL's `sslmode` says whether the server must take TLS
+    /// (`require`) or may refuse it (`prefer`, the default); the
     /// certificate is checked against the host name.
     ///
     /// # Examples
@@ -216,41 +337,62 @@ impl PostgresBackend {
     /// for another name) or the server takes no TLS under `sslmode=require`.
     #[cfg(feature = "tls")]
     pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<PostgresBackend> {
-        let connect: tokio_postgres::Config =
-            url.parse().map_err(|error| Error::InvalidConfig(format!("postgres: {error}")))?;
-        let connector = Connector::Rustls(tokio_postgres_rustls::MakeRustlsConnect::new(tls.client_config()?));
-        PostgresBackend::connect_over(connect, POOL_SIZE_DEFAULT, config, connector).await
+        PostgresBackend::connect_with_options(parse(url)?, config, PostgresOptions::new().tls(tls.clone())).await
     }
 
-    async fn connect_over(
-        mut connect: tokio_postgres::Config,
-        pool_size: usize,
-        config: Config,
-        connector: Connector,
-    ) -> Result<PostgresBackend> {
-        let settings = Settings::new(config, BACKEND)?;
+    /// Creates or upgrades the store in `options`' schema (creating the
+    /// schema if missing) to [`schema_version`](PostgresBackend::schema_version):
+    /// the one step that runs DDL, for the role that is to own the
+    /// objects, once per release before the services connect (the tool
+    /// runs it: `idemkv migrate --postgres URL`). Safe to run again, and
+    /// from several places at once (an advisory lock serializes them).
+    /// Only [`PostgresOptions::schema`] is read of `options`.
+    ///
+    /// ```no_run
+    /// use idemkv::postgres::{PostgresBackend, PostgresOptions};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let done = PostgresBackend::migrate("postgres://owner@db/shop", &PostgresOptions::new()).await?;
+    /// println!("schema {} from version {} to {}", done.schema, done.from, done.to);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL or schema name;
+    /// [`Error::SchemaVersion`] for a schema migrated by a newer build;
+    /// [`Error::Backend`] when the server cannot be reached or refuses the
+    /// DDL (a role without `CREATE` on the schema, say: nothing is
+    /// changed, the migration is one transaction).
+    pub async fn migrate(url: &str, options: &PostgresOptions) -> Result<Migration> {
+        PostgresBackend::migrate_with(parse(url)?, options).await
+    }
+
+    /// As [`migrate`](PostgresBackend::migrate), with the client's
+    /// configuration.
+    ///
+    /// # Errors
+    /// As [`migrate`](PostgresBackend::migrate).
+    pub async fn migrate_with(mut connect: tokio_postgres::Config, options: &PostgresOptions) -> Result<Migration> {
+        let schema = options.checked_schema()?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }
-        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
-        let manager = match &connector {
-            Connector::Plain => Manager::from_config(connect.clone(), NoTls, recycling),
-            #[cfg(feature = "tls")]
-            Connector::Rustls(tls) => Manager::from_config(connect.clone(), tls.clone(), recycling),
-        };
-        let pool = Pool::builder(manager)
-            .max_size(pool_size.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CALL_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .build()
-            .map_err(|error| Error::InvalidConfig(format!("postgres pool: {error}")))?;
-        let mut client = pool.get().await.map_err(pool_error)?;
-        schema::migrate(&mut client).await?;
-        drop(client);
-        let (listening, stop) = Listening::new(connect, connector);
-        Ok(PostgresBackend { pool, settings, listening, _stop: stop })
+        let mut client = Connector::of(options)?.connect(&connect).await.map_err(postgres_error)?;
+        schema::migrate(&mut client, &schema).await
+    }
+
+    /// Whether this backend's elected reaper holds the fleet's reaper lock
+    /// now (`false` with [`Reaping::Off`]): of the instances on one
+    /// schema, at most one answers `true` at a time.
+    #[must_use]
+    pub fn reaping(&self) -> bool {
+        self.reaper.as_ref().is_some_and(|reaper| reaper.reaping.leading())
+    }
+
+    /// Expired rows this backend's elected reaper has deleted so far.
+    #[must_use]
+    pub fn reaped(&self) -> u64 {
+        self.reaper.as_ref().map_or(0, |reaper| reaper.reaping.deleted())
     }
 
     /// The pool, for the caller's own transactions
@@ -296,7 +438,7 @@ impl PostgresBackend {
     /// [`Error::Backend`].
     pub async fn reap(&self, batch: u32) -> Result<u64> {
         let batch = i32::try_from(batch).unwrap_or(i32::MAX);
-        let row = self.call("reap", REAP, &[&batch]).await?;
+        let row = self.call("reap", &self.sql.reap, &[&batch]).await?;
         let deleted: i64 = row.try_get(0).map_err(|_| protocol("reap: count"))?;
         u64::try_from(deleted).map_err(|_| protocol("reap: count"))
     }
@@ -304,7 +446,9 @@ impl PostgresBackend {
     /// Runs [`reap`](PostgresBackend::reap) in the background every
     /// `interval`, batch after batch while batches come back full (up to a
     /// bound per pass); it stops when the returned [`Reaper`] drops. Needs
-    /// a tokio runtime.
+    /// a tokio runtime. Unlike the elected reaper every backend starts
+    /// ([`Reaping`]), it takes no lock: for a backend connected with
+    /// [`Reaping::Off`] whose caller decides where reaping runs.
     #[must_use]
     pub fn spawn_reaper(&self, interval: Duration, batch: u32) -> Reaper {
         Reaper::spawn(self.clone(), interval, batch.max(1))
@@ -344,7 +488,7 @@ impl PostgresBackend {
             (&kind, Type::TEXT),
             (&response, Type::BYTEA),
         ];
-        let call = transaction.query_typed(FINISH, &params);
+        let call = transaction.query_typed(&self.sql.finish, &params);
         let rows =
             tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out("finish"))?.map_err(postgres_error)?;
         fenced(held(rows.first().ok_or_else(|| protocol("finish: no row"))?, "finish")?, token)
@@ -373,24 +517,6 @@ fn held(row: &Row, what: &str) -> Result<bool> {
     row.try_get::<_, bool>(0).map_err(|_| protocol(what))
 }
 
-/// How the backend's connections are made: in plain text, or over TLS.
-#[derive(Clone)]
-pub(super) enum Connector {
-    Plain,
-    #[cfg(feature = "tls")]
-    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
-}
-
-impl std::fmt::Debug for Connector {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(match self {
-            Connector::Plain => "plain",
-            #[cfg(feature = "tls")]
-            Connector::Rustls(_) => "tls",
-        })
-    }
-}
-
 /// Leaves a tag's waiters when a wait ends (or its future is dropped).
 struct Leave<'a> {
     listening: &'a Listening,
@@ -417,7 +543,7 @@ impl Transport for PostgresBackend {
             (args.scope, args.key, &args.fingerprint.as_bytes()[..], args.reuse_arg());
         let (lease_ms, ttl_ms) = (ms(args.lease_ms), ms(args.ttl_ms));
         let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &waiting, &reuse];
-        let row = self.call("claim", CLAIM, &params).await?;
+        let row = self.call("claim", &self.sql.claim, &params).await?;
         reply::claim(scope, key, &row)
     }
 
@@ -433,26 +559,26 @@ impl Transport for PostgresBackend {
     }
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
-        self.fenced_call("finish", FINISH, token, &[&finish.code(), &response]).await
+        self.fenced_call("finish", &self.sql.finish, token, &[&finish.code(), &response]).await
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
-        self.fenced_call("checkpoint", CHECKPOINT, token, &[&point]).await
+        self.fenced_call("checkpoint", &self.sql.checkpoint, token, &[&point]).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
-        self.fenced_call("renew", RENEW, token, &[&ms(extend_ms)]).await
+        self.fenced_call("renew", &self.sql.renew, token, &[&ms(extend_ms)]).await
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        match self.call_optional("get", GET, &[&scope, &key]).await? {
+        match self.call_optional("get", &self.sql.get, &[&scope, &key]).await? {
             Some(row) => reply::record(scope, key, &row).map(Some),
             None => Ok(None),
         }
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        let row = self.call("remove", REMOVE, &[&scope, &key]).await?;
+        let row = self.call("remove", &self.sql.remove, &[&scope, &key]).await?;
         row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
     }
 }

@@ -25,7 +25,32 @@ pub(crate) fn postgres_error(error: tokio_postgres::Error) -> Error {
         Some(_) => BackendFailure::Refused,
         None => BackendFailure::Unavailable,
     };
+    if error.as_db_error().is_some() {
+        return backend(failure, Box::new(ServerError(error)));
+    }
     backend(failure, Box::new(error))
+}
+
+/// A server's error, said with its message: the client's own says only
+/// `db error`, which tells an operator nothing (`permission denied for
+/// schema public` is what they need to read). The client's error stays
+/// the source.
+#[derive(Debug)]
+struct ServerError(tokio_postgres::Error);
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(formatter, "{} {}: {}", db.severity(), db.code().code(), db.message()),
+            None => write!(formatter, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
 }
 
 /// Connection exceptions (class 08), a server shutting down or starting

@@ -12,7 +12,7 @@
 //! with backoff, and every wait is also bounded by a poll interval, so a
 //! notification lost with a connection costs at most one interval.
 
-use super::Connector;
+use super::connector::Connector;
 use crate::backends::wake::Waits;
 use event_listener::Event;
 use sha2::{Digest, Sha256};

@@ -141,7 +141,7 @@ fn a_directory_held_by_a_live_store_names_the_holder() {
 
 #[test]
 fn every_argument_of_every_command_has_help_text() {
-    for command in ["stats", "get", "list", "verify", "compact", "repair", "load"] {
+    for command in ["stats", "get", "list", "verify", "compact", "repair", "load", "migrate"] {
         let output = idemkv(&[command, "-h"]);
         assert!(output.status.success(), "{command}");
         let help = stdout(&output);

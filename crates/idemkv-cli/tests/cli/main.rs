@@ -16,4 +16,5 @@ mod export_import;
 mod load_arguments;
 mod load_redis;
 mod load_stopped;
+mod migrate_postgres;
 mod stats_formats;
