@@ -225,6 +225,25 @@ pub enum Error {
         /// The client library's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A server's setting can break the promise and the backend's checks
+    /// refuse it (`idemkv::redis::ServerChecks`): an eviction policy that
+    /// can drop a live record, persistence that loses acknowledged answers
+    /// at a crash, or settings that cannot be read. Nothing was written;
+    /// change the setting, or relax the check knowingly.
+    #[error("{backend} at {server}: {setting} is {value:?}: {reason}")]
+    UnsafeServerSetting {
+        /// `"redis"`.
+        backend: &'static str,
+        /// The server (`host:port`) with the setting.
+        server: String,
+        /// The setting (`maxmemory-policy`, `appendonly`, `appendfsync`,
+        /// or `CONFIG GET` when none could be read).
+        setting: &'static str,
+        /// Its value, or the server's refusal to tell it.
+        value: String,
+        /// What it means for the promise.
+        reason: &'static str,
+    },
 }
 
 /// How a call to a networked backend failed.

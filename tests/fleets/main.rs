@@ -13,4 +13,5 @@ mod postgres_reaper;
 mod postgres_transaction;
 mod redis_checkpoints;
 mod redis_kill_restart;
+mod redis_server_settings;
 mod redis_tokens;

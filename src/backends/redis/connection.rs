@@ -2,13 +2,16 @@
 //! connection) or a Cluster (the client's slot-routing connection), both
 //! speaking RESP3 so that published messages arrive as pushes.
 
-use super::reply::backend_error;
+use super::reply::{backend_error, bytes, protocol};
+use super::server::{Read, SETTINGS};
 use super::wait::Pushes;
 use crate::error::{Error, Result};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Client, IntoConnectionInfo, ProtocolVersion, ScriptInvocation, Value};
+use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use ::redis::{cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, ScriptInvocation, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a call waits for its answer before it is
@@ -19,7 +22,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub(super) enum Connection {
-    Single(ConnectionManager),
+    /// The server's address (`host:port`) beside its connection.
+    Single(ConnectionManager, Arc<str>),
     Cluster(ClusterConnection),
 }
 
@@ -30,6 +34,7 @@ fn invalid(error: &::redis::RedisError) -> Error {
 impl Connection {
     pub(super) async fn single(url: &str, pushes: Pushes) -> Result<Connection> {
         let info = url.into_connection_info().map_err(|error| invalid(&error))?;
+        let address = Arc::from(info.addr().to_string());
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
         let client = Client::open(info.set_redis_settings(settings)).map_err(|error| invalid(&error))?;
         let config = ConnectionManagerConfig::new()
@@ -39,7 +44,7 @@ impl Connection {
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(2);
         let manager = ConnectionManager::new_with_config(client, config).await.map_err(backend_error)?;
-        Ok(Connection::Single(manager))
+        Ok(Connection::Single(manager, address))
     }
 
     pub(super) async fn cluster(nodes: &[&str], pushes: Pushes) -> Result<Connection> {
@@ -70,7 +75,7 @@ impl Connection {
 
     pub(super) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
         match self.clone() {
-            Connection::Single(mut connection) => invocation.invoke_async(&mut connection).await,
+            Connection::Single(mut connection, _) => invocation.invoke_async(&mut connection).await,
             Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
         }
         .map_err(backend_error)
@@ -78,7 +83,7 @@ impl Connection {
 
     pub(super) async fn subscribe(&self, channel: &[u8]) -> Result<()> {
         match self.clone() {
-            Connection::Single(mut connection) => connection.subscribe(channel).await,
+            Connection::Single(mut connection, _) => connection.subscribe(channel).await,
             Connection::Cluster(mut connection) => connection.ssubscribe(channel).await,
         }
         .map_err(backend_error)
@@ -86,8 +91,87 @@ impl Connection {
 
     pub(super) async fn unsubscribe(&self, channel: &[u8]) {
         let _best_effort = match self.clone() {
-            Connection::Single(mut connection) => connection.unsubscribe(channel).await,
+            Connection::Single(mut connection, _) => connection.unsubscribe(channel).await,
             Connection::Cluster(mut connection) => connection.sunsubscribe(channel).await,
         };
     }
+
+    /// [`SETTINGS`] of the server, or of every master of a Cluster; a
+    /// server that refuses `CONFIG GET` answers its refusal.
+    pub(super) async fn settings(&self) -> Result<Vec<Read>> {
+        let mut command = cmd("CONFIG");
+        command.arg("GET");
+        let mut reads: Vec<Read> = Vec::new();
+        for (index, setting) in SETTINGS.iter().enumerate() {
+            let mut command = command.clone();
+            command.arg(*setting);
+            for (server, answer) in self.each_master(&command).await? {
+                let at = reads.iter().position(|read| read.server == server).unwrap_or_else(|| {
+                    reads.push(Read { server, values: Ok(Default::default()) });
+                    reads.len() - 1
+                });
+                let outcome = match answer {
+                    Ok(reply) => {
+                        config_value(&reply, setting)?.ok_or_else(|| format!("CONFIG GET {setting} answered no value"))
+                    }
+                    Err(refusal) => Err(refusal),
+                };
+                match (outcome, &mut reads[at].values) {
+                    (Ok(value), Ok(values)) => values[index] = value,
+                    (Err(refusal), values @ Ok(_)) => *values = Err(refusal),
+                    (_, Err(_)) => {}
+                }
+            }
+        }
+        Ok(reads)
+    }
+
+    /// Sends `command` to the server, or to every master of a Cluster:
+    /// each one's answer, or its refusal (a server error) as text. A lost
+    /// connection is an error.
+    async fn each_master(&self, command: &Cmd) -> Result<Vec<(String, std::result::Result<Value, String>)>> {
+        match self.clone() {
+            Connection::Single(mut connection, address) => match command.query_async::<Value>(&mut connection).await {
+                Ok(reply) => Ok(vec![(address.to_string(), Ok(reply))]),
+                Err(error) if matches!(error.kind(), ErrorKind::Server(_)) => {
+                    Ok(vec![(address.to_string(), Err(error.to_string()))])
+                }
+                Err(error) => Err(backend_error(error)),
+            },
+            Connection::Cluster(mut connection) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match connection.route_command(command.clone(), routing).await.map_err(backend_error)? {
+                    Value::Map(answers) => {
+                        answers.into_iter().map(|(server, answer)| per_node(&server, answer)).collect()
+                    }
+                    _ => Err(protocol("CONFIG GET: not one answer per master")),
+                }
+            }
+        }
+    }
+}
+
+/// One master's answer in a Cluster's map of answers.
+fn per_node(server: &Value, answer: Value) -> Result<(String, std::result::Result<Value, String>)> {
+    let server = String::from_utf8_lossy(&bytes(server)?).into_owned();
+    match answer {
+        Value::ServerError(refusal) => Ok((server, Err(refusal.to_string()))),
+        reply => Ok((server, Ok(reply))),
+    }
+}
+
+/// The value of `setting` in a `CONFIG GET` answer (a map in RESP3, a
+/// flat array of pairs in RESP2).
+fn config_value(reply: &Value, setting: &str) -> Result<Option<String>> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Map(pairs) => pairs.iter().map(|(name, value)| (name, value)).collect(),
+        Value::Array(flat) => flat.chunks_exact(2).map(|pair| (&pair[0], &pair[1])).collect(),
+        _ => return Err(protocol("CONFIG GET: not a map")),
+    };
+    for (name, value) in pairs {
+        if bytes(name)? == setting.as_bytes() {
+            return Ok(Some(String::from_utf8_lossy(&bytes(value)?).into_owned()));
+        }
+    }
+    Ok(None)
 }

@@ -33,13 +33,24 @@
 //!
 //! # What Redis must be set to
 //!
+//! Read at connect with `CONFIG GET` (on every master of a Cluster) and
+//! judged as [`ServerChecks`] say; by default the first is refused and the
+//! others warned about ([`RedisBackend::server_report`]):
+//!
+//! - **`maxmemory-policy noeviction`**: any other policy evicts live
+//!   records when memory is full (`volatile-*` too: every record has a
+//!   TTL), and the retry of an evicted key runs twice, with no crash at
+//!   all. Under `noeviction` a full server refuses claims
+//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
 //! - **Persistence**: `appendonly yes` with `appendfsync always` for no
 //!   loss of an acknowledged answer at a crash of the server;
-//!   `appendfsync everysec` may lose the last second: a claim or completion
-//!   lost that way lets a retry run the side effect again.
-//! - **`maxmemory-policy noeviction`**: an evicted record is a retry that
-//!   runs twice. Under `noeviction` a full server refuses claims
-//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
+//!   `appendfsync everysec` may lose the last second at a crash of the
+//!   machine, `no` what the OS has not written, `appendonly no` everything
+//!   since the last snapshot: a claim or completion lost that way lets a
+//!   retry run the side effect again.
+//! - A server that refuses `CONFIG GET` (managed services rename or
+//!   disable it) cannot be checked: a warning by default, and the report
+//!   says so.
 //! - **Failover**: replication is asynchronous; a replica promoted after
 //!   its primary died may lack the newest writes, with the same effect as
 //!   a lost write above. `WAIT` is not used: it narrows the window, it does
@@ -74,7 +85,10 @@
 mod connection;
 mod reply;
 mod scripts;
+mod server;
 mod wait;
+
+pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
 
 use crate::backend::BackendClaim;
 use crate::backends::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
@@ -110,6 +124,7 @@ pub struct RedisBackend {
     keep_ms: u64,
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
+    report: Arc<ServerReport>,
 }
 
 struct Scripts {
@@ -163,33 +178,94 @@ impl RedisBackend {
     /// before anything is sent. A setting only the embedded store honours
     /// (its shards, durability, segments, compaction, waiter limits, clock,
     /// storage or quotas) is refused, not ignored: the table in
-    /// [`Config`]'s docs lists which settings apply.
+    /// [`Config`]'s docs lists which settings apply. The server's own
+    /// settings are judged by the default [`ServerChecks`]: an evicting
+    /// `maxmemory-policy` is refused; `appendonly no`, an `appendfsync`
+    /// other than `always` and a server that refuses `CONFIG GET` are
+    /// warned about ([`server_report`](RedisBackend::server_report));
+    /// [`connect_with`](RedisBackend::connect_with) chooses otherwise.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad URL or a value out of range (as
     /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
     /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
-    /// store alone; [`Error::Backend`] when the server cannot be reached.
+    /// store alone; [`Error::Backend`] when the server cannot be reached;
+    /// [`Error::UnsafeServerSetting`] for an evicting `maxmemory-policy`.
     pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
+        RedisBackend::connect_with(url, config, ServerChecks::new()).await
+    }
+
+    /// [`connect`](RedisBackend::connect), judging the server's settings as
+    /// `checks` say: its `maxmemory-policy`, `appendonly` and
+    /// `appendfsync`, read with `CONFIG GET` (see [`ServerChecks`] and
+    /// [`server_report`](RedisBackend::server_report)).
+    ///
+    /// ```no_run
+    /// use idemkv::redis::{Check, RedisBackend, ServerChecks};
+    /// use idemkv::Config;
+    ///
+    /// # async fn run() -> Result<(), idemkv::Error> {
+    /// // A cache-sized server with `appendfsync everysec`, taken knowingly.
+    /// let checks = ServerChecks::new().persistence(Check::Ignore);
+    /// let backend = RedisBackend::connect_with("redis://127.0.0.1:6379", Config::new(), checks).await?;
+    /// assert!(backend.server_report().findings.iter().all(|finding| finding.setting != "maxmemory-policy"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](RedisBackend::connect), and
+    /// [`Error::UnsafeServerSetting`] for a setting `checks` refuse.
+    pub async fn connect_with(url: &str, config: Config, checks: ServerChecks) -> Result<RedisBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
-        Ok(RedisBackend::with(connection, settings, waits))
+        RedisBackend::checked(connection, settings, waits, checks).await
     }
 
-    /// Connects to a Cluster through any of its nodes.
+    /// Connects to a Cluster through any of its nodes; every master's
+    /// settings are judged as [`connect`](RedisBackend::connect)'s are.
     ///
     /// # Errors
-    /// As [`connect`](RedisBackend::connect).
+    /// As [`connect_with`](RedisBackend::connect_with).
     pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
+        RedisBackend::connect_cluster_with(nodes, config, ServerChecks::new()).await
+    }
+
+    /// [`connect_cluster`](RedisBackend::connect_cluster) with `checks`
+    /// for every master's settings.
+    ///
+    /// # Errors
+    /// As [`connect_with`](RedisBackend::connect_with).
+    pub async fn connect_cluster_with(nodes: &[&str], config: Config, checks: ServerChecks) -> Result<RedisBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
-        Ok(RedisBackend::with(connection, settings, waits))
+        RedisBackend::checked(connection, settings, waits, checks).await
     }
 
-    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>) -> RedisBackend {
+    async fn checked(
+        connection: Connection,
+        settings: Settings,
+        waits: Arc<Waits>,
+        checks: ServerChecks,
+    ) -> Result<RedisBackend> {
+        let report = server::assess(&connection.settings().await?, checks)?;
+        Ok(RedisBackend::with(connection, settings, waits, report))
+    }
+
+    /// What was found of the servers' settings at connect: every setting
+    /// that can break the promise and was warned about or ignored (empty
+    /// for servers set as the promise needs). A server that refused
+    /// `CONFIG GET` has a [`Risk::Unreadable`] finding: nothing of it was
+    /// checked.
+    #[must_use]
+    pub fn server_report(&self) -> &ServerReport {
+        &self.report
+    }
+
+    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>, report: ServerReport) -> RedisBackend {
         RedisBackend {
+            report: Arc::new(report),
             connection,
             settings,
             prefix: Arc::from("idemkv"),
