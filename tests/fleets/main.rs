@@ -12,6 +12,7 @@ mod postgres_kill_restart;
 mod postgres_reaper;
 mod postgres_transaction;
 mod redis_checkpoints;
+mod redis_failover;
 mod redis_kill_restart;
 mod redis_server_settings;
 mod redis_tokens;

@@ -2,7 +2,7 @@
 //! connection) or a Cluster (the client's slot-routing connection), both
 //! speaking RESP3 so that published messages arrive as pushes.
 
-use super::reply::{backend_error, bytes, protocol};
+use super::reply::{backend_error, bytes, number, protocol};
 use super::server::{Read, SETTINGS};
 use super::wait::Pushes;
 use crate::error::{Error, Result};
@@ -10,15 +10,37 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use ::redis::{cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, ScriptInvocation, Value};
+use ::redis::{
+    cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, Script, ServerErrorKind, ToRedisArgs, Value,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a call waits for its answer before it is
 /// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One run of a script by SHA (`EVALSHA`, one key: every script touches
+/// one record), with the script kept to load it on `NOSCRIPT`.
+pub(super) struct Call<'a> {
+    script: &'a Script,
+    command: Cmd,
+}
+
+impl<'a> Call<'a> {
+    pub(super) fn new(script: &'a Script, key: &[u8]) -> Call<'a> {
+        let mut command = cmd("EVALSHA");
+        command.arg(script.get_hash()).arg(1).arg(key);
+        Call { script, command }
+    }
+
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.command.arg(arg);
+        self
+    }
+}
 
 #[derive(Clone)]
 pub(super) enum Connection {
@@ -73,11 +95,62 @@ impl Connection {
         }
     }
 
-    pub(super) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
-        match self.clone() {
-            Connection::Single(mut connection, _) => invocation.invoke_async(&mut connection).await,
-            Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
+    /// Runs `call` (loading its script on `NOSCRIPT`, which ran nothing).
+    pub(super) async fn invoke(&self, call: &Call<'_>) -> Result<Value> {
+        match self.query::<Value>(&call.command).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(call.script).await?;
+                self.query(&call.command).await.map_err(backend_error)
+            }
+            answered => answered.map_err(backend_error),
         }
+    }
+
+    /// Runs `call` and then `WAIT replicas timeout` in one pipeline, on
+    /// one connection (a `WAIT` on another connection, after a reconnect,
+    /// would wait for nothing of ours): the script's answer and how many
+    /// replicas acknowledged every write of the connection up to it.
+    pub(super) async fn invoke_then_wait(
+        &self,
+        call: &Call<'_>,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> Result<(Value, u64)> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.add_command(call.command.clone()).cmd("WAIT").arg(replicas).arg(timeout_ms);
+        let answered = match self.query_pipeline(&pipeline).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(call.script).await?;
+                self.query_pipeline(&pipeline).await
+            }
+            answered => answered,
+        };
+        match answered.map_err(backend_error)?.as_slice() {
+            [reply, acknowledged] => Ok((reply.clone(), number(acknowledged)?)),
+            _ => Err(protocol("WAIT: not two answers")),
+        }
+    }
+
+    async fn query<T: ::redis::FromRedisValue>(&self, command: &Cmd) -> ::redis::RedisResult<T> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => command.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => command.query_async(&mut connection).await,
+        }
+    }
+
+    async fn query_pipeline(&self, pipeline: &::redis::Pipeline) -> ::redis::RedisResult<Vec<Value>> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => pipeline.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => pipeline.query_async(&mut connection).await,
+        }
+    }
+
+    async fn load(&self, script: &Script) -> Result<()> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => script.load_async(&mut connection).await,
+            Connection::Cluster(mut connection) => script.load_async(&mut connection).await,
+        }
+        .map(drop)
         .map_err(backend_error)
     }
 

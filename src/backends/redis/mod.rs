@@ -53,8 +53,10 @@
 //!   says so.
 //! - **Failover**: replication is asynchronous; a replica promoted after
 //!   its primary died may lack the newest writes, with the same effect as
-//!   a lost write above. `WAIT` is not used: it narrows the window, it does
-//!   not close it.
+//!   a lost write above. [`RedisBackend::wait_for_replicas`] closes that
+//!   for the replicas it waits for: each transition a failover must not
+//!   lose is answered only once they acknowledged it (`WAIT`), else
+//!   [`Error::NotReplicated`].
 //!
 //! # Errors and retries
 //!
@@ -98,7 +100,7 @@ use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::LeaseToken;
 use ::redis::{Script, Value};
-use connection::Connection;
+use connection::{Call, Connection};
 use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -125,6 +127,14 @@ pub struct RedisBackend {
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
     report: Arc<ServerReport>,
+    replication: Option<Replication>,
+}
+
+/// How many replicas a transition that must survive a failover waits for.
+#[derive(Debug, Clone, Copy)]
+struct Replication {
+    replicas: u32,
+    timeout_ms: u64,
 }
 
 struct Scripts {
@@ -266,6 +276,7 @@ impl RedisBackend {
     fn with(connection: Connection, settings: Settings, waits: Arc<Waits>, report: ServerReport) -> RedisBackend {
         RedisBackend {
             report: Arc::new(report),
+            replication: None,
             connection,
             settings,
             prefix: Arc::from("idemkv"),
@@ -301,9 +312,68 @@ impl RedisBackend {
         self
     }
 
-    /// Runs a fenced script: 1 when the token held the key.
-    async fn fenced(&self, invocation: &::redis::ScriptInvocation<'_>) -> Result<bool> {
-        Ok(number(&self.connection.invoke(invocation).await?)? == 1)
+    /// Waits, after every transition a failover must not lose (a claim
+    /// that acquires, complete, fail, checkpoint, renew), until `replicas`
+    /// replicas acknowledged it, at most `timeout` (`WAIT`, in the same
+    /// pipeline as the transition): fewer in time is
+    /// [`Error::NotReplicated`], the transition standing on the primary.
+    /// Off by default (a standalone server has no replica to wait for).
+    /// `replicas` 0 turns it off; `timeout` is taken between 1 ms (`WAIT`
+    /// with 0 would wait forever) and 4 s (under the answer timeout, so
+    /// a slow replica is `NotReplicated`, not `Unavailable`). What it
+    /// protects and costs is in `docs/fleets.md`.
+    ///
+    /// ```no_run
+    /// use idemkv::redis::RedisBackend;
+    /// use idemkv::Config;
+    /// use std::time::Duration;
+    ///
+    /// # async fn run() -> Result<(), idemkv::Error> {
+    /// let backend = RedisBackend::connect("redis://10.0.0.5:6379", Config::new())
+    ///     .await?
+    ///     .wait_for_replicas(1, Duration::from_millis(500));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        let timeout_ms = millis(timeout).clamp(1, millis(connection::RESPONSE_TIMEOUT) - 1000);
+        self.replication = (replicas > 0).then_some(Replication { replicas, timeout_ms });
+        self
+    }
+
+    /// Runs `call`, waiting for the replicas when it `must_survive` a
+    /// failover and the backend waits for them: the answer, and how many
+    /// acknowledged (`None` when not waited for).
+    async fn send(&self, call: &Call<'_>, must_survive: bool) -> Result<(Value, Option<u64>)> {
+        match self.replication {
+            Some(Replication { replicas, timeout_ms }) if must_survive => {
+                let (reply, acknowledged) = self.connection.invoke_then_wait(call, replicas, timeout_ms).await?;
+                Ok((reply, Some(acknowledged)))
+            }
+            _ => Ok((self.connection.invoke(call).await?, None)),
+        }
+    }
+
+    /// [`Error::NotReplicated`] when fewer replicas than waited for
+    /// acknowledged `operation`.
+    fn replicated(&self, operation: &'static str, acknowledged: Option<u64>) -> Result<()> {
+        match (self.replication, acknowledged) {
+            (Some(Replication { replicas, .. }), Some(acknowledged)) if acknowledged < u64::from(replicas) => {
+                Err(Error::NotReplicated { backend: "redis", operation, acknowledged, required: replicas })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs a fenced script: 1 when the token held the key. A transition
+    /// that took effect is waited for as `operation` when it has one.
+    async fn fenced(&self, call: &Call<'_>, operation: Option<&'static str>) -> Result<bool> {
+        let (reply, acknowledged) = self.send(call, operation.is_some()).await?;
+        let held = number(&reply)? == 1;
+        if let (true, Some(operation)) = (held, operation) {
+            self.replicated(operation, acknowledged)?;
+        }
+        Ok(held)
     }
 }
 
@@ -335,28 +405,29 @@ impl Transport for RedisBackend {
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, _waiting: bool) -> Result<BackendClaim> {
         let names = Names::of(&self.prefix, args.scope, args.key);
-        let mut invocation = self.scripts.claim.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(args.scope)
+        let mut call = Call::new(&self.scripts.claim, &names.record);
+        call.arg(args.scope)
             .arg(args.key)
             .arg(&args.fingerprint.as_bytes()[..])
             .arg(args.lease_ms)
             .arg(args.ttl_ms)
             .arg(self.keep_ms)
             .arg(args.reuse_arg());
-        let reply = self.connection.invoke(&invocation).await?;
+        let (reply, acknowledged) = self.send(&call, true).await?;
         let Value::Array(items) = reply else {
             return Err(protocol("claim: not an array"));
         };
         let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
         match (tag.as_slice(), items.as_slice()) {
-            (b"A", [_, token, attempt, recovered, _lease_end, point]) => Ok(BackendClaim::Acquired {
-                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
-                attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
-                recovered: number(recovered)? == 1,
-                checkpoint: reply::checkpoint(&bytes(point)?)?,
-            }),
+            (b"A", [_, token, attempt, recovered, _lease_end, point]) => {
+                self.replicated("claim", acknowledged)?;
+                Ok(BackendClaim::Acquired {
+                    token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
+                    attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
+                    recovered: number(recovered)? == 1,
+                    checkpoint: reply::checkpoint(&bytes(point)?)?,
+                })
+            }
             (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
             (b"I", [_, left, _attempt]) => {
                 Ok(BackendClaim::InProgress { retry_after: Duration::from_millis(number(left)?) })
@@ -380,10 +451,8 @@ impl Transport for RedisBackend {
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.finish.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(&token.scope)
+        let mut call = Call::new(&self.scripts.finish, &names.record);
+        call.arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
             .arg(finish.code())
@@ -391,37 +460,42 @@ impl Transport for RedisBackend {
             .arg(&names.channel)
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
-        self.fenced(&invocation).await
+        let operation = match finish {
+            Finish::Complete => Some("complete"),
+            Finish::Fail => Some("fail"),
+            // A lost release leaves the key held until its lease ends:
+            // a delay, never a second run.
+            Finish::Release => None,
+        };
+        self.fenced(&call, operation).await
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.checkpoint.prepare_invoke();
-        invocation.key(&names.record).arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
-        self.fenced(&invocation).await
+        let mut call = Call::new(&self.scripts.checkpoint, &names.record);
+        call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
+        self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.renew.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(&token.scope)
-            .arg(&token.key)
-            .arg(token.token)
-            .arg(extend_ms)
-            .arg(self.keep_ms);
-        match self.connection.invoke(&invocation).await? {
-            Value::Array(items) => Ok(items.first().map(number).transpose()? == Some(1)),
-            _ => Err(protocol("renew: not an array")),
+        let mut call = Call::new(&self.scripts.renew, &names.record);
+        call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
+        let (reply, acknowledged) = self.send(&call, true).await?;
+        let Value::Array(items) = reply else {
+            return Err(protocol("renew: not an array"));
+        };
+        let held = items.first().map(number).transpose()? == Some(1);
+        if held {
+            self.replicated("renew", acknowledged)?;
         }
+        Ok(held)
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         let names = Names::of(&self.prefix, scope, key);
-        let mut invocation = self.scripts.get.prepare_invoke();
-        invocation.key(&names.record);
-        match self.connection.invoke(&invocation).await? {
+        let call = Call::new(&self.scripts.get, &names.record);
+        match self.connection.invoke(&call).await? {
             Value::Array(fields) if fields.is_empty() => Ok(None),
             Value::Array(fields) => reply::record(scope, key, &fields).map(Some),
             _ => Err(protocol("get: not an array")),
@@ -430,15 +504,10 @@ impl Transport for RedisBackend {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, scope, key);
-        let mut invocation = self.scripts.remove.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(scope)
-            .arg(key)
-            .arg(&names.channel)
-            .arg(self.connection.publish_command())
-            .arg(self.keep_ms);
-        match self.connection.invoke(&invocation).await? {
+        let mut call = Call::new(&self.scripts.remove, &names.record);
+        call.arg(scope).arg(key).arg(&names.channel).arg(self.connection.publish_command()).arg(self.keep_ms);
+        // A lost removal brings the record back: never a second run.
+        match self.connection.invoke(&call).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
