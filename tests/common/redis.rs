@@ -102,8 +102,15 @@ impl RedisServer {
     /// A replica of `primary` (`--replicaof`), returned once its link to
     /// the primary is up and the initial sync done.
     pub fn start_replica(dir: &Path, primary: &RedisServer) -> RedisServer {
+        RedisServer::start_replica_with(dir, primary, &[])
+    }
+
+    /// [`start_replica`](RedisServer::start_replica) with `extra` arguments.
+    pub fn start_replica_with(dir: &Path, primary: &RedisServer, extra: &[&str]) -> RedisServer {
         let port = primary.port.to_string();
-        let replica = RedisServer::start_with(dir, free_port(), &["--replicaof", "127.0.0.1", &port]);
+        let mut arguments = vec!["--replicaof", "127.0.0.1", &port];
+        arguments.extend_from_slice(extra);
+        let replica = RedisServer::start_with(dir, free_port(), &arguments);
         replica.wait_for("info replication", "master_link_status:up");
         replica
     }
