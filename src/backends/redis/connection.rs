@@ -13,6 +13,7 @@ use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use ::redis::{
     cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, Script, ServerErrorKind, ToRedisArgs, Value,
 };
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,61 @@ pub(super) enum Connection {
     /// The server's address (`host:port`) beside its connection.
     Single(ConnectionManager, Arc<str>),
     Cluster(ClusterConnection),
+}
+
+/// How many connections the transitions that wait for replicas share
+/// (opened at the first of them): a `WAIT` holds its connection until the
+/// replicas answer, so on one connection every task's transition would
+/// wait behind the others'.
+const LANES: usize = 16;
+
+/// Where a connection was opened, to open more like it.
+#[derive(Clone)]
+pub(super) enum Opener {
+    Single(String, Pushes),
+    Cluster(Vec<String>, Pushes),
+}
+
+impl Opener {
+    async fn open(&self) -> Result<Connection> {
+        match self {
+            Opener::Single(url, pushes) => Connection::single(url, pushes.clone()).await,
+            Opener::Cluster(nodes, pushes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Connection::cluster(&nodes, pushes.clone()).await
+            }
+        }
+    }
+}
+
+/// The connections of the transitions that wait for replicas, taken in
+/// turn.
+pub(super) struct Lanes {
+    opener: Opener,
+    open: tokio::sync::OnceCell<Vec<Connection>>,
+    next: AtomicUsize,
+}
+
+impl Lanes {
+    pub(super) fn new(opener: Opener) -> Lanes {
+        Lanes { opener, open: tokio::sync::OnceCell::new(), next: AtomicUsize::new(0) }
+    }
+
+    /// The next connection, opening them all at the first call.
+    pub(super) async fn next(&self) -> Result<&Connection> {
+        let lanes = self
+            .open
+            .get_or_try_init(|| async {
+                let mut lanes = Vec::with_capacity(LANES);
+                for _ in 0..LANES {
+                    lanes.push(self.opener.open().await?);
+                }
+                Ok::<_, Error>(lanes)
+            })
+            .await?;
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % lanes.len();
+        Ok(&lanes[turn])
+    }
 }
 
 fn invalid(error: &::redis::RedisError) -> Error {

@@ -100,7 +100,7 @@ use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::LeaseToken;
 use ::redis::{Script, Value};
-use connection::{Call, Connection};
+use connection::{Call, Connection, Lanes, Opener};
 use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -128,6 +128,7 @@ pub struct RedisBackend {
     scripts: Arc<Scripts>,
     report: Arc<ServerReport>,
     replication: Option<Replication>,
+    lanes: Arc<Lanes>,
 }
 
 /// How many replicas a transition that must survive a failover waits for.
@@ -228,8 +229,10 @@ impl RedisBackend {
     pub async fn connect_with(url: &str, config: Config, checks: ServerChecks) -> Result<RedisBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
-        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits))).await?;
-        RedisBackend::checked(connection, settings, waits, checks).await
+        let pushes = wait::Pushes(Arc::clone(&waits));
+        let connection = Connection::single(url, pushes.clone()).await?;
+        let opener = Opener::Single(url.to_string(), pushes);
+        RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
     /// Connects to a Cluster through any of its nodes; every master's
@@ -249,18 +252,21 @@ impl RedisBackend {
     pub async fn connect_cluster_with(nodes: &[&str], config: Config, checks: ServerChecks) -> Result<RedisBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
-        let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
-        RedisBackend::checked(connection, settings, waits, checks).await
+        let pushes = wait::Pushes(Arc::clone(&waits));
+        let connection = Connection::cluster(nodes, pushes.clone()).await?;
+        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect(), pushes);
+        RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
     async fn checked(
         connection: Connection,
+        opener: Opener,
         settings: Settings,
         waits: Arc<Waits>,
         checks: ServerChecks,
     ) -> Result<RedisBackend> {
         let report = server::assess(&connection.settings().await?, checks)?;
-        Ok(RedisBackend::with(connection, settings, waits, report))
+        Ok(RedisBackend::with(connection, Lanes::new(opener), settings, waits, report))
     }
 
     /// What was found of the servers' settings at connect: every setting
@@ -273,8 +279,15 @@ impl RedisBackend {
         &self.report
     }
 
-    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>, report: ServerReport) -> RedisBackend {
+    fn with(
+        connection: Connection,
+        lanes: Lanes,
+        settings: Settings,
+        waits: Arc<Waits>,
+        report: ServerReport,
+    ) -> RedisBackend {
         RedisBackend {
+            lanes: Arc::new(lanes),
             report: Arc::new(report),
             replication: None,
             connection,
@@ -320,8 +333,11 @@ impl RedisBackend {
     /// Off by default (a standalone server has no replica to wait for).
     /// `replicas` 0 turns it off; `timeout` is taken between 1 ms (`WAIT`
     /// with 0 would wait forever) and 4 s (under the answer timeout, so
-    /// a slow replica is `NotReplicated`, not `Unavailable`). What it
-    /// protects and costs is in `docs/fleets.md`.
+    /// a slow replica is `NotReplicated`, not `Unavailable`). A `WAIT`
+    /// holds its connection until the replicas answer, so these
+    /// transitions go over 16 connections of their own, taken in turn and
+    /// opened at the first of them. What it protects and costs is in
+    /// `docs/fleets.md`.
     ///
     /// ```no_run
     /// use idemkv::redis::RedisBackend;
@@ -347,7 +363,8 @@ impl RedisBackend {
     async fn send(&self, call: &Call<'_>, must_survive: bool) -> Result<(Value, Option<u64>)> {
         match self.replication {
             Some(Replication { replicas, timeout_ms }) if must_survive => {
-                let (reply, acknowledged) = self.connection.invoke_then_wait(call, replicas, timeout_ms).await?;
+                let lane = self.lanes.next().await?;
+                let (reply, acknowledged) = lane.invoke_then_wait(call, replicas, timeout_ms).await?;
                 Ok((reply, Some(acknowledged)))
             }
             _ => Ok((self.connection.invoke(call).await?, None)),
