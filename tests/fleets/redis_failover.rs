@@ -9,12 +9,13 @@
 //! acknowledged claim is never handed out afresh; a transition the replica
 //! did not acknowledge answered `NotReplicated` instead of success. Without
 //! it, the same failover loses acknowledged completions: the check below
-//! counts them, and their retries would run again.
+//! counts them, and their retries would run again. On a Cluster each
+//! `WAIT` goes to the key's own master.
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
 use crate::common::crash_load::{check_after_restart, load_then_stop, Acknowledged};
-use crate::common::redis::RedisServer;
+use crate::common::redis::{RedisCluster, RedisServer};
 use idemkv::redis::RedisBackend;
 use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, State};
 use std::time::Duration;
@@ -112,4 +113,26 @@ async fn a_replica_that_does_not_acknowledge_is_not_replicated() {
     let greedy = backend.wait_for_replicas(2, Duration::from_millis(100));
     let error = greedy.claim(b"", b"k2", fingerprint, ClaimOptions::new()).await.expect_err("two replicas");
     assert!(matches!(error, Error::NotReplicated { operation: "claim", acknowledged: 1, required: 2, .. }), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_waits_on_the_keys_own_master() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start(dir.path());
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+    let backend = backend.wait_for_replicas(1, Duration::from_millis(50));
+    // Keys on every master: the script and its WAIT reach the key's node
+    // (a WAIT elsewhere would be a routing error, not an answer of 0).
+    for n in 0..12 {
+        let key = format!("key-{n}");
+        let error = backend
+            .claim(b"", key.as_bytes(), Fingerprint::of(b"body"), ClaimOptions::new())
+            .await
+            .expect_err("no master has a replica");
+        assert!(matches!(error, Error::NotReplicated { operation: "claim", acknowledged: 0, .. }), "{error}");
+        let answer = backend.claim(b"", key.as_bytes(), Fingerprint::of(b"body"), ClaimOptions::new()).await;
+        assert!(matches!(answer, Ok(BackendClaim::InProgress { .. })), "held on its master: {answer:?}");
+    }
 }
