@@ -9,9 +9,15 @@
 //! ttl`), and a replay (the backend: one claim script; the baseline: `SET
 //! NX PX`, refused, then `GET`). 36-byte keys, 200-byte answers.
 //!
+//! With `IDEMKV_BENCH_REPLICA=1` the server gets a replica (`--replicaof`,
+//! same AOF settings) and one more row: claim+complete on a backend with
+//! `wait_for_replicas(1, 1 s)` (a `WAIT 1` after each of the two
+//! transitions), against the first row's backend without it.
+//!
 //! ```text
 //! cargo bench -p idemkv-bench --bench redis                # 1 s slices, 5 rounds
 //! IDEMKV_BENCH_SECONDS=0.1 cargo bench -p idemkv-bench --bench redis
+//! IDEMKV_BENCH_REPLICA=1 cargo bench -p idemkv-bench --bench redis
 //! ```
 
 #[path = "../tests/common/redis.rs"]
@@ -74,7 +80,11 @@ async fn main() {
     // write (what the backend's docs do not recommend).
     let appendfsync = std::env::var("IDEMKV_BENCH_APPENDFSYNC").unwrap_or_else(|_| "always".into());
     let server = fixture::RedisServer::start_with(dir.path(), fixture::free_port(), &["--appendfsync", &appendfsync]);
+    let replica = std::env::var("IDEMKV_BENCH_REPLICA").is_ok_and(|value| value == "1").then(|| {
+        fixture::RedisServer::start_replica_with(&dir.path().join("replica"), &server, &["--appendfsync", &appendfsync])
+    });
     let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let waiting = backend.clone().wait_for_replicas(1, std::time::Duration::from_secs(1));
     let client = redis::Client::open(server.url()).expect("client");
     let connection = client.get_multiplexed_async_connection().await.expect("baseline connection");
     for n in 0..REPLAY_KEYS {
@@ -82,7 +92,7 @@ async fn main() {
         baseline_fresh(&mut connection.clone(), &key("plain-replay", n)).await;
     }
     let slice = support::seconds(1.0);
-    let mut rows: Vec<Row> = (0..4).map(|_| Row::new()).collect();
+    let mut rows: Vec<Row> = (0..5).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
@@ -110,9 +120,18 @@ async fn main() {
             async move { baseline_replay(&mut theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
         })
         .await;
+        if replica.is_some() {
+            let ours = waiting.clone();
+            drive(&mut rows[4], slice, move |n| {
+                let ours = ours.clone();
+                async move { claim_complete(&ours, &key("idemkv-waited", round + n)).await }
+            })
+            .await;
+        }
     }
+    let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
-        "Redis on loopback, AOF appendfsync {appendfsync}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
+        "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
     );
     println!("{:<44} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
     for (pair, name) in [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")] {
@@ -127,5 +146,16 @@ async fn main() {
                 row.percentile(0.99)
             );
         }
+    }
+    if replica.is_some() {
+        let (waited, plain) = (&rows[4], &rows[0]);
+        let ratio = waited.rate() / plain.rate().max(f64::MIN_POSITIVE);
+        println!(
+            "{:<44} {:>10.0} {:>10.1?} {:>10.1?} {ratio:>8.2}",
+            "claim+complete, WAIT 1 (against the first)",
+            waited.rate(),
+            waited.percentile(0.5),
+            waited.percentile(0.99)
+        );
     }
 }

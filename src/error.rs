@@ -254,6 +254,47 @@ pub enum Error {
         /// The client library's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A transition took effect on the Redis primary, but fewer replicas
+    /// than the backend waits for (`RedisBackend::wait_for_replicas`)
+    /// acknowledged it in time: it stands as long as that primary does, and
+    /// a failover before the replicas catch up may lose it. What to do:
+    /// after a `claim`, do not run the side effect (no token was given; the
+    /// key answers in progress until the lease ends, then a recovered
+    /// attempt runs); after `complete` or `fail`, the answer is stored and
+    /// replays — do not run the side effect or finish again (a second call
+    /// answers `LeaseLost`); after `checkpoint` or `renew`, carry on
+    /// knowing a failover may undo it. In every case the replicas are
+    /// behind or gone: alert, it is what a failover would lose.
+    #[error("{backend}: {operation} is written on the primary, but only {acknowledged} of {required} replicas acknowledged it in time: a failover may lose it")]
+    NotReplicated {
+        /// `"redis"`.
+        backend: &'static str,
+        /// `"claim"`, `"complete"`, `"fail"`, `"checkpoint"` or `"renew"`.
+        operation: &'static str,
+        /// The replicas that acknowledged it (`WAIT`'s answer).
+        acknowledged: u64,
+        /// The replicas the backend waits for.
+        required: u32,
+    },
+    /// A server's setting can break the promise and the backend's checks
+    /// refuse it (`idemkv::redis::ServerChecks`): an eviction policy that
+    /// can drop a live record, persistence that loses acknowledged answers
+    /// at a crash, or settings that cannot be read. Nothing was written;
+    /// change the setting, or relax the check knowingly.
+    #[error("{backend} at {server}: {setting} is {value:?}: {reason}")]
+    UnsafeServerSetting {
+        /// `"redis"`.
+        backend: &'static str,
+        /// The server (`host:port`) with the setting.
+        server: String,
+        /// The setting (`maxmemory-policy`, `appendonly`, `appendfsync`,
+        /// or `CONFIG GET` when none could be read).
+        setting: &'static str,
+        /// Its value, or the server's refusal to tell it.
+        value: String,
+        /// What it means for the promise.
+        reason: &'static str,
+    },
 }
 
 /// How a call to a networked backend failed.

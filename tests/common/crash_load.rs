@@ -25,6 +25,13 @@ pub struct Acknowledged {
     completed: HashMap<String, String>,
 }
 
+impl Acknowledged {
+    /// The keys whose completion was acknowledged, with their answers.
+    pub fn completed(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.completed.iter().map(|(key, response)| (key.as_str(), response.as_str()))
+    }
+}
+
 fn options() -> ClaimOptions {
     ClaimOptions::new().lease(Duration::from_secs(60)).ttl(Duration::from_secs(600))
 }

@@ -98,6 +98,52 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// A replica of `primary` (`--replicaof`), returned once its link to
+    /// the primary is up and the initial sync done.
+    pub fn start_replica(dir: &Path, primary: &RedisServer) -> RedisServer {
+        RedisServer::start_replica_with(dir, primary, &[])
+    }
+
+    /// [`start_replica`](RedisServer::start_replica) with `extra` arguments.
+    pub fn start_replica_with(dir: &Path, primary: &RedisServer, extra: &[&str]) -> RedisServer {
+        let port = primary.port.to_string();
+        let mut arguments = vec!["--replicaof", "127.0.0.1", &port];
+        arguments.extend_from_slice(extra);
+        let replica = RedisServer::start_with(dir, free_port(), &arguments);
+        replica.wait_for("info replication", "master_link_status:up");
+        replica
+    }
+
+    /// Waits (at most 20 s) until `redis-cli command` answers with `needle`.
+    pub fn wait_for(&self, command: &str, needle: &str) {
+        let args: Vec<&str> = command.split(' ').collect();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if self.cli(&args).is_some_and(|answer| answer.contains(needle)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {}: `{command}` never answered {needle}", self.port);
+    }
+
+    /// Makes this replica a primary (`REPLICAOF NO ONE`), as a failover does.
+    pub fn promote(&self) {
+        assert_eq!(self.cli(&["replicaof", "no", "one"]).as_deref().map(str::trim), Some("OK"));
+        self.wait_for("info replication", "role:master");
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the server process: a stopped
+    /// server holds its connections but reads and answers nothing, as a
+    /// replica behind a stalled link.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let sent = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();

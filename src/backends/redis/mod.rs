@@ -33,17 +33,30 @@
 //!
 //! # What Redis must be set to
 //!
+//! Read at connect with `CONFIG GET` (on every master of a Cluster) and
+//! judged as [`ServerChecks`] say; by default the first is refused and the
+//! others warned about ([`RedisBackend::server_report`]):
+//!
+//! - **`maxmemory-policy noeviction`**: any other policy evicts live
+//!   records when memory is full (`volatile-*` too: every record has a
+//!   TTL), and the retry of an evicted key runs twice, with no crash at
+//!   all. Under `noeviction` a full server refuses claims
+//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
 //! - **Persistence**: `appendonly yes` with `appendfsync always` for no
 //!   loss of an acknowledged answer at a crash of the server;
-//!   `appendfsync everysec` may lose the last second: a claim or completion
-//!   lost that way lets a retry run the side effect again.
-//! - **`maxmemory-policy noeviction`**: an evicted record is a retry that
-//!   runs twice. Under `noeviction` a full server refuses claims
-//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
+//!   `appendfsync everysec` may lose the last second at a crash of the
+//!   machine, `no` what the OS has not written, `appendonly no` everything
+//!   since the last snapshot: a claim or completion lost that way lets a
+//!   retry run the side effect again.
+//! - A server that refuses `CONFIG GET` (managed services rename or
+//!   disable it) cannot be checked: a warning by default, and the report
+//!   says so.
 //! - **Failover**: replication is asynchronous; a replica promoted after
 //!   its primary died may lack the newest writes, with the same effect as
-//!   a lost write above. `WAIT` is not used: it narrows the window, it does
-//!   not close it.
+//!   a lost write above. [`RedisBackend::wait_for_replicas`] closes that
+//!   for the replicas it waits for: each transition a failover must not
+//!   lose is answered only once they acknowledged it (`WAIT`), else
+//!   [`Error::NotReplicated`].
 //!
 //! # Errors and retries
 //!
@@ -74,7 +87,10 @@
 mod connection;
 mod reply;
 mod scripts;
+mod server;
 mod wait;
+
+pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
 
 use crate::backend::BackendClaim;
 use crate::backends::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
@@ -84,7 +100,7 @@ use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::LeaseToken;
 use ::redis::{Script, Value};
-use connection::Connection;
+use connection::{Call, Connection, Lanes, Opener};
 use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -110,6 +126,16 @@ pub struct RedisBackend {
     keep_ms: u64,
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
+    report: Arc<ServerReport>,
+    replication: Option<Replication>,
+    lanes: Arc<Lanes>,
+}
+
+/// How many replicas a transition that must survive a failover waits for.
+#[derive(Debug, Clone, Copy)]
+struct Replication {
+    replicas: u32,
+    timeout_ms: u64,
 }
 
 struct Scripts {
@@ -164,23 +190,29 @@ impl RedisBackend {
     /// before anything is sent. A setting only the embedded store honours
     /// (its shards, durability, segments, compaction, waiter limits, clock,
     /// storage or quotas) is refused, not ignored: the table in
-    /// [`Config`]'s docs lists which settings apply.
+    /// [`Config`]'s docs lists which settings apply. The server's own
+    /// settings are judged by the default [`ServerChecks`]: an evicting
+    /// `maxmemory-policy` is refused; `appendonly no`, an `appendfsync`
+    /// other than `always` and a server that refuses `CONFIG GET` are
+    /// warned about ([`server_report`](RedisBackend::server_report));
+    /// [`connect_with`](RedisBackend::connect_with) chooses otherwise.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad URL or a value out of range (as
     /// [`Store::open`](crate::Store::open) refuses it: a zero lease or TTL,
     /// say); [`Error::UnsupportedSetting`] for a setting of the embedded
-    /// store alone; [`Error::Backend`] when the server cannot be reached.
+    /// store alone; [`Error::Backend`] when the server cannot be reached;
+    /// [`Error::UnsafeServerSetting`] for an evicting `maxmemory-policy`.
     pub async fn connect(url: &str, config: Config) -> Result<RedisBackend> {
-        let settings = Settings::new(config, BACKEND)?;
-        let waits = Arc::new(Waits::default());
-        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits)), None).await?;
-        Ok(RedisBackend::with(connection, settings, waits))
+        RedisBackend::connect_with(url, config, ServerChecks::new()).await
     }
 
     /// Connects to a standalone server over TLS (a `rediss://` URL),
     /// trusting what `tls` says (feature `tls`). The certificate's name is
-    /// checked against the URL's host.
+    /// checked against the URL's host; the server's settings are judged as
+    /// [`connect`](RedisBackend::connect)'s are, and the connections of
+    /// [`wait_for_replicas`](RedisBackend::wait_for_replicas) go over TLS
+    /// too.
     ///
     /// # Examples
     ///
@@ -202,25 +234,102 @@ impl RedisBackend {
     /// name).
     #[cfg(feature = "tls")]
     pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<RedisBackend> {
-        let settings = Settings::new(config, BACKEND)?;
-        let waits = Arc::new(Waits::default());
-        let connection = Connection::single(url, wait::Pushes(Arc::clone(&waits)), Some(tls)).await?;
-        Ok(RedisBackend::with(connection, settings, waits))
+        RedisBackend::connect_single(url, config, ServerChecks::new(), Some(tls)).await
     }
 
-    /// Connects to a Cluster through any of its nodes.
+    /// [`connect`](RedisBackend::connect), judging the server's settings as
+    /// `checks` say: its `maxmemory-policy`, `appendonly` and
+    /// `appendfsync`, read with `CONFIG GET` (see [`ServerChecks`] and
+    /// [`server_report`](RedisBackend::server_report)).
+    ///
+    /// ```no_run
+    /// use idemkv::redis::{Check, RedisBackend, ServerChecks};
+    /// use idemkv::Config;
+    ///
+    /// # async fn run() -> Result<(), idemkv::Error> {
+    /// // A cache-sized server with `appendfsync everysec`, taken knowingly.
+    /// let checks = ServerChecks::new().persistence(Check::Ignore);
+    /// let backend = RedisBackend::connect_with("redis://127.0.0.1:6379", Config::new(), checks).await?;
+    /// assert!(backend.server_report().findings.iter().all(|finding| finding.setting != "maxmemory-policy"));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// As [`connect`](RedisBackend::connect).
-    pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
-        let settings = Settings::new(config, BACKEND)?;
-        let waits = Arc::new(Waits::default());
-        let connection = Connection::cluster(nodes, wait::Pushes(Arc::clone(&waits))).await?;
-        Ok(RedisBackend::with(connection, settings, waits))
+    /// As [`connect`](RedisBackend::connect), and
+    /// [`Error::UnsafeServerSetting`] for a setting `checks` refuse.
+    pub async fn connect_with(url: &str, config: Config, checks: ServerChecks) -> Result<RedisBackend> {
+        RedisBackend::connect_single(url, config, checks, None).await
     }
 
-    fn with(connection: Connection, settings: Settings, waits: Arc<Waits>) -> RedisBackend {
+    async fn connect_single(
+        url: &str,
+        config: Config,
+        checks: ServerChecks,
+        tls: Option<&connection::Tls>,
+    ) -> Result<RedisBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let waits = Arc::new(Waits::default());
+        let pushes = wait::Pushes(Arc::clone(&waits));
+        let connection = Connection::single(url, pushes.clone(), tls).await?;
+        let opener = Opener::Single(url.to_string(), pushes, tls.cloned());
+        RedisBackend::checked(connection, opener, settings, waits, checks).await
+    }
+
+    /// Connects to a Cluster through any of its nodes; every master's
+    /// settings are judged as [`connect`](RedisBackend::connect)'s are.
+    ///
+    /// # Errors
+    /// As [`connect_with`](RedisBackend::connect_with).
+    pub async fn connect_cluster(nodes: &[&str], config: Config) -> Result<RedisBackend> {
+        RedisBackend::connect_cluster_with(nodes, config, ServerChecks::new()).await
+    }
+
+    /// [`connect_cluster`](RedisBackend::connect_cluster) with `checks`
+    /// for every master's settings.
+    ///
+    /// # Errors
+    /// As [`connect_with`](RedisBackend::connect_with).
+    pub async fn connect_cluster_with(nodes: &[&str], config: Config, checks: ServerChecks) -> Result<RedisBackend> {
+        let settings = Settings::new(config, BACKEND)?;
+        let waits = Arc::new(Waits::default());
+        let pushes = wait::Pushes(Arc::clone(&waits));
+        let connection = Connection::cluster(nodes, pushes.clone()).await?;
+        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect(), pushes);
+        RedisBackend::checked(connection, opener, settings, waits, checks).await
+    }
+
+    async fn checked(
+        connection: Connection,
+        opener: Opener,
+        settings: Settings,
+        waits: Arc<Waits>,
+        checks: ServerChecks,
+    ) -> Result<RedisBackend> {
+        let report = server::assess(&connection.settings().await?, checks)?;
+        Ok(RedisBackend::with(connection, Lanes::new(opener), settings, waits, report))
+    }
+
+    /// What was found of the servers' settings at connect: every setting
+    /// that can break the promise and was warned about or ignored (empty
+    /// for servers set as the promise needs). A server that refused
+    /// `CONFIG GET` has a [`Risk::Unreadable`] finding: nothing of it was
+    /// checked.
+    #[must_use]
+    pub fn server_report(&self) -> &ServerReport {
+        &self.report
+    }
+
+    fn with(
+        connection: Connection,
+        lanes: Lanes,
+        settings: Settings,
+        waits: Arc<Waits>,
+        report: ServerReport,
+    ) -> RedisBackend {
         RedisBackend {
+            lanes: Arc::new(lanes),
+            report: Arc::new(report),
+            replication: None,
             connection,
             settings,
             prefix: Arc::from("idemkv"),
@@ -256,9 +365,72 @@ impl RedisBackend {
         self
     }
 
-    /// Runs a fenced script: 1 when the token held the key.
-    async fn fenced(&self, invocation: &::redis::ScriptInvocation<'_>) -> Result<bool> {
-        Ok(number(&self.connection.invoke(invocation).await?)? == 1)
+    /// Waits, after every transition a failover must not lose (a claim
+    /// that acquires, complete, fail, checkpoint, renew), until `replicas`
+    /// replicas acknowledged it, at most `timeout` (`WAIT`, in the same
+    /// pipeline as the transition): fewer in time is
+    /// [`Error::NotReplicated`], the transition standing on the primary.
+    /// Off by default (a standalone server has no replica to wait for).
+    /// `replicas` 0 turns it off; `timeout` is taken between 1 ms (`WAIT`
+    /// with 0 would wait forever) and 4 s (under the answer timeout, so
+    /// a slow replica is `NotReplicated`, not `Unavailable`). A `WAIT`
+    /// holds its connection until the replicas answer, so these
+    /// transitions go over 16 connections of their own, taken in turn and
+    /// opened at the first of them. What it protects and costs is in
+    /// `docs/fleets.md`.
+    ///
+    /// ```no_run
+    /// use idemkv::redis::RedisBackend;
+    /// use idemkv::Config;
+    /// use std::time::Duration;
+    ///
+    /// # async fn run() -> Result<(), idemkv::Error> {
+    /// let backend = RedisBackend::connect("redis://10.0.0.5:6379", Config::new())
+    ///     .await?
+    ///     .wait_for_replicas(1, Duration::from_millis(500));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        let timeout_ms = millis(timeout).clamp(1, millis(connection::RESPONSE_TIMEOUT) - 1000);
+        self.replication = (replicas > 0).then_some(Replication { replicas, timeout_ms });
+        self
+    }
+
+    /// Runs `call`, waiting for the replicas when it `must_survive` a
+    /// failover and the backend waits for them: the answer, and how many
+    /// acknowledged (`None` when not waited for).
+    async fn send(&self, call: &Call<'_>, must_survive: bool) -> Result<(Value, Option<u64>)> {
+        match self.replication {
+            Some(Replication { replicas, timeout_ms }) if must_survive => {
+                let lane = self.lanes.next().await?;
+                let (reply, acknowledged) = lane.invoke_then_wait(call, replicas, timeout_ms).await?;
+                Ok((reply, Some(acknowledged)))
+            }
+            _ => Ok((self.connection.invoke(call).await?, None)),
+        }
+    }
+
+    /// [`Error::NotReplicated`] when fewer replicas than waited for
+    /// acknowledged `operation`.
+    fn replicated(&self, operation: &'static str, acknowledged: Option<u64>) -> Result<()> {
+        match (self.replication, acknowledged) {
+            (Some(Replication { replicas, .. }), Some(acknowledged)) if acknowledged < u64::from(replicas) => {
+                Err(Error::NotReplicated { backend: "redis", operation, acknowledged, required: replicas })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs a fenced script: 1 when the token held the key. A transition
+    /// that took effect is waited for as `operation` when it has one.
+    async fn fenced(&self, call: &Call<'_>, operation: Option<&'static str>) -> Result<bool> {
+        let (reply, acknowledged) = self.send(call, operation.is_some()).await?;
+        let held = number(&reply)? == 1;
+        if let (true, Some(operation)) = (held, operation) {
+            self.replicated(operation, acknowledged)?;
+        }
+        Ok(held)
     }
 }
 
@@ -290,28 +462,29 @@ impl Transport for RedisBackend {
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, _waiting: bool) -> Result<BackendClaim> {
         let names = Names::of(&self.prefix, args.scope, args.key);
-        let mut invocation = self.scripts.claim.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(args.scope)
+        let mut call = Call::new(&self.scripts.claim, &names.record);
+        call.arg(args.scope)
             .arg(args.key)
             .arg(&args.fingerprint.as_bytes()[..])
             .arg(args.lease_ms)
             .arg(args.ttl_ms)
             .arg(self.keep_ms)
             .arg(args.reuse_arg());
-        let reply = self.connection.invoke(&invocation).await?;
+        let (reply, acknowledged) = self.send(&call, true).await?;
         let Value::Array(items) = reply else {
             return Err(protocol("claim: not an array"));
         };
         let tag = items.first().map(bytes).transpose()?.unwrap_or_default();
         match (tag.as_slice(), items.as_slice()) {
-            (b"A", [_, token, attempt, recovered, _lease_end, point]) => Ok(BackendClaim::Acquired {
-                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
-                attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
-                recovered: number(recovered)? == 1,
-                checkpoint: reply::checkpoint(&bytes(point)?)?,
-            }),
+            (b"A", [_, token, attempt, recovered, _lease_end, point]) => {
+                self.replicated("claim", acknowledged)?;
+                Ok(BackendClaim::Acquired {
+                    token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
+                    attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
+                    recovered: number(recovered)? == 1,
+                    checkpoint: reply::checkpoint(&bytes(point)?)?,
+                })
+            }
             (b"R", [_, _state, response]) => Ok(BackendClaim::Replay(bytes(response)?)),
             (b"I", [_, left, _attempt]) => {
                 Ok(BackendClaim::InProgress { retry_after: Duration::from_millis(number(left)?) })
@@ -335,10 +508,8 @@ impl Transport for RedisBackend {
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.finish.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(&token.scope)
+        let mut call = Call::new(&self.scripts.finish, &names.record);
+        call.arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
             .arg(finish.code())
@@ -346,37 +517,42 @@ impl Transport for RedisBackend {
             .arg(&names.channel)
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
-        self.fenced(&invocation).await
+        let operation = match finish {
+            Finish::Complete => Some("complete"),
+            Finish::Fail => Some("fail"),
+            // A lost release leaves the key held until its lease ends:
+            // a delay, never a second run.
+            Finish::Release => None,
+        };
+        self.fenced(&call, operation).await
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.checkpoint.prepare_invoke();
-        invocation.key(&names.record).arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
-        self.fenced(&invocation).await
+        let mut call = Call::new(&self.scripts.checkpoint, &names.record);
+        call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
+        self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
         let names = Names::of(&self.prefix, &token.scope, &token.key);
-        let mut invocation = self.scripts.renew.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(&token.scope)
-            .arg(&token.key)
-            .arg(token.token)
-            .arg(extend_ms)
-            .arg(self.keep_ms);
-        match self.connection.invoke(&invocation).await? {
-            Value::Array(items) => Ok(items.first().map(number).transpose()? == Some(1)),
-            _ => Err(protocol("renew: not an array")),
+        let mut call = Call::new(&self.scripts.renew, &names.record);
+        call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
+        let (reply, acknowledged) = self.send(&call, true).await?;
+        let Value::Array(items) = reply else {
+            return Err(protocol("renew: not an array"));
+        };
+        let held = items.first().map(number).transpose()? == Some(1);
+        if held {
+            self.replicated("renew", acknowledged)?;
         }
+        Ok(held)
     }
 
     async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
         let names = Names::of(&self.prefix, scope, key);
-        let mut invocation = self.scripts.get.prepare_invoke();
-        invocation.key(&names.record);
-        match self.connection.invoke(&invocation).await? {
+        let call = Call::new(&self.scripts.get, &names.record);
+        match self.connection.invoke(&call).await? {
             Value::Array(fields) if fields.is_empty() => Ok(None),
             Value::Array(fields) => reply::record(scope, key, &fields).map(Some),
             _ => Err(protocol("get: not an array")),
@@ -385,15 +561,10 @@ impl Transport for RedisBackend {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, scope, key);
-        let mut invocation = self.scripts.remove.prepare_invoke();
-        invocation
-            .key(&names.record)
-            .arg(scope)
-            .arg(key)
-            .arg(&names.channel)
-            .arg(self.connection.publish_command())
-            .arg(self.keep_ms);
-        match self.connection.invoke(&invocation).await? {
+        let mut call = Call::new(&self.scripts.remove, &names.record);
+        call.arg(scope).arg(key).arg(&names.channel).arg(self.connection.publish_command()).arg(self.keep_ms);
+        // A lost removal brings the record back: never a second run.
+        match self.connection.invoke(&call).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
