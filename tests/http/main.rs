@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod http_blocking_handler;
 mod http_payments_example;
 mod http_payments_postgres;
 mod http_payments_resume;

@@ -55,9 +55,14 @@ pub async fn a_handler_twice_as_long_as_its_lease_runs_once<B: IdempotencyBacken
 
 /// Blocks its thread (a synchronous driver, CPU-bound work) for 6 s:
 /// three times the 2 s lease. Nothing in its task can renew meanwhile.
+/// It blocks inside `block_in_place`, as tokio asks: a worker blocked
+/// without it can stall the runtime's I/O driver, and then no duplicate
+/// (nor a networked backend's renewal) is served until it returns.
+/// `tests/http/http_blocking_handler.rs` blocks outright, on the embedded
+/// store, and checks the lease from outside the runtime.
 async fn blocking(State(runs): State<Counter>) -> (StatusCode, String) {
     let run = runs.bump();
-    std::thread::sleep(Duration::from_secs(6));
+    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(6)));
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
