@@ -12,7 +12,12 @@
 //! ```text
 //! cargo bench -p idemkv-bench --bench postgres          # 1 s slices, 5 rounds
 //! IDEMKV_BENCH_SECONDS=0.1 IDEMKV_BENCH_POOL=32 cargo bench -p idemkv-bench --bench postgres
+//! IDEMKV_BENCH_PG_SQL='ALTER TABLE idempo_store SET (fillfactor = 70)' cargo bench -p idemkv-bench --bench postgres
 //! ```
+//!
+//! `IDEMKV_BENCH_PG_SQL` runs its statements on the migrated store before
+//! the load, to measure another layout of its table (a fillfactor, an
+//! index more or less) against the same baseline; the run prints them.
 
 #[path = "../tests/common/postgres.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test fixture")]
@@ -67,6 +72,10 @@ async fn main() {
         .batch_execute("CREATE TABLE plain (key text PRIMARY KEY, state text NOT NULL, response bytea NOT NULL)")
         .await
         .expect("baseline table");
+    let layout = std::env::var("IDEMKV_BENCH_PG_SQL").unwrap_or_default();
+    if !layout.is_empty() {
+        client.batch_execute(&layout).await.expect("IDEMKV_BENCH_PG_SQL");
+    }
     drop(client);
     for n in 0..REPLAY_KEYS {
         claim_complete(&backend, &key("idemkv-replay", n)).await;
@@ -102,9 +111,13 @@ async fn main() {
         })
         .await;
     }
+    let hot = hot_updates(&backend).await;
     println!(
         "PostgreSQL 15 on loopback, synchronous_commit on, pool of {pool}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
     );
+    if !layout.is_empty() {
+        println!("the store's table altered first: {layout}");
+    }
     println!("{:<52} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
     for (pair, name) in [
         (0, "claim+complete (baseline: INSERT ON CONFLICT + UPDATE)"),
@@ -122,4 +135,29 @@ async fn main() {
             );
         }
     }
+    println!("{hot}");
+}
+
+/// Of each table's updates, how many were HOT (no index entry written):
+/// what its layout decides.
+async fn hot_updates(backend: &PostgresBackend) -> String {
+    // The pool's sessions report their counts when idle for a second.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let client = backend.pool().get().await.expect("client");
+    let rows = client
+        .query(
+            "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
+             WHERE relname IN ('idempo_store', 'plain') ORDER BY relname",
+            &[],
+        )
+        .await
+        .expect("pg_stat_user_tables");
+    let tables: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let (name, updates, hot): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            format!("{name}: {hot} of {updates} updates HOT")
+        })
+        .collect();
+    tables.join("; ")
 }

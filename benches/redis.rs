@@ -129,6 +129,7 @@ async fn main() {
             .await;
         }
     }
+    let commands = command_costs(&mut connection.clone()).await;
     let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
         "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
@@ -158,4 +159,24 @@ async fn main() {
             waited.percentile(0.99)
         );
     }
+    println!("{commands}");
+}
+
+/// The server's time per call of each command the rows sent (`INFO
+/// commandstats`): the scripts' cost beside the bare commands'.
+async fn command_costs(connection: &mut MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.expect("INFO");
+    let costs: Vec<String> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |wanted: &str| {
+                stats.split(',').find_map(|pair| pair.strip_prefix(wanted)?.strip_prefix('=')).unwrap_or("?")
+            };
+            ["evalsha", "set", "get", "wait"]
+                .contains(&name)
+                .then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
+        })
+        .collect();
+    format!("server time per command: {}", costs.join("; "))
 }

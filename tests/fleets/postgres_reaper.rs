@@ -73,3 +73,37 @@ async fn expired_rows_are_reaped_in_batches() {
     assert_eq!(rows(&backend).await, 2, "the background reaper deleted the expired rows");
     drop(reaper);
 }
+
+/// A completion after its lease ended (no takeover came) moves the row's
+/// expiry past the bound the reaper goes by; the bound follows, so the row
+/// is neither reaped early nor missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_completed_after_its_lease_is_reaped_at_its_own_expiry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = PostgresServer::start(dir.path());
+    let options = PostgresOptions::new().reaping(Reaping::Off);
+    let client = server.url().parse().expect("url");
+    let backend = PostgresBackend::connect_with_options(client, Config::new(), options).await.expect("connect");
+    let claimed = Instant::now();
+    let late = ClaimOptions::new().lease(Duration::from_millis(300)).ttl(Duration::from_millis(1500));
+    let BackendClaim::Acquired { token, .. } =
+        backend.claim(b"", b"late", Fingerprint::of(b"body"), late).await.expect("claim")
+    else {
+        panic!("a fresh key is acquired");
+    };
+    // Past the lease (at 0.3 s), before the claim's expiry (at 1.8 s).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    backend.complete(&token, b"done").await.expect("the token still holds: nothing took the key over");
+    let completed = Instant::now();
+    assert!(completed - claimed < Duration::from_millis(1700), "completed in time: {:?}", completed - claimed);
+    // Past the claim's bound (1.8 s), before the completion's expiry
+    // (completion + 1.5 s, at least 2.3 s).
+    tokio::time::sleep((claimed + Duration::from_millis(2000)).saturating_duration_since(Instant::now())).await;
+    if completed.elapsed() < Duration::from_millis(1400) {
+        assert_eq!(backend.reap(10).await.expect("reap"), 0, "the row lives until its completion's expiry");
+        assert!(backend.get(b"", b"late").await.expect("get").is_some(), "still replayed");
+    }
+    tokio::time::sleep((completed + Duration::from_millis(1700)).saturating_duration_since(Instant::now())).await;
+    assert_eq!(backend.reap(10).await.expect("reap"), 1, "reaped once expired");
+    assert_eq!(rows(&backend).await, 0);
+}

@@ -1,8 +1,8 @@
 //! The reaper: expired rows are absent to every call already (each
 //! statement compares `expires_at` with the server's clock); deleting them
 //! only keeps the table small. `reap` deletes one bounded batch, oldest
-//! expiry first through the `expires_at` index, skipping rows that a claim
-//! holds locked; [`Reaper`] runs passes in the background for its caller.
+//! first through the `reap_at` index (a bound of `expires_at` from above:
+//! see the schema's version 4), skipping rows that a claim holds locked; [`Reaper`] runs passes in the background for its caller.
 //!
 //! [`Elected`] is the reaper every backend starts by default
 //! ([`Reaping`](super::Reaping)): one per fleet, on a session of its own

@@ -23,7 +23,8 @@
 //! `attempt`, `recovered`, `waited` (a `claim_wait` waits on the key, so
 //! its finish notifies), `lease_end`, `ttl`, `response`, `created_at`,
 //! `updated_at`, `finished_at`, `expires_at` (lease end + TTL while
-//! processing, finish + TTL after), indexed for the reaper, and (from
+//! processing, finish + TTL after), (from version 4) `reap_at`, a bound
+//! of `expires_at` from above, indexed for the reaper, and (from
 //! version 2) `checkpoint`: the checkpoint of a Processing row, the
 //! bytes of [`crate::checkpoint`]'s encoding, `NULL` for none and once
 //! finished. A renewal keeps it, a takeover of an ended lease answers it
@@ -49,7 +50,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 /// The newest schema version this build knows.
-pub(super) const SCHEMA_VERSION: i32 = 3;
+pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock key held while migrating (`idemkv` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b76;
@@ -418,12 +419,178 @@ fn v3(schema: &Schema) -> String {
     statements.join("\n")
 }
 
+/// Version 4: finishing a row writes no index entry. Until now the reaper's
+/// index was on `expires_at`, which every completion moves (to finish +
+/// TTL), so no completion could be a HOT update: each wrote a new entry in
+/// both indexes. The reaper now finds rows by `reap_at`, a bound of
+/// `expires_at` from above set by the claim (lease end + TTL) and moved
+/// only when `expires_at` passes it (a renewal, a finish after the lease
+/// ended), so that a completion within its lease changes no indexed column
+/// and the table leaves room on each page for the completed version of its
+/// rows (`fillfactor`). A row finished early is deleted up to one lease
+/// after its expiry, as it is absent to every call from its expiry on.
+///
+/// Every row is rewritten once (its `reap_at` filled in), in the
+/// migration's transaction; the functions are replaced (the claim of
+/// version 1 stays the wrapper it is) and bound to the schema again.
+fn v4(schema: &Schema) -> String {
+    format!("{V4}\n{}", v3(schema))
+}
+
+const V4: &str = r"
+ALTER TABLE idempo_store ADD COLUMN IF NOT EXISTS reap_at timestamptz;
+UPDATE idempo_store SET reap_at = expires_at WHERE reap_at IS NULL;
+ALTER TABLE idempo_store ALTER COLUMN reap_at SET NOT NULL;
+CREATE INDEX IF NOT EXISTS idempo_store_reap_at ON idempo_store (reap_at);
+DROP INDEX IF EXISTS idempo_store_expires_at;
+ALTER TABLE idempo_store SET (fillfactor = 90);
+
+-- Claim, as version 2's; the row's `reap_at` is its expiry.
+CREATE OR REPLACE FUNCTION idemkv_claim(
+    p_scope bytea, p_key bytea, p_fingerprint bytea, p_lease_ms bigint, p_ttl_ms bigint, p_wait boolean,
+    p_reuse text,
+    OUT o_answer text, OUT o_token bigint, OUT o_attempt integer, OUT o_recovered boolean,
+    OUT o_left_ms bigint, OUT o_response bytea, OUT o_checkpoint bytea)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_lease_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
+    v_ttl interval := p_ttl_ms * interval '1 millisecond';
+    v_retry boolean := coalesce(p_reuse = 'retry', false);
+    r idempo_store%ROWTYPE;
+BEGIN
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
+    IF FOUND AND r.expires_at > v_now THEN
+        IF r.fingerprint <> p_fingerprint THEN
+            o_answer := 'M';
+            RETURN;
+        ELSIF r.state = 'C' OR (r.state = 'F' AND NOT v_retry) THEN
+            o_answer := 'R';
+            o_response := r.response;
+            RETURN;
+        ELSIF r.state = 'P' AND r.lease_end > v_now AND (r.waited OR NOT p_wait) THEN
+            o_answer := 'I';
+            o_attempt := r.attempt;
+            o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO idempo_store AS t (scope, key, fingerprint, state, token, attempt, recovered, waited,
+        lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at)
+    VALUES (p_scope, p_key, p_fingerprint, 'P', nextval('idemkv_tokens'), 1, false, false,
+        v_lease_end, v_ttl, '', v_now, v_now, NULL, v_lease_end + v_ttl, NULL, v_lease_end + v_ttl)
+    ON CONFLICT (scope, key) DO UPDATE SET
+        fingerprint = excluded.fingerprint,
+        state = 'P',
+        token = excluded.token,
+        attempt = CASE WHEN t.expires_at <= v_now THEN 1 ELSE t.attempt + 1 END,
+        recovered = t.expires_at > v_now AND t.state = 'P',
+        waited = false,
+        lease_end = excluded.lease_end,
+        ttl = excluded.ttl,
+        response = '',
+        created_at = CASE WHEN t.expires_at > v_now AND t.state = 'P' THEN t.created_at ELSE v_now END,
+        updated_at = v_now,
+        finished_at = NULL,
+        expires_at = excluded.expires_at,
+        checkpoint = CASE WHEN t.expires_at > v_now AND t.state = 'P' THEN t.checkpoint END,
+        reap_at = excluded.reap_at
+    WHERE t.expires_at <= v_now
+       OR (t.state = 'P' AND t.lease_end <= v_now AND t.fingerprint = excluded.fingerprint)
+       OR (v_retry AND t.state = 'F' AND t.fingerprint = excluded.fingerprint)
+    RETURNING t.token, t.attempt, t.recovered, t.checkpoint INTO o_token, o_attempt, o_recovered, o_checkpoint;
+    IF FOUND THEN
+        o_answer := 'A';
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM idempo_store WHERE scope = p_scope AND key = p_key;
+    IF NOT FOUND THEN
+        o_answer := 'X';
+    ELSIF r.fingerprint <> p_fingerprint THEN
+        o_answer := 'M';
+    ELSIF r.state <> 'P' THEN
+        o_answer := 'R';
+        o_response := r.response;
+    ELSE
+        o_answer := 'I';
+        o_attempt := r.attempt;
+        o_left_ms := greatest(ceil(extract(epoch FROM r.lease_end - v_now) * 1000), 0)::bigint;
+        IF p_wait AND NOT r.waited THEN
+            UPDATE idempo_store SET waited = true WHERE scope = p_scope AND key = p_key;
+        END IF;
+    END IF;
+END $$;
+
+-- As version 2's; `reap_at` moves only when the new expiry passes it
+-- (a finish after the lease ended), so a finish within the lease is HOT.
+CREATE OR REPLACE FUNCTION idemkv_finish(p_scope bytea, p_key bytea, p_token bigint, p_kind text, p_response bytea)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_waited boolean;
+BEGIN
+    IF p_kind = 'D' THEN
+        DELETE FROM idempo_store
+        WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
+        RETURNING waited INTO v_waited;
+    ELSIF p_kind IN ('C', 'F') THEN
+        UPDATE idempo_store
+        SET state = p_kind, response = p_response, updated_at = v_now, finished_at = v_now,
+            expires_at = v_now + ttl, checkpoint = NULL, reap_at = greatest(reap_at, v_now + ttl)
+        WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now
+        RETURNING waited INTO v_waited;
+    ELSE
+        RAISE EXCEPTION 'idemkv_finish: unknown kind %', p_kind;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_waited THEN
+        PERFORM pg_notify('idemkv', idemkv_tag(p_scope, p_key));
+    END IF;
+    RETURN true;
+END $$;
+
+-- As version 1's; `reap_at` follows a longer expiry.
+CREATE OR REPLACE FUNCTION idemkv_renew(p_scope bytea, p_key bytea, p_token bigint, p_extend_ms bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_end timestamptz := v_now + p_extend_ms * interval '1 millisecond';
+BEGIN
+    UPDATE idempo_store
+    SET lease_end = greatest(lease_end, v_end), expires_at = greatest(lease_end, v_end) + ttl, updated_at = v_now,
+        reap_at = greatest(reap_at, greatest(lease_end, v_end) + ttl)
+    WHERE scope = p_scope AND key = p_key AND token = p_token AND state = 'P' AND expires_at > v_now;
+    RETURN FOUND;
+END $$;
+
+-- As version 1's, through the `reap_at` index: a row is deleted once both
+-- its bound and its expiry have passed.
+CREATE OR REPLACE FUNCTION idemkv_reap(p_batch integer)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_deleted bigint;
+BEGIN
+    WITH doomed AS (
+        SELECT scope, key FROM idempo_store WHERE reap_at <= v_now AND expires_at <= v_now
+        ORDER BY reap_at LIMIT p_batch FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM idempo_store t USING doomed d
+    WHERE t.scope = d.scope AND t.key = d.key AND t.expires_at <= v_now;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END $$;
+";
+
 /// Migration `version` for `schema`.
 fn migration(version: i32, schema: &Schema) -> Result<Cow<'static, str>> {
     match version {
         1 => Ok(Cow::Borrowed(V1)),
         2 => Ok(Cow::Borrowed(V2)),
         3 => Ok(Cow::Owned(v3(schema))),
+        4 => Ok(Cow::Owned(v4(schema))),
         _ => Err(protocol("schema version")),
     }
 }
