@@ -98,7 +98,7 @@ async fn a_row_completed_after_its_lease_is_reaped_at_its_own_expiry() {
     assert!(completed - claimed < Duration::from_millis(1700), "completed in time: {:?}", completed - claimed);
     // Past the claim's bound (1.8 s), before the completion's expiry
     // (completion + 1.5 s, at least 2.3 s).
-    tokio::time::sleep((claimed + Duration::from_millis(2000)).saturating_duration_since(Instant::now())).await;
+    tokio::time::sleep((claimed + Duration::from_secs(2)).saturating_duration_since(Instant::now())).await;
     if completed.elapsed() < Duration::from_millis(1400) {
         assert_eq!(backend.reap(10).await.expect("reap"), 0, "the row lives until its completion's expiry");
         assert!(backend.get(b"", b"late").await.expect("get").is_some(), "still replayed");
