@@ -77,10 +77,15 @@ async fn main() {
         client.batch_execute(&layout).await.expect("IDEMKV_BENCH_PG_SQL");
     }
     drop(client);
-    for n in 0..REPLAY_KEYS {
-        claim_complete(&backend, &key("idemkv-replay", n)).await;
-        baseline_fresh(&backend, &key("plain-replay", n)).await;
-    }
+    let preloading = backend.clone();
+    support::tasks::preload(REPLAY_KEYS, move |n| {
+        let backend = preloading.clone();
+        async move {
+            claim_complete(&backend, &key("idemkv-replay", n)).await;
+            baseline_fresh(&backend, &key("plain-replay", n)).await;
+        }
+    })
+    .await;
     let slice = support::seconds(1.0);
     let mut rows: Vec<Row> = (0..4).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));

@@ -87,10 +87,15 @@ async fn main() {
     let waiting = backend.clone().wait_for_replicas(1, std::time::Duration::from_secs(1));
     let client = redis::Client::open(server.url()).expect("client");
     let connection = client.get_multiplexed_async_connection().await.expect("baseline connection");
-    for n in 0..REPLAY_KEYS {
-        claim_complete(&backend, &key("idemkv-replay", n)).await;
-        baseline_fresh(&mut connection.clone(), &key("plain-replay", n)).await;
-    }
+    let (ours, theirs) = (backend.clone(), connection.clone());
+    support::tasks::preload(REPLAY_KEYS, move |n| {
+        let (ours, mut theirs) = (ours.clone(), theirs.clone());
+        async move {
+            claim_complete(&ours, &key("idemkv-replay", n)).await;
+            baseline_fresh(&mut theirs, &key("plain-replay", n)).await;
+        }
+    })
+    .await;
     let slice = support::seconds(1.0);
     let mut rows: Vec<Row> = (0..5).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));

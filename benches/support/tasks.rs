@@ -93,3 +93,26 @@ where
     }
     row.seconds += started.elapsed().as_secs_f64();
 }
+
+/// Runs `each(n)` for every `n` below `count`, on [`TASKS`] tasks at once
+/// (the keys a replay row reads, written before the rows run).
+pub async fn preload<F, Fut>(count: u64, each: F)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let each = Arc::new(each);
+    let lanes = TASKS as u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in 0..lanes {
+        let each = Arc::clone(&each);
+        tasks.spawn(async move {
+            for n in (lane..count).step_by(TASKS) {
+                each(n).await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("preload task");
+    }
+}

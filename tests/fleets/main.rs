@@ -19,4 +19,5 @@ mod redis_failover;
 mod redis_kill_restart;
 mod redis_server_settings;
 mod redis_tokens;
+mod redis_wakeups;
 mod tls;

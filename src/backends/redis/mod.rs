@@ -11,7 +11,9 @@
 //! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
 //! after they stop being live (their fencing token outlives them that
 //! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
-//! (sharded pub/sub on a Cluster), with polling as the fallback.
+//! (sharded pub/sub on a Cluster), with polling as the fallback; a finish
+//! publishes only when a waiting caller marked the record (the scripts'
+//! docs say why none is missed).
 //!
 //! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
 //! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
@@ -460,7 +462,7 @@ impl Transport for RedisBackend {
         &self.settings
     }
 
-    async fn claim_once(&self, args: &ClaimArgs<'_>, _waiting: bool) -> Result<BackendClaim> {
+    async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         let names = Names::of(&self.prefix, args.scope, args.key);
         let mut call = Call::new(&self.scripts.claim, &names.record);
         call.arg(args.scope)
@@ -469,7 +471,8 @@ impl Transport for RedisBackend {
             .arg(args.lease_ms)
             .arg(args.ttl_ms)
             .arg(self.keep_ms)
-            .arg(args.reuse_arg());
+            .arg(args.reuse_arg())
+            .arg(if waiting { "1" } else { "0" });
         let (reply, acknowledged) = self.send(&call, true).await?;
         let Value::Array(items) = reply else {
             return Err(protocol("claim: not an array"));

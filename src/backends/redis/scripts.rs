@@ -15,9 +15,19 @@
 //! `[7]` updated ms, `[8]` lease end (Processing) or expiry (finished) ms,
 //! `[9]` TTL ms, `[10]` scope, `[11]` key, `[12]` response, `[13]` the
 //! checkpoint while Processing (the bytes of
-//! [`crate::checkpoint`]'s encoding; empty for none, and once finished).
-//! A record written before `[13]` existed reads as one without a checkpoint
-//! : nothing to migrate.
+//! [`crate::checkpoint`]'s encoding; empty for none, and once finished),
+//! `[14]` 1 once a waiting caller found the key in progress (its finish
+//! then publishes; absent or 0 otherwise). A record written before `[13]`
+//! or `[14]` existed reads as one without a checkpoint and without
+//! waiters: nothing to migrate.
+//!
+//! A finish publishes on the key's channel only when `[14]` says a waiter
+//! is there: a waiting caller subscribes before the claim that marks the
+//! record, so no finish after the mark goes unheard, and a finish before
+//! it is seen by that claim. A takeover keeps the mark (the waiters of the
+//! lost lease still wait); a record that starts afresh has none. A waiter
+//! of an earlier build, which does not mark, is woken by its own polling
+//! (at most a second) rather than by a publish.
 //!
 //! The checkpoint follows the lease: a renewal keeps it, a takeover of
 //! an ended lease hands it to the new holder and keeps it in the record
@@ -56,7 +66,8 @@ local now = math.floor(now_us / 1000)
 
 /// Claim. KEYS: record. ARGV: scope, key, fingerprint, lease ms, TTL ms,
 /// keep ms, reuse policy (`retry` runs a Failed key again, anything else
-/// replays its failure). Replies `{'A', token, attempt, recovered, lease
+/// replays its failure), `1` for a waiting caller (marks a record in
+/// progress for its finish to publish). Replies `{'A', token, attempt, recovered, lease
 /// end, checkpoint}`, `{'R', state, response}`, `{'I', ms left,
 /// attempt}`, `{'M'}`, or `{'X'}` when the record names another `(scope,
 /// key)` (a hash collision).
@@ -66,7 +77,7 @@ pub(super) const CLAIM: &str = concat!(
 local lease = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local packed = redis.call('GET', KEYS[1])
-local attempt, recovered, created, last, point = 1, 0, now, 0, ''
+local attempt, recovered, created, last, point, waited = 1, 0, now, 0, '', 0
 if packed then
   local r = cmsgpack.unpack(packed)
   if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
@@ -78,27 +89,33 @@ if packed then
     elseif r[1] ~= 'P' then
       return {'R', r[1], r[12]}
     elseif r[8] > now then
+      if ARGV[8] == '1' and r[14] ~= 1 then
+        r[14] = 1
+        redis.call('SET', KEYS[1], cmsgpack.pack(r), 'KEEPTTL')
+      end
       return {'I', string.format('%.0f', r[8] - now), r[3]}
     else
       attempt = r[3] + 1
       recovered = 1
       created = r[6]
       point = r[13] or ''
+      waited = r[14] or 0
     end
   end
 end
 local token = math.max(last + 1, now_us)
 local lease_end = now + lease
 redis.call('SET', KEYS[1],
-  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point}),
+  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point, waited}),
   'PX', lease + ttl + tonumber(ARGV[6]))
 return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end), point}
 "
 );
 
-/// Complete (`C`), fail (`F`) or release (`D`). KEYS: record. ARGV:
-/// scope, key, token, kind, response, channel, publish command, keep ms.
-/// Replies 1, or 0 when the token no longer holds the key.
+/// Complete (`C`), fail (`F`) or release (`D`), publishing when a waiter
+/// marked the record. KEYS: record. ARGV: scope, key, token, kind,
+/// response, channel, publish command, keep ms. Replies 1, or 0 when the
+/// token no longer holds the key.
 pub(super) const FINISH: &str = concat!(
     live!(),
     r"
@@ -116,7 +133,7 @@ else
   r[1], r[7], r[8], r[12], r[13] = ARGV[4], now, now + r[9], ARGV[5], ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9] + keep)
 end
-redis.call(ARGV[7], ARGV[6], ARGV[4])
+if r[14] == 1 then redis.call(ARGV[7], ARGV[6], ARGV[4]) end
 return 1
 "
 );
@@ -190,6 +207,7 @@ local r = cmsgpack.unpack(packed)
 if not live(r, now) then return {} end
 for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
 r[13] = r[13] or ''
+r[14] = nil
 return r
 "
 );
