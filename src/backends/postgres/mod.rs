@@ -95,6 +95,7 @@
 //! ```
 
 mod connector;
+mod migrations;
 mod options;
 mod reaper;
 mod reply;
