@@ -9,7 +9,10 @@
 //! thread of its own, nothing the handler does delays a renewal.
 //!
 //! What a handler that blocks a runtime thread still costs: the thread
-//! (and every other request scheduled on it) waits. And a networked
+//! (and every other request scheduled on it) waits, and when the blocked
+//! worker was the one polling tokio's I/O driver, no other connection or
+//! timer of that runtime may make progress until it returns; blocking
+//! belongs in `block_in_place` or `spawn_blocking`. And a networked
 //! backend's connection is driven by tasks on the service's runtime: if
 //! every worker thread of that runtime is blocked, renewals sent from the
 //! keeper wait for them too. The embedded store needs nothing of the
