@@ -100,6 +100,8 @@ mod store;
 pub mod testing;
 mod verify;
 
+#[cfg(feature = "tokio")]
+pub use backend::AnyBackend;
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 #[cfg(feature = "postgres")]
 pub use backends::postgres;

@@ -44,7 +44,7 @@
 use axum::routing::{get, post};
 use axum::{body::Bytes, extract::State, http::StatusCode, Extension, Router};
 use idemkv::http::{Attempt, Checkpoints, IdempotencyLayer, LayerConfig};
-use idemkv::{Config, IdempotencyBackend, Store};
+use idemkv::{AnyBackend, Config, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::ffi::OsString;
 use std::io::Write;
@@ -210,9 +210,10 @@ fn account(request: &axum::http::request::Parts) -> Option<Vec<u8>> {
     request.headers.get("x-account").map(|account| account.as_bytes().to_vec())
 }
 
-/// The service on any backend: `/payments` behind the layer, `/metrics`
-/// beside it.
-fn app<B: IdempotencyBackend>(backend: B, dir: &Path, metrics: PrometheusHandle) -> Router {
+/// The service on the backend chosen at start (one type for any: the
+/// layer is built once): `/payments` behind the layer, `/metrics` beside
+/// it.
+fn app(backend: AnyBackend, dir: &Path, metrics: PrometheusHandle) -> Router {
     let files = Files {
         ledger: dir.join("ledger.txt"),
         provider_calls: dir.join("provider_calls.txt"),
@@ -310,11 +311,11 @@ async fn serve() -> Result<(), String> {
     #[cfg(feature = "redis")]
     if let Some(backend) = backend {
         println!("payments on http://{address}, store on Redis, ledger in {}", dir.display());
-        let app = app(backend, &dir, metrics);
+        let app = app(AnyBackend::new(backend), &dir, metrics);
         return axum::serve(listener, app).await.map_err(|error| format!("serving on {address}: {error}"));
     }
     let store = Store::open(dir.join("idempotency"), Config::new()).map_err(|error| error.to_string())?;
     println!("payments on http://{address}, store and ledger in {}", dir.display());
-    let app = app(store, &dir, metrics);
+    let app = app(AnyBackend::new(store), &dir, metrics);
     axum::serve(listener, app).await.map_err(|error| format!("serving on {address}: {error}"))
 }

@@ -8,7 +8,10 @@
 //! and PostgreSQL (real servers, started here). With `tower`, the HTTP
 //! layer's scenarios (`tests/fleets/conformance/http/`) run over each of them too.
 //! Each target runs only with its own feature, and checks which scenarios
-//! its backend skipped.
+//! its backend skipped. Every backend runs behind [`AnyBackend`], as a
+//! service that picks its backend at run time has it: each call goes to
+//! the backend unchanged, and the suites are compiled once rather than once
+//! a backend.
 
 #![cfg(feature = "conformance")]
 
@@ -18,7 +21,8 @@
 mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
-use idemkv::{BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::LeaseToken;
+use idemkv::{AnyBackend, BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend};
 use idemkv::{ClaimOptions, ManualClock, Quota, Record, Store};
 use std::path::Path;
 use std::sync::Arc;
@@ -50,13 +54,15 @@ fn store_config(clock: Option<&ManualClock>) -> Config {
 
 /// The capabilities of an embedded store in `dir`: quotas, and a restart
 /// that closes it and opens it again on the same directory.
-fn store_capabilities(dir: &Path, clock: Option<&ManualClock>) -> Capabilities<Store> {
+fn store_capabilities(dir: &Path, clock: Option<&ManualClock>) -> Capabilities<AnyBackend> {
     let (dir, clock) = (dir.to_path_buf(), clock.cloned());
-    Capabilities::new().quota(QUOTA_SCOPE, quota()).persistence(move |store: Store| {
+    Capabilities::new().quota(QUOTA_SCOPE, quota()).persistence(move |backend: AnyBackend| {
+        let store: Store = backend.downcast_ref::<Store>().expect("the embedded store").clone();
+        drop(backend);
         let (dir, config) = (dir.clone(), store_config(clock.as_ref()));
         async move {
             store.close().expect("close");
-            Store::open(&dir, config).expect("reopen")
+            AnyBackend::new(Store::open(&dir, config).expect("reopen"))
         }
     })
 }
@@ -68,7 +74,7 @@ fn skipped(report: &Report) -> Vec<(&'static str, Capability)> {
 
 /// A store on real time or on `clock` in a fresh directory, and its
 /// capabilities (the directory lives as long as the first).
-fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilities<Store>) {
+fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilities<AnyBackend>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), store_config(clock)).expect("open");
     let capabilities = store_capabilities(dir.path(), clock);
@@ -82,7 +88,7 @@ fn embedded(clock: Option<&ManualClock>) -> (tempfile::TempDir, Store, Capabilit
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_store() {
     let (_dir, store, capabilities) = embedded(None);
-    let report = conformance::run_all(store, capabilities).await;
+    let report = conformance::run_all(AnyBackend::new(store), capabilities).await;
     assert_eq!(skipped(&report), []);
     assert!(report.passed.contains(&"lease_ends"), "real time: the boundaries with a margin: {report:?}");
 }
@@ -91,7 +97,7 @@ async fn embedded_store() {
 async fn embedded_store_on_a_movable_clock() {
     let clock = ManualClock::new(crate::common::START_MS);
     let (_dir, store, capabilities) = embedded(Some(&clock));
-    let report = conformance::run_all(store, capabilities).await;
+    let report = conformance::run_all(AnyBackend::new(store), capabilities).await;
     assert_eq!(skipped(&report), []);
     assert!(report.passed.contains(&"lease_boundaries"), "{report:?}");
     assert!(!report.passed.contains(&"lease_ends"), "to the millisecond instead: {report:?}");
@@ -102,7 +108,7 @@ async fn embedded_store_on_a_movable_clock() {
 async fn embedded_store_http() {
     let (_dir, store, capabilities) = embedded(None);
     let probe = store.clone();
-    let skipped = self::http::run_all(store, capabilities).await;
+    let skipped = self::http::run_all(AnyBackend::new(store), capabilities).await;
     assert_eq!(skipped, [("restart_ttl", Capability::MovableClock)]);
     assert_eq!(probe.stats().quota_refusals, 1, "the quota scenario's one refusal");
 }
@@ -112,7 +118,7 @@ async fn embedded_store_http() {
 async fn embedded_store_http_on_a_movable_clock() {
     let clock = ManualClock::new(crate::common::START_MS);
     let (_dir, store, capabilities) = embedded(Some(&clock));
-    let skipped = self::http::run_all(store, capabilities).await;
+    let skipped = self::http::run_all(AnyBackend::new(store), capabilities).await;
     let real_time = Capability::RealTime;
     assert_eq!(
         skipped,
@@ -175,7 +181,7 @@ impl IdempotencyBackend for ReleaseForgotten {
 async fn a_backend_that_breaks_the_contract_fails_the_suite_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), store_config(None)).expect("open");
-    let run = tokio::spawn(conformance::run_all(ReleaseForgotten(store), Capabilities::new()));
+    let run = tokio::spawn(conformance::run_all(AnyBackend::new(ReleaseForgotten(store)), Capabilities::new()));
     let panic = run.await.expect_err("the suite passed a backend whose release frees nothing").into_panic();
     let message = panic.downcast_ref::<String>().expect("a formatted message");
     assert!(message.starts_with("conformance scenario `state_table` failed: "), "{message}");
@@ -184,28 +190,28 @@ async fn a_backend_that_breaks_the_contract_fails_the_suite_by_name() {
 
 #[cfg(feature = "redis")]
 mod redis {
-    use super::{config, conformance, skipped, Capabilities, Capability};
+    use super::{config, conformance, skipped, AnyBackend, Capabilities, Capability};
     use crate::common::redis::{RedisCluster, RedisServer};
     use idemkv::redis::RedisBackend;
     use std::path::Path;
 
     /// A standalone server in `dir`, a backend on it, and its capabilities:
     /// a restart is a SIGKILL and a start on the same AOF.
-    async fn standalone(dir: &Path) -> (RedisBackend, Capabilities<RedisBackend>) {
+    async fn standalone(dir: &Path) -> (AnyBackend, Capabilities<AnyBackend>) {
         let mut server = RedisServer::start(dir);
         let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
-        let capabilities = Capabilities::new().persistence(move |backend: RedisBackend| {
+        let capabilities = Capabilities::new().persistence(move |backend: AnyBackend| {
             drop(backend);
             server.kill();
             server.restart();
             let url = server.url();
-            async move { RedisBackend::connect(&url, config()).await.expect("reconnect") }
+            async move { AnyBackend::new(RedisBackend::connect(&url, config()).await.expect("reconnect")) }
         });
-        (backend, capabilities)
+        (AnyBackend::new(backend), capabilities)
     }
 
     /// A three-master cluster in `dir` and a backend on it.
-    async fn cluster(dir: &Path) -> (RedisCluster, RedisBackend) {
+    async fn cluster(dir: &Path) -> (RedisCluster, AnyBackend) {
         let cluster = tokio::task::spawn_blocking({
             let dir = dir.to_path_buf();
             move || RedisCluster::start(&dir)
@@ -215,7 +221,7 @@ mod redis {
         let urls = cluster.urls();
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
         let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
-        (cluster, backend)
+        (cluster, AnyBackend::new(backend))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +264,7 @@ mod redis {
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use super::{config, conformance, skipped, Capabilities, Capability};
+    use super::{config, conformance, skipped, AnyBackend, Capabilities, Capability};
     use crate::common::postgres::PostgresServer;
     use idemkv::postgres::PostgresBackend;
     use std::path::Path;
@@ -266,17 +272,17 @@ mod postgres {
     /// A server in `dir`, a backend on it, and its capabilities: a restart
     /// is an immediate stop (no checkpoint, as at a crash) and a start that
     /// replays the WAL.
-    async fn server(dir: &Path) -> (PostgresBackend, Capabilities<PostgresBackend>) {
+    async fn server(dir: &Path) -> (AnyBackend, Capabilities<AnyBackend>) {
         let mut server = PostgresServer::start(dir);
         let backend = PostgresBackend::connect(&server.url(), config()).await.expect("connect");
-        let capabilities = Capabilities::new().persistence(move |backend: PostgresBackend| {
+        let capabilities = Capabilities::new().persistence(move |backend: AnyBackend| {
             drop(backend);
             server.stop_immediate();
             server.restart();
             let url = server.url();
-            async move { PostgresBackend::connect(&url, config()).await.expect("reconnect") }
+            async move { AnyBackend::new(PostgresBackend::connect(&url, config()).await.expect("reconnect")) }
         });
-        (backend, capabilities)
+        (AnyBackend::new(backend), capabilities)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,12 @@ use crate::{Claim, ClaimRequest, Store};
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "tokio")]
+mod any;
+
+#[cfg(feature = "tokio")]
+pub use any::AnyBackend;
+
 /// What a claim asks besides `(scope, key)` and the fingerprint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
