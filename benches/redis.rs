@@ -178,7 +178,7 @@ async fn command_costs(connection: &mut MultiplexedConnection) -> String {
             let field = |wanted: &str| {
                 stats.split(',').find_map(|pair| pair.strip_prefix(wanted)?.strip_prefix('=')).unwrap_or("?")
             };
-            ["evalsha", "set", "get", "wait"]
+            ["evalsha", "exec", "set", "get", "wait"]
                 .contains(&name)
                 .then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
         })

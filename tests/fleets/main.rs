@@ -16,6 +16,7 @@ mod postgres_reaper_elected;
 mod postgres_transaction;
 mod redis_checkpoints;
 mod redis_failover;
+mod redis_fast_claims;
 mod redis_kill_restart;
 mod redis_server_settings;
 mod redis_tokens;

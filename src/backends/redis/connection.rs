@@ -221,6 +221,56 @@ impl Connection {
         }
     }
 
+    /// The claim's fast path ([`super::fast`]) on `record`: one
+    /// transaction of `SET record fresh NX GET PX px`, `PEXPIRETIME
+    /// record` and `TIME`. Answers the record that was there (`None` when
+    /// `fresh` was written), the key's expiry and the server's time, both
+    /// in ms.
+    pub(super) async fn claim_fast(&self, record: &[u8], fresh: &[u8], px: u64) -> Result<(Option<Vec<u8>>, i64, i64)> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.atomic();
+        pipeline.cmd("SET").arg(record).arg(fresh).arg("NX").arg("GET").arg("PX").arg(px);
+        pipeline.cmd("PEXPIRETIME").arg(record);
+        pipeline.cmd("TIME");
+        match self.query_pipeline(&pipeline).await.map_err(backend_error)?.as_slice() {
+            [found, expiry, Value::Array(time)] => {
+                let found = match found {
+                    Value::Nil => None,
+                    found => Some(bytes(found)?),
+                };
+                let expiry = match expiry {
+                    Value::Int(expiry) => *expiry,
+                    _ => return Err(protocol("claim: PEXPIRETIME not a number")),
+                };
+                let [seconds, micros] = time.as_slice() else {
+                    return Err(protocol("claim: TIME not two numbers"));
+                };
+                let now = number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000);
+                Ok((found, expiry, i64::try_from(now).map_err(|_| protocol("claim: TIME out of range"))?))
+            }
+            _ => Err(protocol("claim: not three answers")),
+        }
+    }
+
+    /// Whether the server, or every master of a Cluster, runs Redis 7.0 or
+    /// later (`redis_version` of `INFO server`; Valkey says it too). A
+    /// server that refuses `INFO` or answers no version is not.
+    pub(super) async fn version_7(&self) -> Result<bool> {
+        let mut command = cmd("INFO");
+        command.arg("server");
+        let answers = self.each_master(&command).await?;
+        Ok(!answers.is_empty()
+            && answers.iter().all(|(_, answer)| {
+                let Ok(info) = answer else { return false };
+                let Ok(info) = bytes(info) else { return false };
+                String::from_utf8_lossy(&info).lines().any(|line| {
+                    line.strip_prefix("redis_version:")
+                        .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
+                        .is_some_and(|major| major >= 7)
+                })
+            }))
+    }
+
     async fn query<T: ::redis::FromRedisValue>(&self, command: &Cmd) -> ::redis::RedisResult<T> {
         match self.clone() {
             Connection::Single(mut connection, _) => command.query_async(&mut connection).await,

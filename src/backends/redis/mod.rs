@@ -3,11 +3,16 @@
 //! HTTP layer runs on it unchanged and a fleet of service instances shares
 //! one store.
 //!
-//! Every transition is one Lua script, one round trip, run by SHA. All a
-//! script touches for `(scope, key)` — the record and its channel —
+//! Every transition is one round trip: a Lua script run by SHA, or, for
+//! the claim of a fresh key and the claims that write nothing (a replay,
+//! a mismatch, in progress), one transaction of bare commands (`SET … NX
+//! GET PX`, `PEXPIRETIME`, `TIME`), a fifth of a script's cost on the
+//! server (Redis 7.0 or later; an older server runs the script). All a
+//! call touches for `(scope, key)` — the record and its channel —
 //! carries one hash tag (a digest of scope and key), so it lives in one
-//! Cluster slot. Leases and TTLs run on the server's clock (`TIME` inside
-//! the script), never a client's: a fleet's clocks disagree. Records leave
+//! Cluster slot. Leases and TTLs run on the server's clock (`TIME`, and
+//! the key's expiry for a fresh claim), never a client's: a fleet's
+//! clocks disagree. Records leave
 //! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
 //! after they stop being live (their fencing token outlives them that
 //! long): no reaper, memory stays flat. `claim_wait` is woken by a publish of the finishing script
@@ -87,6 +92,7 @@
 //! ```
 
 mod connection;
+mod fast;
 mod reply;
 mod scripts;
 mod server;
@@ -131,6 +137,9 @@ pub struct RedisBackend {
     report: Arc<ServerReport>,
     replication: Option<Replication>,
     lanes: Arc<Lanes>,
+    /// Whether claims take [`fast`]'s path (the server runs Redis 7.0 or
+    /// later).
+    fast_claims: bool,
 }
 
 /// How many replicas a transition that must survive a failover waits for.
@@ -308,7 +317,8 @@ impl RedisBackend {
         checks: ServerChecks,
     ) -> Result<RedisBackend> {
         let report = server::assess(&connection.settings().await?, checks)?;
-        Ok(RedisBackend::with(connection, Lanes::new(opener), settings, waits, report))
+        let fast_claims = connection.version_7().await?;
+        Ok(RedisBackend::with(connection, Lanes::new(opener), settings, waits, report, fast_claims))
     }
 
     /// What was found of the servers' settings at connect: every setting
@@ -327,8 +337,10 @@ impl RedisBackend {
         settings: Settings,
         waits: Arc<Waits>,
         report: ServerReport,
+        fast_claims: bool,
     ) -> RedisBackend {
         RedisBackend {
+            fast_claims,
             lanes: Arc::new(lanes),
             report: Arc::new(report),
             replication: None,
@@ -464,6 +476,28 @@ impl Transport for RedisBackend {
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         let names = Names::of(&self.prefix, args.scope, args.key);
+        // The fast path; a claim whose writes must be waited for on the
+        // replicas is the script, whose `WAIT` follows it on its lane.
+        let px = args.lease_ms.saturating_add(args.ttl_ms).saturating_add(self.keep_ms);
+        if let Some(fresh) = (self.fast_claims && self.replication.is_none()).then(|| fast::fresh(args, px)).flatten() {
+            let (found, expiry, now) = self.connection.claim_fast(&names.record, &fresh, px).await?;
+            match found {
+                None => {
+                    let token = fast::token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;
+                    return Ok(BackendClaim::Acquired {
+                        token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token },
+                        attempt: 1,
+                        recovered: false,
+                        checkpoint: None,
+                    });
+                }
+                Some(found) => {
+                    if let Some(answer) = fast::decide(&found, expiry, now, args, waiting) {
+                        return answer;
+                    }
+                }
+            }
+        }
         let mut call = Call::new(&self.scripts.claim, &names.record);
         call.arg(args.scope)
             .arg(args.key)

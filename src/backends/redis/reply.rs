@@ -40,7 +40,7 @@ pub(super) fn number(value: &Value) -> Result<u64> {
 pub(super) fn bytes(value: &Value) -> Result<Vec<u8>> {
     match value {
         Value::BulkString(bytes) => Ok(bytes.clone()),
-        Value::SimpleString(text) => Ok(text.clone().into_bytes()),
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => Ok(text.clone().into_bytes()),
         _ => Err(protocol("not a string in a reply")),
     }
 }

@@ -1,5 +1,7 @@
 //! The Lua scripts behind every transition: one script, one round trip,
-//! run by SHA (`EVALSHA`, loaded again on `NOSCRIPT` by the client).
+//! run by SHA (`EVALSHA`, loaded again on `NOSCRIPT` by the client). The
+//! claim of a fresh key, and a claim answered without a write, take the
+//! fast path of [`super::fast`] instead.
 //!
 //! Every script touches only the one key of its `(scope, key)` — the
 //! record — and publishes on that key's channel, both under one hash tag,
@@ -20,6 +22,18 @@
 //! then publishes; absent or 0 otherwise). A record written before `[13]`
 //! or `[14]` existed reads as one without a checkpoint and without
 //! waiters: nothing to migrate.
+//!
+//! `[15]` is only in a record the claim's fast path wrote
+//! ([`super::fast`]): the `PX` it was written with. That path writes a
+//! fresh key with a bare `SET … NX GET PX`, no script, so it cannot put
+//! the server's time in the record: its `[5]`–`[7]` are 0 and `[8]` holds
+//! the lease's length. The key's expiry, which the server set from its own
+//! clock, gives them back: written at `at` = expiry − `[15]` (ms), the
+//! record's token is `at` × 1000, created and updated are `at`, and the
+//! lease ends at `at` + `[8]`. Every script settles such a record first
+//! (`settle`, with `PEXPIRETIME`) and writes it back settled, without
+//! `[15]`. Redis logs and replicates a `PX` as the absolute `PXAT`, so an
+//! AOF replayed at a restart, or a promoted replica, gives the same times.
 //!
 //! A finish publishes on the key's channel only when `[14]` says a waiter
 //! is there: a waiting caller subscribes before the claim that marks the
@@ -45,7 +59,9 @@
 //! from the record while Redis keeps it; once Redis has dropped it, a new
 //! token is the server's time in µs, above every earlier token of the key
 //! as long as the server clock (across restarts and failovers) never goes
-//! back by more than `keep`. Redis's own expiry removes it: no reaper.
+//! back by more than `keep` (a fast claim's token, the server's time in
+//! ms × 1000, too: the key is absent). Redis's own expiry removes it: no
+//! reaper.
 
 /// The start of every script: whether record `r` is live at `now` (see the
 /// module docs), and the server's time.
@@ -56,6 +72,15 @@ local function live(r, now)
   if r[1] == 'P' then return r[8] + r[9] > now end
   if r[1] == 'D' then return false end
   return r[8] > now
+end
+-- A record the claim's fast path wrote (see the module docs) takes its
+-- times from the key's expiry, which its PX, r[15], set.
+local function settle(r)
+  if r[15] then
+    local at = redis.call('PEXPIRETIME', KEYS[1]) - r[15]
+    r[5], r[6], r[7], r[8], r[15] = at * 1000, at, at, at + r[8], nil
+  end
+  return r
 end
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -79,7 +104,7 @@ local ttl = tonumber(ARGV[5])
 local packed = redis.call('GET', KEYS[1])
 local attempt, recovered, created, last, point, waited = 1, 0, now, 0, '', 0
 if packed then
-  local r = cmsgpack.unpack(packed)
+  local r = settle(cmsgpack.unpack(packed))
   if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
   last = r[5]
   if live(r, now) then
@@ -121,7 +146,7 @@ pub(super) const FINISH: &str = concat!(
     r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
-local r = cmsgpack.unpack(packed)
+local r = settle(cmsgpack.unpack(packed))
 if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
   return 0
 end
@@ -146,7 +171,7 @@ pub(super) const RENEW: &str = concat!(
     r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return {0} end
-local r = cmsgpack.unpack(packed)
+local r = settle(cmsgpack.unpack(packed))
 if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
   return {0}
 end
@@ -166,7 +191,7 @@ pub(super) const CHECKPOINT: &str = concat!(
     r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
-local r = cmsgpack.unpack(packed)
+local r = settle(cmsgpack.unpack(packed))
 if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
   return 0
 end
@@ -185,7 +210,7 @@ pub(super) const REMOVE: &str = concat!(
     r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
-local r = cmsgpack.unpack(packed)
+local r = settle(cmsgpack.unpack(packed))
 if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if not live(r, now) then return 0 end
 r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
@@ -203,7 +228,7 @@ pub(super) const GET: &str = concat!(
     r"
 local packed = redis.call('GET', KEYS[1])
 if not packed then return {} end
-local r = cmsgpack.unpack(packed)
+local r = settle(cmsgpack.unpack(packed))
 if not live(r, now) then return {} end
 for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
 r[13] = r[13] or ''

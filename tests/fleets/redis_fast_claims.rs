@@ -1,0 +1,137 @@
+//! The Redis claim's fast path, checked on a real server by what the
+//! server ran (`INFO commandstats`): a fresh key is claimed, and a replay,
+//! a mismatch and a key in progress are answered, with no script; a
+//! takeover, a waiter's mark and a Failed key run again go to the claim
+//! script. A record the fast path wrote has the server's times: its token
+//! is the server's time of the write, `get` and every script read the
+//! same token and lease end, and a takeover's token is larger.
+
+#![cfg(all(feature = "tokio", feature = "redis"))]
+
+use crate::common::redis::RedisServer;
+use idemkv::redis::RedisBackend;
+use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, ReusePolicy, State};
+use std::time::Duration;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// How many times the server ran `command` since the last reset (calls
+/// refused, such as a script's `NOSCRIPT` before it is loaded, not
+/// counted).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]).expect("INFO");
+    let Some(fields) = stats.lines().find_map(|line| line.trim().strip_prefix(&format!("cmdstat_{command}:"))) else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        fields
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |value| value.parse().expect("a number"))
+    };
+    field("calls") - field("rejected_calls") - field("failed_calls")
+}
+
+/// The server's time in µs.
+fn server_micros(server: &RedisServer) -> u64 {
+    let time = server.cli(&["TIME"]).expect("TIME");
+    let mut parts = time.split_whitespace().map(|part| part.parse::<u64>().expect("a number"));
+    let (seconds, micros) = (parts.next().expect("seconds"), parts.next().expect("micros"));
+    seconds * 1_000_000 + micros
+}
+
+/// Runs `call` and answers it with the scripts (`EVALSHA`) and fast
+/// claims (`EXEC`) the server ran for it.
+async fn counted<T>(server: &RedisServer, call: impl std::future::Future<Output = T>) -> (T, u64, u64) {
+    server.cli(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let answer = call.await;
+    (answer, calls(server, "evalsha"), calls(server, "exec"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_common_claims_run_no_script_and_the_rest_run_the_claim_script() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let options = ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60));
+    let body = Fingerprint::of(b"body");
+
+    // A fresh key: one transaction, no script; the token is the server's
+    // time of the write (ms precision, in µs).
+    let before = server_micros(&server);
+    let (claimed, scripts, fast) = counted(&server, backend.claim(b"s", b"k1", body, options)).await;
+    let after = server_micros(&server);
+    let BackendClaim::Acquired { token, attempt: 1, recovered: false, checkpoint: None } = claimed.expect("claim")
+    else {
+        panic!("expected a first attempt");
+    };
+    assert_eq!((scripts, fast), (0, 1));
+    assert!(token.token >= before / 1000 * 1000 && token.token <= after, "{before} <= {} <= {after}", token.token);
+    assert_eq!(token.token % 1000, 0, "a fast claim's token has ms precision");
+
+    // The scripts read the same record: `get` (a script) settles it.
+    let record = backend.get(b"s", b"k1").await.expect("get").expect("present");
+    assert_eq!((record.state, record.token, record.attempt), (State::Processing, token.token, 1));
+    assert_eq!(record.created_ms * 1000, token.token);
+    assert_eq!(record.deadline_ms, record.created_ms + u64::try_from(LEASE.as_millis()).expect("small"));
+
+    // In progress and a mismatch: answered by the transaction alone.
+    let (answer, scripts, fast) = counted(&server, backend.claim(b"s", b"k1", body, options)).await;
+    assert!(matches!(answer.expect("claim"), BackendClaim::InProgress { .. }));
+    assert_eq!((scripts, fast), (0, 1));
+    let (answer, scripts, _) = counted(&server, backend.claim(b"s", b"k1", Fingerprint::of(b"other"), options)).await;
+    assert!(matches!(answer.expect("claim"), BackendClaim::Mismatch));
+    assert_eq!(scripts, 0);
+
+    // The finish is a script; then the replay is answered without one.
+    backend.complete(&token, b"done").await.expect("complete");
+    let (answer, scripts, fast) = counted(&server, backend.claim(b"s", b"k1", body, options)).await;
+    assert!(matches!(answer.expect("claim"), BackendClaim::Replay(response) if response == b"done"));
+    assert_eq!((scripts, fast), (0, 1));
+
+    // A lease to take over: the transaction finds it, the script takes it
+    // over with a larger token.
+    let Ok(BackendClaim::Acquired { token: first, .. }) = backend.claim(b"s", b"k2", body, options).await else {
+        panic!("expected Acquired");
+    };
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    let (answer, scripts, fast) = counted(&server, backend.claim(b"s", b"k2", body, options)).await;
+    let BackendClaim::Acquired { token: second, attempt: 2, recovered: true, .. } = answer.expect("claim") else {
+        panic!("expected a takeover");
+    };
+    assert_eq!((scripts, fast), (1, 1));
+    assert!(second.token > first.token, "{} then {}", first.token, second.token);
+    assert!(matches!(backend.complete(&first, b"late").await, Err(idemkv::Error::LeaseLost { .. })));
+    backend.complete(&second, b"second").await.expect("complete");
+
+    // A Failed key run again is the script's too.
+    let retry = options.reuse(ReusePolicy::RetryFailed);
+    let Ok(BackendClaim::Acquired { token: failed, .. }) = backend.claim(b"s", b"k3", body, retry).await else {
+        panic!("expected Acquired");
+    };
+    backend.fail(&failed, b"500").await.expect("fail");
+    let (answer, scripts, _) = counted(&server, backend.claim(b"s", b"k3", body, retry)).await;
+    assert!(matches!(answer.expect("claim"), BackendClaim::Acquired { attempt: 2, recovered: false, .. }));
+    assert_eq!(scripts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_and_a_checkpoint_of_a_fast_claim_keep_its_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let options = ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60));
+    let Ok(BackendClaim::Acquired { token, .. }) = backend.claim(b"", b"job", Fingerprint::of(b"x"), options).await
+    else {
+        panic!("expected Acquired");
+    };
+    backend.checkpoint(&token, "step", b"1").await.expect("checkpoint");
+    backend.renew(&token, Duration::from_secs(5)).await.expect("renew");
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    // The renewal held: still in progress, not taken over.
+    let answer = backend.claim(b"", b"job", Fingerprint::of(b"x"), options).await.expect("claim");
+    assert!(matches!(answer, BackendClaim::InProgress { .. }), "{answer:?}");
+    let record = backend.get(b"", b"job").await.expect("get").expect("present");
+    assert_eq!(record.token, token.token);
+    backend.complete(&token, b"ok").await.expect("complete");
+}
