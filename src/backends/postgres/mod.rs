@@ -8,7 +8,15 @@
 //! Every transition is one statement calling a server-side function that
 //! the migration creates ([`PostgresBackend::migrate`], or `idemkv migrate
 //! --postgres URL`, run by the objects' owner; a versioned schema, see the
-//! `schema` module's docs). [`PostgresBackend::connect`] runs no DDL: it
+//! `schema` module's docs), except the two of every request, which are
+//! plain statements (PL/pgSQL costs the server about a third more): a
+//! claim first runs one that inserts a fresh key or answers, from the row
+//! there, what writes nothing (a replay, a mismatch, in progress), and
+//! leaves the rest to `idemkv_claim` (a takeover, a Failed key run again,
+//! a waiter to mark, an expired row, a row its snapshot does not see yet);
+//! a completion or failure is one `UPDATE`, then a `NOTIFY` only when a
+//! waiting caller marked the row. Those statements name the store's
+//! objects and functions with their schema (and `pg_catalog`). [`PostgresBackend::connect`] runs no DDL: it
 //! checks the version and its role's privileges, so a service connects
 //! with a role that cannot create anything. Each store lives in a
 //! PostgreSQL schema of its own ([`PostgresOptions::schema`], default
@@ -144,8 +152,11 @@ const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
 /// [`Schema`]).
 #[derive(Debug)]
 struct Statements {
+    claim_fast: String,
     claim: String,
     finish: String,
+    finish_fast: String,
+    notify: String,
     renew: String,
     checkpoint: String,
     remove: String,
@@ -157,13 +168,45 @@ impl Statements {
     fn of(schema: &Schema) -> Statements {
         let call = |function: &str, args: &str| format!("SELECT {}({args})", schema.object(function));
         let ms = schema.object("idemkv_ms");
+        let table = schema.object("idempo_store");
+        let tokens = schema.object("idemkv_tokens").replace('\'', "''");
         Statements {
+            claim_fast: format!(
+                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
+                 ins AS (INSERT INTO {table} (scope, key, fingerprint, state, token, attempt, recovered, waited, \
+                   lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
+                   SELECT $1::bytea, $2::bytea, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
+                   t + $4::bigint * interval '1 millisecond', $5::bigint * interval '1 millisecond', '', t, t, NULL, \
+                   t + ($4::bigint + $5::bigint) * interval '1 millisecond', NULL, \
+                   t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now \
+                   ON CONFLICT (scope, key) DO NOTHING RETURNING token) \
+                 SELECT 'A'::text, token, 1, false, NULL::bigint, NULL::bytea, NULL::bytea FROM ins \
+                 UNION ALL \
+                 SELECT CASE \
+                   WHEN r.expires_at <= now.t THEN 'S' \
+                   WHEN r.fingerprint <> $3 THEN 'M' \
+                   WHEN r.state = 'C' OR (r.state = 'F' AND $7::text <> 'retry') THEN 'R' \
+                   WHEN r.state = 'P' AND r.lease_end > now.t AND (r.waited OR NOT $6::boolean) THEN 'I' \
+                   ELSE 'S' END, \
+                   NULL::bigint, r.attempt, NULL::boolean, \
+                   GREATEST(pg_catalog.ceil(pg_catalog.date_part('epoch', r.lease_end - now.t) * 1000), 0)::bigint, \
+                   r.response, NULL::bytea \
+                 FROM {table} r, now WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT FROM ins)"
+            ),
             claim: format!(
                 "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
                  FROM {}($1, $2, $3, $4, $5, $6, $7)",
                 schema.object("idemkv_claim")
             ),
             finish: call("idemkv_finish", "$1, $2, $3, $4, $5"),
+            finish_fast: format!(
+                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
+                 UPDATE {table} AS r SET state = $4, response = $5, updated_at = now.t, finished_at = now.t, \
+                 expires_at = now.t + r.ttl, checkpoint = NULL, reap_at = GREATEST(r.reap_at, now.t + r.ttl) \
+                 FROM now WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.state = 'P' \
+                 AND r.expires_at > now.t RETURNING r.waited"
+            ),
+            notify: format!("SELECT pg_catalog.pg_notify('idemkv', {}($1, $2))", schema.object("idemkv_tag")),
             renew: call("idemkv_renew", "$1, $2, $3, $4"),
             checkpoint: call("idemkv_checkpoint", "$1, $2, $3, $4"),
             remove: call("idemkv_remove", "$1, $2"),
@@ -544,6 +587,15 @@ impl Transport for PostgresBackend {
             (args.scope, args.key, &args.fingerprint.as_bytes()[..], args.reuse_arg());
         let (lease_ms, ttl_ms) = (ms(args.lease_ms), ms(args.ttl_ms));
         let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &waiting, &reuse];
+        // The fast path: one plain statement inserts a fresh key, or
+        // answers from the row there what writes nothing; `S` (or no row:
+        // one inserted by a transaction the statement's snapshot does not
+        // see) leaves the claim to the function.
+        if let Some(row) = self.call_optional("claim", &self.sql.claim_fast, &params).await? {
+            if row.try_get::<_, &str>(0).map_err(|_| protocol("claim: answer"))? != "S" {
+                return reply::claim(scope, key, &row);
+            }
+        }
         let row = self.call("claim", &self.sql.claim, &params).await?;
         reply::claim(scope, key, &row)
     }
@@ -559,7 +611,26 @@ impl Transport for PostgresBackend {
         Subscription { event, _leave: Box::new(leave) }
     }
 
+    /// A completion or failure is one plain statement (what
+    /// `idemkv_finish` does, without PL/pgSQL), and a `NOTIFY` only when a
+    /// waiting caller marked the row; a release is the function.
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
+        if matches!(finish, Finish::Complete | Finish::Fail) {
+            let Some(number) = signed(token) else {
+                return Ok(false);
+            };
+            let kind = finish.code();
+            let params: [&(dyn ToSql + Sync); 5] = [&token.scope, &token.key, &number, &kind, &response];
+            let Some(row) = self.call_optional("finish", &self.sql.finish_fast, &params).await? else {
+                return Ok(false);
+            };
+            if row.try_get::<_, bool>(0).map_err(|_| protocol("finish: waited"))? {
+                // The finish took effect; a lost wake-up only leaves the
+                // waiters to their polling.
+                let _polled_instead = self.call("finish", &self.sql.notify, &[&token.scope, &token.key]).await;
+            }
+            return Ok(true);
+        }
         self.fenced_call("finish", &self.sql.finish, token, &[&finish.code(), &response]).await
     }
 
