@@ -173,12 +173,13 @@ impl Statements {
         Statements {
             claim_fast: format!(
                 "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
+                 old AS (SELECT * FROM {table} WHERE scope = $1::bytea AND key = $2::bytea), \
                  ins AS (INSERT INTO {table} (scope, key, fingerprint, state, token, attempt, recovered, waited, \
                    lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
-                   SELECT $1::bytea, $2::bytea, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
+                   SELECT $1, $2, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
                    t + $4::bigint * interval '1 millisecond', $5::bigint * interval '1 millisecond', '', t, t, NULL, \
                    t + ($4::bigint + $5::bigint) * interval '1 millisecond', NULL, \
-                   t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now \
+                   t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now WHERE NOT EXISTS (SELECT FROM old) \
                    ON CONFLICT (scope, key) DO NOTHING RETURNING token) \
                  SELECT 'A'::text, token, 1, false, NULL::bigint, NULL::bytea, NULL::bytea FROM ins \
                  UNION ALL \
@@ -191,7 +192,7 @@ impl Statements {
                    NULL::bigint, r.attempt, NULL::boolean, \
                    GREATEST(pg_catalog.ceil(pg_catalog.date_part('epoch', r.lease_end - now.t) * 1000), 0)::bigint, \
                    r.response, NULL::bytea \
-                 FROM {table} r, now WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT FROM ins)"
+                 FROM old r, now"
             ),
             claim: format!(
                 "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
