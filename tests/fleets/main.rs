@@ -9,6 +9,7 @@ mod backend_config_checked;
 mod backend_counters;
 mod conformance;
 mod postgres_checkpoints;
+mod postgres_fast_paths;
 mod postgres_kill_restart;
 mod postgres_least_privilege;
 mod postgres_reaper;
