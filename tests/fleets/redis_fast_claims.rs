@@ -1,14 +1,15 @@
 //! The Redis claim's fast path, checked on a real server by what the
 //! server ran (`INFO commandstats`): a fresh key is claimed, and a replay,
 //! a mismatch and a key in progress are answered, with no script; a
-//! takeover, a waiter's mark and a Failed key run again go to the claim
-//! script. A record the fast path wrote has the server's times: its token
+//! takeover and a Failed key run again go to the claim script (a
+//! waiter's mark too: `redis_wakeups` checks what it does). A record the fast path wrote has the server's times: its token
 //! is the server's time of the write, `get` and every script read the
-//! same token and lease end, and a takeover's token is larger.
+//! same token and lease end, and a takeover's token is larger. A
+//! Cluster takes the fast path too, on each key's own master.
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
-use crate::common::redis::RedisServer;
+use crate::common::redis::{RedisCluster, RedisServer};
 use idemkv::redis::RedisBackend;
 use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, ReusePolicy, State};
 use std::time::Duration;
@@ -134,4 +135,36 @@ async fn a_renewal_and_a_checkpoint_of_a_fast_claim_keep_its_token() {
     let record = backend.get(b"", b"job").await.expect("get").expect("present");
     assert_eq!(record.token, token.token);
     backend.complete(&token, b"ok").await.expect("complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_takes_the_fast_path_on_the_keys_master() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || RedisCluster::start(&dir)
+    })
+    .await
+    .expect("cluster");
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+    let options = ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60));
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    }
+    // Keys spread over the three masters.
+    for n in 0..12_u8 {
+        let key = [b'k', n];
+        let Ok(BackendClaim::Acquired { token, .. }) = backend.claim(b"", &key, Fingerprint::of(b"x"), options).await
+        else {
+            panic!("expected Acquired");
+        };
+        let replay = backend.claim(b"", &key, Fingerprint::of(b"x"), options).await.expect("claim");
+        assert!(matches!(replay, BackendClaim::InProgress { .. }), "{replay:?}");
+        backend.complete(&token, b"ok").await.expect("complete");
+    }
+    let count = |command: &str| cluster.nodes.iter().map(|node| calls(node, command)).sum::<u64>();
+    assert_eq!((count("exec"), count("evalsha")), (24, 12), "24 fast claims, 12 completion scripts");
+    assert!(cluster.nodes.iter().filter(|node| calls(node, "exec") > 0).count() > 1, "the keys' own masters");
 }
