@@ -168,3 +168,106 @@ async fn a_cluster_takes_the_fast_path_on_the_keys_master() {
     assert_eq!((count("exec"), count("evalsha")), (24, 12), "24 fast claims, 12 completion scripts");
     assert!(cluster.nodes.iter().filter(|node| calls(node, "exec") > 0).count() > 1, "the keys' own masters");
 }
+
+/// The claim script of the build before the fast path (commit 0df6c50),
+/// as it is still loaded on a server whose fleet is half upgraded. KEYS
+/// and ARGV as the backend's claim script.
+const EARLIER_CLAIM: &str = r"
+local function live(r, now)
+  if r[1] == 'P' then return r[8] + r[9] > now end
+  if r[1] == 'D' then return false end
+  return r[8] > now
+end
+local time = redis.call('TIME')
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = math.floor(now_us / 1000)
+
+local lease = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local packed = redis.call('GET', KEYS[1])
+local attempt, recovered, created, last, point, waited = 1, 0, now, 0, '', 0
+if packed then
+  local r = cmsgpack.unpack(packed)
+  if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return {'X'} end
+  last = r[5]
+  if live(r, now) then
+    if r[2] ~= ARGV[3] then return {'M'} end
+    if r[1] == 'F' and ARGV[7] == 'retry' then
+      attempt = r[3] + 1
+    elseif r[1] ~= 'P' then
+      return {'R', r[1], r[12]}
+    elseif r[8] > now then
+      if ARGV[8] == '1' and r[14] ~= 1 then
+        r[14] = 1
+        redis.call('SET', KEYS[1], cmsgpack.pack(r), 'KEEPTTL')
+      end
+      return {'I', string.format('%.0f', r[8] - now), r[3]}
+    else
+      attempt = r[3] + 1
+      recovered = 1
+      created = r[6]
+      point = r[13] or ''
+      waited = r[14] or 0
+    end
+  end
+end
+local token = math.max(last + 1, now_us)
+local lease_end = now + lease
+redis.call('SET', KEYS[1],
+  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point, waited}),
+  'PX', lease + ttl + tonumber(ARGV[6]))
+return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end), point}
+";
+
+/// What the earlier build's claim script answers for `(b"", key)` with
+/// the fingerprint of `body` (its first element: `A`, `R`, `I`, `M`).
+async fn earlier_claim(server: &RedisServer, key: &[u8]) -> String {
+    let client = ::redis::Client::open(server.url()).expect("client");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
+    let names: Vec<Vec<u8>> = ::redis::cmd("KEYS").arg("*:r").query_async(&mut connection).await.expect("KEYS");
+    let [name] = names.as_slice() else { panic!("one record, found {}", names.len()) };
+    let reply: Vec<::redis::Value> = ::redis::cmd("EVAL")
+        .arg(EARLIER_CLAIM)
+        .arg(1)
+        .arg(name)
+        .arg(b"")
+        .arg(key)
+        .arg(&Fingerprint::of(b"body").as_bytes()[..])
+        .arg(LEASE.as_millis().to_string())
+        .arg(60_000)
+        .arg(3_600_000)
+        .arg("replay")
+        .arg("0")
+        .query_async(&mut connection)
+        .await
+        .expect("EVAL");
+    match reply.first() {
+        Some(::redis::Value::BulkString(tag)) => String::from_utf8_lossy(tag).into_owned(),
+        other => panic!("an answer: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_build_never_takes_over_a_fast_claim() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let options = ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60));
+    let body = Fingerprint::of(b"body");
+    let Ok(BackendClaim::Acquired { token: first, .. }) = backend.claim(b"", b"k", body, options).await else {
+        panic!("expected Acquired");
+    };
+    assert_eq!(earlier_claim(&server, b"k").await, "I", "in progress to the earlier build");
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    assert_eq!(earlier_claim(&server, b"k").await, "I", "past the lease, still not the earlier build's to take");
+    // This build takes the ended lease over, and the record is settled.
+    let Ok(BackendClaim::Acquired { token: second, attempt: 2, recovered: true, .. }) =
+        backend.claim(b"", b"k", body, options).await
+    else {
+        panic!("expected a takeover");
+    };
+    assert!(second.token > first.token);
+    assert_eq!(earlier_claim(&server, b"k").await, "I", "the takeover's lease, as the earlier build reads it");
+    backend.complete(&second, b"done").await.expect("complete");
+    assert_eq!(earlier_claim(&server, b"k").await, "R", "the replay, to the earlier build too");
+}

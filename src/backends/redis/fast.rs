@@ -32,11 +32,17 @@ use crate::error::{Error, Result};
 use crate::ReusePolicy;
 use std::time::Duration;
 
-/// The record a fast claim writes (the scripts' layout, fields 1–15): `P`,
+/// Field 8 of a record a fast claim wrote, read only by the scripts of an
+/// earlier build, which do not settle it: a lease end (ms) beyond any
+/// clock, so that they answer in progress and never take it over. 2^52:
+/// exact in Lua's doubles.
+pub(super) const FAR: u64 = 1 << 52;
+
+/// The record a fast claim writes (the scripts' layout, fields 1–16): `P`,
 /// the fingerprint, attempt 1, not recovered, token, created and updated
-/// 0 (the key's expiry gives them), the lease's length where a settled
-/// record has its end, the TTL, scope, key, no response, no checkpoint, no
-/// waiter, and `px`, the `PX` it is written with.
+/// 0 (the key's expiry gives them), [`FAR`] where a settled record has its
+/// lease end, the TTL, scope, key, no response, no checkpoint, no waiter,
+/// `px`, the `PX` it is written with, and the lease.
 pub(super) fn fresh(args: &ClaimArgs<'_>, px: u64) -> Option<Vec<u8>> {
     fn text(value: &mut Vec<u8>, bytes: &[u8]) -> Option<()> {
         rmp::encode::write_str_len(value, u32::try_from(bytes.len()).ok()?).ok()?;
@@ -44,17 +50,18 @@ pub(super) fn fresh(args: &ClaimArgs<'_>, px: u64) -> Option<Vec<u8>> {
         Some(())
     }
     let mut value = Vec::with_capacity(96 + args.scope.len() + args.key.len());
-    rmp::encode::write_array_len(&mut value, 15).ok()?;
+    rmp::encode::write_array_len(&mut value, 16).ok()?;
     text(&mut value, b"P")?;
     text(&mut value, &args.fingerprint.as_bytes()[..])?;
-    for number in [1, 0, 0, 0, 0, args.lease_ms, args.ttl_ms] {
+    for number in [1, 0, 0, 0, 0, FAR, args.ttl_ms] {
         rmp::encode::write_uint(&mut value, number).ok()?;
     }
     for bytes in [args.scope, args.key, b"", b""] {
         text(&mut value, bytes)?;
     }
-    rmp::encode::write_uint(&mut value, 0).ok()?;
-    rmp::encode::write_uint(&mut value, px).ok()?;
+    for number in [0, px, args.lease_ms] {
+        rmp::encode::write_uint(&mut value, number).ok()?;
+    }
     Some(value)
 }
 
@@ -94,7 +101,7 @@ fn read(mut packed: &[u8], expiry: i64) -> Option<Stored<'_>> {
     }
     let input = &mut packed;
     let fields = rmp::decode::read_array_len(input).ok()?;
-    if !(13..=15).contains(&fields) {
+    if !(13..=16).contains(&fields) {
         return None;
     }
     let state = text(input)?;
@@ -111,10 +118,14 @@ fn read(mut packed: &[u8], expiry: i64) -> Option<Stored<'_>> {
     let response = text(input)?;
     let _checkpoint = text(input)?;
     let waited = if fields >= 14 { number(input)? == 1 } else { false };
-    if fields == 15 {
-        // Written by the fast path: `deadline` is the lease's length.
-        let px = number(input)?;
-        deadline = expiry.checked_sub(px)?.checked_add(deadline)?;
+    match fields {
+        // Written by the fast path: its `PX` and lease give the lease end.
+        16 => {
+            let (px, lease) = (number(input)?, number(input)?);
+            deadline = expiry.checked_sub(px)?.checked_add(lease)?;
+        }
+        15 => return None,
+        _ => {}
     }
     input.is_empty().then_some(Stored { state, fingerprint, deadline, ttl, scope, key, response, waited })
 }

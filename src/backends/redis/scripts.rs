@@ -23,17 +23,22 @@
 //! or `[14]` existed reads as one without a checkpoint and without
 //! waiters: nothing to migrate.
 //!
-//! `[15]` is only in a record the claim's fast path wrote
-//! ([`super::fast`]): the `PX` it was written with. That path writes a
-//! fresh key with a bare `SET … NX GET PX`, no script, so it cannot put
-//! the server's time in the record: its `[5]`–`[7]` are 0 and `[8]` holds
-//! the lease's length. The key's expiry, which the server set from its own
-//! clock, gives them back: written at `at` = expiry − `[15]` (ms), the
-//! record's token is `at` × 1000, created and updated are `at`, and the
-//! lease ends at `at` + `[8]`. Every script settles such a record first
-//! (`settle`, with `PEXPIRETIME`) and writes it back settled, without
-//! `[15]`. Redis logs and replicates a `PX` as the absolute `PXAT`, so an
+//! `[15]` and `[16]` are only in a record the claim's fast path wrote
+//! ([`super::fast`]): the `PX` it was written with, and its lease (ms).
+//! That path writes a fresh key with a bare `SET … NX GET PX`, no script,
+//! so it cannot put the server's time in the record: its `[5]`–`[7]` are
+//! 0. The key's expiry, which the server set from its own clock, gives
+//! them back: written at `at` = expiry − `[15]` (ms), the record's token
+//! is `at` × 1000, created and updated are `at`, and the lease ends at
+//! `at` + `[16]`. Every script settles such a record first (`settle`,
+//! with `PEXPIRETIME`) and writes it back settled, without `[15]` and
+//! `[16]`. Redis logs and replicates a `PX` as the absolute `PXAT`, so an
 //! AOF replayed at a restart, or a promoted replica, gives the same times.
+//! `[8]` of such a record is [`super::fast::FAR`], far beyond any clock,
+//! for the scripts of an earlier build that share the server and do not
+//! settle: they see the key in progress (never a lease to take over, so
+//! never a second run) until the fast claimer finishes it, which writes
+//! it settled.
 //!
 //! A finish publishes on the key's channel only when `[14]` says a waiter
 //! is there: a waiting caller subscribes before the claim that marks the
@@ -74,11 +79,13 @@ local function live(r, now)
   return r[8] > now
 end
 -- A record the claim's fast path wrote (see the module docs) takes its
--- times from the key's expiry, which its PX, r[15], set.
+-- times from the key's expiry, which its PX, r[15], set; r[16] is its
+-- lease.
 local function settle(r)
   if r[15] then
     local at = redis.call('PEXPIRETIME', KEYS[1]) - r[15]
-    r[5], r[6], r[7], r[8], r[15] = at * 1000, at, at, at + r[8], nil
+    r[5], r[6], r[7], r[8] = at * 1000, at, at, at + r[16]
+    r[15], r[16] = nil, nil
   end
   return r
 end
