@@ -108,6 +108,7 @@ mod options;
 mod reaper;
 mod reply;
 mod schema;
+mod statements;
 mod wait;
 
 use crate::backend::BackendClaim;
@@ -118,7 +119,6 @@ use crate::record::Record;
 use crate::LeaseToken;
 use connector::Connector;
 use deadpool_postgres::{Pool, Runtime};
-use options::Schema;
 pub use options::{
     PostgresOptions, Reaping, POOL_SIZE_DEFAULT, REAP_BATCH_DEFAULT, REAP_INTERVAL_DEFAULT, SCHEMA_DEFAULT,
 };
@@ -126,6 +126,7 @@ use reaper::Elected;
 pub use reaper::Reaper;
 use reply::{pool_error, postgres_error, protocol, timed_out};
 pub use schema::Migration;
+use statements::Statements;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
@@ -147,80 +148,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the first wait lets the listener connect before it polls.
 const LISTEN_PATIENCE: Duration = Duration::from_secs(1);
-
-/// The statements of one schema's store, every name qualified (see
-/// [`Schema`]).
-#[derive(Debug)]
-struct Statements {
-    claim_fast: String,
-    claim: String,
-    finish: String,
-    finish_fast: String,
-    notify: String,
-    renew: String,
-    checkpoint: String,
-    remove: String,
-    reap: String,
-    get: String,
-}
-
-impl Statements {
-    fn of(schema: &Schema) -> Statements {
-        let call = |function: &str, args: &str| format!("SELECT {}({args})", schema.object(function));
-        let ms = schema.object("idemkv_ms");
-        let table = schema.object("idempo_store");
-        let tokens = schema.object("idemkv_tokens").replace('\'', "''");
-        Statements {
-            claim_fast: format!(
-                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
-                 old AS (SELECT * FROM {table} WHERE scope = $1::bytea AND key = $2::bytea), \
-                 ins AS (INSERT INTO {table} (scope, key, fingerprint, state, token, attempt, recovered, waited, \
-                   lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
-                   SELECT $1, $2, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
-                   t + $4::bigint * interval '1 millisecond', $5::bigint * interval '1 millisecond', '', t, t, NULL, \
-                   t + ($4::bigint + $5::bigint) * interval '1 millisecond', NULL, \
-                   t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now WHERE NOT EXISTS (SELECT FROM old) \
-                   ON CONFLICT (scope, key) DO NOTHING RETURNING token) \
-                 SELECT 'A'::text, token, 1, false, NULL::bigint, NULL::bytea, NULL::bytea FROM ins \
-                 UNION ALL \
-                 SELECT CASE \
-                   WHEN r.expires_at <= now.t THEN 'S' \
-                   WHEN r.fingerprint <> $3 THEN 'M' \
-                   WHEN r.state = 'C' OR (r.state = 'F' AND $7::text <> 'retry') THEN 'R' \
-                   WHEN r.state = 'P' AND r.lease_end > now.t AND (r.waited OR NOT $6::boolean) THEN 'I' \
-                   ELSE 'S' END, \
-                   NULL::bigint, r.attempt, NULL::boolean, \
-                   GREATEST(pg_catalog.ceil(pg_catalog.date_part('epoch', r.lease_end - now.t) * 1000), 0)::bigint, \
-                   r.response, NULL::bytea \
-                 FROM old r, now"
-            ),
-            claim: format!(
-                "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
-                 FROM {}($1, $2, $3, $4, $5, $6, $7)",
-                schema.object("idemkv_claim")
-            ),
-            finish: call("idemkv_finish", "$1, $2, $3, $4, $5"),
-            finish_fast: format!(
-                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
-                 UPDATE {table} AS r SET state = $4, response = $5, updated_at = now.t, finished_at = now.t, \
-                 expires_at = now.t + r.ttl, checkpoint = NULL, reap_at = GREATEST(r.reap_at, now.t + r.ttl) \
-                 FROM now WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.state = 'P' \
-                 AND r.expires_at > now.t RETURNING r.waited"
-            ),
-            notify: format!("SELECT pg_catalog.pg_notify('idemkv', {}($1, $2))", schema.object("idemkv_tag")),
-            renew: call("idemkv_renew", "$1, $2, $3, $4"),
-            checkpoint: call("idemkv_checkpoint", "$1, $2, $3, $4"),
-            remove: call("idemkv_remove", "$1, $2"),
-            reap: call("idemkv_reap", "$1"),
-            get: format!(
-                "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
-                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint \
-                 FROM {} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()",
-                schema.object("idempo_store")
-            ),
-        }
-    }
-}
 
 /// The claim contract on a PostgreSQL server. Clones share the pool.
 #[derive(Clone)]

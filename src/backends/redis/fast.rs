@@ -26,11 +26,41 @@
 //! older server, or one that does not say its version, every claim is the
 //! script.
 
+use super::connection::Connection;
+use super::reply::protocol;
 use crate::backend::BackendClaim;
 use crate::backends::remote::ClaimArgs;
 use crate::error::{Error, Result};
-use crate::ReusePolicy;
+use crate::{LeaseToken, ReusePolicy};
 use std::time::Duration;
+
+/// Claims `args` on `record` by the fast path (`keep_ms` as the
+/// backend's [`token_keep`](super::RedisBackend::token_keep)): the
+/// answer, or `None` when the claim script must decide.
+pub(super) async fn claim(
+    connection: &Connection,
+    record: &[u8],
+    args: &ClaimArgs<'_>,
+    keep_ms: u64,
+    waiting: bool,
+) -> Result<Option<BackendClaim>> {
+    let px = args.lease_ms.saturating_add(args.ttl_ms).saturating_add(keep_ms);
+    let Some(fresh) = fresh(args, px) else {
+        return Ok(None);
+    };
+    match connection.claim_fast(record, &fresh, px).await? {
+        (None, expiry, _) => {
+            let token = token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;
+            Ok(Some(BackendClaim::Acquired {
+                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token },
+                attempt: 1,
+                recovered: false,
+                checkpoint: None,
+            }))
+        }
+        (Some(found), expiry, now) => decide(&found, expiry, now, args, waiting).transpose(),
+    }
+}
 
 /// Field 8 of a record a fast claim wrote, read only by the scripts of an
 /// earlier build, which do not settle it: a lease end (ms) beyond any
@@ -43,7 +73,7 @@ pub(super) const FAR: u64 = 1 << 52;
 /// 0 (the key's expiry gives them), [`FAR`] where a settled record has its
 /// lease end, the TTL, scope, key, no response, no checkpoint, no waiter,
 /// `px`, the `PX` it is written with, and the lease.
-pub(super) fn fresh(args: &ClaimArgs<'_>, px: u64) -> Option<Vec<u8>> {
+fn fresh(args: &ClaimArgs<'_>, px: u64) -> Option<Vec<u8>> {
     fn text(value: &mut Vec<u8>, bytes: &[u8]) -> Option<()> {
         rmp::encode::write_str_len(value, u32::try_from(bytes.len()).ok()?).ok()?;
         value.extend_from_slice(bytes);
@@ -68,7 +98,7 @@ pub(super) fn fresh(args: &ClaimArgs<'_>, px: u64) -> Option<Vec<u8>> {
 /// The token of a record a fast claim wrote with `PX px`, whose key
 /// expires at `expiry` ms: the server's time of the write in µs (ms
 /// precision), as every script settles it.
-pub(super) fn token(expiry: i64, px: u64) -> Option<u64> {
+fn token(expiry: i64, px: u64) -> Option<u64> {
     let at = u64::try_from(expiry).ok()?.checked_sub(px)?;
     at.checked_mul(1000)
 }
@@ -132,13 +162,7 @@ fn read(mut packed: &[u8], expiry: i64) -> Option<Stored<'_>> {
 
 /// The claim script's answer for the record `packed` found at `now` ms,
 /// when that answer writes nothing; `None` when the script must run.
-pub(super) fn decide(
-    packed: &[u8],
-    expiry: i64,
-    now: i64,
-    args: &ClaimArgs<'_>,
-    waiting: bool,
-) -> Option<Result<BackendClaim>> {
+fn decide(packed: &[u8], expiry: i64, now: i64, args: &ClaimArgs<'_>, waiting: bool) -> Option<Result<BackendClaim>> {
     let stored = read(packed, expiry)?;
     if stored.scope != args.scope || stored.key != args.key {
         return Some(Err(Error::KeyHashCollision));

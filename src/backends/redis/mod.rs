@@ -478,24 +478,9 @@ impl Transport for RedisBackend {
         let names = Names::of(&self.prefix, args.scope, args.key);
         // The fast path; a claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on its lane.
-        let px = args.lease_ms.saturating_add(args.ttl_ms).saturating_add(self.keep_ms);
-        if let Some(fresh) = (self.fast_claims && self.replication.is_none()).then(|| fast::fresh(args, px)).flatten() {
-            let (found, expiry, now) = self.connection.claim_fast(&names.record, &fresh, px).await?;
-            match found {
-                None => {
-                    let token = fast::token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;
-                    return Ok(BackendClaim::Acquired {
-                        token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token },
-                        attempt: 1,
-                        recovered: false,
-                        checkpoint: None,
-                    });
-                }
-                Some(found) => {
-                    if let Some(answer) = fast::decide(&found, expiry, now, args, waiting) {
-                        return answer;
-                    }
-                }
+        if self.fast_claims && self.replication.is_none() {
+            if let Some(answer) = fast::claim(&self.connection, &names.record, args, self.keep_ms, waiting).await? {
+                return Ok(answer);
             }
         }
         let mut call = Call::new(&self.scripts.claim, &names.record);
