@@ -189,6 +189,13 @@ impl RedisCluster {
         panic!("the cluster did not reach cluster_state:ok within 30 s");
     }
 
+    /// [`RedisCluster::start`] from async code: its start blocks, so it
+    /// runs on a blocking thread.
+    pub async fn start_async(dir: &Path) -> RedisCluster {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || RedisCluster::start(&dir)).await.expect("cluster")
+    }
+
     /// The URLs of its nodes.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

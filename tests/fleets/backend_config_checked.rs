@@ -288,12 +288,7 @@ mod redis {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_cluster_checks_its_config() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cluster = tokio::task::spawn_blocking({
-            let dir = dir.path().to_path_buf();
-            move || RedisCluster::start(&dir)
-        })
-        .await
-        .expect("cluster");
+        let cluster = RedisCluster::start_async(dir.path()).await;
         let urls = cluster.urls();
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
         let connect = |config| RedisBackend::connect_cluster(&nodes, config);

@@ -212,12 +212,7 @@ mod redis {
 
     /// A three-master cluster in `dir` and a backend on it.
     async fn cluster(dir: &Path) -> (RedisCluster, AnyBackend) {
-        let cluster = tokio::task::spawn_blocking({
-            let dir = dir.to_path_buf();
-            move || RedisCluster::start(&dir)
-        })
-        .await
-        .expect("cluster");
+        let cluster = RedisCluster::start_async(dir).await;
         let urls = cluster.urls();
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
         let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");

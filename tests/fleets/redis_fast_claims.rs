@@ -140,12 +140,7 @@ async fn a_renewal_and_a_checkpoint_of_a_fast_claim_keep_its_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_takes_the_fast_path_on_the_keys_master() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || RedisCluster::start(&dir)
-    })
-    .await
-    .expect("cluster");
+    let cluster = RedisCluster::start_async(dir.path()).await;
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
