@@ -11,6 +11,7 @@ pub(crate) mod background;
 pub(crate) mod compaction;
 pub(crate) mod compactor;
 pub(crate) mod index;
+pub(crate) mod table;
 pub(crate) mod ledger;
 pub(crate) mod manifest;
 pub(crate) mod open;
