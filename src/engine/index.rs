@@ -1,12 +1,19 @@
-//! The in-memory index of a shard: what a claim decision needs, keyed by a
-//! 128-bit keyed hash of `(scope, key)`. Keys, fingerprints and responses
-//! stay in the log; a hit reads its record back and checks the full key.
+//! What the index knows of a record, the lease table of a shard's
+//! Processing keys, and the keyed hash of `(scope, key)`.
+//!
+//! A shard's index proper is the compact [`crate::engine::table::Table`]:
+//! a tag and an address per key. An [`Entry`] is what a record says of
+//! itself and where it is, read back from the log (or, for a Processing
+//! key, kept in the shard's [`Leases`]). Recovery rebuilds the full entry
+//! of every key in a [`FullIndex`] first, which open turns into the table.
 
-use crate::record::State;
+use crate::engine::table::Address;
+use crate::record::{Header, Kind, State};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Where the newest record of a live key is, and what a claim decides on.
+/// Where the newest record of a live key is, and what a claim decides on:
+/// read back from the record's header, or kept for a Processing key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Entry {
     /// LSN of the newest record (durability waits compare against it).
@@ -24,12 +31,26 @@ pub(crate) struct Entry {
     pub state: State,
 }
 
-// 16-byte key + 40-byte entry = 56 bytes a bucket: what keeps the index
-// under 96 bytes per record at hashbrown's load factors.
-const _: () = assert!(std::mem::size_of::<Entry>() == 40);
-const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 56);
-
 impl Entry {
+    /// The entry of the put `header` at `at`.
+    pub(crate) fn of(header: &Header, at: Address) -> Option<Entry> {
+        let Kind::Put(state) = header.kind else { return None };
+        Some(Entry {
+            lsn: header.lsn,
+            token: header.token,
+            deadline_ms: crate::engine::transition::gone_ms(header),
+            segment: at.segment,
+            offset: at.offset,
+            frame_len: at.len,
+            state,
+        })
+    }
+
+    /// Where the record is, as the table holds it.
+    pub(crate) fn address(&self) -> Address {
+        Address { segment: self.segment, offset: self.offset, len: self.frame_len }
+    }
+
     /// A Completed or Failed record whose TTL has passed reads as absent.
     /// (A Processing record's expiry also depends on its lease end: see
     /// `is_gone` in the transition module.)
@@ -89,22 +110,18 @@ impl From<IndexKey> for u128 {
     }
 }
 
-/// A shard's index, keyed by the 128-bit hash of `(scope, key)`.
+/// The index recovery rebuilds, keyed by the 128-bit hash of `(scope, key)`
+/// with the whole entry of each key: what open needs to apply records
+/// newest-LSN-wins, and to count and set up what it then puts in the table.
 #[derive(Debug, Default)]
-pub(crate) struct Index(HashMap<IndexKey, Entry, BuildHasherDefault<PassThroughHasher>>);
+pub(crate) struct FullIndex(HashMap<IndexKey, Entry, BuildHasherDefault<PassThroughHasher>>);
 
-impl Index {
+impl FullIndex {
     pub(crate) fn get(&self, hash: &u128) -> Option<&Entry> {
         self.0.get(&IndexKey::from(*hash))
     }
 
-    pub(crate) fn get_mut(&mut self, hash: &u128) -> Option<&mut Entry> {
-        self.0.get_mut(&IndexKey::from(*hash))
-    }
 
-    pub(crate) fn insert(&mut self, hash: u128, entry: Entry) -> Option<Entry> {
-        self.0.insert(IndexKey::from(hash), entry)
-    }
 
     /// Inserts `entry` unless the key's entry is as new or newer (by LSN);
     /// returns whether it did. One probe of the table.
@@ -136,54 +153,52 @@ impl Index {
         self.0.len()
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.0.capacity()
+
+
+
+
+
+    /// Every `(hash, entry)`, consuming the index.
+    pub(crate) fn into_entries(self) -> impl Iterator<Item = (u128, Entry)> {
+        self.0.into_iter().map(|(key, entry)| (u128::from(key), entry))
     }
 
-    pub(crate) fn shrink_to(&mut self, capacity: usize) {
-        self.0.shrink_to(capacity);
-    }
-
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) {
-        self.0.retain(|_, entry| keep(entry));
-    }
-
-    pub(crate) fn values(&self) -> impl Iterator<Item = &Entry> {
-        self.0.values()
-    }
-
-    pub(crate) fn hashes(&self) -> impl Iterator<Item = u128> + '_ {
-        self.0.keys().map(|key| u128::from(*key))
-    }
-
-    /// Every `(hash, entry)`.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, &Entry)> + '_ {
-        self.0.iter().map(|(key, entry)| (u128::from(*key), entry))
-    }
 }
 
-/// The lease end, on the monotonic scale, of every Processing key of a
-/// shard, beside the index: an index entry has no room for a second time
-/// (it stays 40 bytes), and only Processing keys need one.
-#[derive(Debug, Default)]
-pub(crate) struct LeaseEnds(HashMap<IndexKey, u64, BuildHasherDefault<PassThroughHasher>>);
+/// A Processing key's entry and its lease end on the monotonic scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    pub entry: Entry,
+    pub end_ms: u64,
+}
 
-impl LeaseEnds {
-    pub(crate) fn get(&self, hash: u128) -> Option<u64> {
-        self.0.get(&IndexKey::from(hash)).copied()
+/// The entry and lease end of every Processing key of a shard, beside the
+/// table, by the key's 128-bit hash: what a lease holder's calls (finish,
+/// renew, checkpoint) check the token against without reading the log,
+/// and what expiry of abandoned leases walks. Only keys in flight are here.
+#[derive(Debug, Default)]
+pub(crate) struct Leases(HashMap<IndexKey, Lease, BuildHasherDefault<PassThroughHasher>>);
+
+impl Leases {
+    pub(crate) fn get(&self, hash: u128) -> Option<&Lease> {
+        self.0.get(&IndexKey::from(hash))
     }
 
-    pub(crate) fn insert(&mut self, hash: u128, lease_end_ms: u64) {
-        self.0.insert(IndexKey::from(hash), lease_end_ms);
+    pub(crate) fn get_mut(&mut self, hash: u128) -> Option<&mut Lease> {
+        self.0.get_mut(&IndexKey::from(hash))
+    }
+
+    pub(crate) fn insert(&mut self, hash: u128, lease: Lease) {
+        self.0.insert(IndexKey::from(hash), lease);
     }
 
     pub(crate) fn remove(&mut self, hash: u128) {
         self.0.remove(&IndexKey::from(hash));
     }
 
-    /// Every `(hash, lease end)`.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, u64)> + '_ {
-        self.0.iter().map(|(key, end)| (u128::from(*key), *end))
+    /// Every `(hash, lease)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, &Lease)> + '_ {
+        self.0.iter().map(|(key, lease)| (u128::from(*key), lease))
     }
 }
 

@@ -145,6 +145,7 @@ impl Arena {
         }
     }
 
+    #[cfg(test)]
     fn bytes(&self) -> usize {
         self.chunks.len() * CHUNK * std::mem::size_of::<Bucket>() + self.chunks.capacity() * 16
     }
@@ -200,6 +201,7 @@ impl Table {
     }
 
     /// Bytes of memory the table holds.
+    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.primary.bytes() + self.overflow.bytes() + self.free.capacity() * 4
     }

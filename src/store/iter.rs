@@ -1,7 +1,8 @@
 //! Iteration over the live records of a store, shard by shard, for
 //! inspection ([`crate::Store::iter`]).
 
-use crate::engine::shard::Shard;
+use crate::engine::index::KeyHasher;
+use crate::engine::shard::{KeyRef, Shard};
 use crate::error::Result;
 use crate::record::Record;
 
@@ -9,15 +10,16 @@ use crate::record::Record;
 #[derive(Debug)]
 pub struct Iter<'a> {
     shards: &'a [Shard],
+    hasher: KeyHasher,
     shard: usize,
-    hashes: std::vec::IntoIter<u128>,
+    keys: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
     started: bool,
 }
 
 impl<'a> Iter<'a> {
     /// An iterator over the live records of `shards`, first shard first.
-    pub(crate) fn new(shards: &'a [Shard]) -> Self {
-        Iter { shards, shard: 0, hashes: Vec::new().into_iter(), started: false }
+    pub(crate) fn new(shards: &'a [Shard], hasher: KeyHasher) -> Self {
+        Iter { shards, hasher, shard: 0, keys: Vec::new().into_iter(), started: false }
     }
 }
 
@@ -27,8 +29,9 @@ impl Iterator for Iter<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         let shards = self.shards;
         loop {
-            if let Some(hash) = self.hashes.next() {
-                match shards[self.shard].get(hash, None) {
+            if let Some((scope, key)) = self.keys.next() {
+                let key = KeyRef { hash: self.hasher.hash(&scope, &key), scope: &scope, key: &key };
+                match shards[self.shard].get(&key) {
                     Ok((Some(record), _)) => return Some(Ok(record)),
                     Ok((None, _)) => continue,
                     Err(error) => return Some(Err(error)),
@@ -39,8 +42,8 @@ impl Iterator for Iter<'_> {
             }
             self.started = true;
             let shard = shards.get(self.shard)?;
-            match shard.hashes() {
-                Ok(hashes) => self.hashes = hashes.into_iter(),
+            match shard.keys() {
+                Ok(keys) => self.keys = keys.into_iter(),
                 Err(error) => {
                     self.shard = shards.len();
                     return Some(Err(error));

@@ -265,7 +265,7 @@ impl Store {
     /// snapshot: records that change while it runs may or may not be seen).
     #[must_use]
     pub fn iter(&self) -> Iter<'_> {
-        Iter::new(&self.engine.shards)
+        Iter::new(&self.engine.shards, self.engine.hasher)
     }
 
     /// Runs one compaction pass now: in every shard, Processing records
@@ -401,7 +401,7 @@ impl Store {
         let key = self.engine.key_ref(scope, key)?;
         // Under `Sync` an absent answer waits too: the tombstone that made
         // the key absent may not be durable yet.
-        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(key.hash, Some(&key))?;
+        let (record, lsn) = self.engine.shard_of_hash(key.hash).get(&key)?;
         Ok(Unsynced { hash: key.hash, lsn, answer: record })
     }
 

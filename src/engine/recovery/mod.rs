@@ -6,7 +6,7 @@
 mod one_segment;
 mod replay;
 
-use crate::engine::index::{Index, KeyHasher};
+use crate::engine::index::{FullIndex, KeyHasher};
 use crate::engine::segment::catalog::{self, Catalog};
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::engine::segment::hint::{self, HintBuilder};
@@ -36,7 +36,7 @@ pub(crate) struct Recovered {
     /// The shard's folder.
     pub dir: PathBuf,
     /// The newest record of every key that is present (expired ones too).
-    pub index: Index,
+    pub index: FullIndex,
     pub active: ActiveSegment,
     pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
     /// The LSN the next record gets.
@@ -71,7 +71,7 @@ pub(crate) fn create_shard(storage: &dyn Storage, dir: &Path, shard: u32) -> Res
     catalog.store(storage, dir)?;
     Ok(Recovered {
         dir: dir.to_path_buf(),
-        index: Index::default(),
+        index: FullIndex::default(),
         active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64, hint: HintBuilder::new(shard, 1, 1) },
         sealed: BTreeMap::new(),
         next_lsn: 1,

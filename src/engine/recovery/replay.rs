@@ -1,7 +1,7 @@
 //! The index being rebuilt at open, from hint entries and log frames
 //! alike: both arrive as [`HintEntry`]s and are applied by one rule.
 
-use crate::engine::index::{Entry, Index, IndexKey, KeyHasher, PassThroughHasher};
+use crate::engine::index::{Entry, FullIndex, IndexKey, KeyHasher, PassThroughHasher};
 use crate::engine::segment::hint::HintEntry;
 use crate::record::Kind;
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use std::hash::BuildHasherDefault;
 /// half-way, then the log).
 pub(crate) struct Replay<'a> {
     hasher: &'a KeyHasher,
-    pub index: Index,
+    pub index: FullIndex,
     /// The LSN of the tombstone of every key whose newest record is one.
     tombstones: HashMap<IndexKey, u64, BuildHasherDefault<PassThroughHasher>>,
     pub max_lsn: u64,
@@ -22,7 +22,7 @@ pub(crate) struct Replay<'a> {
 
 impl<'a> Replay<'a> {
     pub(crate) fn new(hasher: &'a KeyHasher) -> Self {
-        Replay { hasher, index: Index::default(), tombstones: HashMap::default(), max_lsn: 0, max_updated_ms: 0 }
+        Replay { hasher, index: FullIndex::default(), tombstones: HashMap::default(), max_lsn: 0, max_updated_ms: 0 }
     }
 
     /// The index hash of `(scope, key)`.

@@ -7,7 +7,8 @@
 use super::state::ShardState;
 use super::Shard;
 use crate::engine::compaction::{CompactionReport, SegmentUsage, SegmentView};
-use crate::engine::index::KeyHasher;
+use crate::engine::index::{Entry, KeyHasher};
+use crate::engine::table::{self, Address};
 use crate::engine::segment;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
@@ -154,7 +155,7 @@ impl Shard {
         // out only for a newer one that a power cut cannot take back.
         self.sync_all()?;
         let durable_lsn = self.commit.durable_lsn();
-        self.classify_all(&mut planned, Context { segment: id, oldest, now, durable_lsn }, report)?;
+        self.classify_all(&mut planned, hasher, Context { segment: id, oldest, now, durable_lsn }, report)?;
         let dropped = planned.iter().filter(|plan| !matches!(plan.decision, Decision::Keep | Decision::Retain));
         report.records_dropped += dropped.count() as u64;
         let len = scan.len;
@@ -185,11 +186,17 @@ impl Shard {
 
     /// Classifies every planned record against the index, in short batches
     /// under the lock.
-    fn classify_all(&self, planned: &mut [Planned], context: Context, report: &mut CompactionReport) -> Result<()> {
+    fn classify_all(
+        &self,
+        planned: &mut [Planned],
+        hasher: &KeyHasher,
+        context: Context,
+        report: &mut CompactionReport,
+    ) -> Result<()> {
         for batch in planned.chunks_mut(BATCH) {
             let mut state = self.lock()?;
             for plan in batch {
-                plan.decision = self.classify(&mut state, plan.hash, &plan.header, context, report);
+                plan.decision = self.classify(&mut state, plan, hasher, context, report)?;
             }
         }
         Ok(())
@@ -226,36 +233,46 @@ impl Shard {
     fn classify(
         &self,
         state: &mut ShardState,
-        hash: u128,
-        record: &Header,
+        plan: &Planned,
+        hasher: &KeyHasher,
         context: Context,
         report: &mut CompactionReport,
-    ) -> Decision {
+    ) -> Result<Decision> {
         let dead = if context.oldest { Decision::Drop } else { Decision::Shadow };
-        match (record.kind, state.index.get(&hash).copied()) {
-            (Kind::Put(_), Some(entry)) if entry.lsn == record.lsn && entry.segment == context.segment => {
-                // A key whose scope could not be read back for its quota
-                // stays indexed, so its record stays too.
-                if entry.is_expired(context.now) && state.index_remove(hash).is_some() {
-                    bump(&self.counters.expirations);
-                    report.index_entries_released += 1;
-                    dead
-                } else {
-                    Decision::Keep
-                }
+        let (hash, record) = (plan.hash, &plan.header);
+        let tag = table::tag(hash);
+        let offset = u32::try_from(plan.offset).unwrap_or(u32::MAX);
+        if state.index.contains(tag, context.segment, offset) {
+            let len = u32::try_from(plan.len).unwrap_or(u32::MAX);
+            let at = Address { segment: context.segment, offset, len };
+            let Some(entry) = Entry::of(record, at) else { return Ok(dead) };
+            // A key whose scope could not be read back for its quota
+            // stays indexed, so its record stays too.
+            if entry.is_expired(context.now) && state.index_remove(hash, &entry) {
+                bump(&self.counters.expirations);
+                report.index_entries_released += 1;
+                return Ok(dead);
             }
-            // A newer live record of the key shadows this one, once durable.
-            (_, Some(entry)) if entry.lsn > record.lsn => {
-                if entry.lsn <= context.durable_lsn {
-                    Decision::Drop
-                } else {
-                    Decision::Retain
-                }
+            return Ok(Decision::Keep);
+        }
+        // A newer live record of the key (one the index points at, with the
+        // same key hash) shadows this one, once durable.
+        let mut newest = None;
+        for candidate in state.index.candidates(tag) {
+            let (header, frame) = state.read_at(candidate)?;
+            let (scope, key, _) = record::body(&header, &frame);
+            if hasher.hash(scope, key) == hash {
+                newest = Some(header.lsn);
+                break;
             }
+        }
+        Ok(match newest {
+            Some(lsn) if lsn > record.lsn && lsn <= context.durable_lsn => Decision::Drop,
+            Some(lsn) if lsn > record.lsn => Decision::Retain,
             // The key is absent: released, removed, expired or superseded
             // by a tombstone in a later segment.
             _ => dead,
-        }
+        })
     }
 
     /// Renames the written replacement over the segment, then points the
@@ -272,10 +289,17 @@ impl Shard {
         // the shard keeps reading the old one.
         self.storage.sync_dir(&self.dir).map_err(|error| Error::io("fsync", &self.dir, error))?;
         let mut state = self.state.write();
-        for (hash, lsn, offset) in &rewritten.moved {
-            if let Some(entry) = state.index.get_mut(hash) {
-                if entry.lsn == *lsn && entry.segment == id {
-                    entry.offset = *offset;
+        for &(hash, from, to) in &rewritten.moved {
+            let Ok(from) = u32::try_from(from) else { continue };
+            let tag = table::tag(hash);
+            let Some(len) = state.index.candidates(tag).find(|at| at.segment == id && at.offset == from).map(|at| at.len)
+            else {
+                continue;
+            };
+            state.index.replace(tag, id, from, Address { segment: id, offset: to, len });
+            if let Some(lease) = state.leases.get_mut(hash).filter(|lease| lease.entry.segment == id) {
+                if lease.entry.offset == from {
+                    lease.entry.offset = to;
                 }
             }
         }
@@ -294,7 +318,7 @@ impl Shard {
     fn delete_segment(&self, id: u32, path: &Path) -> Result<()> {
         {
             let mut state = self.lock()?;
-            debug_assert!(state.index.values().all(|entry| entry.segment != id), "dropping a segment still indexed");
+            debug_assert!(state.index.iter().all(|(_, at)| at.segment != id), "dropping a segment still indexed");
             if state.log.catalog.first != id {
                 return Err(Error::corruption(path, 0, "compaction may drop only the oldest segment"));
             }
@@ -311,14 +335,10 @@ impl Shard {
         self.storage.sync_dir(&self.dir).map_err(|error| Error::io("fsync", &self.dir, error))
     }
 
-    /// Gives memory back when the index has shrunk to a quarter of its
-    /// capacity.
+    /// Gives memory back when the index has shrunk: buckets merge back
+    /// while under half the load that splits them.
     pub(crate) fn shrink_index(&self) {
-        let mut state = self.state.write();
-        let len = state.index.len();
-        if state.index.capacity() > 4 * len.max(1024) {
-            state.index.shrink_to(len * 2);
-        }
+        self.state.write().index.shrink();
     }
 }
 
@@ -346,7 +366,7 @@ fn fill(
                 if keep {
                     let offset = u32::try_from(at)
                         .map_err(|_| Error::corruption(path, plan.offset, "rewritten segment beyond 4 GiB"))?;
-                    moved.push((plan.hash, plan.header.lsn, offset));
+                    moved.push((plan.hash, plan.offset, offset));
                 }
                 copier.copy(plan.offset, plan.len, &mut |bytes| out.push(bytes))?;
                 // A kept put is the newest record of a live key.

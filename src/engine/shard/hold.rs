@@ -1,11 +1,11 @@
 //! What a lease holder does to its key: finish it, renew its lease, store
-//! a checkpoint. Each checks the fencing token against the index first
-//! ([`Shard::held`]): a stale holder gets [`Error::LeaseLost`].
+//! a checkpoint. Each checks the fencing token against the lease table
+//! first ([`Shard::held`]): a stale holder gets [`Error::LeaseLost`].
 
 use super::{KeyRef, Shard, ShardState};
 use crate::checkpoint::{self, Checkpoint};
 use crate::clock::Now;
-use crate::engine::index::Entry;
+use crate::engine::index::{Entry, Lease};
 use crate::engine::telemetry::event;
 use crate::engine::transition::{self, Finish, Held};
 use crate::error::{Error, Result};
@@ -17,14 +17,14 @@ impl Shard {
     pub(crate) fn finish(&self, key: &KeyRef<'_>, token: u64, finish: Finish<'_>, known: Option<&Held>) -> Result<u64> {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let (held, _, _) = self.held(&mut state, key, token, known, now)?;
+        let (held, _, entry) = self.held(&mut state, key, token, known, now)?;
         let header = transition::finish(&held, finish, state.log.next_lsn, now.wall_ms);
         let (response, counter) = match finish {
             Finish::Complete(response) => (response, &self.counters.completions),
             Finish::Fail(response) => (response, &self.counters.failures),
             Finish::Release => (&[][..], &self.counters.releases),
         };
-        state.write(key, &header, response, &self.commit, &self.counters, now)?;
+        state.write(key, Some(&entry), &header, response, &self.commit, &self.counters, now)?;
         bump(counter);
         drop(state);
         self.waiters.wake(key.hash);
@@ -47,7 +47,7 @@ impl Shard {
         let header = transition::renew(&held, lease_end_ms, extend_ms, state.log.next_lsn, now);
         // The renewed record keeps the holder's last checkpoint.
         let checkpoint = state.stored_checkpoint(&entry, key)?;
-        state.write(key, &header, &checkpoint, &self.commit, &self.counters, now)?;
+        state.write(key, Some(&entry), &header, &checkpoint, &self.commit, &self.counters, now)?;
         bump(&self.counters.renewals);
         Ok((header.deadline_ms, header.lsn))
     }
@@ -64,8 +64,9 @@ impl Shard {
         known: Option<&Held>,
         now: Now,
     ) -> Result<(Header, u64, Entry)> {
-        let live = state.live_entry(key.hash, now, &self.counters);
-        let Some((entry, lease_end_ms)) = live.filter(|(entry, _)| transition::holds(entry, token)) else {
+        let live = state.live_lease(key, now, &self.counters);
+        let Some(Lease { entry, end_ms: lease_end_ms }) = live.filter(|lease| transition::holds(&lease.entry, token))
+        else {
             bump(&self.counters.lease_lost);
             event!(warn, shard = self.id, token, "lease lost: the key was taken over or expired; the call is refused");
             return Err(Error::LeaseLost { token });
@@ -89,9 +90,9 @@ impl Shard {
     ) -> Result<u64> {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let (held, lease_end_ms, _) = self.held(&mut state, key, token, known, now)?;
+        let (held, lease_end_ms, entry) = self.held(&mut state, key, token, known, now)?;
         let header = transition::renew(&held, lease_end_ms, 0, state.log.next_lsn, now);
-        state.write(key, &header, checkpoint, &self.commit, &self.counters, now)?;
+        state.write(key, Some(&entry), &header, checkpoint, &self.commit, &self.counters, now)?;
         bump(&self.counters.checkpoints);
         Ok(header.lsn)
     }

@@ -24,6 +24,7 @@ use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
+use crate::engine::index::Entry;
 use crate::record::{self, Header, Record, State};
 use crate::stats::{bump, Census, Counters};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -205,34 +206,35 @@ impl Shard {
                 Tally::WaitAgain => bump(&self.counters.wait_looks),
             }
             let now = state.now(&*self.clock);
-            if let Lookup::Live(entry, lease_end_ms) = state.lookup(key.hash, now) {
-                let (header, frame) = state.load(&entry, Some(key))?;
-                let stored = Stored { record: &header, lease_end_ms };
+            if let Lookup::Live(found) = state.lookup(key, now)? {
+                let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
                 match transition::claim(Some(stored), params, state.log.next_lsn, now) {
                     ClaimStep::Acquire(_) => {}
-                    step => return self.answer(step, entry.lsn, &header, &frame, tally),
+                    step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally),
                 }
             }
         }
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let current = match state.live_entry(key.hash, now, &self.counters) {
-            Some((entry, lease_end_ms)) => Some((entry.lsn, lease_end_ms, state.load(&entry, Some(key))?)),
-            None => None,
-        };
-        let stored =
-            current.as_ref().map(|(_, lease_end_ms, (record, _))| Stored { record, lease_end_ms: *lease_end_ms });
-        match transition::claim(stored, params, state.log.next_lsn, now) {
+        let next_lsn = state.log.next_lsn;
+        let current = state.live(key, now, &self.counters)?;
+        let stored = current.as_ref().map(|found| Stored { record: &found.header, lease_end_ms: found.lease_end_ms });
+        match transition::claim(stored, params, next_lsn, now) {
             ClaimStep::Acquire(header) => {
                 // A takeover carries the last checkpoint over into the
                 // record it writes, so that it outlives this holder too.
                 let carried = match (&current, header.recovered) {
-                    (Some((_, _, (stored, frame))), true) => record::body(stored, frame).2.to_vec(),
+                    (Some(found), true) => record::body(&found.header, &found.frame).2.to_vec(),
                     _ => Vec::new(),
                 };
-                drop(current);
+                let old = current.map(|found| found.entry);
+                // The lease table knows keys by their 128-bit hash: another
+                // key in flight under the same hash cannot have a second.
+                if old.is_none() && state.leases.get(key.hash).is_some() {
+                    return Err(Error::KeyHashCollision);
+                }
                 let checkpoint = self.checkpoint_of(&carried)?;
-                state.write(key, &header, &carried, &self.commit, &self.counters, now)?;
+                state.write(key, old.as_ref(), &header, &carried, &self.commit, &self.counters, now)?;
                 drop(state);
                 bump(&self.counters.acquired);
                 if header.recovered {
@@ -248,9 +250,9 @@ impl Shard {
                 Ok((outcome, header.lsn))
             }
             step => {
-                let (lsn, _, (header, frame)) =
+                let found =
                     current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
-                self.answer(step, lsn, &header, &frame, tally)
+                self.answer(step, found.entry.lsn, &found.header, &found.frame, tally)
             }
         }
     }
@@ -300,44 +302,56 @@ impl Shard {
     pub(crate) fn remove(&self, key: &KeyRef<'_>) -> Result<(bool, u64)> {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let Some((entry, _)) = state.live_entry(key.hash, now, &self.counters) else {
+        let next_lsn = state.log.next_lsn;
+        let Some(found) = state.live(key, now, &self.counters)? else {
             return Ok((false, self.commit.written_lsn()));
         };
-        let (stored, _) = state.load(&entry, Some(key))?;
-        let header = transition::remove(&stored, state.log.next_lsn, now.wall_ms);
-        state.write(key, &header, &[], &self.commit, &self.counters, now)?;
+        let header = transition::remove(&found.header, next_lsn, now.wall_ms);
+        let entry = found.entry;
+        state.write(key, Some(&entry), &header, &[], &self.commit, &self.counters, now)?;
         bump(&self.counters.removes);
         drop(state);
         self.waiters.wake(key.hash);
         Ok((true, header.lsn))
     }
 
-    /// The live record at index hash `hash`, checked to belong to `key` when
-    /// one is given (iteration has only the hash), and the LSN the answer
-    /// rests on: the record's, or for an absent key the newest written (the
-    /// tombstone or expiry that made it absent is no newer).
-    /// Read under the shared lock; an expired key is dropped under the
-    /// exclusive one.
-    pub(crate) fn get(&self, hash: u128, key: Option<&KeyRef<'_>>) -> Result<(Option<Record>, u64)> {
+    /// The live record of `key`, and the LSN the answer rests on: the
+    /// record's, or for an absent key the newest written (the tombstone or
+    /// expiry that made it absent is no newer). Read under the shared lock;
+    /// an expired key is dropped under the exclusive one.
+    pub(crate) fn get(&self, key: &KeyRef<'_>) -> Result<(Option<Record>, u64)> {
         {
             let state = self.read()?;
             let now = state.now(&*self.clock);
-            match state.lookup(hash, now) {
+            match state.lookup(key, now)? {
                 Lookup::Absent => return Ok((None, self.commit.written_lsn())),
-                Lookup::Live(entry, _) => {
-                    let (header, frame) = state.load(&entry, key)?;
-                    return Ok((Record::from_frame(&header, &frame), entry.lsn));
+                Lookup::Live(found) => {
+                    return Ok((Record::from_frame(&found.header, &found.frame), found.entry.lsn));
                 }
-                Lookup::Gone => {}
+                Lookup::Gone(_) => {}
             }
         }
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let Some((entry, _)) = state.live_entry(hash, now, &self.counters) else {
+        let Some(found) = state.live(key, now, &self.counters)? else {
             return Ok((None, self.commit.written_lsn()));
         };
-        let (header, frame) = state.load(&entry, key)?;
-        Ok((Record::from_frame(&header, &frame), entry.lsn))
+        Ok((Record::from_frame(&found.header, &found.frame), found.entry.lsn))
+    }
+
+    /// The scope and key of every record the index points at (for
+    /// iteration, which then reads each through [`Shard::get`]).
+    pub(crate) fn keys(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let state = self.read()?;
+        state
+            .index
+            .iter()
+            .map(|(_, at)| {
+                let (header, frame) = state.read_at(at)?;
+                let (scope, key, _) = record::body(&header, &frame);
+                Ok((scope.to_vec(), key.to_vec()))
+            })
+            .collect()
     }
 
     /// Drops the Processing records abandoned past their lease end + TTL, so
@@ -348,24 +362,29 @@ impl Shard {
         Ok(state.expire_abandoned(now, &self.counters))
     }
 
-    /// The index hashes of every key (for iteration).
-    pub(crate) fn hashes(&self) -> Result<Vec<u128>> {
-        Ok(self.read()?.index.hashes().collect())
-    }
-
     /// Adds this shard's records by state to `census`.
     pub(crate) fn census(&self, census: &mut Census) -> Result<()> {
         let state = self.read()?;
         let now = state.now(&*self.clock);
-        for (hash, entry) in state.index.iter() {
-            let lease_end_ms = if entry.state == State::Processing { state.lease_end(hash) } else { 0 };
+        // Finished records by their headers; Processing ones, which need
+        // their lease ends, from the lease table.
+        for (_, at) in state.index.iter() {
+            let (header, _) = state.read_at(at)?;
+            let Some(entry) = Entry::of(&header, at) else { continue };
             let counter = match entry.state {
-                _ if transition::is_gone(entry, lease_end_ms, now) => &mut census.expired,
-                State::Processing => &mut census.processing,
+                State::Processing => continue,
+                _ if transition::is_gone(&entry, 0, now) => &mut census.expired,
                 State::Completed => &mut census.completed,
                 State::Failed => &mut census.failed,
             };
             *counter += 1;
+        }
+        for (_, lease) in state.leases.iter() {
+            if transition::is_gone(&lease.entry, lease.end_ms, now) {
+                census.expired += 1;
+            } else {
+                census.processing += 1;
+            }
         }
         Ok(())
     }

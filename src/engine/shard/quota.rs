@@ -12,11 +12,10 @@ use super::{KeyRef, Shard};
 use crate::engine::index::Entry;
 use crate::engine::ledger::Ledger;
 use crate::engine::telemetry::event;
-use crate::engine::transition;
 use crate::error::{Error, Result};
 #[cfg(feature = "testing")]
 use crate::quota::ScopeUsage;
-use crate::record::{self, Header, Kind, State, PREFIX_BYTES};
+use crate::record::{self, Header, Kind, PREFIX_BYTES};
 use crate::stats::{bump, Counters};
 use std::borrow::Cow;
 #[cfg(feature = "testing")]
@@ -34,6 +33,7 @@ impl ShardState {
     pub(super) fn quota_admit(
         &self,
         key: &KeyRef<'_>,
+        indexed: bool,
         header: &Header,
         bytes: u64,
         counters: &Counters,
@@ -41,7 +41,7 @@ impl ShardState {
         let Some(ledger) = &self.quota else {
             return Ok(None);
         };
-        if header.kind == Kind::Tombstone || self.index.get(&key.hash).is_some() {
+        if header.kind == Kind::Tombstone || indexed {
             return Ok(None);
         }
         match ledger.admit(key.scope, bytes) {
@@ -135,25 +135,22 @@ impl Shard {
     pub(crate) fn sweep_expired(&self) -> Result<u64> {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
-        let gone: Vec<(u128, State)> = state
-            .index
-            .iter()
-            .filter(|(hash, entry)| {
-                let lease_end_ms = if entry.state == State::Processing { state.lease_end(*hash) } else { 0 };
-                transition::is_gone(entry, lease_end_ms, now)
-            })
-            .map(|(hash, entry)| (hash, entry.state))
-            .collect();
-        for (hash, record_state) in gone {
-            if state.index_remove(hash).is_none() {
-                continue;
+        // Finished records by their headers (a Processing one is in the
+        // lease table, which the abandoned-lease expiry walks).
+        let mut gone = Vec::new();
+        for (tag, at) in state.index.iter() {
+            let (header, _) = state.read_at(at)?;
+            if let Some(entry) = Entry::of(&header, at).filter(|entry| entry.is_expired(now.wall_ms)) {
+                gone.push((tag, entry));
             }
-            let counter = match record_state {
-                State::Processing => &self.counters.abandoned_expired,
-                State::Completed | State::Failed => &self.counters.expirations,
-            };
-            bump(counter);
         }
+        for (tag, entry) in gone {
+            // A finished record has no lease: its tag is all the table needs.
+            if state.index_remove(u128::from(tag), &entry) {
+                bump(&self.counters.expirations);
+            }
+        }
+        state.expire_abandoned(now, &self.counters);
         Ok(state.index.len() as u64)
     }
 }
@@ -161,10 +158,11 @@ impl Shard {
 /// Calls `add(scope, bytes)` for each live record of `state` in a limited
 /// scope.
 fn count(state: &ShardState, ledger: &Ledger, mut add: impl FnMut(&[u8], u64)) -> Result<()> {
-    for entry in state.index.values() {
-        let scope = state.scope_of(entry)?;
-        if ledger.counts(&scope) {
-            add(&scope, u64::from(entry.frame_len));
+    for (_, at) in state.index.iter() {
+        let (header, frame) = state.read_at(at)?;
+        let (scope, _, _) = record::body(&header, &frame);
+        if ledger.counts(scope) {
+            add(scope, u64::from(at.len));
         }
     }
     Ok(())

@@ -1,13 +1,14 @@
-//! What a shard keeps behind its lock: the index with its per-segment
-//! accounting and the lease ends of its Processing keys, the log writer,
-//! and the shard's clock floors. Every change to the index goes through
+//! What a shard keeps behind its lock: the index table with its
+//! per-segment accounting and the lease table of its Processing keys, the
+//! log writer, and the shard's clock floors. Every change to the index goes through
 //! here, so the accounting that compaction decides on and the lease table
 //! always match it.
 
 use super::KeyRef;
 use crate::clock::{Clock, Now};
 use crate::engine::compaction::SegmentUsage;
-use crate::engine::index::{Entry, Index, LeaseEnds};
+use crate::engine::index::{Entry, FullIndex, Lease, Leases};
+use crate::engine::table::{tag, Address, Table};
 use crate::engine::ledger::Ledger;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::hint::HintEntry;
@@ -24,9 +25,10 @@ use std::sync::Arc;
 /// Everything behind the shard's lock.
 #[derive(Debug)]
 pub(crate) struct ShardState {
-    pub index: Index,
-    /// The lease end, on the monotonic scale, of every Processing key.
-    pub leases: LeaseEnds,
+    /// Where the newest record of each key is (a tag and an address).
+    pub index: Table,
+    /// The entry and lease end of every Processing key.
+    pub leases: Leases,
     pub log: Writer,
     /// The largest wall-clock time seen: TTL time never goes backwards (see
     /// the argument in [`crate::clock`]). Atomic, so that readers sharing
@@ -41,102 +43,117 @@ pub(crate) struct ShardState {
     pub(crate) quota: Option<Arc<Ledger>>,
 }
 
+/// The newest record of a key, read back: its entry, its lease end
+/// (monotonic) if Processing, its header and its whole frame (borrowed
+/// from the segment's map where there is one).
+#[derive(Debug)]
+pub(crate) struct Found<'a> {
+    pub entry: Entry,
+    pub lease_end_ms: u64,
+    pub header: Header,
+    pub frame: Cow<'a, [u8]>,
+}
+
 /// What the index says of a key, looked up without changing anything.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Lookup {
+#[derive(Debug)]
+pub(crate) enum Lookup<'a> {
     Absent,
     /// Expired (a TTL that passed, or an abandoned lease past its end +
     /// TTL), still in the index: only a writer drops it.
-    Gone,
-    /// Live, with its lease end (monotonic) if Processing.
-    Live(Entry, u64),
+    Gone(Entry),
+    Live(Found<'a>),
 }
 
 impl ShardState {
-    /// The state of a shard recovered at open, at `now`. Records expired by
-    /// then leave the index and are counted in `counters`; every Processing
-    /// record is read back once, to set its lease end by the rule across a
-    /// restart ([`transition::lease_end`]) and its expiry.
+    /// The state of a shard recovered at open, at `now`: the table built in
+    /// one pass over the recovered entries. Records expired by then stay
+    /// out and are counted in `counters`; every Processing record is read
+    /// back once, to set its lease end by the rule across a restart
+    /// ([`transition::lease_end`]) and its expiry.
     pub(crate) fn new(
-        index: Index,
+        index: FullIndex,
         log: Writer,
         now: Now,
         lengths: &BTreeMap<u32, u64>,
         counters: &Counters,
     ) -> Result<Self> {
         let mut state = ShardState {
-            index,
-            leases: LeaseEnds::default(),
+            index: Table::with_capacity(index.len()),
+            leases: Leases::default(),
             log,
             now_floor_ms: AtomicU64::new(now.wall_ms),
             monotonic_floor_ms: AtomicU64::new(now.monotonic_ms),
-            usage: BTreeMap::new(),
+            usage: lengths.iter().map(|(id, total_bytes)| (*id, SegmentUsage::with_total(*total_bytes))).collect(),
             encode_buffer: Vec::new(),
             quota: None,
         };
-        let before = state.index.len();
-        state.index.retain(|entry| !entry.is_expired(now.wall_ms));
-        counters.expirations.add((before - state.index.len()) as u64);
-        let processing: Vec<(u128, Entry)> =
-            state.index.iter().filter(|(_, entry)| entry.state == State::Processing).map(|(h, e)| (h, *e)).collect();
-        for (hash, mut entry) in processing {
-            let (header, _) = state.load(&entry, None)?;
-            let lease_end_ms = transition::lease_end(&header, now);
-            entry.deadline_ms = transition::gone_ms(&header);
-            if transition::is_gone(&entry, lease_end_ms, now) {
-                state.index.remove(&hash);
-                bump(&counters.abandoned_expired);
-            } else {
-                state.index.insert(hash, entry);
-                state.leases.insert(hash, lease_end_ms);
+        for (hash, mut entry) in index.into_entries() {
+            if entry.is_expired(now.wall_ms) {
+                bump(&counters.expirations);
+                continue;
+            }
+            let mut lease = None;
+            if entry.state == State::Processing {
+                let (header, _) = state.load(&entry, None)?;
+                let end_ms = transition::lease_end(&header, now);
+                entry.deadline_ms = transition::gone_ms(&header);
+                if transition::is_gone(&entry, end_ms, now) {
+                    bump(&counters.abandoned_expired);
+                    continue;
+                }
+                lease = Some(Lease { entry, end_ms });
+            }
+            state.index.insert(tag(hash), entry.address());
+            state.usage.entry(entry.segment).or_default().add(&entry);
+            if let Some(lease) = lease {
+                state.leases.insert(hash, lease);
             }
         }
-        state.rebuild_usage(lengths);
         Ok(state)
     }
 
-    /// Recomputes the per-segment accounting from the index and the
-    /// segments' lengths.
-    fn rebuild_usage(&mut self, lengths: &BTreeMap<u32, u64>) {
-        self.usage = lengths.iter().map(|(id, total_bytes)| (*id, SegmentUsage::with_total(*total_bytes))).collect();
-        for entry in self.index.values() {
-            self.usage.entry(entry.segment).or_default().add(entry);
-        }
-    }
-
-    /// Points the index at a new record, keeping the accounting and the
-    /// lease table (`lease_end_ms` for a Processing record); returns the
-    /// entry it replaced.
-    fn index_insert(&mut self, hash: u128, entry: Entry, lease_end_ms: Option<u64>) -> Option<Entry> {
-        let old = self.index.insert(hash, entry);
-        if let Some(old) = &old {
-            self.usage.entry(old.segment).or_default().release(old);
+    /// Points the index at a new record in place of `old` (the key's
+    /// current entry, if it has one), keeping the accounting and the lease
+    /// table (`lease_end_ms` for a Processing record).
+    fn index_insert(&mut self, hash: u128, old: Option<&Entry>, entry: Entry, lease_end_ms: Option<u64>) -> Result<()> {
+        match old {
+            Some(old) => {
+                if !self.index.replace(tag(hash), old.segment, old.offset, entry.address()) {
+                    return Err(Error::corruption(self.log.path(old.segment), old.offset.into(), "index entry missing"));
+                }
+                self.usage.entry(old.segment).or_default().release(old);
+            }
+            None => self.index.insert(tag(hash), entry.address()),
         }
         self.usage.entry(entry.segment).or_default().add(&entry);
         match lease_end_ms {
-            Some(end_ms) => self.leases.insert(hash, end_ms),
+            Some(end_ms) => self.leases.insert(hash, Lease { entry, end_ms }),
             None => self.leases.remove(hash),
         }
-        old
+        Ok(())
     }
 
-    /// Drops a key from the index, keeping the accounting. Returns the
-    /// entry dropped; `None` also when, with quotas on, the record's scope
-    /// could not be read back (an I/O error): the key then stays indexed,
-    /// and counted, until a later try.
-    pub(crate) fn index_remove(&mut self, hash: u128) -> Option<Entry> {
-        self.index_drop(hash, None)
+    /// Drops the entry `entry` of the key at `hash` from the index, keeping
+    /// the accounting. Returns whether it did: not, with quotas on, when
+    /// the record's scope could not be read back (an I/O error); the key
+    /// then stays indexed, and counted, until a later try.
+    pub(crate) fn index_remove(&mut self, hash: u128, entry: &Entry) -> bool {
+        self.index_drop(hash, entry, None)
     }
 
     /// [`ShardState::index_remove`] of a key whose scope may be known.
-    fn index_drop(&mut self, hash: u128, scope: Option<&[u8]>) -> Option<Entry> {
-        if self.quota.is_some() && !self.quota_release(self.index.get(&hash)?, scope) {
-            return None;
+    fn index_drop(&mut self, hash: u128, entry: &Entry, scope: Option<&[u8]>) -> bool {
+        if self.quota.is_some() && !self.quota_release(entry, scope) {
+            return false;
         }
-        let old = self.index.remove(&hash)?;
-        self.leases.remove(hash);
-        self.usage.entry(old.segment).or_default().release(&old);
-        Some(old)
+        if !self.index.remove(tag(hash), entry.segment, entry.offset) {
+            return false;
+        }
+        if entry.state == State::Processing {
+            self.leases.remove(hash);
+        }
+        self.usage.entry(entry.segment).or_default().release(entry);
+        true
     }
 
     /// The shard's time: the wall clock never earlier than any seen (for
@@ -164,55 +181,83 @@ impl ShardState {
         self.now(clock).wall_ms
     }
 
-    /// The lease end (monotonic) of the key at `hash`, if Processing. Every
+    /// The lease end (monotonic) of the Processing key at `hash`. Every
     /// Processing entry has one; were one missing, the lease would count as
     /// running, since refusing is safer than running a side effect twice.
     pub(crate) fn lease_end(&self, hash: u128) -> u64 {
-        self.leases.get(hash).unwrap_or(u64::MAX)
+        self.leases.get(hash).map_or(u64::MAX, |lease| lease.end_ms)
     }
 
-    /// What the index says of the key at `hash` at `now`, changing nothing
-    /// (what a reader sharing the lock may do).
-    pub(crate) fn lookup(&self, hash: u128, now: Now) -> Lookup {
-        let Some(entry) = self.index.get(&hash).copied() else {
-            return Lookup::Absent;
-        };
-        let lease_end_ms = if entry.state == State::Processing { self.lease_end(hash) } else { 0 };
-        if transition::is_gone(&entry, lease_end_ms, now) {
-            Lookup::Gone
-        } else {
-            Lookup::Live(entry, lease_end_ms)
+    /// The newest record of `key`, whatever its time: each entry with the
+    /// key's tag is read back until one holds the key.
+    pub(crate) fn find(&self, key: &KeyRef<'_>) -> Result<Option<Found<'_>>> {
+        for at in self.index.candidates(tag(key.hash)) {
+            let (header, frame) = self.read_at(at)?;
+            let (scope, stored_key, _) = record::body(&header, &frame);
+            if scope != key.scope || stored_key != key.key {
+                continue;
+            }
+            let entry = Entry::of(&header, at)
+                .ok_or_else(|| Error::corruption(self.log.path(at.segment), at.offset.into(), "index points at a tombstone"))?;
+            let lease_end_ms = if entry.state == State::Processing { self.lease_end(key.hash) } else { 0 };
+            return Ok(Some(Found { entry, lease_end_ms, header, frame }));
         }
+        Ok(None)
     }
 
-    /// The index entry of a key and, if Processing, its lease end; the key
-    /// is dropped (and counted) if it has expired: a TTL that passed, or an
-    /// abandoned lease past its end + TTL.
-    pub(crate) fn live_entry(&mut self, hash: u128, now: Now, counters: &Counters) -> Option<(Entry, u64)> {
-        let Lookup::Live(entry, lease_end_ms) = self.lookup(hash, now) else {
-            let entry = *self.index.get(&hash)?;
-            let counter =
-                if entry.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
-            if self.index_remove(hash).is_some() {
-                bump(counter);
+    /// What the index says of `key` at `now`, changing nothing (what a
+    /// reader sharing the lock may do).
+    pub(crate) fn lookup(&self, key: &KeyRef<'_>, now: Now) -> Result<Lookup<'_>> {
+        Ok(match self.find(key)? {
+            None => Lookup::Absent,
+            Some(found) if transition::is_gone(&found.entry, found.lease_end_ms, now) => Lookup::Gone(found.entry),
+            Some(found) => Lookup::Live(found),
+        })
+    }
+
+    /// The live record of `key`; the key is dropped (and counted) if it
+    /// has expired: a TTL that passed, or an abandoned lease past its end
+    /// + TTL.
+    pub(crate) fn live(&mut self, key: &KeyRef<'_>, now: Now, counters: &Counters) -> Result<Option<Found<'_>>> {
+        let gone = match self.lookup(key, now)? {
+            Lookup::Absent => return Ok(None),
+            Lookup::Gone(entry) => entry,
+            Lookup::Live(_) => return self.find(key),
+        };
+        let counter = if gone.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
+        if self.index_drop(key.hash, &gone, Some(key.scope)) {
+            bump(counter);
+        }
+        Ok(None)
+    }
+
+    /// The live entry and lease end of the Processing key at `hash`, from
+    /// the lease table: what a lease holder's call checks its token
+    /// against. A lease abandoned past its end + TTL is dropped (and
+    /// counted) here.
+    pub(crate) fn live_lease(&mut self, key: &KeyRef<'_>, now: Now, counters: &Counters) -> Option<Lease> {
+        let lease = *self.leases.get(key.hash)?;
+        if transition::is_gone(&lease.entry, lease.end_ms, now) {
+            if self.index_drop(key.hash, &lease.entry, Some(key.scope)) {
+                bump(&counters.abandoned_expired);
             }
             return None;
-        };
-        Some((entry, lease_end_ms))
+        }
+        Some(lease)
     }
 
     /// Drops every Processing key whose lease ended and whose lease end +
     /// TTL has passed; returns how many. Walks only the lease table.
     pub(crate) fn expire_abandoned(&mut self, now: Now, counters: &Counters) -> u64 {
-        let gone: Vec<u128> = self
+        let gone: Vec<(u128, Entry)> = self
             .leases
             .iter()
-            .filter(|(hash, end_ms)| self.index.get(hash).is_some_and(|entry| transition::is_gone(entry, *end_ms, now)))
-            .map(|(hash, _)| hash)
+            .filter(|(_, lease)| transition::is_gone(&lease.entry, lease.end_ms, now))
+            .map(|(hash, lease)| (hash, lease.entry))
             .collect();
         let mut dropped = 0;
-        for hash in &gone {
-            if self.index_remove(*hash).is_some() {
+        for (hash, entry) in &gone {
+            if self.index_remove(*hash, entry) {
                 bump(&counters.abandoned_expired);
                 dropped += 1;
             }
@@ -221,10 +266,13 @@ impl ShardState {
     }
 
     /// Appends `header` (at the next LSN) for `key` with `response`, and
-    /// points the index at it (or drops the key for a tombstone).
+    /// points the index at it in place of `old`, the key's current entry
+    /// (or drops the key for a tombstone).
+    #[expect(clippy::too_many_arguments, reason = "the record, its key's entry and the shard's context")]
     pub(crate) fn write(
         &mut self,
         key: &KeyRef<'_>,
+        old: Option<&Entry>,
         header: &Header,
         response: &[u8],
         commit: &GroupCommit,
@@ -238,7 +286,7 @@ impl ShardState {
             ..*header
         };
         let bytes = record::frame_bytes(key.scope.len(), key.key.len(), response.len());
-        let admitted = self.quota_admit(key, &header, bytes, counters)?;
+        let admitted = self.quota_admit(key, old.is_some(), &header, bytes, counters)?;
         let mut buffer = std::mem::take(&mut self.encode_buffer);
         buffer.clear();
         record::encode(&header, key.scope, key.key, response, &mut buffer);
@@ -261,11 +309,13 @@ impl ShardState {
                     state: record_state,
                 };
                 let lease_end_ms = (record_state == State::Processing).then(|| transition::lease_end(&header, now));
-                let old = self.index_insert(key.hash, entry, lease_end_ms);
-                self.quota_settle(key.scope, old.as_ref(), admitted, &entry);
+                self.index_insert(key.hash, old, entry, lease_end_ms)?;
+                self.quota_settle(key.scope, old, admitted, &entry);
             }
             Kind::Tombstone => {
-                self.index_drop(key.hash, Some(key.scope));
+                if let Some(old) = old {
+                    self.index_drop(key.hash, old, Some(key.scope));
+                }
             }
         }
         Ok(())
@@ -288,14 +338,7 @@ impl ShardState {
     pub(crate) fn load(&self, entry: &Entry, key: Option<&KeyRef<'_>>) -> Result<(Header, Cow<'_, [u8]>)> {
         let offset = u64::from(entry.offset);
         let path = || self.log.path(entry.segment);
-        let frame = self.log.read(entry.segment, offset, entry.frame_len as usize)?;
-        let (header, _) = record::decode(&frame).map_err(|error| {
-            let reason = match error {
-                record::DecodeError::Truncated => "record is shorter than indexed",
-                record::DecodeError::Invalid(reason) => reason,
-            };
-            Error::corruption(path(), offset, reason)
-        })?;
+        let (header, frame) = self.read_at(entry.address())?;
         if header.lsn != entry.lsn {
             return Err(Error::corruption(path(), offset, "record LSN differs from the index"));
         }
@@ -308,6 +351,21 @@ impl ShardState {
                 return Err(Error::KeyHashCollision);
             }
         }
+        Ok((header, frame))
+    }
+
+    /// The record at `at` (its header and its whole frame), its CRC
+    /// checked.
+    pub(crate) fn read_at(&self, at: Address) -> Result<(Header, Cow<'_, [u8]>)> {
+        let offset = u64::from(at.offset);
+        let frame = self.log.read(at.segment, offset, at.len as usize)?;
+        let (header, _) = record::decode(&frame).map_err(|error| {
+            let reason = match error {
+                record::DecodeError::Truncated => "record is shorter than indexed",
+                record::DecodeError::Invalid(reason) => reason,
+            };
+            Error::corruption(self.log.path(at.segment), offset, reason)
+        })?;
         Ok((header, frame))
     }
 }
