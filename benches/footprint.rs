@@ -27,10 +27,12 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), config()).expect("open");
     let before = support::rss_bytes();
+    let anon_before = support::anon_rss_bytes();
     let started = Instant::now();
     support::load_completed(&store, records, THREADS);
     let load_seconds = started.elapsed().as_secs_f64();
     let after = support::rss_bytes();
+    let anon_after = support::anon_rss_bytes();
     let stats = store.stats();
     assert_eq!(stats.live_records, records);
     println!(
@@ -44,12 +46,23 @@ fn main() {
         as_f64(after.saturating_sub(before)) / as_f64(records),
         stats.disk_bytes
     );
+    println!(
+        "anonymous RSS {} -> {} bytes: {:.1} bytes per live record",
+        anon_before,
+        anon_after,
+        as_f64(anon_after.saturating_sub(anon_before)) / as_f64(records)
+    );
     store.close().expect("close");
 
     let started = Instant::now();
     let store = Store::open(dir.path(), config()).expect("reopen");
     let open_seconds = started.elapsed().as_secs_f64();
     assert_eq!(store.stats().live_records, records);
+    println!(
+        "after reopen: anonymous RSS {} bytes: {:.1} bytes per live record",
+        support::anon_rss_bytes(),
+        as_f64(support::anon_rss_bytes().saturating_sub(anon_before)) / as_f64(records)
+    );
     println!(
         "recovery: open took {open_seconds:.2} s: {:.0} live records/s, {:.0} log records/s",
         as_f64(records) / open_seconds,

@@ -19,8 +19,19 @@ use std::time::{Duration, Instant};
 
 /// Resident memory of this process (`VmRSS`), in bytes.
 pub fn rss_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// Anonymous resident memory of this process (`RssAnon`): the heap, with
+/// neither the segments' mapped pages nor the binary.
+pub fn anon_rss_bytes() -> u64 {
+    status_bytes("RssAnon:")
+}
+
+/// A `kB` field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap_or("");
+    let line = status.lines().find(|line| line.starts_with(field)).unwrap_or("");
     line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
