@@ -121,7 +121,7 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
-pub use record::{Record, State};
+pub use record::{Record, RecordRef, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Store};

@@ -153,10 +153,99 @@ pub struct Record {
 impl Record {
     /// Builds a record from a decoded Put frame.
     pub(crate) fn from_frame(header: &Header, frame: &[u8]) -> Option<Self> {
-        let Kind::Put(state) = header.kind else {
-            return None;
-        };
-        let (scope, key, stored) = body(header, frame);
+        RecordRef::new(header, frame).map(|record| record.to_record())
+    }
+}
+
+/// A stored record borrowed where it lies (a segment's map, or the
+/// buffer it was read into), for [`Store::claim_with`](crate::Store::claim_with):
+/// a replay answered from it copies nothing it does not need to.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    header: &'a Header,
+    frame: &'a [u8],
+}
+
+impl<'a> RecordRef<'a> {
+    /// The put `header` of `frame` (`None` for a tombstone).
+    pub(crate) fn new(header: &'a Header, frame: &'a [u8]) -> Option<Self> {
+        matches!(header.kind, Kind::Put(_)).then_some(RecordRef { header, frame })
+    }
+
+    /// The scope.
+    #[must_use]
+    pub fn scope(&self) -> &'a [u8] {
+        body(self.header, self.frame).0
+    }
+
+    /// The key.
+    #[must_use]
+    pub fn key(&self) -> &'a [u8] {
+        body(self.header, self.frame).1
+    }
+
+    /// The stored response of a Completed or Failed record (empty while
+    /// Processing).
+    #[must_use]
+    pub fn response(&self) -> &'a [u8] {
+        match self.state() {
+            State::Processing => &[],
+            State::Completed | State::Failed => body(self.header, self.frame).2,
+        }
+    }
+
+    /// The record's state.
+    #[must_use]
+    pub fn state(&self) -> State {
+        match self.header.kind {
+            Kind::Put(state) => state,
+            Kind::Tombstone => State::Processing,
+        }
+    }
+
+    /// The fingerprint of the request that claimed the key.
+    #[must_use]
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.header.fingerprint
+    }
+
+    /// The fencing token of the last holder.
+    #[must_use]
+    pub fn token(&self) -> u64 {
+        self.header.token
+    }
+
+    /// The holder's attempt number.
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.header.attempt
+    }
+
+    /// Wall-clock ms when the key was first claimed.
+    #[must_use]
+    pub fn created_ms(&self) -> u64 {
+        self.header.created_ms
+    }
+
+    /// Wall-clock ms of the last change.
+    #[must_use]
+    pub fn updated_ms(&self) -> u64 {
+        self.header.updated_ms
+    }
+
+    /// Wall-clock ms of the lease end (Processing) or of the expiry.
+    #[must_use]
+    pub fn deadline_ms(&self) -> u64 {
+        self.header.deadline_ms
+    }
+
+    /// The owned [`Record`] (what [`Store::claim`](crate::Store::claim)
+    /// answers a replay with).
+    #[must_use]
+    pub fn to_record(&self) -> Record {
+        let header = self.header;
+        let state = self.state();
+        let (scope, key, stored) = body(header, self.frame);
         // A Processing record keeps its checkpoint where a finished one
         // keeps its response; the frame's CRC passed, so bytes that are no
         // checkpoint are a bug, shown as none rather than as a response.
@@ -164,7 +253,7 @@ impl Record {
             State::Processing => (&[][..], crate::checkpoint::decode(stored).ok().flatten()),
             State::Completed | State::Failed => (stored, None),
         };
-        Some(Record {
+        Record {
             scope: scope.to_vec(),
             key: key.to_vec(),
             state,
@@ -177,7 +266,7 @@ impl Record {
             deadline_ms: header.deadline_ms,
             response: response.to_vec(),
             checkpoint,
-        })
+        }
     }
 }
 

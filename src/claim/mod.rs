@@ -105,14 +105,16 @@ impl<'a> ClaimRequest<'a> {
     }
 }
 
-/// The answer to a claim (DESIGN §3).
+/// The answer to a claim (DESIGN §3). A replay carries the stored
+/// [`Record`], or with [`Store::claim_with`](crate::Store::claim_with)
+/// what the caller made of it where it lies.
 #[derive(Debug)]
 #[must_use = "a claim answer says whether to execute, replay or refuse"]
-pub enum Claim {
+pub enum Claim<R = Record> {
     /// The caller holds the key and must execute, then finish the lease.
     Acquired(Lease),
     /// The request already finished; here is its stored answer.
-    Replay(Record),
+    Replay(R),
     /// Another holder is executing the same request now.
     InProgress {
         /// Time until the holder's lease ends (HTTP `Retry-After`).
@@ -125,7 +127,7 @@ pub enum Claim {
     Mismatch,
 }
 
-impl wait::Answer for Claim {
+impl<R> wait::Answer for Claim<R> {
     fn in_progress(&self) -> Option<Duration> {
         match self {
             Claim::InProgress { retry_after, .. } => Some(*retry_after),

@@ -33,7 +33,7 @@ use crate::engine::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::engine::waiters::{WaitLimits, Waiter};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::record;
+use crate::record::{self, RecordRef};
 use parking_lot::Mutex;
 
 use std::path::PathBuf;
@@ -145,8 +145,8 @@ pub(crate) struct TokenRef<'a> {
 
 /// A claim as the engine answers it.
 #[derive(Debug)]
-pub(crate) struct Claimed {
-    pub outcome: Outcome,
+pub(crate) struct Claimed<R> {
+    pub outcome: Outcome<R>,
     pub hash: u128,
     /// LSN of the record the answer rests on.
     pub lsn: u64,
@@ -155,8 +155,8 @@ pub(crate) struct Claimed {
 impl Engine {
     /// The shard that holds keys of index hash `hash`.
     pub(crate) fn shard_of_hash(&self, hash: u128) -> &Shard {
-        // The top bits choose the shard; the index's hash map uses the low
-        // 64, so the two stay independent.
+        // The top bits choose the shard; the index table uses the low 32,
+        // so the two stay independent.
         let top = usize::try_from(hash >> 96).expect("32 bits fit in usize");
         &self.shards[top & (self.shards.len() - 1)]
     }
@@ -177,14 +177,15 @@ impl Engine {
 
     /// Claims `(scope, key)`, counted as `tally` says. The answer is not
     /// yet durable.
-    pub(crate) fn claim(
+    pub(crate) fn claim<R>(
         &self,
         (scope, key): (&[u8], &[u8]),
         fingerprint: Fingerprint,
         (lease, ttl): (Option<Duration>, Option<Duration>),
         reuse: ReusePolicy,
         tally: Tally,
-    ) -> Result<Claimed> {
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<Claimed<R>> {
         self.refuse_if_read_only("claim")?;
         let key = self.key_ref(scope, key)?;
         self.make_room(scope, key.key);
@@ -194,7 +195,7 @@ impl Engine {
             ttl_ms: self.config.check_duration("ttl", ttl, self.config.ttl_ms)?,
             reuse,
         };
-        let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params, tally)?;
+        let (outcome, lsn) = self.shard_of_hash(key.hash).claim(&key, &params, tally, replay)?;
         Ok(Claimed { outcome, hash: key.hash, lsn })
     }
 

@@ -28,7 +28,7 @@ use crate::engine::{Engine, TokenRef};
 use crate::error::Error;
 use crate::error::Result;
 use crate::lease::{Lease, LeaseToken};
-use crate::record::Record;
+use crate::record::{Record, RecordRef};
 use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
 use std::path::Path;
@@ -123,8 +123,46 @@ impl Store {
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`] and I/O
     /// errors. An error changes nothing.
     pub fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
+        self.claim_with(request, |record| record.to_record())
+    }
+
+    /// [`Store::claim`], with a replay answered by `replay` run on the
+    /// stored record where it lies ([`RecordRef`]: borrowed from the
+    /// segment's map, under the shard's shared lock), so that a caller who
+    /// needs only the response, or only its length, copies nothing else.
+    /// `replay` runs at most once, before the answer waits for durability
+    /// (under [`Durability::Sync`]): the claim returns only after that, as
+    /// [`Store::claim`] does. Keep it short: writers of the key's shard
+    /// wait for it.
+    ///
+    /// ```
+    /// use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
+    ///
+    /// # fn main() -> idemkv::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Config::new())?;
+    /// let request = ClaimRequest::new(b"order-7", Fingerprint::of(b"POST /orders"));
+    /// let Claim::Acquired(lease) = store.claim(&request)? else { unreachable!() };
+    /// lease.complete(b"201 created")?;
+    ///
+    /// let mut reply = Vec::new();
+    /// let Claim::Replay(len) = store.claim_with(&request, |record| {
+    ///     reply.extend_from_slice(record.response());
+    ///     record.response().len()
+    /// })?
+    /// else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!((len, &reply[..]), (11, &b"201 created"[..]));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::claim`].
+    pub fn claim_with<R>(&self, request: &ClaimRequest<'_>, replay: impl FnOnce(RecordRef<'_>) -> R) -> Result<Claim<R>> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
-        let (claim, hash) = self.look(request, Tally::Answer)?;
+        let (claim, hash, lsn) = self.claim_unsynced_with(request, Tally::Answer, replay)?;
+        self.engine.wait_durable(hash, lsn)?;
         self.claim_timed(&claim, hash, started);
         Ok(claim)
     }
@@ -148,7 +186,7 @@ impl Store {
     }
 
     /// Records how long a claim took, by outcome, when claims are timed.
-    pub(crate) fn claim_timed(&self, claim: &Claim, hash: u128, started: Option<Instant>) {
+    pub(crate) fn claim_timed<R>(&self, claim: &Claim<R>, hash: u128, started: Option<Instant>) {
         if let Some(started) = started {
             let outcome = match claim {
                 Claim::Acquired(lease) => usize::from(lease.recovered()),
@@ -165,12 +203,23 @@ impl Store {
     /// acquired lease is built at once, so that a caller that gives up
     /// before that (an error, a dropped future) counts it as abandoned.
     pub(crate) fn claim_unsynced(&self, request: &ClaimRequest<'_>, tally: Tally) -> Result<(Claim, u128, u64)> {
+        self.claim_unsynced_with(request, tally, |record| record.to_record())
+    }
+
+    /// [`Store::claim_unsynced`] with a replay answered by `replay`.
+    fn claim_unsynced_with<R>(
+        &self,
+        request: &ClaimRequest<'_>,
+        tally: Tally,
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<(Claim<R>, u128, u64)> {
         let claimed = self.engine.claim(
             (request.scope, request.key),
             request.fingerprint,
             (request.lease, request.ttl),
             request.reuse,
             tally,
+            replay,
         )?;
         let claim = match claimed.outcome {
             Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(

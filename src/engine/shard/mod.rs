@@ -25,7 +25,7 @@ use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::engine::index::Entry;
-use crate::record::{self, Header, Record, State};
+use crate::record::{self, Header, Record, RecordRef, State};
 use crate::stats::{bump, Census, Counters};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use state::{Lookup, ShardState};
@@ -53,9 +53,10 @@ pub(crate) struct KeyRef<'a> {
 /// The shard-level answer to a claim. `lease_deadline_ms` is the lease end
 /// as written (wall clock).
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub(crate) enum Outcome<R = Record> {
     Acquired { token: u64, lease_deadline_ms: u64, held: Held, checkpoint: Option<Checkpoint> },
-    Replay(Record),
+    /// What `replay` made of the stored record.
+    Replay(R),
     InProgress { retry_after_ms: u64, attempt: u32 },
     Mismatch,
 }
@@ -198,7 +199,13 @@ impl Shard {
     /// Every acquire wakes the key's waiters: a takeover (or a fresh start
     /// over an expired record) gives them a new holder and lease end to
     /// wait for.
-    pub(crate) fn claim(&self, key: &KeyRef<'_>, params: &ClaimParams, tally: Tally) -> Result<(Outcome, u64)> {
+    pub(crate) fn claim<R>(
+        &self,
+        key: &KeyRef<'_>,
+        params: &ClaimParams,
+        tally: Tally,
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<(Outcome<R>, u64)> {
         {
             let state = self.read()?;
             match tally {
@@ -210,7 +217,7 @@ impl Shard {
                 let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
                 match transition::claim(Some(stored), params, state.log.next_lsn, now) {
                     ClaimStep::Acquire(_) => {}
-                    step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally),
+                    step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay),
                 }
             }
         }
@@ -252,7 +259,7 @@ impl Shard {
             step => {
                 let found =
                     current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
-                self.answer(step, found.entry.lsn, &found.header, &found.frame, tally)
+                self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay)
             }
         }
     }
@@ -260,7 +267,15 @@ impl Shard {
     /// The answer to a claim that the stored record (`header`, `frame`, at
     /// LSN `lsn`) decides without a write: mismatch, in progress or replay.
     /// An in-progress look of a waiting claim is not counted here.
-    fn answer(&self, step: ClaimStep, lsn: u64, header: &Header, frame: &[u8], tally: Tally) -> Result<(Outcome, u64)> {
+    fn answer<R>(
+        &self,
+        step: ClaimStep,
+        lsn: u64,
+        header: &Header,
+        frame: &[u8],
+        tally: Tally,
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<(Outcome<R>, u64)> {
         let outcome = match step {
             ClaimStep::Acquire(_) => {
                 return Err(Error::corruption(&self.dir, 0, "an acquired claim has no stored answer"))
@@ -279,9 +294,9 @@ impl Shard {
             ClaimStep::Replay => {
                 bump(&self.counters.replays);
                 // `load` checked that the record is the put the index points at.
-                let record = Record::from_frame(header, frame)
+                let record = RecordRef::new(header, frame)
                     .ok_or_else(|| Error::corruption(&self.dir, 0, "index points at a tombstone"))?;
-                Outcome::Replay(record)
+                Outcome::Replay(replay(record))
             }
         };
         bump(&self.counters.duplicates);
