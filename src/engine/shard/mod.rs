@@ -212,12 +212,21 @@ impl Shard {
                 Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
                 Tally::WaitAgain => bump(&self.counters.wait_looks),
             }
-            let now = state.now(&*self.clock);
-            if let Lookup::Live(found) = state.lookup(key, now)? {
-                let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
-                match transition::claim(Some(stored), params, state.log.next_lsn, now) {
-                    ClaimStep::Acquire(_) => {}
-                    step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay),
+            if let Some(found) = state.find(key)? {
+                // A replay reads only the wall clock: a finished record's
+                // answer depends on its TTL alone, and an answer that would
+                // write (a Failed key run again) is decided again below.
+                let now = if found.entry.state == State::Processing {
+                    state.now(&*self.clock)
+                } else {
+                    state.now_for_finished(&*self.clock)
+                };
+                if !transition::is_gone(&found.entry, found.lease_end_ms, now) {
+                    let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
+                    match transition::claim(Some(stored), params, state.log.next_lsn, now) {
+                        ClaimStep::Acquire(_) => {}
+                        step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay),
+                    }
                 }
             }
         }

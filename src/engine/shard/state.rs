@@ -176,6 +176,16 @@ impl ShardState {
         }
     }
 
+    /// [`ShardState::now`] for a decision on a Completed or Failed record,
+    /// which only the wall clock (TTL) decides: the monotonic reading is
+    /// the floor, not read from the clock, and must not decide anything.
+    pub(crate) fn now_for_finished(&self, clock: &dyn Clock) -> Now {
+        let wall_ms = clock.now_ms();
+        let seen = self.now_floor_ms.load(Ordering::Acquire);
+        let wall_ms = if wall_ms <= seen { seen } else { self.now_floor_ms.fetch_max(wall_ms, Ordering::AcqRel).max(wall_ms) };
+        Now { wall_ms, monotonic_ms: self.monotonic_floor_ms.load(Ordering::Acquire) }
+    }
+
     /// The shard's wall-clock time for TTLs (see [`ShardState::now`]).
     pub(crate) fn now_ms(&self, clock: &dyn Clock) -> u64 {
         self.now(clock).wall_ms
