@@ -38,6 +38,8 @@ LAYERS = [
         "stats",
     ]),
     ("engine internals, pure parts", [
+        # The index table knows tags and addresses only.
+        "engine::table",
         "engine::index",
         "engine::compaction",
         "engine::transition",

@@ -176,9 +176,11 @@ pub enum Error {
     #[error("the store is closed")]
     Closed,
     /// Two different `(scope, key)` pairs hashed to the same 128-bit index
-    /// key. With a random per-store `SipHash` key this has probability about
-    /// 2^-100 even for billions of keys; it is reported rather than allowed
-    /// to mix two keys' records.
+    /// key, one of them in flight (the embedded store's lease table knows
+    /// keys by that hash; its index compares the keys themselves), or, on
+    /// a fleet backend, stored under it. With a random per-store `SipHash`
+    /// key this has probability about 2^-100 even for billions of keys; it
+    /// is reported rather than allowed to mix two keys' records.
     #[error("index hash collision between two distinct keys")]
     KeyHashCollision,
     /// A claim would create a new record in a scope at its quota

@@ -8,7 +8,7 @@
 //! of every key in a [`FullIndex`] first, which open turns into the table.
 
 use crate::engine::table::Address;
-use crate::record::{Header, Kind, State};
+use crate::record::State;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -32,20 +32,6 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// The entry of the put `header` at `at`.
-    pub(crate) fn of(header: &Header, at: Address) -> Option<Entry> {
-        let Kind::Put(state) = header.kind else { return None };
-        Some(Entry {
-            lsn: header.lsn,
-            token: header.token,
-            deadline_ms: crate::engine::transition::gone_ms(header),
-            segment: at.segment,
-            offset: at.offset,
-            frame_len: at.len,
-            state,
-        })
-    }
-
     /// Where the record is, as the table holds it.
     pub(crate) fn address(&self) -> Address {
         Address { segment: self.segment, offset: self.offset, len: self.frame_len }

@@ -7,7 +7,8 @@
 use super::state::ShardState;
 use super::Shard;
 use crate::engine::compaction::{CompactionReport, SegmentUsage, SegmentView};
-use crate::engine::index::{Entry, KeyHasher};
+use crate::engine::index::KeyHasher;
+use crate::engine::transition;
 use crate::engine::table::{self, Address};
 use crate::engine::segment;
 use crate::engine::segment::catalog::Catalog;
@@ -245,7 +246,7 @@ impl Shard {
         if state.index.contains(tag, context.segment, offset) {
             let len = u32::try_from(plan.len).unwrap_or(u32::MAX);
             let at = Address { segment: context.segment, offset, len };
-            let Some(entry) = Entry::of(record, at) else { return Ok(dead) };
+            let Some(entry) = transition::entry(record, at) else { return Ok(dead) };
             // A key whose scope could not be read back for its quota
             // stays indexed, so its record stays too.
             if entry.is_expired(context.now) && state.index_remove(hash, &entry) {

@@ -24,7 +24,6 @@ use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
-use crate::engine::index::Entry;
 use crate::record::{self, Header, Record, RecordRef, State};
 use crate::stats::{bump, Census, Counters};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -394,7 +393,7 @@ impl Shard {
         // their lease ends, from the lease table.
         for (_, at) in state.index.iter() {
             let (header, _) = state.read_at(at)?;
-            let Some(entry) = Entry::of(&header, at) else { continue };
+            let Some(entry) = transition::entry(&header, at) else { continue };
             let counter = match entry.state {
                 State::Processing => continue,
                 _ if transition::is_gone(&entry, 0, now) => &mut census.expired,

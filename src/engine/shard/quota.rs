@@ -11,6 +11,7 @@ use super::state::ShardState;
 use super::{KeyRef, Shard};
 use crate::engine::index::Entry;
 use crate::engine::ledger::Ledger;
+use crate::engine::transition;
 use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
 #[cfg(feature = "testing")]
@@ -140,7 +141,7 @@ impl Shard {
         let mut gone = Vec::new();
         for (tag, at) in state.index.iter() {
             let (header, _) = state.read_at(at)?;
-            if let Some(entry) = Entry::of(&header, at).filter(|entry| entry.is_expired(now.wall_ms)) {
+            if let Some(entry) = transition::entry(&header, at).filter(|entry| entry.is_expired(now.wall_ms)) {
                 gone.push((tag, entry));
             }
         }

@@ -207,7 +207,7 @@ impl ShardState {
             if scope != key.scope || stored_key != key.key {
                 continue;
             }
-            let entry = Entry::of(&header, at)
+            let entry = transition::entry(&header, at)
                 .ok_or_else(|| Error::corruption(self.log.path(at.segment), at.offset.into(), "index points at a tombstone"))?;
             let lease_end_ms = if entry.state == State::Processing { self.lease_end(key.hash) } else { 0 };
             return Ok(Some(Found { entry, lease_end_ms, header, frame }));

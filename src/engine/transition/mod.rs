@@ -15,6 +15,7 @@
 
 use crate::clock::Now;
 use crate::engine::index::Entry;
+use crate::engine::table::Address;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Header, Kind, State};
 
@@ -134,6 +135,21 @@ pub(crate) fn gone_ms(record: &Header) -> u64 {
         Kind::Put(_) => record.deadline_ms,
         Kind::Tombstone => 0,
     }
+}
+
+/// The index entry of the put `header` at `at` (`None` for a tombstone),
+/// its deadline as [`gone_ms`] computes it.
+pub(crate) fn entry(header: &Header, at: Address) -> Option<Entry> {
+    let Kind::Put(state) = header.kind else { return None };
+    Some(Entry {
+        lsn: header.lsn,
+        token: header.token,
+        deadline_ms: gone_ms(header),
+        segment: at.segment,
+        offset: at.offset,
+        frame_len: at.len,
+        state,
+    })
 }
 
 /// Whether a put whose index entry is `entry` reads absent at `now`; for a
