@@ -104,4 +104,21 @@ fn presized_tables_do_not_split() {
         table.insert(n.wrapping_mul(0x9E37_79B9), Address { segment: 1, offset: 64 + n, len: 1 });
     }
     assert_eq!(table.buckets(), buckets);
+    // Past the presized block it grows in chunks, and shrinks back.
+    for n in 10_000..40_000_u32 {
+        table.insert(n.wrapping_mul(0x9E37_79B9), Address { segment: 1, offset: 64 + n, len: 1 });
+    }
+    assert!(table.buckets() > buckets);
+    for n in 0..40_000_u32 {
+        let tag = n.wrapping_mul(0x9E37_79B9);
+        assert_eq!(table.candidates(tag).filter(|at| at.offset == 64 + n).count(), 1);
+    }
+    for n in 0..39_000_u32 {
+        assert!(table.remove(n.wrapping_mul(0x9E37_79B9), 1, 64 + n));
+    }
+    table.shrink();
+    assert!(table.buckets() < buckets);
+    let left: Vec<u32> = table.iter().map(|(_, at)| at.offset - 64).collect();
+    assert_eq!(left.len(), 1000);
+    assert!(left.iter().all(|n| *n >= 39_000));
 }
