@@ -107,8 +107,6 @@ impl FullIndex {
         self.0.get(&IndexKey::from(*hash))
     }
 
-
-
     /// Inserts `entry` unless the key's entry is as new or newer (by LSN);
     /// returns whether it did. One probe of the table.
     pub(crate) fn insert_newer(&mut self, hash: u128, entry: Entry) -> bool {
@@ -139,16 +137,10 @@ impl FullIndex {
         self.0.len()
     }
 
-
-
-
-
-
     /// Every `(hash, entry)`, consuming the index.
     pub(crate) fn into_entries(self) -> impl Iterator<Item = (u128, Entry)> {
         self.0.into_iter().map(|(key, entry)| (u128::from(key), entry))
     }
-
 }
 
 /// A Processing key's entry and its lease end on the monotonic scale.

@@ -159,7 +159,11 @@ impl Store {
     ///
     /// # Errors
     /// As [`Store::claim`].
-    pub fn claim_with<R>(&self, request: &ClaimRequest<'_>, replay: impl FnOnce(RecordRef<'_>) -> R) -> Result<Claim<R>> {
+    pub fn claim_with<R>(
+        &self,
+        request: &ClaimRequest<'_>,
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<Claim<R>> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash, lsn) = self.claim_unsynced_with(request, Tally::Answer, replay)?;
         self.engine.wait_durable(hash, lsn)?;

@@ -8,13 +8,13 @@ use super::state::ShardState;
 use super::Shard;
 use crate::engine::compaction::{CompactionReport, SegmentUsage, SegmentView};
 use crate::engine::index::KeyHasher;
-use crate::engine::transition;
-use crate::engine::table::{self, Address};
 use crate::engine::segment;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
 use crate::engine::segment::hint::{self, HintBuilder, HintEntry};
 use crate::engine::segment::scanner::{self, Expected, FrameCopier};
+use crate::engine::table::{self, Address};
+use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::io::StorageFile;
 use crate::record::{self, Header, Kind, PREFIX_BYTES};
@@ -293,7 +293,8 @@ impl Shard {
         for &(hash, from, to) in &rewritten.moved {
             let Ok(from) = u32::try_from(from) else { continue };
             let tag = table::tag(hash);
-            let Some(len) = state.index.candidates(tag).find(|at| at.segment == id && at.offset == from).map(|at| at.len)
+            let Some(len) =
+                state.index.candidates(tag).find(|at| at.segment == id && at.offset == from).map(|at| at.len)
             else {
                 continue;
             };

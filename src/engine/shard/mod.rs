@@ -53,10 +53,18 @@ pub(crate) struct KeyRef<'a> {
 /// as written (wall clock).
 #[derive(Debug)]
 pub(crate) enum Outcome<R = Record> {
-    Acquired { token: u64, lease_deadline_ms: u64, held: Held, checkpoint: Option<Checkpoint> },
+    Acquired {
+        token: u64,
+        lease_deadline_ms: u64,
+        held: Held,
+        checkpoint: Option<Checkpoint>,
+    },
     /// What `replay` made of the stored record.
     Replay(R),
-    InProgress { retry_after_ms: u64, attempt: u32 },
+    InProgress {
+        retry_after_ms: u64,
+        attempt: u32,
+    },
     Mismatch,
 }
 

@@ -11,8 +11,8 @@ use super::state::ShardState;
 use super::{KeyRef, Shard};
 use crate::engine::index::Entry;
 use crate::engine::ledger::Ledger;
-use crate::engine::transition;
 use crate::engine::telemetry::event;
+use crate::engine::transition;
 use crate::error::{Error, Result};
 #[cfg(feature = "testing")]
 use crate::quota::ScopeUsage;

@@ -8,11 +8,11 @@ use super::KeyRef;
 use crate::clock::{Clock, Now};
 use crate::engine::compaction::SegmentUsage;
 use crate::engine::index::{Entry, FullIndex, Lease, Leases};
-use crate::engine::table::{tag, Address, Table};
 use crate::engine::ledger::Ledger;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::hint::HintEntry;
 use crate::engine::segment::writer::Writer;
+use crate::engine::table::{tag, Address, Table};
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::record::{self, Header, Kind, State};
@@ -119,7 +119,11 @@ impl ShardState {
         match old {
             Some(old) => {
                 if !self.index.replace(tag(hash), old.segment, old.offset, entry.address()) {
-                    return Err(Error::corruption(self.log.path(old.segment), old.offset.into(), "index entry missing"));
+                    return Err(Error::corruption(
+                        self.log.path(old.segment),
+                        old.offset.into(),
+                        "index entry missing",
+                    ));
                 }
                 self.usage.entry(old.segment).or_default().release(old);
             }
@@ -182,7 +186,8 @@ impl ShardState {
     pub(crate) fn now_for_finished(&self, clock: &dyn Clock) -> Now {
         let wall_ms = clock.now_ms();
         let seen = self.now_floor_ms.load(Ordering::Acquire);
-        let wall_ms = if wall_ms <= seen { seen } else { self.now_floor_ms.fetch_max(wall_ms, Ordering::AcqRel).max(wall_ms) };
+        let wall_ms =
+            if wall_ms <= seen { seen } else { self.now_floor_ms.fetch_max(wall_ms, Ordering::AcqRel).max(wall_ms) };
         Now { wall_ms, monotonic_ms: self.monotonic_floor_ms.load(Ordering::Acquire) }
     }
 
@@ -207,8 +212,9 @@ impl ShardState {
             if scope != key.scope || stored_key != key.key {
                 continue;
             }
-            let entry = transition::entry(&header, at)
-                .ok_or_else(|| Error::corruption(self.log.path(at.segment), at.offset.into(), "index points at a tombstone"))?;
+            let entry = transition::entry(&header, at).ok_or_else(|| {
+                Error::corruption(self.log.path(at.segment), at.offset.into(), "index points at a tombstone")
+            })?;
             let lease_end_ms = if entry.state == State::Processing { self.lease_end(key.hash) } else { 0 };
             return Ok(Some(Found { entry, lease_end_ms, header, frame }));
         }
