@@ -15,7 +15,7 @@
 //!    redb, …).
 //! 2. **This process never shortens a file below a map in use.** A map
 //!    covers the file's length when it was made. The log writer maps the
-//!    active segment again after every change of its length (the allocated
+//!    active segment again after every change of its length (the zero-filled
 //!    space it adds ahead of the write position, a failed write cut back,
 //!    the trim when it is sealed), and every such change happens under the
 //!    shard's write lock, while no reader holds the old map.
@@ -28,10 +28,9 @@
 //!    start after the header). Compaction writes a new file and renames it
 //!    over the old one: the old map keeps the old file alive until dropped.
 //! 4. **A write through the map cannot fail half-way unseen.** It goes only
-//!    into space the writer allocated first (`fallocate`, or zeros written
-//!    with `pwrite` where the file system has no `fallocate`), so the file
+//!    into space the writer zero-filled with `pwrite` first, so the file
 //!    system has already reserved its blocks (a full disk failed that
-//!    call, with an error, before any record was copied). What the copy
+//!    `pwrite`, with an error, before any record was copied). What the copy
 //!    leaves in the page cache survives a crash of the process, as a
 //!    `pwrite` would; an error writing it back to the disk surfaces at the
 //!    next fsync, as it would after a `pwrite`.
@@ -84,7 +83,7 @@ impl Map {
     pub(crate) fn writable(file: &File, len: u64) -> io::Result<Map> {
         let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
         // SAFETY: as for `new` (points 1–3 of the module docs); writes go
-        // through `write`, which takes `&mut self`, only into allocated
+        // through `write`, which takes `&mut self`, only into zero-filled
         // space past the last record (point 4).
         let map = unsafe { MmapOptions::new().len(len).map_mut(file)? };
         Ok(Map(Mapping::Write(map)))

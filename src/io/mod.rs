@@ -46,20 +46,6 @@ pub trait StorageFile: Send + Sync + Debug {
     /// The operating system's error.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
-    /// Gives the file the space `offset..offset + len`, which holds nothing
-    /// yet, reading as zeros, extending the file if shorter: a later write
-    /// there needs no new blocks, so a full disk fails this call rather
-    /// than that write. The default writes the zeros; [`StdStorage`]
-    /// reserves the blocks with `fallocate` on Linux, which writes nothing,
-    /// and writes zeros where the file system cannot.
-    ///
-    /// # Errors
-    /// The operating system's error (`ENOSPC` on a full disk); part of the
-    /// space may have been given.
-    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
-        write_zeros(self, offset, len)
-    }
-
     /// The file's length in bytes.
     ///
     /// # Errors
@@ -76,7 +62,7 @@ pub trait StorageFile: Send + Sync + Debug {
 
     /// A memory map of the file's current length, through which the store
     /// reads records (and, `writable`, writes them into space it
-    /// allocated with [`allocate`](StorageFile::allocate)) without
+    /// zero-filled with [`write_all_at`](StorageFile::write_all_at)) without
     /// a system call; `None` (the default) when the file cannot be mapped,
     /// and reads and writes go through the calls above. [`StdStorage`] maps
     /// its files; the fault-injecting and power-cut storages do not, so
@@ -152,21 +138,6 @@ pub struct StdStorage;
 #[derive(Debug)]
 struct StdFile(File);
 
-/// Zeros for [`write_zeros`], a piece at a time.
-static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
-
-/// Writes `len` zeros at `offset`.
-fn write_zeros<F: StorageFile + ?Sized>(file: &F, offset: u64, len: u64) -> io::Result<()> {
-    let mut at = offset;
-    let end = offset.saturating_add(len);
-    while at < end {
-        let piece = usize::try_from((end - at).min(ZEROS.len() as u64)).unwrap_or(ZEROS.len());
-        file.write_all_at(&ZEROS[..piece], at)?;
-        at += piece as u64;
-    }
-    Ok(())
-}
-
 impl StorageFile for StdFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
@@ -178,19 +149,6 @@ impl StorageFile for StdFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
-    }
-
-    #[cfg(target_os = "linux")]
-    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
-        use rustix::fs::{fallocate, FallocateFlags};
-        match fallocate(&self.0, FallocateFlags::empty(), offset, len) {
-            Ok(()) => Ok(()),
-            // A file system without `fallocate` gets its zeros written.
-            Err(error) if error == rustix::io::Errno::OPNOTSUPP || error == rustix::io::Errno::NOSYS => {
-                write_zeros(self, offset, len)
-            }
-            Err(error) => Err(error.into()),
-        }
     }
 
     fn len(&self) -> io::Result<u64> {
@@ -260,44 +218,6 @@ mod tests {
         assert_eq!(file.len().expect("len"), 2);
         StdStorage.sync_dir(dir.path()).expect("sync dir");
         assert_eq!(StdStorage.read_dir(dir.path()).expect("ls"), vec![path]);
-    }
-
-    /// `allocate` (fallocate here) and the default (zeros written) give
-    /// the same file: the old bytes kept, the new space zeros, the length
-    /// extended.
-    #[test]
-    fn allocated_space_reads_as_zeros_and_keeps_what_was_there() {
-        #[derive(Debug)]
-        struct Zeros(Arc<dyn StorageFile>);
-        impl StorageFile for Zeros {
-            fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-                self.0.read_exact_at(buf, offset)
-            }
-            fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-                self.0.write_all_at(buf, offset)
-            }
-            fn set_len(&self, len: u64) -> io::Result<()> {
-                self.0.set_len(len)
-            }
-            fn len(&self) -> io::Result<u64> {
-                self.0.len()
-            }
-            fn sync(&self) -> io::Result<()> {
-                self.0.sync()
-            }
-        }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let native = StdStorage.open(&dir.path().join("native"), true).expect("open");
-        let written = Zeros(StdStorage.open(&dir.path().join("zeros"), true).expect("open"));
-        for file in [&*native, &written as &dyn StorageFile] {
-            file.write_all_at(b"record", 10).expect("write");
-            file.allocate(16, 200_000).expect("allocate");
-            assert_eq!(file.len().expect("len"), 200_016);
-            let mut bytes = vec![1u8; 200_016];
-            file.read_exact_at(&mut bytes, 0).expect("read");
-            assert_eq!(&bytes[10..16], b"record");
-            assert!(bytes[16..].iter().all(|byte| *byte == 0));
-        }
     }
 
     #[test]

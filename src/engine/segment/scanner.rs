@@ -50,7 +50,7 @@ pub(crate) struct Scan {
     /// The file's length.
     pub len: u64,
     /// Zero bytes from `valid_end` to the end of the active segment: space
-    /// the writer allocated ahead of its records (zeros) and never wrote (see
+    /// the writer zero-filled ahead of its records and never wrote (see
     /// `writer.rs`), not damage.
     pub unwritten: u64,
 }
@@ -345,7 +345,7 @@ pub(crate) struct Salvaged {
     /// The file's length.
     pub len: u64,
     /// Zeros at the end of the active segment past its durable mark: space
-    /// the writer allocated (zeros), neither a frame nor damage.
+    /// the writer zero-filled, neither a frame nor damage.
     pub unwritten: u64,
 }
 

@@ -4,12 +4,11 @@
 //! (through a memory map where the storage offers one). Group commit, one
 //! fsync shared by every caller that waits for it, is in `commit`.
 //!
-//! The active segment is given its space ahead of the write position, a
-//! [`ALLOCATION_STEP`] at a time ([`StorageFile::allocate`]: `fallocate`
-//! on Linux, zeros written elsewhere): a record then lands in space the
-//! file already has, so the fsync that makes it durable commits data only,
-//! not a new file length, and a full disk fails the allocation (nothing of
-//! the record written) rather than the record. Unless every record is synced
+//! The active segment is zero-filled ahead of the write position, a
+//! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
+//! already has, so the fsync that makes it durable commits data only, not a
+//! new file length, and a full disk fails the zero-fill (nothing of the
+//! record written) rather than the record. Unless every record is synced
 //! as it is written ([`crate::Durability::Sync`]), records are then copied
 //! into the segment's writable map (`pwrite` where the storage maps
 //! nothing), which puts them in the page cache as `pwrite` would, without a
@@ -35,8 +34,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// How far ahead of the write position the active segment is allocated.
+/// How far ahead of the write position the active segment is zero-filled.
 pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
+/// Zeros to fill with (a static in zero-initialised memory: it costs no
+/// memory until read, and then only the kernel's shared zero page).
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -226,16 +229,22 @@ impl Writer {
         Ok(Appended { segment: self.active.id, offset, frame_len })
     }
 
-    /// Allocates the active segment up to at least `need` bytes (an
+    /// Zero-fills the active segment up to at least `need` bytes (an
     /// [`ALLOCATION_STEP`] boundary, at most the segment size). On failure
     /// (a full disk) the file is cut back to what it was: nothing of the
     /// record that needed the space has been written.
     fn allocate(&mut self, need: u64, commit: &GroupCommit) -> Result<()> {
         let target = need.div_ceil(ALLOCATION_STEP).saturating_mul(ALLOCATION_STEP).min(self.segment_bytes).max(need);
-        let at = self.allocated;
-        if let Err(error) = self.active.file.allocate(at, target.saturating_sub(at)) {
-            self.cut_back(at, commit);
-            return Err(Error::io("allocate", self.path(self.active.id), error));
+        let mut at = self.allocated;
+        while at < target {
+            let piece = (target - at).min(ZEROS.len() as u64);
+            let piece_len = usize::try_from(piece).expect("a piece is at most an allocation step");
+            if let Err(error) = self.active.file.write_all_at(&ZEROS[..piece_len], at) {
+                let previous = self.allocated;
+                self.cut_back(previous, commit);
+                return Err(Error::io("allocate", self.path(self.active.id), error));
+            }
+            at += piece;
         }
         self.allocated = target;
         self.remap(self.active.id);

@@ -429,7 +429,7 @@ impl Shard {
         for (id, usage) in &state.usage {
             footprint.live_bytes += usage.live_bytes.saturating_sub(usage.expired_bytes(now));
             // The active segment's file is longer than its records: the
-            // writer allocates ahead of them (and a read-only open leaves
+            // writer zero-fills ahead of them (and a read-only open leaves
             // a torn tail in place).
             footprint.disk_bytes += if *id == active { state.log.allocated() } else { usage.total_bytes };
             footprint.segments += 1;
