@@ -316,6 +316,9 @@ impl Store {
 
     /// Iterates over the live records of every shard (inspection; not a
     /// snapshot: records that change while it runs may or may not be seen).
+    /// Each shard's scopes and keys are read from its records in one pass
+    /// under the shard's shared lock, which its writers wait for: about a
+    /// microsecond a record.
     #[must_use]
     pub fn iter(&self) -> Iter<'_> {
         Iter::new(&self.engine.shards, self.engine.hasher)
@@ -340,8 +343,9 @@ impl Store {
     }
 
     /// Counts the indexed records by state, and those expired but not yet
-    /// dropped. Walks the whole index (a shard at a time), so it is meant for
-    /// inspection, not for every request; [`Store::stats`] is the cheap one.
+    /// dropped. Reads every record's header (a shard at a time, under its
+    /// shared lock), so it is meant for inspection, not for every request;
+    /// [`Store::stats`] is the cheap one.
     ///
     /// # Errors
     /// [`Error::Closed`], [`Error::Poisoned`].

@@ -137,9 +137,15 @@ impl Shard {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
         // Finished records by their headers (a Processing one is in the
-        // lease table, which the abandoned-lease expiry walks).
+        // lease table, which the abandoned-lease expiry walks), read only
+        // in the segments whose accounting holds bytes that may have
+        // expired by now (it counts them by deadline rounded up to the
+        // second, hence the 999 ms).
+        let by_ms = now.wall_ms.saturating_add(999);
+        let expiring: std::collections::BTreeSet<u32> =
+            state.usage.iter().filter(|(_, usage)| usage.expired_bytes(by_ms) > 0).map(|(id, _)| *id).collect();
         let mut gone = Vec::new();
-        for (tag, at) in state.index.iter() {
+        for (tag, at) in state.index.iter().filter(|(_, at)| expiring.contains(&at.segment)) {
             let (header, _) = state.read_at(at)?;
             if let Some(entry) = transition::entry(&header, at).filter(|entry| entry.is_expired(now.wall_ms)) {
                 gone.push((tag, entry));
