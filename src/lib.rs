@@ -35,8 +35,9 @@
 //! quota (see [`Quota`]).
 //!
 //! Records live in an append-only, CRC-framed log per shard (see
-//! `docs/format.md`); the in-memory index holds only what a claim decision
-//! needs, and responses are read back from the log on replay. Time comes
+//! `docs/format.md`); the in-memory index holds 16 bytes a key, where its
+//! record is, and a claim reads its decision and its response back from the
+//! record (a key in flight keeps its lease in memory). Time comes
 //! from a [`Clock`]: leases count elapsed (monotonic) time, so a jump of
 //! the wall clock neither shortens nor freezes one; TTLs count wall-clock
 //! time (the rules across a restart are on [`Clock`]).
