@@ -317,8 +317,7 @@ impl Store {
     /// Iterates over the live records of every shard (inspection; not a
     /// snapshot: records that change while it runs may or may not be seen).
     /// Each shard's scopes and keys are read from its records in one pass
-    /// under the shard's shared lock, which its writers wait for: about a
-    /// microsecond a record.
+    /// under the shard's shared lock, which its writers wait for.
     #[must_use]
     pub fn iter(&self) -> Iter<'_> {
         Iter::new(&self.engine.shards, self.engine.hasher)

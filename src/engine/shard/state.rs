@@ -54,6 +54,18 @@ pub(crate) struct Found<'a> {
     pub frame: Cow<'a, [u8]>,
 }
 
+/// `floor` raised to `reading`, and the floor after it. Read first: most
+/// calls find the floor already there (the same millisecond), and a plain
+/// load leaves the cache line shared between the threads reading the shard.
+fn raise(floor: &AtomicU64, reading: u64) -> u64 {
+    let seen = floor.load(Ordering::Acquire);
+    if reading <= seen {
+        seen
+    } else {
+        floor.fetch_max(reading, Ordering::AcqRel).max(reading)
+    }
+}
+
 /// What the index says of a key, looked up without changing anything.
 #[derive(Debug)]
 pub(crate) enum Lookup<'a> {
@@ -163,17 +175,6 @@ impl ShardState {
     /// The shard's time: the wall clock never earlier than any seen (for
     /// TTLs), and elapsed time (for leases).
     pub(crate) fn now(&self, clock: &dyn Clock) -> Now {
-        // Read first: most calls find the floor already there (the same
-        // millisecond), and a plain load leaves the cache line shared
-        // between the threads reading the shard.
-        let raise = |floor: &AtomicU64, reading: u64| {
-            let seen = floor.load(Ordering::Acquire);
-            if reading <= seen {
-                seen
-            } else {
-                floor.fetch_max(reading, Ordering::AcqRel).max(reading)
-            }
-        };
         Now {
             wall_ms: raise(&self.now_floor_ms, clock.now_ms()),
             monotonic_ms: raise(&self.monotonic_floor_ms, clock.monotonic_ms()),
@@ -184,11 +185,10 @@ impl ShardState {
     /// which only the wall clock (TTL) decides: the monotonic reading is
     /// the floor, not read from the clock, and must not decide anything.
     pub(crate) fn now_for_finished(&self, clock: &dyn Clock) -> Now {
-        let wall_ms = clock.now_ms();
-        let seen = self.now_floor_ms.load(Ordering::Acquire);
-        let wall_ms =
-            if wall_ms <= seen { seen } else { self.now_floor_ms.fetch_max(wall_ms, Ordering::AcqRel).max(wall_ms) };
-        Now { wall_ms, monotonic_ms: self.monotonic_floor_ms.load(Ordering::Acquire) }
+        Now {
+            wall_ms: raise(&self.now_floor_ms, clock.now_ms()),
+            monotonic_ms: self.monotonic_floor_ms.load(Ordering::Acquire),
+        }
     }
 
     /// The shard's wall-clock time for TTLs (see [`ShardState::now`]).
