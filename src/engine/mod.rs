@@ -280,11 +280,16 @@ impl Engine {
         if self.read_only || !matches!(self.config.durability, Durability::Sync) {
             return Ok(());
         }
+        let mut woken = false;
         loop {
-            match self.shard_of_hash(hash).commit_turn(lsn)? {
+            match self.shard_of_hash(hash).commit_turn(lsn, woken)? {
                 Turn::Durable => return Ok(()),
-                Turn::Follow(listener) => listener.await,
+                Turn::Follow(listener) => {
+                    listener.await;
+                    woken = true;
+                }
                 Turn::Lead => {
+                    woken = false;
                     // The lead ends inside the task, so a caller dropped
                     // while it runs cannot leave the shard without a leader.
                     let engine = std::sync::Arc::clone(self);

@@ -33,17 +33,59 @@ pub(crate) enum Turn {
     Durable,
     /// Run the next fsync for everybody.
     Lead,
-    /// Wait for the running fsync, then ask again.
+    /// Wait until woken, then ask again: by the end of the running fsync
+    /// when it covers the record, else by the end of the next one (or by
+    /// being handed the lead of the next one).
     Follow(EventListener),
 }
 
-/// Ends a lead when dropped, even if the fsync panicked.
+/// Who runs the fsync for everybody, and which callers wait for which
+/// fsync. Callers are woken only by the fsync that covers them: a record
+/// written after the running fsync began waits for the next one, on the
+/// other event, and one of those callers is handed the lead.
+#[derive(Debug, Default)]
+struct Round {
+    /// Whether a caller runs (or has been handed) the fsync for everybody.
+    leading: bool,
+    /// The lead has been handed on, but nobody has taken it yet: the next
+    /// caller to ask takes it.
+    handed: bool,
+    /// Every record up to this LSN is covered by the running fsync: it had
+    /// been written when the lead was taken.
+    covering: u64,
+    /// Which of the two events the callers covered by the running fsync
+    /// wait on; the other is for the callers of the next one.
+    current: usize,
+    /// Callers waiting for the next fsync.
+    next_waiting: usize,
+}
+
+/// Ends a lead when dropped, even if the fsync failed or panicked: the
+/// callers it covered are woken, and the lead is handed to a caller of the
+/// next fsync, if any waits. After a failure everybody is woken (to learn
+/// that the shard is poisoned).
 struct EndLead<'a>(&'a GroupCommit);
 
 impl Drop for EndLead<'_> {
     fn drop(&mut self) {
-        *self.0.leader.lock() = false;
-        self.0.done.notify(usize::MAX);
+        let commit = self.0;
+        let mut round = commit.round_state.lock();
+        let covered = round.current;
+        round.current ^= 1;
+        let hand_on = round.next_waiting > 0 && !commit.is_poisoned() && !std::thread::panicking();
+        round.next_waiting = 0;
+        round.leading = hand_on;
+        round.handed = hand_on;
+        // Everything written by now is covered by the next fsync, which the
+        // caller handed the lead starts after this.
+        round.covering = commit.written_lsn.load(Ordering::Acquire);
+        drop(round);
+        commit.done[covered].notify(usize::MAX);
+        if hand_on {
+            commit.done[covered ^ 1].notify(1);
+        } else {
+            commit.done[covered ^ 1].notify(usize::MAX);
+        }
     }
 }
 
@@ -54,10 +96,11 @@ impl Drop for EndLead<'_> {
 #[derive(Debug)]
 pub(crate) struct GroupCommit {
     shard: u32,
-    /// Whether a caller is running the fsync for everybody.
-    leader: Mutex<bool>,
-    /// Notified when that fsync ends.
-    done: Event,
+    /// Who leads, and who waits for which fsync.
+    round_state: Mutex<Round>,
+    /// Notified when an fsync ends: one event for the callers it covers,
+    /// the other for those of the next one (see [`Round::current`]).
+    done: [Event; 2],
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -73,8 +116,8 @@ impl GroupCommit {
     pub(crate) fn new(shard: u32, recovered_lsn: u64, next_round: u32) -> Self {
         GroupCommit {
             shard,
-            leader: Mutex::new(false),
-            done: Event::new(),
+            round_state: Mutex::new(Round::default()),
+            done: [Event::new(), Event::new()],
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -128,41 +171,70 @@ impl GroupCommit {
 
     /// Makes every record up to `lsn` durable, sharing fsyncs between
     /// callers: one caller at a time leads and fsyncs everything written so
-    /// far; the others wait for it to end and are all woken together.
-    /// Records written while an fsync runs ride the next one. `active` gives
+    /// far; the others wait, each woken once, by the end of the fsync that
+    /// covers its record. Records written while an fsync runs ride the
+    /// next one, whose lead is handed to one of their callers. `active` gives
     /// the active segment (file and path) and the written LSN, read together
     /// under the shard's lock, so that a roll cannot slip between them.
     pub(crate) fn sync_to(&self, lsn: u64, counters: &Counters, active: impl Fn() -> ActiveSnapshot) -> Result<()> {
+        let mut woken = false;
         loop {
-            match self.turn(lsn)? {
+            match self.turn(lsn, woken)? {
                 Turn::Durable => return Ok(()),
-                Turn::Lead => self.lead(counters, &active)?,
-                Turn::Follow(listener) => listener.wait(),
+                Turn::Lead => {
+                    self.lead(counters, &active)?;
+                    woken = false;
+                }
+                Turn::Follow(listener) => {
+                    listener.wait();
+                    woken = true;
+                }
             }
         }
     }
 
     /// One step of waiting for `lsn` to be durable: it is already, or this
     /// caller must [`lead`](GroupCommit::lead) the next fsync, or it waits
-    /// for the running one and asks again. Blocking and async callers share
+    /// for the running one and asks again, `woken` (it may then be handed
+    /// the lead). Blocking and async callers share
     /// this, so an async caller needs a thread only to lead.
-    pub(crate) fn turn(&self, lsn: u64) -> Result<Turn> {
-        if self.durable_lsn.load(Ordering::Acquire) >= lsn {
+    pub(crate) fn turn(&self, lsn: u64, woken: bool) -> Result<Turn> {
+        if !woken && self.durable_lsn.load(Ordering::Acquire) >= lsn {
             return Ok(Turn::Durable);
         }
-        let mut leading = self.leader.lock();
+        let mut round = self.round_state.lock();
+        if woken && round.handed && !self.is_poisoned() {
+            // The lead was handed on to the callers of the next fsync, and
+            // one of them was woken for it. Any woken caller takes it, even
+            // one whose own record is durable already: the others wait for
+            // it. (A caller that was not woken never takes it in passing,
+            // so a leader cannot be kept leading round after round.)
+            round.handed = false;
+            return Ok(Turn::Lead);
+        }
         if self.durable_lsn.load(Ordering::Acquire) >= lsn {
             return Ok(Turn::Durable);
         }
         if self.is_poisoned() {
             return Err(Error::Poisoned { shard: self.shard });
         }
-        if *leading {
-            // Listening under the leader's lock: the leader clears the flag
-            // under it before notifying, so this listener is not missed.
-            return Ok(Turn::Follow(self.done.listen()));
+        if round.handed {
+            // Handed on, and nobody woken has taken it yet: this caller,
+            // whose record is not durable, runs it.
+            round.handed = false;
+            return Ok(Turn::Lead);
         }
-        *leading = true;
+        if round.leading {
+            // Listening under the lock: the lead ends under it before
+            // notifying, so this listener is not missed.
+            if lsn <= round.covering {
+                return Ok(Turn::Follow(self.done[round.current].listen()));
+            }
+            round.next_waiting += 1;
+            return Ok(Turn::Follow(self.done[round.current ^ 1].listen()));
+        }
+        round.leading = true;
+        round.covering = self.written_lsn.load(Ordering::Acquire);
         Ok(Turn::Lead)
     }
 
@@ -177,6 +249,11 @@ impl GroupCommit {
     /// before it starts. Only the leader calls it.
     fn sync_written(&self, counters: &Counters, active: &impl Fn() -> ActiveSnapshot) -> Result<()> {
         let snapshot = active();
+        if snapshot.written_lsn <= self.durable_lsn.load(Ordering::Acquire) {
+            // A lead handed on to a caller whose record the last fsync
+            // covered, with nothing written since.
+            return Ok(());
+        }
         if let Err(error) = snapshot.file.sync() {
             self.poison();
             return Err(Error::io("fsync", snapshot.path, error));
@@ -190,5 +267,102 @@ impl GroupCommit {
             return Err(Error::io("write", snapshot.path, error));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ActiveSnapshot, GroupCommit};
+    use crate::io::StorageFile;
+    use crate::stats::Counters;
+    use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A log that knows what each fsync covered: `written` is the newest LSN
+    /// written, and an fsync makes durable what was written when it began.
+    #[derive(Debug, Default)]
+    struct Log {
+        written: AtomicU64,
+        durable: AtomicU64,
+        fsyncs: AtomicU64,
+    }
+
+    impl StorageFile for Log {
+        fn read_exact_at(&self, _buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_all_at(&self, _buf: &[u8], _offset: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_len(&self, _len: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            Ok(0)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            let covered = self.written.load(Ordering::SeqCst);
+            // An fsync takes a while, so that callers pile up behind it.
+            std::thread::sleep(Duration::from_micros(200));
+            self.durable.fetch_max(covered, Ordering::SeqCst);
+            self.fsyncs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// Many callers write and wait: each returns only once an fsync that
+    /// began after its write has ended, nobody is left waiting (the test
+    /// ends), and fsyncs are shared.
+    #[test]
+    fn every_caller_returns_durable_and_fsyncs_are_shared() {
+        const CALLERS: u64 = 32;
+        const ROUNDS: u64 = 200;
+        let log = Arc::new(Log::default());
+        let commit = GroupCommit::new(0, 0, 1);
+        let counters = Counters::new(0);
+        // The shard's lock: an LSN is taken and written under it.
+        let writer = Mutex::new(0u64);
+        let file: Arc<dyn StorageFile> = Arc::clone(&log) as Arc<dyn StorageFile>;
+        // The snapshot waits for the shard's lock, as a busy shard's does:
+        // callers write between the lead being taken and its snapshot.
+        let active = || {
+            std::thread::sleep(Duration::from_micros(50));
+            ActiveSnapshot { file: Arc::clone(&file), path: "log".into(), written_lsn: commit.written_lsn(), end: 0 }
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for caller in 0..CALLERS {
+                let done = done.clone();
+                let (log, commit, counters, writer, active) = (&log, &commit, &counters, &writer, &active);
+                scope.spawn(move || {
+                    // Callers leave at different times: one handed the lead
+                    // may have nothing more to write.
+                    for _ in 0..ROUNDS / 2 + caller * ROUNDS / CALLERS {
+                        let lsn = {
+                            let mut next = writer.lock();
+                            *next += 1;
+                            log.written.store(*next, Ordering::SeqCst);
+                            commit.written(*next);
+                            *next
+                        };
+                        commit.sync_to(lsn, counters, active).expect("sync");
+                        assert!(
+                            log.durable.load(Ordering::SeqCst) >= lsn,
+                            "record {lsn} acknowledged before its fsync"
+                        );
+                    }
+                    done.send(()).expect("send");
+                });
+            }
+            for _ in 0..CALLERS {
+                finished.recv_timeout(Duration::from_secs(20)).expect("a caller was left waiting");
+            }
+        });
+        let fsyncs = log.fsyncs.load(Ordering::SeqCst);
+        let records = (0..CALLERS).map(|caller| ROUNDS / 2 + caller * ROUNDS / CALLERS).sum::<u64>();
+        assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
+        assert_eq!(commit.durable_lsn(), records);
     }
 }

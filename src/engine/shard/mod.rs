@@ -444,8 +444,8 @@ impl Shard {
 
     /// One step of waiting for `lsn` to be durable (see [`GroupCommit::turn`]).
     #[cfg(feature = "tokio")]
-    pub(crate) fn commit_turn(&self, lsn: u64) -> Result<Turn> {
-        self.commit.turn(lsn)
+    pub(crate) fn commit_turn(&self, lsn: u64, woken: bool) -> Result<Turn> {
+        self.commit.turn(lsn, woken)
     }
 
     /// Runs the fsync a caller leads after [`Turn::Lead`].
