@@ -8,6 +8,14 @@
 //! lease is collected after the handler's future has returned. On a
 //! thread of its own, nothing the handler does delays a renewal.
 //!
+//! A request only enters its lease in a table shared with the keeper, and
+//! leaves it when its answer is kept: the keeper's thread is not woken for
+//! it. The thread wakes on a tick of a twelfth of the shortest lease it has
+//! seen, and renews the leases that are due (a third of a lease after the
+//! claim or the last renewal): a request shorter than that costs the
+//! keeper nothing, and a lease is renewed between a third and five
+//! twelfths of the way through it.
+//!
 //! What a handler that blocks a runtime thread still costs: the thread
 //! (and every other request scheduled on it) waits, and when the blocked
 //! worker was the one polling tokio's I/O driver, no other connection or
@@ -21,14 +29,17 @@
 use crate::backend::IdempotencyBackend;
 use crate::{Error, LeaseToken};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The thread and runtime that renew leases; started at the first lease.
 pub(super) struct Keeper {
     thread: OnceLock<Option<KeeperThread>>,
+    leases: Arc<Leases>,
 }
 
 struct KeeperThread {
@@ -44,18 +55,70 @@ impl std::fmt::Debug for Keeper {
     }
 }
 
+type Renewal = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+/// One lease being kept.
+struct Entry {
+    /// When it is next renewed.
+    due: Instant,
+    lease: Duration,
+    status: Arc<Status>,
+    renew: Box<dyn Fn() -> Renewal + Send + Sync>,
+    /// The renewal running now, if one is.
+    running: Option<tokio::task::AbortHandle>,
+}
+
+/// The leases being kept, shared by the requests and the keeper's thread.
+struct Leases {
+    entries: Mutex<HashMap<u64, Entry>>,
+    next_id: AtomicU64,
+    /// The keeper's tick, in microseconds: a twelfth of the shortest lease
+    /// seen (at least a millisecond); `u64::MAX` before the first.
+    tick_micros: AtomicU64,
+    /// Wakes the keeper when the tick got shorter.
+    shorter: Arc<tokio::sync::Notify>,
+    /// Whether the keeper's loop was started.
+    tick_started: AtomicBool,
+}
+
 impl Keeper {
     pub(super) fn new() -> Self {
-        Keeper { thread: OnceLock::new() }
+        let leases = Leases {
+            entries: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            tick_micros: AtomicU64::new(u64::MAX),
+            shorter: Arc::new(tokio::sync::Notify::new()),
+            tick_started: AtomicBool::new(false),
+        };
+        Keeper { thread: OnceLock::new(), leases: Arc::new(leases) }
     }
 
     /// Renews `token`'s lease every third of `lease` until the returned
     /// [`Kept`] is dropped, or until the backend says the lease is lost.
     pub(super) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
-        let status = Arc::new(Status::new(Instant::now() + lease));
-        let task = renew_until_dropped(backend, token, lease, Arc::clone(&status));
-        let task = self.spawn(task);
-        Kept { status, task }
+        let now = Instant::now();
+        let status = Arc::new(Status::new(now + lease));
+        let renew = move || -> Renewal {
+            let (backend, token) = (Arc::clone(&backend), token.clone());
+            Box::pin(async move { backend.renew(&token, lease).await })
+        };
+        let id = self.leases.next_id.fetch_add(1, Ordering::Relaxed);
+        let entry = Entry {
+            due: now + period(lease),
+            lease,
+            status: Arc::clone(&status),
+            renew: Box::new(renew),
+            running: None,
+        };
+        self.leases.entries.lock().insert(id, entry);
+        let tick = u64::try_from((lease / 12).max(Duration::from_millis(1)).as_micros()).unwrap_or(u64::MAX);
+        if self.leases.tick_micros.fetch_min(tick, Ordering::AcqRel) > tick {
+            // The first lease, or one shorter than any before: the keeper
+            // starts, or ticks faster from now on.
+            self.start();
+            self.leases.shorter.notify_one();
+        }
+        Kept { status, id, leases: Arc::clone(&self.leases) }
     }
 
     /// Runs `future` on the keeper's runtime (or, if its thread could not
@@ -67,6 +130,70 @@ impl Keeper {
         match self.thread.get_or_init(start_thread) {
             Some(thread) => thread.runtime.spawn(future).abort_handle(),
             None => tokio::spawn(future).abort_handle(),
+        }
+    }
+
+    /// Starts the keeper's ticks, once.
+    fn start(&self) {
+        let leases = Arc::downgrade(&self.leases);
+        let started = self.leases.tick_started.swap(true, Ordering::AcqRel);
+        if !started {
+            self.spawn(tick(leases));
+        }
+    }
+}
+
+/// A third of a lease: how often it is renewed.
+fn period(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(1))
+}
+
+/// The keeper's loop: every tick, starts the renewals that are due. It
+/// holds the table weakly, so it ends with the keeper.
+async fn tick(leases: Weak<Leases>) {
+    loop {
+        let Some(table) = leases.upgrade() else { return };
+        let tick = Duration::from_micros(table.tick_micros.load(Ordering::Acquire));
+        let shorter = Arc::clone(&table.shorter);
+        drop(table);
+        tokio::select! {
+            () = tokio::time::sleep(tick) => {}
+            () = shorter.notified() => {}
+        }
+        let Some(table) = leases.upgrade() else { return };
+        let now = Instant::now();
+        let mut entries = table.entries.lock();
+        for (id, entry) in entries.iter_mut().filter(|(_, entry)| entry.running.is_none() && entry.due <= now) {
+            let renewal = (entry.renew)();
+            let task = tokio::spawn(renew_once(Weak::clone(&leases), *id, renewal));
+            entry.running = Some(task.abort_handle());
+        }
+    }
+}
+
+/// One renewal of the lease `id`; what it learnt goes to the lease's
+/// status, unless the lease has left the table meanwhile (its answer kept).
+async fn renew_once(leases: Weak<Leases>, id: u64, renewal: Renewal) {
+    let asked = Instant::now();
+    let outcome = renewal.await;
+    let Some(table) = leases.upgrade() else { return };
+    let mut entries = table.entries.lock();
+    let Some(entry) = entries.get_mut(&id) else { return };
+    entry.running = None;
+    match outcome {
+        Ok(()) => {
+            *entry.status.held_until.lock() = asked + entry.lease;
+            entry.due = asked + period(entry.lease);
+        }
+        Err(error @ Error::LeaseLost { .. }) => {
+            tracing::warn!(%error, "lease lost while its request runs; its answer will not be kept");
+            entry.status.lost.store(true, Ordering::Release);
+            entries.remove(&id);
+        }
+        Err(error) => {
+            tracing::warn!(%error, "renewing a running request's lease failed; retrying");
+            // Two more failures would let it lapse: sooner than a period.
+            entry.due = Instant::now() + (period(entry.lease) / 4).max(Duration::from_millis(1));
         }
     }
 }
@@ -117,10 +244,16 @@ impl Status {
 }
 
 /// A lease being kept alive; dropping it stops the renewals.
-#[derive(Debug)]
 pub(super) struct Kept {
     status: Arc<Status>,
-    task: tokio::task::AbortHandle,
+    id: u64,
+    leases: Arc<Leases>,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Kept").field("status", &self.status).field("id", &self.id).finish_non_exhaustive()
+    }
 }
 
 impl Kept {
@@ -132,37 +265,9 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Renews every third of the lease; after a failed renewal (not a lost
-/// lease) tries again sooner, since two more failures would let it lapse.
-async fn renew_until_dropped<K: IdempotencyBackend>(
-    backend: Arc<K>,
-    token: LeaseToken,
-    lease: Duration,
-    status: Arc<Status>,
-) {
-    let period = (lease / 3).max(Duration::from_millis(1));
-    let mut wait = period;
-    loop {
-        tokio::time::sleep(wait).await;
-        let asked = Instant::now();
-        match backend.renew(&token, lease).await {
-            Ok(()) => {
-                *status.held_until.lock() = asked + lease;
-                wait = period;
-            }
-            Err(error @ Error::LeaseLost { .. }) => {
-                tracing::warn!(%error, "lease lost while its request runs; its answer will not be kept");
-                status.lost.store(true, Ordering::Release);
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "renewing a running request's lease failed; retrying");
-                wait = (period / 4).max(Duration::from_millis(1));
-            }
+        let entry = self.leases.entries.lock().remove(&self.id);
+        if let Some(running) = entry.and_then(|entry| entry.running) {
+            running.abort();
         }
     }
 }
