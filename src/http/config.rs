@@ -223,7 +223,8 @@ impl LayerConfig {
     }
 
     /// The lease of a claim. Until the handler's answer is stored the
-    /// layer's keeper thread renews it every third of this, so a handler
+    /// layer's keeper thread renews it about every third of this (between
+    /// a third and five twelfths of it after the last renewal), so a handler
     /// (and its streamed body) may run longer; it is how long a crashed
     /// run holds its key. Default 30 s.
     #[must_use]

@@ -51,7 +51,11 @@ struct KeeperThread {
 
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Keeper").field("started", &self.thread.get().is_some()).finish()
+        formatter
+            .debug_struct("Keeper")
+            .field("started", &self.thread.get().is_some())
+            .field("leases", &self.leases.entries.lock().len())
+            .finish()
     }
 }
 
@@ -93,7 +97,8 @@ impl Keeper {
         Keeper { thread: OnceLock::new(), leases: Arc::new(leases) }
     }
 
-    /// Renews `token`'s lease every third of `lease` until the returned
+    /// Renews `token`'s lease when a third of `lease` has passed since the
+    /// claim or the last renewal (within a tick of the keeper) until the returned
     /// [`Kept`] is dropped, or until the backend says the lease is lost.
     pub(super) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
         let now = Instant::now();

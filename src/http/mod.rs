@@ -21,7 +21,7 @@
 //! handler runs to its end even when the client disconnects (its run then
 //! moves to a task of its own) and its answer is kept for the retry; from
 //! the claim until its answer is stored, a keeper thread of the layer's own
-//! renews its lease every third of [`LayerConfig::lease`], so neither a
+//! renews its lease about every third of [`LayerConfig::lease`], so neither a
 //! handler that blocks its thread nor a body that streams for longer than
 //! the lease lets it lapse (a networked backend's connection still needs
 //! one free worker of the service's runtime); its 5xx is kept
