@@ -203,7 +203,23 @@ impl GroupCommit {
             return Ok(Turn::Durable);
         }
         let mut round = self.round_state.lock();
-        if woken && round.handed && !self.is_poisoned() {
+        if round.handed && self.is_poisoned() {
+            // A write failed after the lead was handed on: nobody will run
+            // the next fsync, so everybody waiting for it is woken, to learn
+            // that the shard is poisoned.
+            round.handed = false;
+            round.leading = false;
+            drop(round);
+            for done in &self.done {
+                done.notify(usize::MAX);
+            }
+            return if self.durable_lsn.load(Ordering::Acquire) >= lsn {
+                Ok(Turn::Durable)
+            } else {
+                Err(Error::Poisoned { shard: self.shard })
+            };
+        }
+        if woken && round.handed {
             // The lead was handed on to the callers of the next fsync, and
             // one of them was woken for it. Any woken caller takes it, even
             // one whose own record is durable already: the others wait for
@@ -277,6 +293,7 @@ mod tests {
     use crate::stats::Counters;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::Receiver;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -312,57 +329,114 @@ mod tests {
         }
     }
 
+    /// One shard's log, its group commit and its writer's lock.
+    struct Shard {
+        log: Arc<Log>,
+        commit: GroupCommit,
+        counters: Counters,
+        next: Mutex<u64>,
+    }
+
+    impl Shard {
+        fn new() -> Arc<Self> {
+            Arc::new(Shard {
+                log: Arc::default(),
+                commit: GroupCommit::new(0, 0, 1),
+                counters: Counters::new(0),
+                next: Mutex::new(0),
+            })
+        }
+
+        /// Writes the next record (under the writer's lock, as the shard
+        /// does); `poison_at` is the LSN whose write fails.
+        fn write(&self, poison_at: u64) -> u64 {
+            let mut next = self.next.lock();
+            *next += 1;
+            if *next == poison_at {
+                self.commit.poison();
+            }
+            self.log.written.store(*next, Ordering::SeqCst);
+            self.commit.written(*next);
+            *next
+        }
+
+        /// Waits for `lsn`; the snapshot waits for the shard's lock, as a
+        /// busy shard's does, so that callers write between a lead being
+        /// taken and its snapshot.
+        fn sync_to(&self, lsn: u64) -> crate::Result<()> {
+            let active = || {
+                std::thread::sleep(Duration::from_micros(50));
+                let file: Arc<dyn StorageFile> = Arc::clone(&self.log) as Arc<dyn StorageFile>;
+                ActiveSnapshot { file, path: "log".into(), written_lsn: self.commit.written_lsn(), end: 0 }
+            };
+            let outcome = self.commit.sync_to(lsn, &self.counters, active);
+            if outcome.is_ok() {
+                assert!(self.log.durable.load(Ordering::SeqCst) >= lsn, "record {lsn} acknowledged before its fsync");
+            }
+            outcome
+        }
+    }
+
+    /// Runs `callers` threads of `work` and returns what each returned.
+    /// The threads are not scoped: a caller left waiting fails the test
+    /// (after 20 s) rather than hanging it.
+    fn run<T: Send + 'static>(callers: u64, work: impl Fn(u64) -> T + Send + Sync + 'static) -> Vec<T> {
+        let work = Arc::new(work);
+        let (done, finished) = std::sync::mpsc::channel();
+        for caller in 0..callers {
+            let (done, work) = (done.clone(), Arc::clone(&work));
+            std::thread::spawn(move || done.send(work(caller)));
+        }
+        collect(callers, &finished)
+    }
+
+    fn collect<T>(callers: u64, finished: &Receiver<T>) -> Vec<T> {
+        (0..callers)
+            .map(|_| finished.recv_timeout(Duration::from_secs(20)).expect("a caller was left waiting"))
+            .collect()
+    }
+
     /// Many callers write and wait: each returns only once an fsync that
-    /// began after its write has ended, nobody is left waiting (the test
-    /// ends), and fsyncs are shared.
+    /// began after its write has ended, nobody is left waiting, and fsyncs
+    /// are shared.
     #[test]
     fn every_caller_returns_durable_and_fsyncs_are_shared() {
         const CALLERS: u64 = 32;
         const ROUNDS: u64 = 200;
-        let log = Arc::new(Log::default());
-        let commit = GroupCommit::new(0, 0, 1);
-        let counters = Counters::new(0);
-        // The shard's lock: an LSN is taken and written under it.
-        let writer = Mutex::new(0u64);
-        let file: Arc<dyn StorageFile> = Arc::clone(&log) as Arc<dyn StorageFile>;
-        // The snapshot waits for the shard's lock, as a busy shard's does:
-        // callers write between the lead being taken and its snapshot.
-        let active = || {
-            std::thread::sleep(Duration::from_micros(50));
-            ActiveSnapshot { file: Arc::clone(&file), path: "log".into(), written_lsn: commit.written_lsn(), end: 0 }
-        };
-        let (done, finished) = std::sync::mpsc::channel();
-        std::thread::scope(|scope| {
-            for caller in 0..CALLERS {
-                let done = done.clone();
-                let (log, commit, counters, writer, active) = (&log, &commit, &counters, &writer, &active);
-                scope.spawn(move || {
-                    // Callers leave at different times: one handed the lead
-                    // may have nothing more to write.
-                    for _ in 0..ROUNDS / 2 + caller * ROUNDS / CALLERS {
-                        let lsn = {
-                            let mut next = writer.lock();
-                            *next += 1;
-                            log.written.store(*next, Ordering::SeqCst);
-                            commit.written(*next);
-                            *next
-                        };
-                        commit.sync_to(lsn, counters, active).expect("sync");
-                        assert!(
-                            log.durable.load(Ordering::SeqCst) >= lsn,
-                            "record {lsn} acknowledged before its fsync"
-                        );
-                    }
-                    done.send(()).expect("send");
-                });
-            }
-            for _ in 0..CALLERS {
-                finished.recv_timeout(Duration::from_secs(20)).expect("a caller was left waiting");
+        let shard = Shard::new();
+        let writes = |caller: u64| ROUNDS / 2 + caller * ROUNDS / CALLERS;
+        let running = Arc::clone(&shard);
+        // Callers leave at different times: one handed the lead may have
+        // nothing more to write.
+        run(CALLERS, move |caller| {
+            for _ in 0..writes(caller) {
+                let lsn = running.write(0);
+                running.sync_to(lsn).expect("sync");
             }
         });
-        let fsyncs = log.fsyncs.load(Ordering::SeqCst);
-        let records = (0..CALLERS).map(|caller| ROUNDS / 2 + caller * ROUNDS / CALLERS).sum::<u64>();
+        let records = (0..CALLERS).map(writes).sum::<u64>();
+        let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
         assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
-        assert_eq!(commit.durable_lsn(), records);
+        assert_eq!(shard.commit.durable_lsn(), records);
+    }
+
+    /// A write that fails while callers wait (the writer poisons the
+    /// shard, as after a failed `pwrite`), whether a lead runs, is handed
+    /// on or nobody leads: every caller returns, none acknowledged past
+    /// what an fsync covered.
+    #[test]
+    fn a_poisoned_shard_leaves_nobody_waiting() {
+        for poison_at in (1..=64).chain([100, 200]) {
+            let shard = Shard::new();
+            let errors = run(16, move |_| loop {
+                let lsn = shard.write(poison_at);
+                if let Err(error) = shard.sync_to(lsn) {
+                    break error;
+                }
+            });
+            for error in errors {
+                assert!(matches!(error, crate::Error::Poisoned { .. }), "{error}");
+            }
+        }
     }
 }
