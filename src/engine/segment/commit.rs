@@ -81,11 +81,7 @@ impl Drop for EndLead<'_> {
         round.covering = commit.written_lsn.load(Ordering::Acquire);
         drop(round);
         commit.done[covered].notify(usize::MAX);
-        if hand_on {
-            commit.done[covered ^ 1].notify(1);
-        } else {
-            commit.done[covered ^ 1].notify(usize::MAX);
-        }
+        commit.done[covered ^ 1].notify(if hand_on { 1 } else { usize::MAX });
     }
 }
 
@@ -132,6 +128,19 @@ impl GroupCommit {
                 shard = self.shard,
                 "shard poisoned: a write or fsync failed; every call on it now fails until the store is reopened"
             );
+        }
+        // A lead handed on but not yet taken will not be: nobody runs the
+        // next fsync, so everybody waiting for it is woken, to learn that
+        // the shard is poisoned. (A running lead wakes its callers itself
+        // when it ends.)
+        let mut round = self.round_state.lock();
+        if round.handed {
+            round.handed = false;
+            round.leading = false;
+            drop(round);
+            for done in &self.done {
+                done.notify(usize::MAX);
+            }
         }
     }
 
@@ -203,23 +212,7 @@ impl GroupCommit {
             return Ok(Turn::Durable);
         }
         let mut round = self.round_state.lock();
-        if round.handed && self.is_poisoned() {
-            // A write failed after the lead was handed on: nobody will run
-            // the next fsync, so everybody waiting for it is woken, to learn
-            // that the shard is poisoned.
-            round.handed = false;
-            round.leading = false;
-            drop(round);
-            for done in &self.done {
-                done.notify(usize::MAX);
-            }
-            return if self.durable_lsn.load(Ordering::Acquire) >= lsn {
-                Ok(Turn::Durable)
-            } else {
-                Err(Error::Poisoned { shard: self.shard })
-            };
-        }
-        if woken && round.handed {
+        if woken && round.handed && !self.is_poisoned() {
             // The lead was handed on to the callers of the next fsync, and
             // one of them was woken for it. Any woken caller takes it, even
             // one whose own record is durable already: the others wait for
