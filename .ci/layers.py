@@ -75,6 +75,8 @@ LAYERS = [
         "testing",
     ]),
     ("backends and layers over any backend", [
+        # Renews the leases of running requests and closures.
+        "keeper",
         "backends::tls",
         "backends::wake",
         "backends::counters",
@@ -82,6 +84,8 @@ LAYERS = [
         "backends::redis",
         "backends::postgres",
         "backends",
+        # run_once over any backend, the inbox, the outbox and its relay.
+        "once",
         "http",
         "conformance",
     ]),

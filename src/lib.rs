@@ -91,7 +91,11 @@ pub mod fuzzing;
 #[cfg(feature = "tower")]
 pub mod http;
 pub mod io;
+#[cfg(feature = "tokio")]
+mod keeper;
 mod lease;
+#[cfg(feature = "tokio")]
+mod once;
 mod quota;
 mod record;
 mod repair;
@@ -121,11 +125,13 @@ pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
+#[cfg(feature = "tokio")]
+pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, RecordRef, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
-pub use store::{Iter, Store};
+pub use store::{Iter, Once, Outcome, Store};
 pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.

@@ -12,8 +12,8 @@
 //! the request gets 409, never a second run.
 
 use super::guard::Shared;
-use super::keeper::Kept;
 use crate::backend::IdempotencyBackend;
+use crate::keeper::Kept;
 use crate::{Error, LeaseToken};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

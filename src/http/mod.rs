@@ -84,7 +84,6 @@ mod config;
 mod detached;
 mod guard;
 mod keep;
-mod keeper;
 mod key;
 mod problem;
 mod response;
@@ -93,11 +92,11 @@ pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyB
 pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
 
+use crate::keeper::Keeper;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
-use keeper::Keeper;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -10,6 +10,7 @@
 #[cfg(feature = "tokio")]
 mod asynchronous;
 pub(crate) mod iter;
+mod once;
 mod read_only;
 mod usage;
 mod wait;
@@ -19,7 +20,7 @@ use crate::config::{Config, Durability};
 use crate::engine::compaction::CompactionReport;
 use crate::engine::compactor;
 use crate::engine::open;
-use crate::engine::shard::{Outcome, Tally};
+use crate::engine::shard::{self, Tally};
 use crate::engine::sync::{self, sync_dirty};
 use crate::engine::telemetry;
 use crate::engine::transition::Finish;
@@ -31,6 +32,9 @@ use crate::lease::{Lease, LeaseToken};
 use crate::record::{Record, RecordRef};
 use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
+#[cfg(feature = "tokio")]
+pub(crate) use crate::store::once::renewal_period;
+pub use crate::store::once::{Once, Outcome};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -226,7 +230,7 @@ impl Store {
             replay,
         )?;
         let claim = match claimed.outcome {
-            Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
+            shard::Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
                 Arc::clone(&self.engine),
                 claimed.hash,
                 (request.scope, request.key),
@@ -235,11 +239,11 @@ impl Store {
                 lease_deadline_ms,
                 checkpoint,
             )),
-            Outcome::Replay(record) => Claim::Replay(record),
-            Outcome::InProgress { retry_after_ms, attempt } => {
+            shard::Outcome::Replay(record) => Claim::Replay(record),
+            shard::Outcome::InProgress { retry_after_ms, attempt } => {
                 Claim::InProgress { retry_after: Duration::from_millis(retry_after_ms), attempt }
             }
-            Outcome::Mismatch => Claim::Mismatch,
+            shard::Outcome::Mismatch => Claim::Mismatch,
         };
         Ok((claim, claimed.hash, claimed.lsn))
     }

@@ -1,6 +1,8 @@
-//! The layer's lease keeper: one thread of its own, with a tokio runtime
-//! of its own, renews the lease of every guarded request from its claim
-//! until its answer is stored (or its key failed or was released).
+//! The lease keeper (feature `tokio`): one thread of its own, with a tokio
+//! runtime of its own, renews the lease of every guarded request (the HTTP
+//! layer's) and of every running [`RunOnce`](crate::RunOnce) closure from
+//! its claim until its answer is stored (or its key failed or was
+//! released).
 //!
 //! The keep-alive cannot run in the handler's task: a handler that blocks
 //! its thread (`std::thread::sleep`, a synchronous driver, CPU-bound work)
@@ -27,6 +29,8 @@
 //! service's runtime.
 
 use crate::backend::IdempotencyBackend;
+use crate::engine::telemetry::event;
+use crate::store::renewal_period as period;
 use crate::{Error, LeaseToken};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -37,7 +41,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The thread and runtime that renew leases; started at the first lease.
-pub(super) struct Keeper {
+pub(crate) struct Keeper {
     thread: OnceLock<Option<KeeperThread>>,
     leases: Arc<Leases>,
 }
@@ -86,7 +90,7 @@ struct Leases {
 }
 
 impl Keeper {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let leases = Leases {
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -100,7 +104,7 @@ impl Keeper {
     /// Renews `token`'s lease when a third of `lease` has passed since the
     /// claim or the last renewal (within a tick of the keeper) until the returned
     /// [`Kept`] is dropped, or until the backend says the lease is lost.
-    pub(super) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
+    pub(crate) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
         let now = Instant::now();
         let status = Arc::new(Status::new(now + lease));
         let renew = move || -> Renewal {
@@ -128,7 +132,7 @@ impl Keeper {
 
     /// Runs `future` on the keeper's runtime (or, if its thread could not
     /// be started, on the caller's).
-    pub(super) fn spawn<F>(&self, future: F) -> tokio::task::AbortHandle
+    pub(crate) fn spawn<F>(&self, future: F) -> tokio::task::AbortHandle
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -146,11 +150,6 @@ impl Keeper {
             self.spawn(tick(leases));
         }
     }
-}
-
-/// A third of a lease: how often it is renewed.
-fn period(lease: Duration) -> Duration {
-    (lease / 3).max(Duration::from_millis(1))
 }
 
 /// The keeper's loop: every tick, starts the renewals that are due. It
@@ -190,13 +189,15 @@ async fn renew_once(leases: Weak<Leases>, id: u64, renewal: Renewal) {
             *entry.status.held_until.lock() = asked + entry.lease;
             entry.due = asked + period(entry.lease);
         }
+        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
         Err(error @ Error::LeaseLost { .. }) => {
-            tracing::warn!(%error, "lease lost while its request runs; its answer will not be kept");
+            event!(warn, %error, "lease lost while its request runs; its answer will not be kept");
             entry.status.lost.store(true, Ordering::Release);
             entries.remove(&id);
         }
+        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
         Err(error) => {
-            tracing::warn!(%error, "renewing a running request's lease failed; retrying");
+            event!(warn, %error, "renewing a running request's lease failed; retrying");
             // Two more failures would let it lapse: sooner than a period.
             entry.due = Instant::now() + (period(entry.lease) / 4).max(Duration::from_millis(1));
         }
@@ -207,8 +208,9 @@ fn start_thread() -> Option<KeeperThread> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
     let runtime = match runtime {
         Ok(runtime) => runtime,
+        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
         Err(error) => {
-            tracing::error!(%error, "the lease keeper's runtime did not start; leases renew on the service's runtime");
+            event!(error, %error, "the lease keeper's runtime did not start; leases renew on the service's runtime");
             return None;
         }
     };
@@ -220,8 +222,9 @@ fn start_thread() -> Option<KeeperThread> {
     });
     match started {
         Ok(_detached) => Some(KeeperThread { runtime: handle, _stop: stop }),
+        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
         Err(error) => {
-            tracing::error!(%error, "the lease keeper's thread did not start; leases renew on the service's runtime");
+            event!(error, %error, "the lease keeper's thread did not start; leases renew on the service's runtime");
             None
         }
     }
@@ -229,7 +232,7 @@ fn start_thread() -> Option<KeeperThread> {
 
 /// What the keeper knows of one lease.
 #[derive(Debug)]
-pub(super) struct Status {
+pub(crate) struct Status {
     /// Until when the lease is known to be held: the start of the last
     /// renewal that succeeded, plus the lease.
     held_until: Mutex<Instant>,
@@ -243,13 +246,13 @@ impl Status {
 
     /// Whether the lease may still be held now: not lost, not past the
     /// end the last renewal gave it.
-    pub(super) fn held(&self) -> bool {
+    pub(crate) fn held(&self) -> bool {
         !self.lost.load(Ordering::Acquire) && Instant::now() < *self.held_until.lock()
     }
 }
 
 /// A lease being kept alive; dropping it stops the renewals.
-pub(super) struct Kept {
+pub(crate) struct Kept {
     status: Arc<Status>,
     id: u64,
     leases: Arc<Leases>,
@@ -263,7 +266,8 @@ impl std::fmt::Debug for Kept {
 
 impl Kept {
     /// Whether the lease may still be held (see [`Status::held`]).
-    pub(super) fn held(&self) -> bool {
+    #[cfg_attr(not(feature = "tower"), expect(dead_code, reason = "the HTTP layer asks"))]
+    pub(crate) fn held(&self) -> bool {
         self.status.held()
     }
 }
