@@ -404,6 +404,11 @@ impl Config {
         if key.len() > self.key_bytes_max {
             return Err(Error::KeyTooLong { len: key.len(), max: self.key_bytes_max });
         }
+        self.check_scope(scope)
+    }
+
+    /// Checks a scope against the limit.
+    pub(crate) fn check_scope(&self, scope: &[u8]) -> Result<()> {
         if scope.len() > self.scope_bytes_max {
             return Err(Error::ScopeTooLong { len: scope.len(), max: self.scope_bytes_max });
         }

@@ -29,6 +29,7 @@ trait Erased: Send + Sync + 'static {
     fn renew<'a>(&'a self, token: &'a LeaseToken, extend: Duration) -> Call<'a, ()>;
     fn get<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>>;
     fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool>;
+    fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
     fn as_any(&self) -> &dyn Any;
 }
@@ -70,6 +71,10 @@ impl<B: IdempotencyBackend> Erased for B {
 
     fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool> {
         Box::pin(IdempotencyBackend::remove(self, scope, key))
+    }
+
+    fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>> {
+        Box::pin(IdempotencyBackend::scan(self, scope, after, limit))
     }
 
     fn limits(&self) -> BackendLimits {
@@ -163,6 +168,10 @@ impl IdempotencyBackend for AnyBackend {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
         self.0.remove(scope, key).await
+    }
+
+    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        self.0.scan(scope, after, limit).await
     }
 
     fn limits(&self) -> BackendLimits {

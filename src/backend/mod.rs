@@ -195,6 +195,26 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// The backend's error; the key errors.
     fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// The live records of `scope` whose key sorts after `after` (from the
+    /// first, for `None`), in key order (bytewise), at most `limit`: a page
+    /// of an operator's listing (the inbox's dead letters). Not a
+    /// snapshot: records that change meanwhile may or may not be seen.
+    ///
+    /// What a page costs: PostgreSQL reads a range of its primary key; the
+    /// embedded store reads every record's scope and key (as
+    /// [`Store::iter`](crate::Store::iter)), Redis every key's name and
+    /// scope (a `SCAN` of every master), and both then read the matches.
+    ///
+    /// # Errors
+    /// The backend's error; [`Error::InvalidKey`] for a scope over the
+    /// limit.
+    fn scan(
+        &self,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send;
+
     /// The sizes this backend accepts.
     fn limits(&self) -> BackendLimits;
 }
@@ -258,6 +278,13 @@ impl IdempotencyBackend for Store {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
         self.write_remove(scope, key)?.wait_async(self.engine()).await
+    }
+
+    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
+        tokio::task::spawn_blocking(move || store.scan(&scope, after.as_deref(), limit))
+            .await
+            .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
     }
 
     fn limits(&self) -> BackendLimits {

@@ -157,6 +157,14 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     /// Removes the record whatever its state, waking its waiters.
     fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool>> + Send;
+
+    /// A page of `scope`'s live records after `after`, in key order.
+    fn scan(
+        &self,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 }
 
 /// [`IdempotencyBackend::claim`](crate::IdempotencyBackend::claim) on a transport.
@@ -273,6 +281,20 @@ pub(crate) async fn remove<T: Transport>(transport: &T, scope: &[u8], key: &[u8]
     answer
 }
 
+/// [`IdempotencyBackend::scan`](crate::IdempotencyBackend::scan) on a transport.
+pub(crate) async fn scan<T: Transport>(
+    transport: &T,
+    scope: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Record>> {
+    transport.settings().config.check_scope(scope)?;
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    transport.scan(scope, after, limit).await
+}
+
 /// The answer of a fenced call.
 pub(crate) fn fenced(held: bool, token: &LeaseToken) -> Result<()> {
     if held {
@@ -339,6 +361,15 @@ macro_rules! remote_backend {
 
             async fn remove(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<bool> {
                 $crate::backends::remote::remove(self, scope, key).await
+            }
+
+            async fn scan(
+                &self,
+                scope: &[u8],
+                after: Option<&[u8]>,
+                limit: usize,
+            ) -> $crate::error::Result<Vec<$crate::Record>> {
+                $crate::backends::remote::scan(self, scope, after, limit).await
             }
 
             fn limits(&self) -> $crate::backend::BackendLimits {

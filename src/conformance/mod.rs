@@ -61,6 +61,7 @@
 
 mod capabilities;
 mod contract;
+mod listing;
 mod once;
 mod real_time;
 mod recovery;
@@ -71,6 +72,7 @@ pub use contract::{
     claim_wait, duplicates, fencing, late_finish, lease_boundaries, limits, quota_refusals, renew_get_remove, scopes,
     state_table, ttl,
 };
+pub use listing::scan;
 pub use once::run_once;
 pub use real_time::lease_ends;
 pub use recovery::{recovery_point_limits, recovery_points, recovery_points_dropped, reuse_policies};
@@ -127,6 +129,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "recovery_point_limits", recovery_point_limits(backend, &point_limits)).await;
     scenario(&mut report, "reuse_policies", reuse_policies(backend, &run.of("reuse_policies"))).await;
     scenario(&mut report, "run_once", run_once(backend, &run.of("run_once"))).await;
+    scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
     if run.clock().is_some() {
         scenario(&mut report, "lease_boundaries", lease_boundaries(backend, &run.of("lease_boundaries"))).await;
     } else {

@@ -52,3 +52,39 @@ impl Iterator for Iter<'_> {
         }
     }
 }
+
+impl crate::Store {
+    /// The live records of `scope` whose key sorts after `after` (from the
+    /// first, for `None`), in key order (bytewise), at most `limit`: a page
+    /// of an operator's listing (see
+    /// [`IdempotencyBackend::scan`](crate::IdempotencyBackend::scan)). It
+    /// reads every record's scope and key, shard by shard, as
+    /// [`iter`](crate::Store::iter) does, then the matching records.
+    ///
+    /// # Errors
+    /// [`Error::ScopeTooLong`](crate::Error::ScopeTooLong), I/O errors.
+    pub fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.engine.config.check_scope(scope)?;
+        let mut matches = Vec::new();
+        for (shard, keys) in self.engine.shards.iter().enumerate() {
+            for (found_scope, key) in keys.keys()? {
+                if found_scope == scope && after.is_none_or(|after| key.as_slice() > after) {
+                    matches.push((shard, key));
+                }
+            }
+        }
+        matches.sort_unstable_by(|(_, one), (_, other)| one.cmp(other));
+        let mut page = Vec::with_capacity(limit.min(matches.len()));
+        for (shard, key) in matches {
+            if page.len() == limit {
+                break;
+            }
+            let hash = self.engine.hasher.hash(scope, &key);
+            let found = self.engine.shards[shard].get(&KeyRef { hash, scope, key: &key })?;
+            if let (Some(record), _) = found {
+                page.push(record);
+            }
+        }
+        Ok(page)
+    }
+}

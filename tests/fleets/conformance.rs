@@ -170,6 +170,10 @@ impl IdempotencyBackend for ReleaseForgotten {
         IdempotencyBackend::remove(&self.0, scope, key).await
     }
 
+    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        IdempotencyBackend::scan(&self.0, scope, after, limit).await
+    }
+
     fn limits(&self) -> BackendLimits {
         self.0.limits()
     }

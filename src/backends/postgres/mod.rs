@@ -432,6 +432,15 @@ impl PostgresBackend {
         self.call_optional(what, sql, params).await?.ok_or_else(|| protocol(what))
     }
 
+    async fn call_rows(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        let call = async {
+            let client = self.pool.get().await.map_err(pool_error)?;
+            let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
+            client.query(&statement, params).await.map_err(postgres_error)
+        };
+        tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out(what))?
+    }
+
     async fn call_optional(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
         let call = async {
             let client = self.pool.get().await.map_err(pool_error)?;
@@ -580,5 +589,16 @@ impl Transport for PostgresBackend {
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
         let row = self.call("remove", &self.sql.remove, &[&scope, &key]).await?;
         row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
+    }
+
+    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.call_rows("scan", &self.sql.scan, &[&scope, &after, &limit]).await?;
+        rows.iter()
+            .map(|row| {
+                let key: Vec<u8> = row.try_get(10).map_err(|_| protocol("scan: key"))?;
+                reply::record(scope, &key, row)
+            })
+            .collect()
     }
 }

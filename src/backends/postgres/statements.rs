@@ -26,6 +26,9 @@ pub(super) struct Statements {
     pub(super) remove: String,
     pub(super) reap: String,
     pub(super) get: String,
+    /// A page of a scope's live records after a key (`NULL`: from the
+    /// first), in key order: `get`'s columns, then the key.
+    pub(super) scan: String,
 }
 
 impl Statements {
@@ -80,6 +83,13 @@ impl Statements {
                 "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
                  {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint \
                  FROM {} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()",
+                schema.object("idempo_store")
+            ),
+            scan: format!(
+                "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
+                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, key \
+                 FROM {} WHERE scope = $1 AND ($2::bytea IS NULL OR key > $2) \
+                 AND expires_at > clock_timestamp() ORDER BY key LIMIT $3",
                 schema.object("idempo_store")
             ),
         }

@@ -278,6 +278,11 @@ impl Connection {
         }
     }
 
+    /// The answers of `pipeline`'s commands, in order.
+    pub(super) async fn pipeline(&self, pipeline: &::redis::Pipeline) -> Result<Vec<Value>> {
+        self.query_pipeline(pipeline).await.map_err(backend_error)
+    }
+
     async fn query_pipeline(&self, pipeline: &::redis::Pipeline) -> ::redis::RedisResult<Vec<Value>> {
         match self.clone() {
             Connection::Single(mut connection, _) => pipeline.query_async(&mut connection).await,
@@ -342,7 +347,7 @@ impl Connection {
     /// Sends `command` to the server, or to every master of a Cluster:
     /// each one's answer, or its refusal (a server error) as text. A lost
     /// connection is an error.
-    async fn each_master(&self, command: &Cmd) -> Result<Vec<(String, std::result::Result<Value, String>)>> {
+    pub(super) async fn each_master(&self, command: &Cmd) -> Result<Vec<(String, std::result::Result<Value, String>)>> {
         match self.clone() {
             Connection::Single(mut connection, address) => match command.query_async::<Value>(&mut connection).await {
                 Ok(reply) => Ok(vec![(address.to_string(), Ok(reply))]),
