@@ -149,6 +149,22 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A record in a scope of the inbox's dead letters that is not one
+    /// (written by something else, or by a later version).
+    #[error("the dead letter of message {} is not readable", String::from_utf8_lossy(message_id))]
+    InvalidDeadLetter {
+        /// The message id.
+        message_id: Vec<u8>,
+    },
+    /// A consumer name that is empty, longer than 128 bytes, or holds a
+    /// character other than ASCII letters, digits and `-_.:`.
+    #[error("invalid consumer name {name:?}: {reason}")]
+    InvalidConsumer {
+        /// The name given.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A lease or TTL duration is zero or too large.
     #[error("invalid {what} duration: {reason}")]
     InvalidDuration {

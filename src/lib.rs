@@ -127,6 +127,11 @@ pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(feature = "tokio")]
 pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
+#[cfg(feature = "messaging")]
+pub use once::{
+    DeadLetter, Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_ERROR_BYTES_MAX,
+    DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT, INBOX_RETENTION_DEFAULT,
+};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, RecordRef, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};

@@ -61,6 +61,8 @@
 
 mod capabilities;
 mod contract;
+#[cfg(feature = "messaging")]
+mod inbox;
 mod listing;
 mod once;
 mod real_time;
@@ -72,6 +74,8 @@ pub use contract::{
     claim_wait, duplicates, fencing, late_finish, lease_boundaries, limits, quota_refusals, renew_get_remove, scopes,
     state_table, ttl,
 };
+#[cfg(feature = "messaging")]
+pub use inbox::inbox;
 pub use listing::scan;
 pub use once::run_once;
 pub use real_time::lease_ends;
@@ -130,6 +134,8 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "reuse_policies", reuse_policies(backend, &run.of("reuse_policies"))).await;
     scenario(&mut report, "run_once", run_once(backend, &run.of("run_once"))).await;
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
+    #[cfg(feature = "messaging")]
+    scenario(&mut report, "inbox", inbox(backend, &run.of("inbox"))).await;
     if run.clock().is_some() {
         scenario(&mut report, "lease_boundaries", lease_boundaries(backend, &run.of("lease_boundaries"))).await;
     } else {

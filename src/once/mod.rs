@@ -1,5 +1,20 @@
 //! Effectively-once beyond HTTP: [`RunOnce`], the one-call claim-run-finish
-//! over any [`IdempotencyBackend`] (feature `tokio`).
+//! over any [`IdempotencyBackend`] (feature `tokio`); [`Inbox`], the
+//! consumer side of an at-least-once queue, with its dead letters (feature
+//! `messaging`).
+
+#[cfg(feature = "messaging")]
+mod dead;
+#[cfg(feature = "messaging")]
+mod inbox;
+
+#[cfg(feature = "messaging")]
+pub use dead::{DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
+#[cfg(feature = "messaging")]
+pub use inbox::{
+    Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT,
+    INBOX_RETENTION_DEFAULT,
+};
 
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Keeper;
