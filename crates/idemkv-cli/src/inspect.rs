@@ -19,7 +19,7 @@ pub fn open_read_only(dir: &Path) -> Result<Store, Failure> {
 }
 
 /// Opens an existing store for writing; never creates one.
-fn open_existing(dir: &Path) -> Result<Store, Failure> {
+pub fn open_existing(dir: &Path) -> Result<Store, Failure> {
     // Checked first, so that a missing or unreadable directory, or one
     // without a manifest, is said as such rather than being created.
     if let Err(error) = std::fs::read_dir(dir) {

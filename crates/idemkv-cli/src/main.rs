@@ -3,7 +3,8 @@
 //! (`idemkv load --redis URL`); built with the `postgres` feature, create
 //! or upgrade the store's schema on a PostgreSQL server (`idemkv migrate
 //! --postgres URL`); move a store's live records to Redis, PostgreSQL or
-//! another store (`export`, `import`).
+//! another store (`export`, `import`); list, re-drive or drop an inbox's
+//! dead letters (`dead-letters`).
 //!
 //! `stats`, `get`, `list` and `export` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
@@ -17,6 +18,7 @@
 //! finding a key held twice), 2 usage or any other error — clap's own
 //! usage errors exit 2 too.
 
+mod dead_letters;
 mod inspect;
 mod load;
 mod migrate;
@@ -112,6 +114,10 @@ enum Command {
     /// every record as a claim and its finish would make it; keys the
     /// target already holds are kept. The whole file is checked first.
     Import(ImportArgs),
+    /// The inbox's dead letters of one consumer: list, re-drive or drop
+    /// them, on a store directory, Redis or PostgreSQL.
+    #[command(subcommand)]
+    DeadLetters(dead_letters::Action),
 }
 
 /// Where `import` writes.
@@ -204,6 +210,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => migrate::migrate(&args),
         Command::Export { dir, file } => transfer::export(&dir, &file),
         Command::Import(args) => import(&args),
+        Command::DeadLetters(action) => dead_letters::dead_letters(&action),
     };
     match outcome {
         Ok(code) => code,

@@ -11,6 +11,7 @@ mod support;
 mod after_kill;
 mod closed_pipe;
 mod commands;
+mod dead_letters;
 mod errors;
 mod export_import;
 mod load_arguments;
