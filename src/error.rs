@@ -156,6 +156,10 @@ pub enum Error {
         /// The message id.
         message_id: Vec<u8>,
     },
+    /// A stored answer that should be an outbox's envelope is not a whole
+    /// one.
+    #[error("the stored answer is not a whole outbox envelope")]
+    InvalidEnvelope,
     /// A consumer name that is empty, longer than 128 bytes, or holds a
     /// character other than ASCII letters, digits and `-_.:`.
     #[error("invalid consumer name {name:?}: {reason}")]

@@ -125,6 +125,8 @@ pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
+#[cfg(all(feature = "messaging", feature = "redis"))]
+pub use once::sinks::RedisStreamSink;
 #[cfg(feature = "tokio")]
 pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
 #[cfg(feature = "messaging")]
@@ -132,6 +134,16 @@ pub use once::{
     DeadLetter, Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_ERROR_BYTES_MAX,
     DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT, INBOX_RETENTION_DEFAULT,
 };
+#[cfg(feature = "messaging")]
+pub use once::{
+    KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
+};
+/// The outbox's envelope, for a caller that completes a key itself
+/// (PostgreSQL's `complete_in`, in its own transaction).
+#[cfg(feature = "messaging")]
+pub mod outbox {
+    pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of};
+}
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, RecordRef, State};
 pub use repair::{repair, DroppedRecord, Evidence, RepairReport};

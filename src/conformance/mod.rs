@@ -65,6 +65,8 @@ mod contract;
 mod inbox;
 mod listing;
 mod once;
+#[cfg(feature = "messaging")]
+mod outbox;
 mod real_time;
 mod recovery;
 mod restart;
@@ -78,6 +80,8 @@ pub use contract::{
 pub use inbox::inbox;
 pub use listing::scan;
 pub use once::run_once;
+#[cfg(feature = "messaging")]
+pub use outbox::outbox;
 pub use real_time::lease_ends;
 pub use recovery::{recovery_point_limits, recovery_points, recovery_points_dropped, reuse_policies};
 pub use restart::survives_restart;
@@ -136,6 +140,8 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
     #[cfg(feature = "messaging")]
     scenario(&mut report, "inbox", inbox(backend, &run.of("inbox"))).await;
+    #[cfg(feature = "messaging")]
+    scenario(&mut report, "outbox", outbox(backend, &run.of("outbox"))).await;
     if run.clock().is_some() {
         scenario(&mut report, "lease_boundaries", lease_boundaries(backend, &run.of("lease_boundaries"))).await;
     } else {

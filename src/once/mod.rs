@@ -7,6 +7,12 @@
 mod dead;
 #[cfg(feature = "messaging")]
 mod inbox;
+#[cfg(feature = "messaging")]
+pub(crate) mod outbox;
+#[cfg(feature = "messaging")]
+mod relay;
+#[cfg(all(feature = "messaging", feature = "redis"))]
+pub(crate) mod sinks;
 
 #[cfg(feature = "messaging")]
 pub use dead::{DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
@@ -15,6 +21,10 @@ pub use inbox::{
     Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT,
     INBOX_RETENTION_DEFAULT,
 };
+#[cfg(feature = "messaging")]
+pub use outbox::{Outbox, OutboxMessage, Produced, Staged};
+#[cfg(feature = "messaging")]
+pub use relay::{KeyDelivery, Relay, RelayConfig, RelayHandle, Sink, SinkError, Sweep};
 
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Keeper;

@@ -1,0 +1,134 @@
+//! The outbox's scenario (feature `messaging`): messages staged with their
+//! completion, relayed at least once and in order per key, retried, dead,
+//! taken over, on any backend.
+
+use super::contract::{fp, LEASE};
+use super::Setting;
+use crate::{
+    ClaimOptions, IdempotencyBackend, KeyDelivery, Once, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink,
+    SinkError, Staged,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A sink that records what it took, refuses a message (`destination/payload`)
+/// or a destination's messages a number of times first (or for good), and
+/// can hang.
+#[derive(Default)]
+struct Recording {
+    taken: Mutex<Vec<Staged>>,
+    refusals: Mutex<HashMap<String, u32>>,
+    hang: Mutex<Option<String>>,
+}
+
+impl Sink for Arc<Recording> {
+    async fn deliver(&self, message: &Staged) -> Result<(), SinkError> {
+        if self.hang.lock().as_deref() == Some(message.destination.as_str()) {
+            std::future::pending::<()>().await;
+        }
+        let name = format!("{}/{}", message.destination, String::from_utf8_lossy(&message.payload));
+        let mut refusals = self.refusals.lock();
+        let name = if refusals.contains_key(&name) { name } else { message.destination.clone() };
+        if let Some(left) = refusals.get_mut(&name).filter(|left| **left > 0) {
+            *left -= 1;
+            return Err(SinkError::transient(format!("{} is down", message.destination)));
+        }
+        self.taken.lock().push(message.clone());
+        Ok(())
+    }
+}
+
+impl Recording {
+    /// The payloads taken for `destination`, in order.
+    fn payloads(&self, destination: &str) -> Vec<Vec<u8>> {
+        let taken = self.taken.lock();
+        taken
+            .iter()
+            .filter(|message| message.destination == destination)
+            .map(|message| message.payload.clone())
+            .collect()
+    }
+}
+
+/// Stages `count` messages for `destination` with the completion of `key`.
+async fn produce<B: IdempotencyBackend>(outbox: &Outbox<B>, scope: &[u8], key: &[u8], destination: &str, count: u8) {
+    let messages = (0..count).map(|index| OutboxMessage::new(destination, vec![b'a' + index])).collect();
+    let produced = Produced::Complete { response: format!("201 {destination}").into_bytes(), messages };
+    let options = ClaimOptions::new().ttl(Duration::from_secs(60));
+    let once = outbox.run(scope, key, fp(destination), options, |_| async { produced }).await.expect("run");
+    assert_eq!(once.response(), Some(format!("201 {destination}").as_bytes()));
+}
+
+/// [`Outbox`] and [`Relay`] over the backend: a completion's messages are
+/// staged with it (a replay answers the response alone and stages
+/// nothing), a sweep delivers every key's in order, a second delivers
+/// nothing; a refused message is retried without the one before it again
+/// and without the ones after it first; a message refused
+/// `max_attempts` times is dead and holds back the rest of its key; a
+/// relay that dies mid-delivery is taken over after its lease.
+///
+/// # Panics
+/// When the backend answers otherwise.
+pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let scope = setting.key("outbox-scope");
+    let backend = Arc::new(backend.clone());
+    let sink = Arc::new(Recording::default());
+    let config = RelayConfig::new([&scope]).max_attempts(3).lease(LEASE);
+    let relay = Relay::new(Arc::clone(&backend), Arc::clone(&sink), config.clone());
+    let outbox = Outbox::shared(Arc::clone(&backend));
+
+    produce(&outbox, &scope, b"a", "orders", 3).await;
+    produce(&outbox, &scope, b"b", "mail", 2).await;
+    let replayed = outbox.run(&scope, b"a", fp("orders"), ClaimOptions::new(), |_| async { unreachable!("replayed") });
+    assert_eq!(replayed.await.expect("run"), Once::Replayed(b"201 orders".to_vec()));
+    let failed = outbox.run(&scope, b"c", fp("c"), ClaimOptions::new(), |_| async { Produced::Fail(b"402".to_vec()) });
+    assert_eq!(failed.await.expect("run").response(), Some(&b"402"[..]));
+
+    let sweep = relay.sweep().await.expect("sweep");
+    assert_eq!((sweep.keys, sweep.delivered), (2, 5), "{sweep:?}");
+    assert_eq!(sink.payloads("orders"), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "in order");
+    assert_eq!(sink.payloads("mail"), [b"a".to_vec(), b"b".to_vec()]);
+    let ids: Vec<String> = sink.taken.lock().iter().map(|message| message.id.clone()).collect();
+    assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), 5, "every message its own id: {ids:?}");
+    let again = relay.sweep().await.expect("sweep");
+    assert_eq!((again.keys, again.delivered), (0, 0), "nothing twice: {again:?}");
+
+    // The second message refused twice, then taken: the first is not
+    // sent again, the third not before it.
+    sink.refusals.lock().insert("flaky/b".into(), 2);
+    produce(&outbox, &scope, b"d", "flaky", 3).await;
+    let first = relay.deliver_key(&scope, b"d").await.expect("deliver");
+    assert_eq!(first, Some(KeyDelivery::Retrying { delivered: 1 }));
+    let second = relay.deliver_key(&scope, b"d").await.expect("deliver");
+    assert_eq!(second, Some(KeyDelivery::Retrying { delivered: 0 }));
+    assert_eq!(relay.deliver_key(&scope, b"d").await.expect("deliver"), Some(KeyDelivery::Done(2)));
+    assert_eq!(sink.payloads("flaky"), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "each once, in order");
+
+    // Refused three times: dead, and the message after it waits.
+    sink.refusals.lock().insert("down".into(), u32::MAX);
+    produce(&outbox, &scope, b"e", "down", 2).await;
+    for expected in [KeyDelivery::Retrying { delivered: 0 }, KeyDelivery::Retrying { delivered: 0 }, KeyDelivery::Dead]
+    {
+        assert_eq!(relay.deliver_key(&scope, b"e").await.expect("deliver"), Some(expected));
+    }
+    assert_eq!(relay.sweep().await.expect("sweep").dead, 1, "still dead at the next sweep");
+    assert!(sink.payloads("down").is_empty());
+
+    // A relay dies while delivering (its task is dropped): another takes
+    // the key over after the lease, and delivers it.
+    *sink.hang.lock() = Some("slow".into());
+    produce(&outbox, &scope, b"f", "slow", 1).await;
+    let dying = Relay::new(Arc::clone(&backend), Arc::clone(&sink), config.clone());
+    let scope_of_task = scope.clone();
+    let task = tokio::spawn(async move { dying.deliver_key(&scope_of_task, b"f").await });
+    tokio::time::sleep(LEASE / 4).await;
+    assert_eq!(relay.deliver_key(&scope, b"f").await.expect("deliver"), Some(KeyDelivery::InFlight));
+    task.abort();
+    assert!(task.await.is_err(), "the relay died");
+    *sink.hang.lock() = None;
+    setting.pass(LEASE + LEASE / 2).await;
+    assert_eq!(relay.deliver_key(&scope, b"f").await.expect("deliver"), Some(KeyDelivery::Done(1)));
+    assert_eq!(sink.payloads("slow"), [b"a".to_vec()]);
+}
