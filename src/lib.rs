@@ -177,6 +177,12 @@ pub struct ClientDoctests;
 #[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "tower"))]
 pub struct FleetsDoctests;
 
+/// The code blocks of `docs/messaging.md`, which need the `messaging`
+/// feature.
+#[doc = include_str!("../docs/messaging.md")]
+#[cfg(all(doctest, feature = "messaging"))]
+pub struct MessagingDoctests;
+
 /// The code blocks of `docs/operations.md`, which need the `metrics`
 /// feature.
 #[doc = include_str!("../docs/operations.md")]
