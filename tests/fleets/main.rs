@@ -13,6 +13,7 @@ mod postgres_checkpoints;
 mod postgres_fast_paths;
 mod postgres_kill_restart;
 mod postgres_least_privilege;
+mod postgres_outbox;
 mod postgres_reaper;
 mod postgres_reaper_elected;
 mod postgres_transaction;
