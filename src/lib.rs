@@ -139,10 +139,12 @@ pub use once::{
     KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
 };
 /// The outbox's envelope, for a caller that completes a key itself
-/// (PostgreSQL's `complete_in`, in its own transaction).
+/// (PostgreSQL's `complete_in`, in its own transaction), and where each
+/// key's staged messages stand (`idemkv outbox`).
 #[cfg(feature = "messaging")]
 pub mod outbox {
     pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of};
+    pub use crate::once::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
 }
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, RecordRef, State};

@@ -4,6 +4,7 @@
 
 use super::contract::{fp, LEASE};
 use super::Setting;
+use crate::outbox::{self, KeyState};
 use crate::{
     ClaimOptions, IdempotencyBackend, KeyDelivery, Once, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink,
     SinkError, Staged,
@@ -115,6 +116,25 @@ pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Settin
     }
     assert_eq!(relay.sweep().await.expect("sweep").dead, 1, "still dead at the next sweep");
     assert!(sink.payloads("down").is_empty());
+    let statuses = outbox::outbox_status(&*backend, &scope, None, 10).await.expect("status");
+    let states: Vec<(Vec<u8>, KeyState)> = statuses.into_iter().map(|status| (status.key, status.state)).collect();
+    assert_eq!(states[0], (b"a".to_vec(), KeyState::Delivered));
+    let dead = KeyState::Dead { index: 0, attempts: 3, error: "down is down".into() };
+    assert!(states.contains(&(b"e".to_vec(), dead)), "{states:?}");
+    assert!(!outbox::retry_dead_key(&*backend, &scope, b"a").await.expect("retry"), "a is not dead");
+    // Re-driven once the destination is back: both delivered, in order.
+    assert!(outbox::retry_dead_key(&*backend, &scope, b"e").await.expect("retry"));
+    sink.refusals.lock().insert("down".into(), 0);
+    assert_eq!(relay.deliver_key(&scope, b"e").await.expect("deliver"), Some(KeyDelivery::Done(2)));
+    assert_eq!(sink.payloads("down"), [b"a".to_vec(), b"b".to_vec()]);
+    // Dropped: the rest of a dead key is never delivered.
+    sink.refusals.lock().insert("gone".into(), u32::MAX);
+    produce(&outbox, &scope, b"g", "gone", 1).await;
+    for _ in 0..3 {
+        relay.deliver_key(&scope, b"g").await.expect("deliver");
+    }
+    assert!(outbox::drop_dead_key(&*backend, &scope, b"g").await.expect("drop"));
+    assert_eq!(relay.deliver_key(&scope, b"g").await.expect("deliver"), None, "nothing left to deliver");
 
     // A relay dies while delivering (its task is dropped): another takes
     // the key over after the lease, and delivers it.

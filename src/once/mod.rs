@@ -24,7 +24,10 @@ pub use inbox::{
 #[cfg(feature = "messaging")]
 pub use outbox::{Outbox, OutboxMessage, Produced, Staged};
 #[cfg(feature = "messaging")]
-pub use relay::{KeyDelivery, Relay, RelayConfig, RelayHandle, Sink, SinkError, Sweep};
+pub use relay::{
+    drop_dead_key, outbox_status, retry_dead_key, KeyDelivery, KeyState, KeyStatus, Relay, RelayConfig, RelayHandle,
+    Sink, SinkError, Sweep,
+};
 
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Keeper;

@@ -6,7 +6,7 @@
 use crate::inspect::{open_existing, open_read_only};
 use crate::output::{relative, text_or_hex, Failure, Out, EXIT_DAMAGE};
 use clap::{Args, Subcommand, ValueEnum};
-use idemkv::{DeadLetter, IdempotencyBackend, Inbox};
+use idemkv::{AnyBackend, DeadLetter, IdempotencyBackend, Inbox};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,11 +58,19 @@ pub enum ListFormat {
 
 /// Whose dead letters, and where.
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("where").required(true).args(["dir", "redis", "postgres"])))]
 pub struct Target {
     /// The consumer whose inbox quarantined them.
     #[arg(long)]
     consumer: String,
+    #[command(flatten)]
+    at: Where,
+}
+
+/// Where the records are: a store directory, a Redis server, a PostgreSQL
+/// schema.
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["dir", "redis", "postgres"])))]
+pub struct Where {
     /// A store directory.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -80,6 +88,41 @@ pub struct Target {
     schema: Option<String>,
 }
 
+impl Where {
+    /// The backend it names: a store opened read-only unless `write`.
+    pub async fn connect(&self, write: bool) -> Result<AnyBackend, Failure> {
+        if let Some(dir) = &self.dir {
+            return Ok(AnyBackend::new(if write { open_existing(dir)? } else { open_read_only(dir)? }));
+        }
+        #[cfg(feature = "redis")]
+        if let Some(url) = &self.redis {
+            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
+            if let Some(prefix) = &self.prefix {
+                backend = backend.prefix(prefix);
+            }
+            return Ok(AnyBackend::new(backend));
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(url) = &self.postgres {
+            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
+            let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
+            let schema = self.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
+            let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
+            let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
+            return Ok(AnyBackend::new(backend));
+        }
+        Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
+    }
+}
+
+/// A current-thread runtime for one command.
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| Failure::other(error.to_string()))
+}
+
 impl Action {
     fn target(&self) -> &Target {
         match self {
@@ -90,37 +133,10 @@ impl Action {
 
 /// Runs `action` on the backend its target names.
 pub fn dead_letters(action: &Action) -> Result<ExitCode, Failure> {
-    let target = action.target();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| Failure::other(error.to_string()))?;
-    runtime.block_on(async {
-        if let Some(dir) = &target.dir {
-            let store = match action {
-                Action::List { .. } => open_read_only(dir)?,
-                Action::Retry { .. } | Action::Drop { .. } => open_existing(dir)?,
-            };
-            return run(&Inbox::new(store), action).await;
-        }
-        #[cfg(feature = "redis")]
-        if let Some(url) = &target.redis {
-            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
-            if let Some(prefix) = &target.prefix {
-                backend = backend.prefix(prefix);
-            }
-            return run(&Inbox::new(backend), action).await;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(url) = &target.postgres {
-            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
-            let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
-            let schema = target.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
-            let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
-            let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
-            return run(&Inbox::new(backend), action).await;
-        }
-        Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
+    runtime()?.block_on(async {
+        let write = !matches!(action, Action::List { .. });
+        let inbox = Inbox::new(action.target().at.connect(write).await?);
+        run(&inbox, action).await
     })
 }
 

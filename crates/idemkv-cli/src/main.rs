@@ -4,7 +4,7 @@
 //! or upgrade the store's schema on a PostgreSQL server (`idemkv migrate
 //! --postgres URL`); move a store's live records to Redis, PostgreSQL or
 //! another store (`export`, `import`); list, re-drive or drop an inbox's
-//! dead letters (`dead-letters`).
+//! dead letters (`dead-letters`) and an outbox's stuck keys (`outbox`).
 //!
 //! `stats`, `get`, `list` and `export` open the store read-only
 //! ([`idemkv::Store::open_read_only`]): they change nothing on disk, work
@@ -22,6 +22,7 @@ mod dead_letters;
 mod inspect;
 mod load;
 mod migrate;
+mod outbox;
 mod output;
 mod stats;
 mod transfer;
@@ -118,6 +119,11 @@ enum Command {
     /// them, on a store directory, Redis or PostgreSQL.
     #[command(subcommand)]
     DeadLetters(dead_letters::Action),
+    /// An outbox's staged messages in one scope: where each key's delivery
+    /// stands (pending, in flight, dead, delivered); re-drive or give up a
+    /// key stopped at a dead message.
+    #[command(subcommand)]
+    Outbox(outbox::Action),
 }
 
 /// Where `import` writes.
@@ -211,6 +217,7 @@ fn main() -> ExitCode {
         Command::Export { dir, file } => transfer::export(&dir, &file),
         Command::Import(args) => import(&args),
         Command::DeadLetters(action) => dead_letters::dead_letters(&action),
+        Command::Outbox(action) => outbox::outbox(&action),
     };
     match outcome {
         Ok(code) => code,

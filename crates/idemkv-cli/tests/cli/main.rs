@@ -18,4 +18,5 @@ mod load_arguments;
 mod load_redis;
 mod load_stopped;
 mod migrate_postgres;
+mod outbox;
 mod stats_formats;
