@@ -127,6 +127,8 @@ pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(all(feature = "messaging", feature = "redis"))]
 pub use once::sinks::RedisStreamSink;
+#[cfg(all(feature = "messaging", feature = "client"))]
+pub use once::HttpSink;
 #[cfg(feature = "tokio")]
 pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
 #[cfg(feature = "messaging")]

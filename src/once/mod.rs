@@ -5,6 +5,8 @@
 
 #[cfg(feature = "messaging")]
 mod dead;
+#[cfg(all(feature = "messaging", feature = "client"))]
+mod http_sink;
 #[cfg(feature = "messaging")]
 mod inbox;
 #[cfg(feature = "messaging")]
@@ -16,6 +18,8 @@ pub(crate) mod sinks;
 
 #[cfg(feature = "messaging")]
 pub use dead::{DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
+#[cfg(all(feature = "messaging", feature = "client"))]
+pub use http_sink::HttpSink;
 #[cfg(feature = "messaging")]
 pub use inbox::{
     Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT,

@@ -6,4 +6,5 @@
 mod common;
 
 mod client_exactly_once;
+mod client_http_sink;
 mod client_retry_policy;
