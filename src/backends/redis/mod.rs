@@ -583,27 +583,7 @@ impl Transport for RedisBackend {
     }
 
     async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
-        let names = scan::record_names(&self.connection, &self.prefix).await?;
-        let values = scan::values(&self.connection, &names).await?;
-        let mut keys: Vec<Vec<u8>> = values
-            .iter()
-            .flatten()
-            .filter_map(|value| scan::scope_and_key(value))
-            .filter(|(found, key)| *found == scope && after.is_none_or(|after| *key > after))
-            .map(|(_, key)| key.to_vec())
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let mut page = Vec::with_capacity(limit.min(keys.len()));
-        for key in keys {
-            if page.len() == limit {
-                break;
-            }
-            if let Some(record) = Transport::get(self, scope, &key).await? {
-                page.push(record);
-            }
-        }
-        Ok(page)
+        scan::page_of(self, &self.connection, &self.prefix, (scope, after, limit)).await
     }
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {

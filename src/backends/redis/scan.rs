@@ -9,12 +9,46 @@
 
 use super::connection::Connection;
 use super::reply::{backend_error, bytes, number, protocol};
+use super::RedisBackend;
+use crate::backends::remote::Transport;
 use crate::error::Result;
+use crate::record::Record;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{cmd, Cmd, Value};
 
 /// Names asked for, and values read, per round trip.
 const BATCH: usize = 1000;
+
+/// The page of `scope`'s live records after `after`, at most `limit`, of
+/// the records under `prefix`.
+pub(super) async fn page_of(
+    backend: &RedisBackend,
+    connection: &Connection,
+    prefix: &str,
+    (scope, after, limit): (&[u8], Option<&[u8]>, usize),
+) -> Result<Vec<Record>> {
+    let names = record_names(connection, prefix).await?;
+    let values = values(connection, &names).await?;
+    let mut keys: Vec<Vec<u8>> = values
+        .iter()
+        .flatten()
+        .filter_map(|value| scope_and_key(value))
+        .filter(|(found, key)| *found == scope && after.is_none_or(|after| *key > after))
+        .map(|(_, key)| key.to_vec())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut page = Vec::with_capacity(limit.min(keys.len()));
+    for key in keys {
+        if page.len() == limit {
+            break;
+        }
+        if let Some(record) = Transport::get(backend, scope, &key).await? {
+            page.push(record);
+        }
+    }
+    Ok(page)
+}
 
 /// `prefix` with the glob characters of `SCAN … MATCH` escaped.
 fn escaped(prefix: &str) -> String {
@@ -30,7 +64,7 @@ fn escaped(prefix: &str) -> String {
 
 /// The names of every record under `prefix`, on the server or on every
 /// master of a Cluster.
-pub(super) async fn record_names(connection: &Connection, prefix: &str) -> Result<Vec<Vec<u8>>> {
+async fn record_names(connection: &Connection, prefix: &str) -> Result<Vec<Vec<u8>>> {
     let pattern = format!("{}:{{*}}:r", escaped(prefix));
     let scan = |cursor: u64| {
         let mut command = cmd("SCAN");
@@ -43,7 +77,7 @@ pub(super) async fn record_names(connection: &Connection, prefix: &str) -> Resul
             let mut cursor = 0;
             loop {
                 let reply = scan(cursor).query_async(&mut connection).await.map_err(backend_error)?;
-                cursor = page(reply, &mut names)?;
+                cursor = scanned(reply, &mut names)?;
                 if cursor == 0 {
                     return Ok(names);
                 }
@@ -60,7 +94,7 @@ pub(super) async fn record_names(connection: &Connection, prefix: &str) -> Resul
                     let routing =
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port });
                     let reply = cluster.route_command(scan(cursor), routing).await.map_err(backend_error)?;
-                    cursor = page(reply, &mut names)?;
+                    cursor = scanned(reply, &mut names)?;
                     if cursor == 0 {
                         break;
                     }
@@ -72,7 +106,7 @@ pub(super) async fn record_names(connection: &Connection, prefix: &str) -> Resul
 }
 
 /// One `SCAN` answer: its names added to `names`, the next cursor.
-fn page(reply: Value, names: &mut Vec<Vec<u8>>) -> Result<u64> {
+fn scanned(reply: Value, names: &mut Vec<Vec<u8>>) -> Result<u64> {
     let Value::Array(parts) = reply else { return Err(protocol("SCAN: not an array")) };
     let [cursor, Value::Array(found)] = parts.as_slice() else { return Err(protocol("SCAN: not a cursor and names")) };
     for name in found {
@@ -84,7 +118,7 @@ fn page(reply: Value, names: &mut Vec<Vec<u8>>) -> Result<u64> {
 /// The raw values of `names` (`None` for a name gone meanwhile), a
 /// batch at a time: one pipeline on a server; on a Cluster, whose client
 /// refuses a pipeline across slots, the batch's `GET`s at once.
-pub(super) async fn values(connection: &Connection, names: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+async fn values(connection: &Connection, names: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
     let mut values = Vec::with_capacity(names.len());
     for batch in names.chunks(BATCH) {
         let answers = match connection {
@@ -122,7 +156,7 @@ fn get(name: &[u8]) -> Cmd {
 /// The scope and key of a record's value as the scripts write it (a
 /// `MessagePack` array: `[10]` scope, `[11]` key; see `scripts`), or
 /// `None` for a value that is not one.
-pub(super) fn scope_and_key(mut packed: &[u8]) -> Option<(&[u8], &[u8])> {
+fn scope_and_key(mut packed: &[u8]) -> Option<(&[u8], &[u8])> {
     fn text<'a>(input: &mut &'a [u8]) -> Option<&'a [u8]> {
         let length = usize::try_from(rmp::decode::read_str_len(input).ok()?).ok()?;
         let (text, rest) = (input.get(..length)?, input.get(length..)?);
