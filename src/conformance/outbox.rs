@@ -4,7 +4,7 @@
 
 use super::contract::{fp, LEASE};
 use super::Setting;
-use crate::outbox::{self, KeyState};
+use crate::once::{self as outbox, KeyState};
 use crate::{
     ClaimOptions, IdempotencyBackend, KeyDelivery, Once, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink,
     SinkError, Staged,
