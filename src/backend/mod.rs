@@ -206,7 +206,7 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// scope (a `SCAN` of every master), and both then read the matches.
     ///
     /// # Errors
-    /// The backend's error; [`Error::InvalidKey`] for a scope over the
+    /// The backend's error; [`Error::ScopeTooLong`] for a scope over the
     /// limit.
     fn scan(
         &self,
