@@ -786,9 +786,10 @@ async fn relay_one_at_a_time(seconds: f64, dir: &std::path::Path, server: &fixtu
 }
 
 /// A burst of keys from `PRODUCERS` producers, the relay running.
-async fn relay_burst(seconds: f64, dir: &std::path::Path, server: &fixture::RedisServer) -> RelayRow {
-    let case = case(dir, server, "bench-burst").await;
-    let relay = Relay::new(Arc::clone(&case.store), case.sink.clone(), RelayConfig::new([SCOPE]));
+async fn relay_burst(seconds: f64, dir: &std::path::Path, server: &fixture::RedisServer, keys: usize) -> RelayRow {
+    let case = case(dir, server, &format!("bench-burst-{keys}")).await;
+    let config = RelayConfig::new([SCOPE]).concurrency(keys);
+    let relay = Relay::new(Arc::clone(&case.store), case.sink.clone(), config);
     let outbox = Outbox::shared(Arc::clone(&case.store)).relay_to(relay.handle());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(relay.run(async move {
@@ -806,7 +807,7 @@ async fn relay_burst(seconds: f64, dir: &std::path::Path, server: &fixture::Redi
     let span = Duration::from_nanos(last).saturating_sub(started - case.progress.base);
     let delivered = usize::try_from(lags.len()).expect("small");
     RelayRow {
-        name: format!("Relay::run notified, a burst from {PRODUCERS} producers"),
+        name: format!("Relay::run notified, a burst from {PRODUCERS} producers, {keys} key(s) at once"),
         keys: staged / PER_KEY,
         staged,
         delivered,
@@ -821,9 +822,10 @@ async fn relay_burst(seconds: f64, dir: &std::path::Path, server: &fixture::Redi
 }
 
 /// A backlog staged first (no relay told), then drained by sweeps alone.
-async fn relay_sweep(seconds: f64, dir: &std::path::Path, server: &fixture::RedisServer) -> RelayRow {
-    let case = case(dir, server, "bench-sweep").await;
-    let relay = Relay::new(Arc::clone(&case.store), case.sink.clone(), RelayConfig::new([SCOPE]));
+async fn relay_sweep(seconds: f64, dir: &std::path::Path, server: &fixture::RedisServer, keys: usize) -> RelayRow {
+    let case = case(dir, server, &format!("bench-sweep-{keys}")).await;
+    let config = RelayConfig::new([SCOPE]).concurrency(keys);
+    let relay = Relay::new(Arc::clone(&case.store), case.sink.clone(), config);
     let outbox = Outbox::shared(Arc::clone(&case.store));
     let staging = stage_burst(&outbox, &case.progress, &case.stream, burst_keys(seconds), seconds).await;
     let staged = case.progress.staged_keys() * PER_KEY;
@@ -852,7 +854,7 @@ async fn relay_sweep(seconds: f64, dir: &std::path::Path, server: &fixture::Redi
     let read = reading.read_at.iter().filter(|at| **at > 0).count();
     assert!(read_note.is_empty() || !note.is_empty(), "swept but not read: {read_note}");
     RelayRow {
-        name: "Relay::sweep of a backlog staged first".into(),
+        name: format!("Relay::sweep of a backlog staged first, {keys} key(s) at once"),
         keys: staged / PER_KEY,
         staged,
         delivered: read,
@@ -873,15 +875,17 @@ async fn relay_sweep(seconds: f64, dir: &std::path::Path, server: &fixture::Redi
 async fn relay_rows(seconds: f64, dir: &std::path::Path, server: &fixture::RedisServer, appendfsync: &str) {
     let rows = [
         relay_one_at_a_time(seconds, dir, server).await,
-        relay_burst(seconds, dir, server).await,
-        relay_sweep(seconds, dir, server).await,
+        relay_burst(seconds, dir, server, 1).await,
+        relay_burst(seconds, dir, server, 16).await,
+        relay_sweep(seconds, dir, server, 1).await,
+        relay_sweep(seconds, dir, server, 16).await,
     ];
     println!(
         "relay: store Durability::Sync (staging, progress records), RedisStreamSink XADD (AOF appendfsync {appendfsync}), \
          {PER_KEY} messages a key, {RELAY_PAYLOAD_BYTES}-byte payloads; lag = Outbox::run returned -> XREAD got it"
     );
     println!(
-        "{:<50} {:>6} {:>8} {:>9} {:>10} {:>10} {:>10} {:>12} {:>14}  notes",
+        "{:<70} {:>6} {:>8} {:>9} {:>10} {:>10} {:>10} {:>12} {:>14}  notes",
         "row", "keys", "staged", "delivered", "msg/s", "lag p50", "lag p99", "staged msg/s", "records/fsyncs"
     );
     for row in &rows {
@@ -900,7 +904,7 @@ async fn relay_rows(seconds: f64, dir: &std::path::Path, server: &fixture::Redis
             notes.push(row.note.clone());
         }
         println!(
-            "{:<50} {:>6} {:>8} {:>9} {:>10.0} {:>10} {:>10} {:>12} {:>14}  {}",
+            "{:<70} {:>6} {:>8} {:>9} {:>10.0} {:>10} {:>10} {:>12} {:>14}  {}",
             row.name,
             row.keys,
             row.staged,

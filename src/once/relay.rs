@@ -21,6 +21,7 @@ use crate::engine::telemetry::event;
 use crate::error::Result;
 use crate::keeper::Keeper;
 use crate::{Fingerprint, LeaseToken, Record, ReusePolicy, State};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -80,6 +81,9 @@ pub struct RelayConfig {
     /// How long a key's progress is kept at least (longer when its
     /// completion lives longer). Default 7 days.
     pub retention: Duration,
+    /// Keys delivered at once (each in order, one relay at a time): their
+    /// progress writes share fsyncs. Default 16.
+    pub concurrency: usize,
 }
 
 impl RelayConfig {
@@ -92,7 +96,15 @@ impl RelayConfig {
             lease: Duration::from_secs(30),
             sweep_interval: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
+            concurrency: 16,
         }
+    }
+
+    /// Sets [`concurrency`](RelayConfig::concurrency) (at least 1).
+    #[must_use]
+    pub fn concurrency(mut self, keys: usize) -> Self {
+        self.concurrency = keys.max(1);
+        self
     }
 
     /// Sets [`max_attempts`](RelayConfig::max_attempts) (at least 1).
@@ -247,10 +259,26 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
                         event!(warn, %error, "relay: a sweep failed; the next one tries again");
                     }
                 }
-                Some((scope, key)) = self.notices.recv() => {
-                    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
-                    if let Err(error) = self.deliver_key(&scope, &key).await {
-                        event!(warn, %error, "relay: a delivery failed; the next sweep tries again");
+                Some(notice) = self.notices.recv() => {
+                    // This notice and those queued behind it, at once.
+                    let mut batch = vec![notice];
+                    while batch.len() < self.config.concurrency {
+                        let Ok(notice) = self.notices.try_recv() else { break };
+                        if !batch.contains(&notice) {
+                            batch.push(notice);
+                        }
+                    }
+                    // Pushed in a loop, not mapped by a closure: the future
+                    // of `run` stays `Send` for any `'static` caller.
+                    let mut deliveries = FuturesUnordered::new();
+                    for (scope, key) in &batch {
+                        deliveries.push(self.deliver_key(scope, key));
+                    }
+                    while let Some(delivered) = deliveries.next().await {
+                        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+                        if let Err(error) = delivered {
+                            event!(warn, %error, "relay: a delivery failed; the next sweep tries again");
+                        }
                     }
                 }
             }
@@ -270,11 +298,20 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
                 let page = self.backend.scan(scope, after.as_deref(), 256).await?;
                 let Some(last) = page.last() else { break };
                 after = Some(last.key.clone());
-                for record in &page {
-                    if record.state != State::Completed || !is_envelope(&record.response) {
-                        continue;
+                let mut staged =
+                    page.iter().filter(|record| record.state == State::Completed && is_envelope(&record.response));
+                let mut running = FuturesUnordered::new();
+                let mut deliveries = Vec::new();
+                loop {
+                    while running.len() < self.config.concurrency {
+                        let Some(record) = staged.next() else { break };
+                        running.push(self.deliver_record(record));
                     }
-                    let Some(delivery) = self.deliver_record(record).await? else { continue };
+                    let Some(delivery) = running.next().await else { break };
+                    deliveries.push(delivery);
+                }
+                for delivery in deliveries {
+                    let Some(delivery) = delivery? else { continue };
                     sweep.keys += 1;
                     match delivery {
                         KeyDelivery::Done(count) => sweep.delivered += count,
@@ -538,4 +575,32 @@ async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u
         backend.fail(&token, &progress(RETRY, index, 0, "re-driven by an operator")).await?;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Store;
+
+    struct Nowhere;
+
+    impl Sink for Nowhere {
+        async fn deliver(&self, _message: &Staged) -> std::result::Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    /// `run` can be spawned: its future is `Send` and `'static`.
+    #[tokio::test]
+    async fn a_relay_runs_on_a_spawned_task_and_stops() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::open(dir.path(), crate::Config::new()).expect("open"));
+        let relay = Relay::new(store, Nowhere, RelayConfig::new(["shop"]));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(relay.run(async move {
+            let _ = stopped.await;
+        }));
+        stop.send(()).expect("running");
+        running.await.expect("stopped");
+    }
 }
