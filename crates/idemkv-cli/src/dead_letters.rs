@@ -3,11 +3,10 @@
 //! open: the tool takes its lock), a Redis server or Cluster, or a
 //! PostgreSQL schema.
 
-use crate::inspect::{open_existing, open_read_only};
 use crate::output::{relative, text_or_hex, Failure, Out, EXIT_DAMAGE};
+use crate::target::{runtime, Where};
 use clap::{Args, Subcommand, ValueEnum};
-use idemkv::{AnyBackend, DeadLetter, IdempotencyBackend, Inbox};
-use std::path::PathBuf;
+use idemkv::{DeadLetter, IdempotencyBackend, Inbox};
 use std::process::ExitCode;
 
 /// `dead-letters`' actions.
@@ -64,63 +63,6 @@ pub struct Target {
     consumer: String,
     #[command(flatten)]
     at: Where,
-}
-
-/// Where the records are: a store directory, a Redis server, a PostgreSQL
-/// schema.
-#[derive(Args)]
-#[command(group(clap::ArgGroup::new("where").required(true).args(["dir", "redis", "postgres"])))]
-pub struct Where {
-    /// A store directory.
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
-    /// A Redis / Valkey server's URL (`redis://host:port/db`).
-    #[arg(long, value_name = "URL")]
-    redis: Option<String>,
-    /// The key prefix of the Redis backend (default `idemkv`).
-    #[arg(long, requires = "redis")]
-    prefix: Option<String>,
-    /// A PostgreSQL connection URL.
-    #[arg(long, value_name = "URL")]
-    postgres: Option<String>,
-    /// The PostgreSQL schema of the store (default `public`).
-    #[arg(long, requires = "postgres")]
-    schema: Option<String>,
-}
-
-impl Where {
-    /// The backend it names: a store opened read-only unless `write`.
-    pub async fn connect(&self, write: bool) -> Result<AnyBackend, Failure> {
-        if let Some(dir) = &self.dir {
-            return Ok(AnyBackend::new(if write { open_existing(dir)? } else { open_read_only(dir)? }));
-        }
-        #[cfg(feature = "redis")]
-        if let Some(url) = &self.redis {
-            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
-            if let Some(prefix) = &self.prefix {
-                backend = backend.prefix(prefix);
-            }
-            return Ok(AnyBackend::new(backend));
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(url) = &self.postgres {
-            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
-            let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
-            let schema = self.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
-            let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
-            let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
-            return Ok(AnyBackend::new(backend));
-        }
-        Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
-    }
-}
-
-/// A current-thread runtime for one command.
-pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| Failure::other(error.to_string()))
 }
 
 impl Action {

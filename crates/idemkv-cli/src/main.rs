@@ -25,6 +25,7 @@ mod migrate;
 mod outbox;
 mod output;
 mod stats;
+mod target;
 mod transfer;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -132,19 +133,8 @@ enum Command {
 struct ImportArgs {
     /// The file `export` wrote.
     file: PathBuf,
-    /// A Redis / Valkey server's URL (`redis://host:port/db`).
-    #[arg(long, value_name = "URL")]
-    redis: Option<String>,
-    /// The key prefix of the Redis backend (default `idemkv`).
-    #[arg(long, requires = "redis")]
-    prefix: Option<String>,
-    /// A PostgreSQL connection URL (the schema migrated first: `idemkv
-    /// migrate`).
-    #[arg(long, value_name = "URL")]
-    postgres: Option<String>,
-    /// The PostgreSQL schema of the store (default `public`).
-    #[arg(long, requires = "postgres")]
-    schema: Option<String>,
+    #[command(flatten)]
+    remote: target::Remote,
     /// Another store directory (created if missing).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
@@ -177,29 +167,9 @@ fn import(args: &ImportArgs) -> Result<ExitCode, Failure> {
     if let Some(dir) = &args.store {
         return transfer::import_into_store(&args.file, dir);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| Failure::other(error.to_string()))?;
-    runtime.block_on(async {
-        #[cfg(feature = "redis")]
-        if let Some(url) = &args.redis {
-            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
-            if let Some(prefix) = &args.prefix {
-                backend = backend.prefix(prefix);
-            }
-            return transfer::import(&backend, &args.file, &format!("Redis at {url}")).await;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(url) = &args.postgres {
-            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
-            let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
-            let schema = args.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
-            let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
-            let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
-            return transfer::import(&backend, &args.file, &format!("PostgreSQL schema {schema}")).await;
-        }
-        Err(Failure::other("this idemkv was built without the feature of that target (redis, postgres)"))
+    target::runtime()?.block_on(async {
+        let (backend, label) = args.remote.connect().await?.ok_or_else(|| Failure::other("no target named"))?;
+        transfer::import(&backend, &args.file, &label).await
     })
 }
 

@@ -2,8 +2,8 @@
 //! scope, and where each key's delivery stands (pending, in flight, dead,
 //! delivered); a key stopped at a dead message re-driven or given up.
 
-use crate::dead_letters::{runtime, Where};
 use crate::output::{text_or_hex, Failure, Out, EXIT_DAMAGE};
+use crate::target::{runtime, Where};
 use clap::{Args, Subcommand, ValueEnum};
 use idemkv::outbox::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
 use std::process::ExitCode;
