@@ -313,13 +313,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
                 .once
                 .run(&scope, message_id, fingerprint, options, |attempt| {
                     let handler = handler.take().expect("a handler runs at most once");
-                    let message = Message {
-                        id: message_id.to_vec(),
-                        payload: payload.to_vec(),
-                        attempt: attempt.attempt,
-                        recovered: attempt.recovered,
-                    };
-                    self.run(consumer, message, handler)
+                    self.run(consumer, (message_id, payload), (attempt.attempt, attempt.recovered), handler)
                 })
                 .await?;
             match once {
@@ -342,17 +336,23 @@ impl<B: IdempotencyBackend> Inbox<B> {
 
     /// Runs `handler` under the message's lease; a last failure writes the
     /// dead letter before the record says so.
-    async fn run<F, Fut>(&self, consumer: &str, message: Message, handler: F) -> Outcome
+    async fn run<F, Fut>(
+        &self,
+        consumer: &str,
+        (id, payload): (&[u8], &[u8]),
+        (attempt, recovered): (u32, bool),
+        handler: F,
+    ) -> Outcome
     where
         F: FnOnce(Message) -> Fut,
         Fut: Future<Output = Handled>,
     {
-        let (attempt, id, payload) = (message.attempt, message.id.clone(), message.payload.clone());
         let error = if attempt > self.max_attempts {
             // Every earlier attempt's consumer stopped before it finished
             // (a message that crashes its consumer): never run it again.
             format!("no attempt of {} finished: each consumer stopped while handling it", self.max_attempts)
         } else {
+            let message = Message { id: id.to_vec(), payload: payload.to_vec(), attempt, recovered };
             match handler(message).await {
                 Handled::Processed => return Outcome::Complete(vec![PROCESSED]),
                 Handled::NotProcessed => return Outcome::Release,
@@ -364,7 +364,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
             }
         };
         let attempts = attempt.min(self.max_attempts);
-        let letter = DeadLetter::new(consumer, &id, attempts, &error, &payload);
+        let letter = DeadLetter::new(consumer, id, attempts, &error, payload);
         match self.store_letter(&dead_scope(consumer), &letter).await {
             Ok(()) => {
                 #[cfg(feature = "metrics")]

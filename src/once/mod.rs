@@ -15,6 +15,8 @@ pub(crate) mod outbox;
 mod relay;
 #[cfg(all(feature = "messaging", feature = "redis"))]
 pub(crate) mod sinks;
+#[cfg(feature = "messaging")]
+mod status;
 
 #[cfg(feature = "messaging")]
 pub use dead::{DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
@@ -28,10 +30,9 @@ pub use inbox::{
 #[cfg(feature = "messaging")]
 pub use outbox::{Outbox, OutboxMessage, Produced, Staged};
 #[cfg(feature = "messaging")]
-pub use relay::{
-    drop_dead_key, outbox_status, retry_dead_key, KeyDelivery, KeyState, KeyStatus, Relay, RelayConfig, RelayHandle,
-    Sink, SinkError, Sweep,
-};
+pub use relay::{KeyDelivery, Relay, RelayConfig, RelayHandle, Sink, SinkError, Sweep};
+#[cfg(feature = "messaging")]
+pub use status::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
 
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Keeper;
