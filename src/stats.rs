@@ -52,6 +52,8 @@ pub struct Stats {
     pub abandoned_leases: u64,
     /// Records removed with `remove`.
     pub removes: u64,
+    /// Completed answers replaced with `replace`.
+    pub replacements: u64,
     /// Completed or Failed records found past their TTL (at a read, at open
     /// or by compaction).
     pub expirations: u64,
@@ -168,6 +170,7 @@ counters! {
     checkpoints => "idempo_checkpoints_total", "Checkpoints stored by lease holders";
     abandoned_leases => "idempo_abandoned_total", "Leases dropped without being finished";
     removes => "idempo_removed_total", "Records removed";
+    replacements => "idempo_replaced_total", "Completed answers replaced by a compare-and-set (replace)";
     expirations => "idempo_expired_total", "Completed or Failed records found past their TTL";
     abandoned_expired => "idempo_abandoned_expired_total", "Processing records found past lease end + TTL";
     compaction_runs => "idempo_compaction_runs_total", "Compaction passes run";

@@ -29,6 +29,7 @@ trait Erased: Send + Sync + 'static {
     fn renew<'a>(&'a self, token: &'a LeaseToken, extend: Duration) -> Call<'a, ()>;
     fn get<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>>;
     fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool>;
+    fn replace<'a>(&'a self, scope: &'a [u8], key: &'a [u8], expected: &'a [u8], answer: &'a [u8]) -> Call<'a, bool>;
     fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
     fn as_any(&self) -> &dyn Any;
@@ -71,6 +72,10 @@ impl<B: IdempotencyBackend> Erased for B {
 
     fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool> {
         Box::pin(IdempotencyBackend::remove(self, scope, key))
+    }
+
+    fn replace<'a>(&'a self, scope: &'a [u8], key: &'a [u8], expected: &'a [u8], answer: &'a [u8]) -> Call<'a, bool> {
+        Box::pin(IdempotencyBackend::replace(self, scope, key, expected, answer))
     }
 
     fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>> {
@@ -168,6 +173,10 @@ impl IdempotencyBackend for AnyBackend {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
         self.0.remove(scope, key).await
+    }
+
+    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
+        self.0.replace(scope, key, expected, answer).await
     }
 
     async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {

@@ -195,6 +195,27 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// The backend's error; the key errors.
     fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// Replaces the answer of `(scope, key)`'s Completed record with
+    /// `answer` if it is `expected` — a compare-and-set, one atomic step on
+    /// every backend. State, token, fingerprint, attempt and expiry stay;
+    /// a replay answers the new answer from then on. Returns whether it
+    /// replaced: `false` for an absent, Processing or Failed key, or
+    /// another answer (someone replaced it first).
+    ///
+    /// The outbox's relay drops delivered messages from their completion
+    /// this way, and [`Versions`](crate::Versions) steps a resource's
+    /// version.
+    ///
+    /// # Errors
+    /// The backend's error; the key errors; [`Error::ResponseTooLarge`].
+    fn replace(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
     /// The live records of `scope` whose key sorts after `after` (from the
     /// first, for `None`), in key order (bytewise), at most `limit`: a page
     /// of an operator's listing (the inbox's dead letters). Not a
@@ -278,6 +299,10 @@ impl IdempotencyBackend for Store {
 
     async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
         self.write_remove(scope, key)?.wait_async(self.engine()).await
+    }
+
+    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
+        self.write_replace(scope, key, expected, answer)?.wait_async(self.engine()).await
     }
 
     async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {

@@ -92,6 +92,15 @@ impl Counters {
         }
     }
 
+    /// A compare-and-set that replaced an answer.
+    pub(crate) fn replaced(self, answer: &Result<bool, Error>) {
+        match answer {
+            Ok(true) => self.count("idempo_replaced_total"),
+            Ok(false) => {}
+            Err(error) => self.failed(Some(error)),
+        }
+    }
+
     fn duplicate(self, name: &'static str) {
         self.count(name);
         self.count("duplicate_detected_total");

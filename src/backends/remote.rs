@@ -158,6 +158,17 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Removes the record whatever its state, waking its waiters.
     fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool>> + Send;
 
+    /// Replaces the answer of the live Completed record when it is
+    /// `expected`; `Err(KeyHashCollision)` when the record names another
+    /// `(scope, key)`.
+    fn replace(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> impl Future<Output = Result<bool>> + Send;
+
     /// A page of `scope`'s live records after `after`, in key order.
     fn scan(
         &self,
@@ -281,6 +292,22 @@ pub(crate) async fn remove<T: Transport>(transport: &T, scope: &[u8], key: &[u8]
     answer
 }
 
+/// [`IdempotencyBackend::replace`](crate::IdempotencyBackend::replace) on a transport.
+pub(crate) async fn replace<T: Transport>(
+    transport: &T,
+    scope: &[u8],
+    key: &[u8],
+    expected: &[u8],
+    answer: &[u8],
+) -> Result<bool> {
+    let config = &transport.settings().config;
+    config.check_key(scope, key)?;
+    config.check_response(answer)?;
+    let answered = transport.replace(scope, key, expected, answer).await;
+    transport.settings().counters.replaced(&answered);
+    answered
+}
+
 /// [`IdempotencyBackend::scan`](crate::IdempotencyBackend::scan) on a transport.
 pub(crate) async fn scan<T: Transport>(
     transport: &T,
@@ -361,6 +388,16 @@ macro_rules! remote_backend {
 
             async fn remove(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<bool> {
                 $crate::backends::remote::remove(self, scope, key).await
+            }
+
+            async fn replace(
+                &self,
+                scope: &[u8],
+                key: &[u8],
+                expected: &[u8],
+                answer: &[u8],
+            ) -> $crate::error::Result<bool> {
+                $crate::backends::remote::replace(self, scope, key, expected, answer).await
             }
 
             async fn scan(

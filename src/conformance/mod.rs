@@ -69,6 +69,7 @@ mod once;
 mod outbox;
 mod real_time;
 mod recovery;
+mod replace;
 mod restart;
 
 pub use capabilities::{Capabilities, Capability, QuotaScope, Restart, Setting};
@@ -84,6 +85,7 @@ pub use once::run_once;
 pub use outbox::outbox;
 pub use real_time::lease_ends;
 pub use recovery::{recovery_point_limits, recovery_points, recovery_points_dropped, reuse_policies};
+pub use replace::replace;
 pub use restart::survives_restart;
 
 use crate::IdempotencyBackend;
@@ -138,6 +140,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "reuse_policies", reuse_policies(backend, &run.of("reuse_policies"))).await;
     scenario(&mut report, "run_once", run_once(backend, &run.of("run_once"))).await;
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
+    scenario(&mut report, "replace", replace(backend, &run.of("replace"))).await;
     #[cfg(feature = "messaging")]
     scenario(&mut report, "inbox", inbox(backend, &run.of("inbox"))).await;
     #[cfg(feature = "messaging")]

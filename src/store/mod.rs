@@ -271,6 +271,19 @@ impl Store {
         self.write_remove(scope, key)?.wait(&self.engine)
     }
 
+    /// Replaces the answer of `(scope, key)`'s Completed record with
+    /// `answer` if it is `expected` (see
+    /// [`IdempotencyBackend::replace`](crate::IdempotencyBackend::replace)):
+    /// one record, as durable as any other under the store's
+    /// [`Durability`]. Returns whether it replaced.
+    ///
+    /// # Errors
+    /// The key errors of [`claim`](Store::claim);
+    /// [`Error::ResponseTooLarge`]; [`Error::ReadOnly`]; I/O errors.
+    pub fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
+        self.write_replace(scope, key, expected, answer)?.wait(&self.engine)
+    }
+
     /// Completes the lease `token` (see [`Lease::complete`]).
     ///
     /// # Errors
@@ -470,6 +483,20 @@ impl Store {
         let key = self.engine.key_ref(scope, key)?;
         let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
         Ok(Unsynced { hash: key.hash, lsn, answer: removed })
+    }
+
+    pub(crate) fn write_replace(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> Result<Unsynced<bool>> {
+        self.engine.refuse_if_read_only("replace")?;
+        let key = self.engine.key_ref(scope, key)?;
+        self.engine.config.check_response(answer)?;
+        let (replaced, lsn) = self.engine.shard_of_hash(key.hash).replace(&key, expected, answer)?;
+        Ok(Unsynced { hash: key.hash, lsn, answer: replaced })
     }
 
     pub(crate) fn write_finish(&self, token: &LeaseToken, finish: Finish<'_>) -> Result<Unsynced<()>> {

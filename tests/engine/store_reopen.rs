@@ -150,3 +150,39 @@ fn an_open_waits_out_a_lock_a_starting_child_still_shares() {
     assert!(matches!(Store::open(dir.path(), config(&clock)), Err(idemkv::Error::Locked { .. })));
     drop(holder);
 }
+
+/// A replaced answer is a record like any other: it survives a reopen from
+/// the hints and from the log alone, and compaction keeps it, not the
+/// answer it replaced; the record's expiry and token stay.
+#[test]
+fn a_replaced_answer_survives_reopen_and_compaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = open(dir.path(), &clock);
+    let request = ClaimRequest::new("order", fingerprint("order")).ttl(Duration::from_secs(600)).scope("s");
+    let token = acquire(&store, &request).into_token();
+    store.complete(&token, b"with messages").expect("complete");
+    let before = store.get(b"s", b"order").expect("get").expect("present");
+    clock.advance(Duration::from_secs(5));
+    assert!(store.replace(b"s", b"order", b"with messages", b"bare").expect("replace"));
+    assert!(!store.replace(b"s", b"order", b"with messages", b"again").expect("replace"), "a stale answer");
+    assert_eq!(store.stats().replacements, 1);
+    store.close().expect("close");
+
+    for reopen in ["hints", "log"] {
+        if reopen == "log" {
+            crate::common::delete_hints(dir.path());
+        }
+        let store = open(dir.path(), &clock);
+        let after = replay(&store, &request);
+        assert_eq!(after.response, b"bare", "{reopen}");
+        assert_eq!((after.token, after.deadline_ms), (before.token, before.deadline_ms), "{reopen}");
+        assert_eq!(after.updated_ms, START_MS + 5_000, "{reopen}");
+        store.compact().expect("compact");
+        drop(store);
+    }
+    let store = open(dir.path(), &clock);
+    assert_eq!(replay(&store, &request).response, b"bare", "after compaction");
+    clock.advance(Duration::from_secs(600));
+    assert_eq!(store.get(b"s", b"order").expect("get"), None, "it expires when the completion did");
+}

@@ -170,6 +170,10 @@ impl IdempotencyBackend for ReleaseForgotten {
         IdempotencyBackend::remove(&self.0, scope, key).await
     }
 
+    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
+        IdempotencyBackend::replace(&self.0, scope, key, expected, answer).await
+    }
+
     async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
         IdempotencyBackend::scan(&self.0, scope, after, limit).await
     }

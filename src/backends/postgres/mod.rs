@@ -591,6 +591,11 @@ impl Transport for PostgresBackend {
         row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
     }
 
+    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
+        let replaced = self.call_optional("replace", &self.sql.replace, &[&scope, &key, &expected, &answer]).await?;
+        Ok(replaced.is_some())
+    }
+
     async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self.call_rows("scan", &self.sql.scan, &[&scope, &after, &limit]).await?;

@@ -26,6 +26,9 @@ pub(super) struct Statements {
     pub(super) remove: String,
     pub(super) reap: String,
     pub(super) get: String,
+    /// A compare-and-set of a live Completed row's response: a row when
+    /// it replaced.
+    pub(super) replace: String,
     /// A page of a scope's live records after a key (`NULL`: from the
     /// first), in key order: `get`'s columns, then the key.
     pub(super) scan: String,
@@ -84,6 +87,11 @@ impl Statements {
                  {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint \
                  FROM {} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()",
                 schema.object("idempo_store")
+            ),
+            replace: format!(
+                "UPDATE {table} SET response = $4, updated_at = GREATEST(updated_at, pg_catalog.clock_timestamp()) \
+                 WHERE scope = $1 AND key = $2 AND state = 'C' AND response = $3 \
+                 AND expires_at > pg_catalog.clock_timestamp() RETURNING true"
             ),
             scan: format!(
                 "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \

@@ -156,6 +156,7 @@ struct Scripts {
     renew: Script,
     checkpoint: Script,
     remove: Script,
+    replace: Script,
     get: Script,
 }
 
@@ -356,6 +357,7 @@ impl RedisBackend {
                 renew: Script::new(scripts::RENEW),
                 checkpoint: Script::new(scripts::CHECKPOINT),
                 remove: Script::new(scripts::REMOVE),
+                replace: Script::new(scripts::REPLACE),
                 get: Script::new(scripts::GET),
             }),
         }
@@ -596,6 +598,19 @@ impl Transport for RedisBackend {
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
             _ => Err(protocol("remove: unknown answer")),
+        }
+    }
+
+    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
+        let names = Names::of(&self.prefix, scope, key);
+        let mut call = Call::new(&self.scripts.replace, &names.record);
+        call.arg(scope).arg(key).arg(expected).arg(answer);
+        let (reply, acknowledged) = self.send(&call, true).await?;
+        match reply {
+            Value::Int(1) => self.replicated("replace", acknowledged).map(|()| true),
+            Value::Int(0) => Ok(false),
+            Value::Int(-1) => Err(Error::KeyHashCollision),
+            _ => Err(protocol("replace: unknown answer")),
         }
     }
 }

@@ -346,6 +346,30 @@ impl Shard {
         Ok((true, header.lsn))
     }
 
+    /// Replaces the answer of `key`'s Completed record with `answer` when
+    /// it is `expected`: a record at the next LSN, as it was but for its
+    /// answer and its last change. Returns whether it did, and the LSN the
+    /// answer rests on (the record's, or the newest written: what the
+    /// caller was answered from is no newer).
+    pub(crate) fn replace(&self, key: &KeyRef<'_>, expected: &[u8], answer: &[u8]) -> Result<(bool, u64)> {
+        let mut state = self.lock()?;
+        let now = state.now(&*self.clock);
+        let next_lsn = state.log.next_lsn;
+        let Some(found) = state.live(key, now, &self.counters)? else {
+            return Ok((false, self.commit.written_lsn()));
+        };
+        let completed = RecordRef::new(&found.header, &found.frame)
+            .is_some_and(|record| record.state() == State::Completed && record.response() == expected);
+        if !completed {
+            return Ok((false, self.commit.written_lsn()));
+        }
+        let header = transition::replace(&found.header, next_lsn, now.wall_ms);
+        let entry = found.entry;
+        state.write(key, Some(&entry), &header, answer, &self.commit, &self.counters, now)?;
+        bump(&self.counters.replacements);
+        Ok((true, header.lsn))
+    }
+
     /// The live record of `key`, and the LSN the answer rests on: the
     /// record's, or for an absent key the newest written (the tombstone or
     /// expiry that made it absent is no newer). Read under the shared lock;

@@ -274,6 +274,12 @@ pub(crate) fn renew(held: &Header, lease_end_ms: u64, extend_ms: u64, next_lsn: 
     Header { lsn: next_lsn, updated_ms: now.wall_ms, deadline_ms: now.wall_ms.saturating_add(left_ms), ..*held }
 }
 
+/// The record that replaces the answer of the Completed record `stored`:
+/// state, token, fingerprint, attempt, creation and expiry carry over.
+pub(crate) fn replace(stored: &Header, next_lsn: u64, now_ms: u64) -> Header {
+    Header { lsn: next_lsn, updated_ms: now_ms.max(stored.updated_ms), ..*stored }
+}
+
 /// The tombstone that removes the live record `stored`, whatever its state.
 pub(crate) fn remove(stored: &Header, next_lsn: u64, now_ms: u64) -> Header {
     Header { kind: Kind::Tombstone, lsn: next_lsn, updated_ms: now_ms, deadline_ms: 0, ..*stored }
