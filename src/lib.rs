@@ -145,7 +145,7 @@ pub use once::{
 /// key's staged messages stand (`idemkv outbox`).
 #[cfg(feature = "messaging")]
 pub mod outbox {
-    pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of};
+    pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of, RETENTION};
     pub use crate::once::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
 }
 pub use quota::{Quota, QuotaLimit, ScopeUsage};

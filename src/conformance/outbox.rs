@@ -57,7 +57,7 @@ impl Recording {
 async fn produce<B: IdempotencyBackend>(outbox: &Outbox<B>, scope: &[u8], key: &[u8], destination: &str, count: u8) {
     let messages = (0..count).map(|index| OutboxMessage::new(destination, vec![b'a' + index])).collect();
     let produced = Produced::Complete { response: format!("201 {destination}").into_bytes(), messages };
-    let options = ClaimOptions::new().ttl(Duration::from_secs(60));
+    let options = ClaimOptions::new().ttl(Duration::from_secs(1));
     let once = outbox.run(scope, key, fp(destination), options, |_| async { produced }).await.expect("run");
     assert_eq!(once.response(), Some(format!("201 {destination}").as_bytes()));
 }
@@ -95,6 +95,14 @@ pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Settin
     assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), 5, "every message its own id: {ids:?}");
     let again = relay.sweep().await.expect("sweep");
     assert_eq!((again.keys, again.delivered), (0, 0), "nothing twice: {again:?}");
+    // Delivered, the messages leave the completion; it lives the outbox's
+    // retention, longer than its claim asked, and replays as before.
+    let a = backend.get(&scope, b"a").await.expect("get").expect("live");
+    assert_eq!(a.response, b"201 orders", "compacted to the bare response");
+    let lives = Duration::from_millis(a.deadline_ms.saturating_sub(a.created_ms));
+    assert!(lives >= crate::outbox::RETENTION - Duration::from_secs(60), "kept {lives:?}, not the claim's second");
+    let replayed = outbox.run(&scope, b"a", fp("orders"), ClaimOptions::new(), |_| async { unreachable!("replayed") });
+    assert_eq!(replayed.await.expect("run"), Once::Replayed(b"201 orders".to_vec()));
 
     // The second message refused twice, then taken: the first is not
     // sent again, the third not before it.
@@ -118,7 +126,7 @@ pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Settin
     assert!(sink.payloads("down").is_empty());
     let statuses = outbox::outbox_status(&*backend, &scope, None, 10).await.expect("status");
     let states: Vec<(Vec<u8>, KeyState)> = statuses.into_iter().map(|status| (status.key, status.state)).collect();
-    assert_eq!(states[0], (b"a".to_vec(), KeyState::Delivered));
+    assert!(!states.iter().any(|(key, _)| key == b"a"), "a delivered key has no messages left: {states:?}");
     let dead = KeyState::Dead { index: 0, attempts: 3, error: "down is down".into() };
     assert!(states.contains(&(b"e".to_vec(), dead)), "{states:?}");
     assert!(!outbox::retry_dead_key(&*backend, &scope, b"a").await.expect("retry"), "a is not dead");
@@ -135,6 +143,18 @@ pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Settin
     }
     assert!(outbox::drop_dead_key(&*backend, &scope, b"g").await.expect("drop"));
     assert_eq!(relay.deliver_key(&scope, b"g").await.expect("deliver"), None, "nothing left to deliver");
+    assert_eq!(backend.get(&scope, b"g").await.expect("get").expect("live").response, b"201 gone", "compacted");
+    assert!(!outbox::drop_dead_key(&*backend, &scope, b"g").await.expect("drop"), "dropped once");
+
+    // A key used again once its completion expired: the progress of its
+    // first completion does not hold back the second's messages.
+    let brief = Outbox::shared(Arc::clone(&backend)).retention(Duration::from_secs(1));
+    produce(&brief, &scope, b"h", "again", 1).await;
+    assert_eq!(relay.deliver_key(&scope, b"h").await.expect("deliver"), Some(KeyDelivery::Done(1)));
+    setting.pass(Duration::from_millis(1_500)).await;
+    produce(&brief, &scope, b"h", "again", 2).await;
+    assert_eq!(relay.deliver_key(&scope, b"h").await.expect("deliver"), Some(KeyDelivery::Done(2)));
+    assert_eq!(sink.payloads("again"), [b"a".to_vec(), b"a".to_vec(), b"b".to_vec()]);
 
     // A relay dies while delivering (its task is dropped): another takes
     // the key over after the lease, and delivers it.

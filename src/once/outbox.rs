@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 const MAGIC: &[u8; 8] = b"IDKVOB1\0";
 
@@ -211,17 +212,27 @@ pub enum Produced {
 pub struct Outbox<B> {
     once: RunOnce<B>,
     relay: Option<RelayHandle>,
+    retention: Duration,
 }
 
 impl<B> Clone for Outbox<B> {
     fn clone(&self) -> Self {
-        Outbox { once: self.once.clone(), relay: self.relay.clone() }
+        Outbox { once: self.once.clone(), relay: self.relay.clone(), retention: self.retention }
     }
 }
 
+/// How long a completion that stages messages lives at least, by default:
+/// a week.
+pub const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 impl<B> std::fmt::Debug for Outbox<B> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Outbox").field("once", &self.once).field("relay", &self.relay.is_some()).finish()
+        formatter
+            .debug_struct("Outbox")
+            .field("once", &self.once)
+            .field("relay", &self.relay.is_some())
+            .field("retention", &self.retention)
+            .finish()
     }
 }
 
@@ -236,7 +247,28 @@ impl<B: IdempotencyBackend> Outbox<B> {
     /// relay's).
     #[must_use]
     pub fn shared(backend: Arc<B>) -> Self {
-        Outbox { once: RunOnce::shared(backend), relay: None }
+        Outbox { once: RunOnce::shared(backend), relay: None, retention: RETENTION }
+    }
+
+    /// Keeps every completion this outbox writes at least `retention`
+    /// ([`RETENTION`], a week, by default), whatever TTL its claim asks:
+    /// its messages wait that long for a relay that is down. Once they
+    /// are delivered the relay drops them from the completion, which then
+    /// answers replays as any other until it expires. At least a second.
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention.max(Duration::from_secs(1));
+        self
+    }
+
+    /// `options` with its TTL raised to the [`retention`](Outbox::retention):
+    /// what [`run`](Outbox::run) claims with, and what a caller that
+    /// claims a key itself and stages with [`complete`](Outbox::complete)
+    /// (or PostgreSQL's `complete_in` and [`envelope`]) should claim with.
+    #[must_use]
+    pub fn claim_options(&self, mut options: ClaimOptions) -> ClaimOptions {
+        options.ttl = Some(options.ttl.map_or(self.retention, |ttl| ttl.max(self.retention)));
+        options
     }
 
     /// Tells `relay` (a [`Relay`](super::Relay) of this process) of each
@@ -294,7 +326,7 @@ impl<B: IdempotencyBackend> Outbox<B> {
         let mut staged = None;
         let once = self
             .once
-            .run(scope, key, fingerprint, options, |attempt| {
+            .run(scope, key, fingerprint, self.claim_options(options), |attempt| {
                 let token = attempt.token.clone();
                 let staged = &mut staged;
                 let produced = f(attempt);

@@ -14,8 +14,12 @@
 //! dead letter (`D`) once a message failed
 //! [`RelayConfig::max_attempts`] times or the sink called its failure
 //! permanent. A message after a failed one waits: order per key holds.
+//! Once every message of a key is delivered, the relay drops them from
+//! the completion ([`IdempotencyBackend::replace`] of the envelope by the
+//! bare response): nothing delivered is kept, and no sweep reads the key
+//! again.
 
-use super::outbox::{is_envelope, messages_of, Staged};
+use super::outbox::{is_envelope, messages_of, response_of, Staged};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::engine::telemetry::event;
 use crate::error::Result;
@@ -217,6 +221,16 @@ pub(super) fn read_progress(answer: &[u8]) -> Option<(u8, usize, u32)> {
     Some((tag, usize::try_from(u32::from_le_bytes(*index)).ok()?, u32::from_le_bytes(*attempts)))
 }
 
+/// Drops the messages of `record`, a completion whose messages are all
+/// delivered (or given up): its answer becomes the bare response, in one
+/// compare-and-set ([`IdempotencyBackend::replace`]), so a replay answers
+/// as before and no sweep reads the messages again. Another relay, or an
+/// operator, may have done it first.
+pub(super) async fn compact<B: IdempotencyBackend>(backend: &B, record: &Record) -> Result<()> {
+    backend.replace(&record.scope, &record.key, &record.response, response_of(&record.response)).await?;
+    Ok(())
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0))
 }
@@ -357,12 +371,22 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
         };
         let scope = progress_scope(&record.scope);
         let (mut next, mut attempts) = (0, 0);
+        let fingerprint = Fingerprint::of(messages[0].id.as_bytes());
         match self.backend.get(&scope, &record.key).await? {
+            // The progress of an earlier completion of a key used again:
+            // its turn is over.
+            Some(found) if found.fingerprint != fingerprint => {
+                self.backend.remove(&scope, &record.key).await?;
+            }
             // Being delivered, or left by a relay that died: the claim
             // tells (in progress, or a takeover after its lease).
             Some(found) if found.state == State::Processing => {}
             Some(found) => match read_progress(&found.response) {
-                Some((DONE, _, _)) => return Ok(None),
+                // Delivered by a relay that stopped before it compacted.
+                Some((DONE, _, _)) => {
+                    compact(&*self.backend, record).await?;
+                    return Ok(None);
+                }
                 Some((DEAD, _, _)) => return Ok(Some(KeyDelivery::Dead)),
                 Some((_, index, tries)) => (next, attempts) = (index, tries),
                 None => {}
@@ -374,7 +398,6 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
         let lives_ms = record.deadline_ms.saturating_sub(now_ms()).saturating_add(60_000);
         let ttl = self.config.retention.max(Duration::from_millis(lives_ms));
         let options = ClaimOptions::new().lease(self.config.lease).ttl(ttl).reuse(ReusePolicy::RetryFailed);
-        let fingerprint = Fingerprint::of(messages[0].id.as_bytes());
         let token = match self.backend.claim(&scope, &record.key, fingerprint, options).await? {
             BackendClaim::Acquired { token, checkpoint, .. } => {
                 let resumed = checkpoint.filter(|point| point.step == "sent").and_then(|point| {
@@ -443,6 +466,7 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
             }
         }
         self.backend.complete(token, &progress(DONE, messages.len(), 0, "")).await?;
+        compact(&*self.backend, record).await?;
         Ok(Some(KeyDelivery::Done(delivered)))
     }
 }

@@ -4,7 +4,7 @@
 //! progress records (see [`Relay`](super::Relay)).
 
 use super::outbox::{messages_of, Staged};
-use super::relay::{progress, progress_scope, read_progress, DEAD, DONE, RETRY};
+use super::relay::{compact, progress, progress_scope, read_progress, DEAD, DONE, RETRY};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::error::Result;
 use crate::{Fingerprint, State};
@@ -36,7 +36,8 @@ pub enum KeyState {
         /// The last error.
         error: String,
     },
-    /// Every message delivered.
+    /// Every message delivered (or given up), by a relay that stopped
+    /// before it dropped them from the completion; its next pass does.
     Delivered,
 }
 
@@ -75,7 +76,11 @@ pub async fn outbox_status<B: IdempotencyBackend>(
             if messages.is_empty() || statuses.len() == limit {
                 continue;
             }
-            let state = match backend.get(&progress_scope(scope), &record.key).await? {
+            let first = Fingerprint::of(messages[0].id.as_bytes());
+            let progress = backend.get(&progress_scope(scope), &record.key).await?;
+            // A progress record of an earlier completion of the key is not
+            // this one's.
+            let state = match progress.filter(|found| found.fingerprint == first) {
                 None => KeyState::Pending { next: 0, attempts: 0, error: String::new() },
                 Some(found) if found.state == State::Processing => KeyState::InFlight,
                 Some(found) => {
@@ -122,9 +127,23 @@ async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u
     let Some(first) = messages_of(&owner.response).ok().and_then(|messages| messages.into_iter().next()) else {
         return Ok(false);
     };
-    // The dead record goes, and one that says what comes next takes its
-    // place; a crash between leaves none, and the next pass delivers from
-    // the first message (again: at least once).
+    if found.fingerprint != Fingerprint::of(first.id.as_bytes()) {
+        return Ok(false); // an earlier completion's
+    }
+    if give_up {
+        // One compare-and-set: dead becomes done; then the completion
+        // drops its messages.
+        let done = progress(DONE, index, 0, "dropped by an operator");
+        if !backend.replace(&tracked, key, &found.response, &done).await? {
+            return Ok(false);
+        }
+        compact(backend, &owner).await?;
+        return Ok(true);
+    }
+    // The dead record goes, and a failed one that says what comes next
+    // takes its place (a relay's claim runs a failed key again); a crash
+    // between leaves none, and the next pass delivers from the first
+    // message (again: at least once).
     backend.remove(&tracked, key).await?;
     let options = ClaimOptions::new().ttl(Duration::from_secs(7 * 24 * 3600));
     let BackendClaim::Acquired { token, .. } =
@@ -132,10 +151,6 @@ async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u
     else {
         return Ok(false);
     };
-    if give_up {
-        backend.complete(&token, &progress(DONE, index, 0, "dropped by an operator")).await?;
-    } else {
-        backend.fail(&token, &progress(RETRY, index, 0, "re-driven by an operator")).await?;
-    }
+    backend.fail(&token, &progress(RETRY, index, 0, "re-driven by an operator")).await?;
     Ok(true)
 }

@@ -53,7 +53,8 @@ pub enum StateFilter {
     InFlight,
     /// Stopped at a dead message.
     Dead,
-    /// All delivered.
+    /// All delivered, by a relay that stopped before it dropped them from
+    /// the completion (its next pass does; a compacted key is not listed).
     Delivered,
 }
 
