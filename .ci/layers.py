@@ -84,6 +84,8 @@ LAYERS = [
         "backends::redis",
         "backends::postgres",
         "backends",
+        # Webhook signatures: what the HTTP sink signs and the layer checks.
+        "webhook",
         # run_once over any backend, the inbox, the outbox and its relay.
         "once",
         "http",

@@ -104,6 +104,8 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+#[cfg(feature = "webhooks")]
+pub mod webhook;
 
 #[cfg(feature = "tokio")]
 pub use backend::AnyBackend;
