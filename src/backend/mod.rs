@@ -203,8 +203,7 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// another answer (someone replaced it first).
     ///
     /// The outbox's relay drops delivered messages from their completion
-    /// this way, and [`Versions`](crate::Versions) steps a resource's
-    /// version.
+    /// this way.
     ///
     /// # Errors
     /// The backend's error; the key errors; [`Error::ResponseTooLarge`].

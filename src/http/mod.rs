@@ -87,10 +87,14 @@ mod keep;
 mod key;
 mod problem;
 mod response;
+#[cfg(feature = "webhooks")]
+mod webhook;
 
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
+#[cfg(feature = "webhooks")]
+pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
 
 use crate::keeper::Keeper;
 use bytes::Bytes;

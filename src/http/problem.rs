@@ -86,34 +86,46 @@ impl Problem {
     }
 
     /// The stable `type` URI.
-    pub(super) fn type_uri(self) -> String {
+    #[cfg(test)]
+    fn type_uri(self) -> String {
         format!("urn:idemkv:problem:{}", self.parts().1)
     }
 
     /// The status of the answer.
-    pub(super) fn status(self) -> StatusCode {
+    #[cfg(test)]
+    fn status(self) -> StatusCode {
         self.parts().0
     }
 
     /// The `application/problem+json` body.
     pub(super) fn body(self) -> String {
-        let (status, _, title) = self.parts();
-        format!(
-            r#"{{"type":"{}","title":"{}","status":{},"detail":"{}"}}"#,
-            self.type_uri(),
-            title,
-            status.as_u16(),
-            self.detail()
-        )
+        let (status, slug, title) = self.parts();
+        body(status, slug, title, self.detail())
     }
 
     /// The whole response.
     pub(super) fn response(self) -> Response<Full<Bytes>> {
-        let mut response = Response::new(Full::new(Bytes::from(self.body())));
-        *response.status_mut() = self.status();
-        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        response
+        let (status, slug, title) = self.parts();
+        response(status, slug, title, self.detail())
     }
+}
+
+/// The `application/problem+json` body of type `urn:idemkv:problem:<slug>`
+/// (the fixed texts given carry no quote or backslash).
+fn body(status: StatusCode, slug: &str, title: &str, detail: &str) -> String {
+    format!(
+        r#"{{"type":"urn:idemkv:problem:{slug}","title":"{title}","status":{},"detail":"{detail}"}}"#,
+        status.as_u16()
+    )
+}
+
+/// A problem answer of the layers' own: `status`, type
+/// `urn:idemkv:problem:<slug>`, a fixed title and detail.
+pub(super) fn response(status: StatusCode, slug: &str, title: &str, detail: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body(status, slug, title, detail))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response
 }
 
 /// 409 with `Retry-After` in whole seconds, at least 1.

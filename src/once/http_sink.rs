@@ -40,13 +40,32 @@ use tower::{Service, ServiceExt};
 pub struct HttpSink<S> {
     base: String,
     service: S,
+    #[cfg(feature = "webhooks")]
+    signer: Option<crate::webhook::StandardWebhooks>,
 }
 
 impl<S> HttpSink<S> {
     /// Posts to `base` (`http://host/path`) through `service`.
     #[must_use]
     pub fn new(base: impl Into<String>, service: S) -> Self {
-        HttpSink { base: base.into().trim_end_matches('/').to_owned(), service }
+        HttpSink {
+            base: base.into().trim_end_matches('/').to_owned(),
+            service,
+            #[cfg(feature = "webhooks")]
+            signer: None,
+        }
+    }
+
+    /// Signs every message as a Standard Webhook (feature `webhooks`):
+    /// `webhook-id` its id, `webhook-timestamp` the time of the attempt,
+    /// `webhook-signature` under each of `signer`'s secrets — what a
+    /// receiver's [`WebhookLayer`](crate::http::WebhookLayer) verifies,
+    /// then deduplicates by the id.
+    #[cfg(feature = "webhooks")]
+    #[must_use]
+    pub fn signed(mut self, signer: crate::webhook::StandardWebhooks) -> Self {
+        self.signer = Some(signer);
+        self
     }
 }
 
@@ -59,11 +78,18 @@ where
 {
     async fn deliver(&self, message: &Staged) -> Result<(), SinkError> {
         let url = format!("{}/{}", self.base, message.destination);
-        let request = Request::post(&url)
+        #[cfg_attr(not(feature = "webhooks"), expect(unused_mut, reason = "signed with webhooks"))]
+        let mut request = Request::post(&url)
             .header("idempotency-key", &message.id)
             .header("content-type", "application/octet-stream")
             .body(Full::new(Bytes::from(message.payload.clone())))
             .map_err(|error| SinkError::permanent(format!("POST {url}: {error}")))?;
+        #[cfg(feature = "webhooks")]
+        if let Some(signer) = &self.signer {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let timestamp = now.map_or(0, |since| since.as_secs());
+            request.headers_mut().extend(signer.headers(&message.id, timestamp, &message.payload));
+        }
         let status = match self.service.clone().oneshot(request).await {
             Ok(response) => response.status(),
             Err(error) => return Err(SinkError::transient(format!("POST {url}: {error}"))),

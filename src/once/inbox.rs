@@ -533,7 +533,7 @@ async fn letters<B: IdempotencyBackend>(
 }
 
 /// Refuses a consumer name that would not make a clean scope.
-pub(super) fn check_consumer(consumer: &str) -> Result<()> {
+pub(crate) fn check_consumer(consumer: &str) -> Result<()> {
     let refuse = |reason| Err(Error::InvalidConsumer { name: consumer.to_owned(), reason });
     if consumer.is_empty() {
         return refuse("empty");

@@ -22,6 +22,8 @@ mod status;
 pub use dead::{DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
 #[cfg(all(feature = "messaging", feature = "client"))]
 pub use http_sink::HttpSink;
+#[cfg(feature = "webhooks")]
+pub(crate) use inbox::check_consumer;
 #[cfg(feature = "messaging")]
 pub use inbox::{
     Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT,
