@@ -189,6 +189,12 @@ pub struct FleetsDoctests;
 #[cfg(all(doctest, feature = "messaging"))]
 pub struct MessagingDoctests;
 
+/// The code blocks of `docs/webhooks.md`, which need the `webhooks`
+/// feature.
+#[doc = include_str!("../docs/webhooks.md")]
+#[cfg(all(doctest, feature = "webhooks"))]
+pub struct WebhooksDoctests;
+
 /// The code blocks of `docs/operations.md`, which need the `metrics`
 /// feature.
 #[doc = include_str!("../docs/operations.md")]
