@@ -86,6 +86,8 @@ LAYERS = [
         "backends",
         # Webhook signatures: what the HTTP sink signs and the layer checks.
         "webhook",
+        # A version per resource over any backend (ETag, If-Match).
+        "versions",
         # run_once over any backend, the inbox, the outbox and its relay.
         "once",
         "http",

@@ -104,6 +104,8 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+#[cfg(feature = "tokio")]
+mod versions;
 #[cfg(feature = "webhooks")]
 pub mod webhook;
 
@@ -142,6 +144,8 @@ pub use once::{
 pub use once::{
     KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
 };
+#[cfg(feature = "tokio")]
+pub use versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
 /// The outbox's envelope, for a caller that completes a key itself
 /// (PostgreSQL's `complete_in`, in its own transaction), and where each
 /// key's staged messages stand (`idemkv outbox`).

@@ -197,8 +197,10 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
 
     /// Replaces the answer of `(scope, key)`'s Completed record with
     /// `answer` if it is `expected` — a compare-and-set, one atomic step on
-    /// every backend. State, token, fingerprint, attempt and expiry stay;
-    /// a replay answers the new answer from then on. Returns whether it
+    /// every backend. State, token, fingerprint and attempt stay; the
+    /// record lives at least its TTL from now (as a completion written now
+    /// would: a record replaced often never expires); a replay answers the
+    /// new answer from then on. Returns whether it
     /// replaced: `false` for an absent, Processing or Failed key, or
     /// another answer (someone replaced it first).
     ///

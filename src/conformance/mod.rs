@@ -71,6 +71,7 @@ mod real_time;
 mod recovery;
 mod replace;
 mod restart;
+mod versions;
 
 pub use capabilities::{Capabilities, Capability, QuotaScope, Restart, Setting};
 pub use contract::{
@@ -87,6 +88,7 @@ pub use real_time::lease_ends;
 pub use recovery::{recovery_point_limits, recovery_points, recovery_points_dropped, reuse_policies};
 pub use replace::replace;
 pub use restart::survives_restart;
+pub use versions::versions;
 
 use crate::IdempotencyBackend;
 #[cfg(doc)]
@@ -141,6 +143,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "run_once", run_once(backend, &run.of("run_once"))).await;
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
     scenario(&mut report, "replace", replace(backend, &run.of("replace"))).await;
+    scenario(&mut report, "versions", versions(backend, &run.of("versions"))).await;
     #[cfg(feature = "messaging")]
     scenario(&mut report, "inbox", inbox(backend, &run.of("inbox"))).await;
     #[cfg(feature = "messaging")]

@@ -28,10 +28,12 @@ pub async fn replace<B: IdempotencyBackend>(backend: &B, setting: &Setting) {
     let after = backend.get(&scope, b"done").await.expect("get").expect("live");
     assert_eq!(after.response, b"v2");
     assert_eq!(
-        (after.state, after.token, after.fingerprint, after.attempt, after.created_ms, after.deadline_ms),
-        (State::Completed, before.token, before.fingerprint, before.attempt, before.created_ms, before.deadline_ms),
-        "all but the answer stays"
+        (after.state, after.token, after.fingerprint, after.attempt, after.created_ms),
+        (State::Completed, before.token, before.fingerprint, before.attempt, before.created_ms),
+        "all but the answer and the expiry stays"
     );
+    assert!(after.deadline_ms >= before.deadline_ms, "it lives its TTL from the replacement: {after:?}");
+    assert!(after.deadline_ms >= after.updated_ms + 59_000, "its TTL (60 s) from the replacement: {after:?}");
     match backend.claim(&scope, b"done", fp("body"), options()).await.expect("claim") {
         BackendClaim::Replay(response) => assert_eq!(response, b"v2"),
         other => panic!("expected the new answer's replay, got {other:?}"),

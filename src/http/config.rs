@@ -122,6 +122,8 @@ pub struct LayerConfig {
     pub(super) replay_deny: Vec<HeaderName>,
     pub(super) policy: FailurePolicy,
     pub(super) keep_validation_failures: bool,
+    pub(super) resource: Option<super::resource::ResourceRule>,
+    pub(super) operations: Option<super::operations::Operations>,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -182,6 +184,8 @@ impl LayerConfig {
             replay_deny: Vec::new(),
             policy: FailurePolicy::Default,
             keep_validation_failures: false,
+            resource: None,
+            operations: None,
         }
     }
 

@@ -6,7 +6,9 @@ use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
 use super::detached::Detached;
 use super::keep::{keep_answer, release, Answer, Kind};
 use super::key::{prefer_wait, read_key, KeyError};
+use super::operations::prefers_async;
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
+use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -63,7 +65,7 @@ fn count(outcome: &'static str, status: &str) {
 
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
-    mut inner: S,
+    inner: S,
     shared: Shared<K>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
@@ -81,9 +83,7 @@ where
     let limits = backend.limits();
     let key = match read_key(request.headers(), &config.key_header, limits.key_bytes_max) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.require_key => {
-            return inner.call(request).await.map(|response| counted("unkeyed", response.map(Either::Left)));
-        }
+        Ok(None) if !config.require_key => return unkeyed(inner, &shared, request).await,
         Ok(None) => return Ok(refused(Problem::KeyMissing)),
         Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated)),
         Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail))),
@@ -111,6 +111,7 @@ where
         .part(&body)
         .finish();
     let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max)).filter(|wait| !wait.is_zero());
+    let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
     let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => (token, attempt, recovered, checkpoint),
@@ -119,7 +120,13 @@ where
             return Ok(counted("replay", response.map(Either::Right)));
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
-            let response = waited(in_progress(retry_after.min(config.in_progress_retry_after)), wait);
+            let retry_after = retry_after.min(config.in_progress_retry_after);
+            // A long operation's retry: the same 202 as its first answer.
+            if let Some(operations) = config.operations.as_ref().filter(|ops| respond_async || ops.after.is_some()) {
+                let response = operations.accepted(&key, retry_after, respond_async);
+                return Ok(counted("accepted", response.map(Either::Right)));
+            }
+            let response = waited(in_progress(retry_after), wait);
             return Ok(counted("in_progress", response.map(Either::Right)));
         }
         Ok(BackendClaim::Mismatch) => return Ok(counted("mismatch", answer(Problem::KeyReused))),
@@ -131,6 +138,13 @@ where
             return Ok(counted("store_unavailable", store_unavailable().map(Either::Right)));
         }
     };
+    let held = match resource::hold(&shared, &scope, &mut parts, wait).await {
+        Ok(held) => held,
+        Err(resource::Refused(outcome, response)) => {
+            release(&**backend, &token).await;
+            return Ok(counted(outcome, response.map(Either::Right)));
+        }
+    };
     let points = Checkpoints::new(Arc::clone(backend), token.clone(), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
@@ -139,16 +153,92 @@ where
     // goes away drops this future, and the handler's run moves to a task of
     // its own, whose answer is then kept for the retry.
     let backend = Arc::clone(backend);
+    let config = Arc::clone(config);
+    let mut run = Detached::new(run(inner, shared, request, token.clone(), held));
+    if let Some(operations) = &config.operations {
+        let retry_after = config.in_progress_retry_after;
+        // Answered at once, or past the configured time: the run goes on,
+        // detached, and keeps its answer for the status resource.
+        let accepted = |preferred| {
+            Ok(counted("accepted", operations.accepted(&token.key, retry_after, preferred).map(Either::Right)))
+        };
+        if respond_async {
+            drop(run);
+            return accepted(true);
+        }
+        if let Some(after) = operations.after {
+            tokio::select! {
+                outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
+                () = tokio::time::sleep(after) => {
+                    drop(run);
+                    return accepted(false);
+                }
+            }
+        }
+    }
+    finished(run.await, &config, &*backend, &token).await
+}
+
+/// The answer of a run that ended.
+async fn finished<K: IdempotencyBackend, R, E>(
+    outcome: Result<Result<Response<LayerBody<R>>, E>, super::detached::Panicked>,
+    config: &LayerConfig,
+    backend: &K,
+    token: &LeaseToken,
+) -> Result<Response<LayerBody<R>>, E> {
     let policy = config.policy;
-    let run = Detached::new(run(inner, shared, request, token.clone()));
-    let Ok(outcome) = run.await else {
+    let Ok(outcome) = outcome else {
         tracing::error!("handler panicked");
         if policy.releases_on_error() {
-            release(&*backend, &token).await;
+            release(backend, token).await;
         }
         return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
     };
     outcome
+}
+
+/// A request without a key where keys are optional: run as it is, but on
+/// a resource the route names, held (and versioned) as a keyed one is.
+async fn unkeyed<S, K, B, R>(
+    mut inner: S,
+    shared: &Shared<K>,
+    request: Request<B>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+    K: IdempotencyBackend,
+{
+    if shared.config.resource.is_none() {
+        return inner.call(request).await.map(|response| counted("unkeyed", response.map(Either::Left)));
+    }
+    let (mut parts, body) = request.into_parts();
+    let scope = match &shared.config.scope {
+        ScopeRule::Global => Vec::new(),
+        ScopeRule::PerRequest(scope_of) => match scope_of(&parts) {
+            Some(scope) => scope,
+            None => return Ok(refused(Problem::ScopeMissing)),
+        },
+    };
+    let wait = prefer_wait(&parts.headers).map(|wait| wait.min(shared.config.wait_max)).filter(|wait| !wait.is_zero());
+    let held = match resource::hold(shared, &scope, &mut parts, wait).await {
+        Ok(held) => held,
+        Err(resource::Refused(outcome, response)) => return Ok(counted(outcome, response.map(Either::Right))),
+    };
+    let method = parts.method.clone();
+    let answer = inner.call(Request::from_parts(parts, body)).await;
+    let Some(held) = held else {
+        return answer.map(|response| counted("unkeyed", response.map(Either::Left)));
+    };
+    let answer = match answer {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
+            Ok(counted("unkeyed", Response::from_parts(parts, Either::Left(body))))
+        }
+        Err(error) => Err(error),
+    };
+    held.release(&*shared.backend).await;
+    answer
 }
 
 /// `response` with `Preference-Applied: wait=N` when the claim waited up
@@ -164,10 +254,33 @@ fn waited(mut response: Response<Full<Bytes>>, wait: Option<Duration>) -> Respon
 /// answered. The keeper renews the lease from its own thread from here
 /// until the answer is stored, the key released, or the run given up.
 async fn run<S, K, B, R>(
-    mut inner: S,
+    inner: S,
     shared: Shared<K>,
     request: Request<B>,
     token: LeaseToken,
+    held: Option<Held>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+    K: IdempotencyBackend,
+    R: Body<Data = Bytes>,
+    R::Error: Into<BoxError>,
+{
+    let answer = run_held(inner, &shared, request, token, held.as_ref()).await;
+    // The resource goes once the answer is kept (or refused); a handler
+    // that panicked, or a process that died, leaves it to lapse.
+    if let Some(held) = held {
+        held.release(&*shared.backend).await;
+    }
+    answer
+}
+
+async fn run_held<S, K, B, R>(
+    mut inner: S,
+    shared: &Shared<K>,
+    request: Request<B>,
+    token: LeaseToken,
+    held: Option<&Held>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
     S: tower::Service<Request<B>, Response = Response<R>>,
@@ -177,6 +290,7 @@ where
 {
     let (backend, config) = (&*shared.backend, &*shared.config);
     let kept = shared.keeper.keep(Arc::clone(&shared.backend), token.clone(), config.lease);
+    let method = request.method().clone();
     let response = match inner.call(request).await {
         Ok(response) => response,
         Err(error) => {
@@ -185,7 +299,7 @@ where
             return Err(error);
         }
     };
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
     if parts.extensions.get::<NotSpent>().is_some()
         || !config.policy.keeps(parts.status, config.keep_validation_failures)
     {
@@ -196,15 +310,18 @@ where
     }
     // One budget for the stored form, head and body together: a head over
     // it is too large whatever the body.
+    if let Some(held) = held {
+        held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
+    }
     let limit = backend.limits().response_bytes_max;
     let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, &config.replay_deny)) else {
         drop(body);
-        return Ok(keep_too_large(&shared, kept, &token).await);
+        return Ok(keep_too_large(shared, kept, &token).await);
     };
     let body = match Limited::new(body, budget).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            return Ok(keep_too_large(&shared, kept, &token).await);
+            return Ok(keep_too_large(shared, kept, &token).await);
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
@@ -214,9 +331,9 @@ where
     };
     let encoded = encode_response(parts.status, &parts.headers, &config.replay_deny, &body);
     let mut response = Response::from_parts(parts, Either::Right(Full::new(body)));
-    match keep_answer(&shared, kept, &token, Kind::Complete, encoded).await {
+    match keep_answer(shared, kept, &token, Kind::Complete, encoded).await {
         Answer::Stored => Ok(counted("executed", response)),
-        Answer::TooLarge(kept) => Ok(keep_too_large(&shared, kept, &token).await),
+        Answer::TooLarge(kept) => Ok(keep_too_large(shared, kept, &token).await),
         Answer::NotStored => {
             response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
             Ok(counted("executed_not_stored", response))

@@ -85,7 +85,9 @@ mod detached;
 mod guard;
 mod keep;
 mod key;
+mod operations;
 mod problem;
+mod resource;
 mod response;
 #[cfg(feature = "webhooks")]
 mod webhook;
@@ -93,6 +95,7 @@ mod webhook;
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
+pub use resource::{IfMatch, ResourceHold};
 #[cfg(feature = "webhooks")]
 pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
 
@@ -188,6 +191,46 @@ impl<S, K> std::fmt::Debug for IdempotencyService<S, K> {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, K> IdempotencyService<S, K> {
+    /// An unguarded request on a route that names resources: a `GET` or
+    /// `HEAD` of a versioned one gets its `ETag`, read before the handler
+    /// runs (a write meanwhile leaves the tag older than the body, so an
+    /// `If-Match` with it fails rather than overwrites); the rest stream
+    /// untouched.
+    fn read<B, R>(&mut self, request: Request<B>) -> ResponseFuture<R, S::Error>
+    where
+        S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        K: IdempotencyBackend,
+        B: Send + 'static,
+        R: Send + 'static,
+    {
+        let (parts, body) = request.into_parts();
+        let scope = match &self.config.scope {
+            config::ScopeRule::Global => Some(Vec::new()),
+            config::ScopeRule::PerRequest(scope_of) => scope_of(&parts),
+        };
+        let Some((scope, resource)) = resource::read_of(&self.config, &parts, scope) else {
+            let answer = self.inner.call(Request::from_parts(parts, body));
+            return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });
+        };
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let backend = Arc::clone(&self.backend);
+        Box::pin(async move {
+            let mut tags = http::HeaderMap::new();
+            resource::tag_read(&backend, &scope, &resource, &mut tags).await;
+            let response = inner.call(Request::from_parts(parts, body)).await?;
+            let (mut parts, body) = response.into_parts();
+            if let (true, Some(tag)) = (parts.status.is_success(), tags.remove(http::header::ETAG)) {
+                parts.headers.insert(http::header::ETAG, tag);
+            }
+            Ok(Response::from_parts(parts, Either::Left(body)))
+        })
+    }
+}
 type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<Response<LayerBody<R>>, E>> + Send>>;
 
 impl<S, K, B, R> tower::Service<Request<B>> for IdempotencyService<S, K>
@@ -210,7 +253,22 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let operation = self.config.operations.as_ref().and_then(|operations| {
+            Some((operations.clone(), operations.key_of(request.method(), request.uri().path())?))
+        });
+        if let Some((operations, key)) = operation {
+            // A status resource: the layer answers it.
+            let (backend, config) = (Arc::clone(&self.backend), Arc::clone(&self.config));
+            let (parts, _) = request.into_parts();
+            return Box::pin(async move {
+                let response = operations::status(&*backend, &config, &operations, &parts, key).await;
+                Ok(response.map(Either::Right))
+            });
+        }
         if !self.config.methods.contains(request.method()) {
+            if self.config.resource.is_some() {
+                return self.read(request);
+            }
             // Unguarded: the request and the response stream untouched.
             let answer = self.inner.call(request);
             return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });

@@ -153,7 +153,8 @@ fn an_open_waits_out_a_lock_a_starting_child_still_shares() {
 
 /// A replaced answer is a record like any other: it survives a reopen from
 /// the hints and from the log alone, and compaction keeps it, not the
-/// answer it replaced; the record's expiry and token stay.
+/// answer it replaced; its token stays, and it lives its TTL from the
+/// replacement.
 #[test]
 fn a_replaced_answer_survives_reopen_and_compaction() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -176,7 +177,7 @@ fn a_replaced_answer_survives_reopen_and_compaction() {
         let store = open(dir.path(), &clock);
         let after = replay(&store, &request);
         assert_eq!(after.response, b"bare", "{reopen}");
-        assert_eq!((after.token, after.deadline_ms), (before.token, before.deadline_ms), "{reopen}");
+        assert_eq!((after.token, after.deadline_ms), (before.token, before.deadline_ms + 5_000), "{reopen}");
         assert_eq!(after.updated_ms, START_MS + 5_000, "{reopen}");
         store.compact().expect("compact");
         drop(store);
@@ -184,5 +185,7 @@ fn a_replaced_answer_survives_reopen_and_compaction() {
     let store = open(dir.path(), &clock);
     assert_eq!(replay(&store, &request).response, b"bare", "after compaction");
     clock.advance(Duration::from_secs(600));
-    assert_eq!(store.get(b"s", b"order").expect("get"), None, "it expires when the completion did");
+    assert!(store.get(b"s", b"order").expect("get").is_some(), "its TTL runs from the replacement");
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(store.get(b"s", b"order").expect("get"), None, "then it expires");
 }

@@ -122,7 +122,12 @@ async fn embedded_store_http_on_a_movable_clock() {
     let real_time = Capability::RealTime;
     assert_eq!(
         skipped,
-        [("keepalive", real_time), ("keepalive_blocking", real_time), ("keepalive_streaming", real_time)]
+        [
+            ("keepalive", real_time),
+            ("keepalive_blocking", real_time),
+            ("keepalive_streaming", real_time),
+            ("hold_takeover", real_time)
+        ]
     );
 }
 

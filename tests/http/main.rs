@@ -13,4 +13,3 @@ mod http_payments_two_instances;
 mod http_problem_details;
 mod http_store_failure;
 mod http_wait_many_waiters;
-mod http_webhooks;

@@ -89,9 +89,11 @@ impl Statements {
                 schema.object("idempo_store")
             ),
             replace: format!(
-                "UPDATE {table} SET response = $4, updated_at = GREATEST(updated_at, pg_catalog.clock_timestamp()) \
-                 WHERE scope = $1 AND key = $2 AND state = 'C' AND response = $3 \
-                 AND expires_at > pg_catalog.clock_timestamp() RETURNING true"
+                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
+                 UPDATE {table} AS r SET response = $4, updated_at = GREATEST(r.updated_at, now.t), \
+                 expires_at = GREATEST(r.expires_at, now.t + r.ttl), reap_at = GREATEST(r.reap_at, now.t + r.ttl) \
+                 FROM now WHERE r.scope = $1 AND r.key = $2 AND r.state = 'C' AND r.response = $3 \
+                 AND r.expires_at > now.t RETURNING true"
             ),
             scan: format!(
                 "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \

@@ -604,7 +604,7 @@ impl Transport for RedisBackend {
     async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, scope, key);
         let mut call = Call::new(&self.scripts.replace, &names.record);
-        call.arg(scope).arg(key).arg(expected).arg(answer);
+        call.arg(scope).arg(key).arg(expected).arg(answer).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         match reply {
             Value::Int(1) => self.replicated("replace", acknowledged).map(|()| true),

@@ -228,8 +228,9 @@ return 1
 );
 
 /// Compare-and-set of a Completed record's response: the record as it
-/// was, with its expiry (`KEEPTTL`), but for its response and last change.
-/// KEYS: record. ARGV: scope, key, expected response, new response.
+/// was but for its response, its last change, and its expiry, at least
+/// its TTL from now. KEYS: record. ARGV: scope, key, expected response,
+/// new response, keep ms.
 /// Replies 1 (replaced), 0 (absent, not Completed, or another response) or
 /// -1 (the record names another `(scope, key)`).
 pub(super) const REPLACE: &str = concat!(
@@ -240,8 +241,8 @@ if not packed then return 0 end
 local r = settle(cmsgpack.unpack(packed))
 if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if r[1] ~= 'C' or not live(r, now) or r[12] ~= ARGV[3] then return 0 end
-r[7], r[12] = math.max(now, r[7]), ARGV[4]
-redis.call('SET', KEYS[1], cmsgpack.pack(r), 'KEEPTTL')
+r[7], r[8], r[12] = math.max(now, r[7]), math.max(r[8], now + r[9]), ARGV[4]
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + tonumber(ARGV[5]))
 return 1
 "
 );

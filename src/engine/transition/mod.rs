@@ -275,9 +275,11 @@ pub(crate) fn renew(held: &Header, lease_end_ms: u64, extend_ms: u64, next_lsn: 
 }
 
 /// The record that replaces the answer of the Completed record `stored`:
-/// state, token, fingerprint, attempt, creation and expiry carry over.
+/// state, token, fingerprint, attempt and creation carry over; it lives at
+/// least its TTL from now, as a completion written now would.
 pub(crate) fn replace(stored: &Header, next_lsn: u64, now_ms: u64) -> Header {
-    Header { lsn: next_lsn, updated_ms: now_ms.max(stored.updated_ms), ..*stored }
+    let deadline_ms = stored.deadline_ms.max(now_ms.saturating_add(stored.ttl_ms));
+    Header { lsn: next_lsn, updated_ms: now_ms.max(stored.updated_ms), deadline_ms, ..*stored }
 }
 
 /// The tombstone that removes the live record `stored`, whatever its state.

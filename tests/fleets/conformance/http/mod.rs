@@ -4,7 +4,8 @@
 //! released 5xx, a dropped request, a client that hangs up, a panicking
 //! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept,
 //! quotas, replayed headers, the response budget, streamed pass-through,
-//! tenant scopes and 500 waiters.
+//! tenant scopes and 500 waiters; conditional writes, one request at a
+//! time per resource, long operations and signed webhooks.
 //!
 //! They live with the tests rather than in `idemkv::conformance`: they
 //! need a server and a client (axum, hyper, reqwest), which the library
@@ -13,17 +14,21 @@
 //! public suite, and [`run_all`] skips, and says so, what a backend lacks.
 
 mod client_disconnect;
+mod conditional;
 mod handler_panic;
 mod key_parsing;
 mod layer;
 mod lease_keepalive;
 mod not_kept;
+mod operations;
 mod quota;
 mod replay_headers;
 mod response_budget;
 mod streaming_passthrough;
 mod tenant_scopes;
 mod wait_many_waiters;
+#[cfg(feature = "webhooks")]
+mod webhooks;
 
 use axum::Router;
 use idemkv::conformance::{Capabilities, Capability, Setting};
@@ -126,8 +131,11 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
     scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants")))
         .await;
     scenario("waiters", wait_many_waiters::five_hundred_waiters_share_one_run(b, &on("waiters"))).await;
+    beyond_replay(b, &run).await;
     if run.clock().is_none() {
         scenario("keepalive", lease_keepalive::a_handler_twice_as_long_as_its_lease_runs_once(b, &on("long"))).await;
+        let died = on("hold_takeover");
+        scenario("hold_takeover", conditional::a_hold_whose_holder_died_is_taken_over_as_recovered(b, &died)).await;
         scenario("keepalive_blocking", lease_keepalive::a_handler_that_blocks_its_thread_runs_once(b, &on("blocking")))
             .await;
         scenario(
@@ -136,7 +144,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
         )
         .await;
     } else {
-        for name in ["keepalive", "keepalive_blocking", "keepalive_streaming"] {
+        for name in ["keepalive", "keepalive_blocking", "keepalive_streaming", "hold_takeover"] {
             skipped.push((name, Capability::RealTime));
         }
     }
@@ -167,4 +175,38 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
         eprintln!("conformance (http): skipped `{name}`: the backend offers no {needs}");
     }
     skipped
+}
+
+/// The scenarios of the layer's conditional writes, resource holds, long
+/// operations and signed webhooks.
+async fn beyond_replay<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
+    let on = |name: &str| run.of(name);
+    scenario("etags", conditional::the_payment_flow_with_etags_and_keys(b, &on("etags"))).await;
+    scenario("racing_writers", conditional::racing_writers_lose_no_update(b, &on("racing"))).await;
+    scenario("one_per_resource", conditional::one_request_at_a_time_per_account(b, &on("resources"))).await;
+    let accepted = on("respond_async");
+    scenario(
+        "respond_async",
+        operations::respond_async_answers_202_and_the_status_resource_follows_the_run(b, &accepted),
+    )
+    .await;
+    scenario("async_after", operations::a_run_past_the_configured_time_is_answered_202(b, &on("async_after"))).await;
+    #[cfg(feature = "webhooks")]
+    {
+        let hooks = |name: &str| on(&format!("webhooks-{name}"));
+        scenario(
+            "webhooks_once",
+            webhooks::a_webhook_runs_once_however_often_and_in_whatever_order_it_comes(b, &hooks("once")),
+        )
+        .await;
+        scenario("webhooks_refused", webhooks::an_unverified_webhook_is_refused_and_runs_nothing(b, &hooks("refused")))
+            .await;
+        scenario("webhooks_dead", webhooks::a_failing_webhook_is_retried_then_a_dead_letter(b, &hooks("dead"))).await;
+        scenario("webhooks_rotation", webhooks::a_rotation_verifies_the_old_and_the_new_secret(b, &hooks("rotation")))
+            .await;
+        scenario("webhooks_stripe", webhooks::a_stripe_event_runs_once_by_its_event_id(b, &hooks("stripe"))).await;
+        #[cfg(feature = "client")]
+        scenario("webhooks_signed_sink", webhooks::the_http_sink_signs_what_the_layer_verifies(b, &hooks("sink")))
+            .await;
+    }
 }

@@ -1,0 +1,369 @@
+//! One request at a time per resource, and conditional writes: a route
+//! names the resource a request acts on ([`LayerConfig::resource`],
+//! [`LayerConfig::versioned_resource`]); the layer holds it — a lease like
+//! any other, kept alive while the handler runs, fenced, taken over with
+//! `recovered` after its holder died — while the request runs, and, when
+//! versioned, checks `If-Match` / `If-None-Match` against the resource's
+//! version under the hold and steps the version after a 2xx, so the check,
+//! the write and the step are one step: no other request of the resource
+//! runs between them.
+
+use super::config::LayerConfig;
+use super::guard::Shared;
+use super::keep::release;
+use super::problem;
+use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
+use crate::keeper::Kept;
+use crate::versions::{Step, Versions};
+use crate::{Fingerprint, LeaseToken};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, ETAG, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
+use http::request::Parts;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Names the resource a request acts on.
+pub(super) type ResourceFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// Whether a versioned route requires `If-Match` on `PUT`, `PATCH` and
+/// `DELETE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMatch {
+    /// Without it such a request is refused with 428.
+    Required,
+    /// Without it such a request runs unconditionally (and still steps
+    /// the version).
+    Optional,
+}
+
+/// The resource rule of a layer.
+#[derive(Clone)]
+pub(super) struct ResourceRule {
+    name: Arc<ResourceFn>,
+    versioned: Option<IfMatch>,
+}
+
+/// What the handler of a request that holds its resource gets, as a
+/// request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResourceHold {
+    /// The resource.
+    pub resource: Vec<u8>,
+    /// The hold's fencing token: greater than every earlier holder's of
+    /// this resource — give it to a store that fences writes.
+    pub token: u64,
+    /// Whether an earlier holder died holding it (its write may have
+    /// happened).
+    pub recovered: bool,
+    /// A versioned resource's version as checked (`None`: it has none
+    /// yet); `None` too for a resource that is not versioned.
+    pub version: Option<u64>,
+}
+
+impl LayerConfig {
+    /// One request at a time per resource: `resource` names what a
+    /// request acts on (an account, an order; a function of the request,
+    /// like the scope; `None`: nothing to hold). While a guarded request
+    /// holds it, another gets 409 `resource-locked` with `Retry-After`, or
+    /// waits under `Prefer: wait`. Keys of different requests on one
+    /// resource never run at once.
+    #[must_use]
+    pub fn resource(mut self, resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: None });
+        self
+    }
+
+    /// As [`resource`](LayerConfig::resource), and the resource has a
+    /// version ([`Versions`](crate::Versions)): responses carry a strong
+    /// `ETag` (`"<resource>-v<version>"`); `If-Match` and `If-None-Match`
+    /// are checked under the hold (412 when they fail; 428 for a `PUT`,
+    /// `PATCH` or `DELETE` without `If-Match` when it is
+    /// [`IfMatch::Required`]); a 2xx steps the version. `GET` and `HEAD`
+    /// pass through with the current `ETag` added.
+    #[must_use]
+    pub fn versioned_resource(
+        mut self,
+        resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static,
+        if_match: IfMatch,
+    ) -> Self {
+        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: Some(if_match) });
+        self
+    }
+}
+
+/// A resource held for one request.
+pub(super) struct Held {
+    token: LeaseToken,
+    _kept: Kept,
+    scope: Vec<u8>,
+    resource: Vec<u8>,
+    versioned: bool,
+    version: Option<u64>,
+}
+
+/// The scope of the holds of `scope`'s resources.
+fn holds_scope(scope: &[u8]) -> Vec<u8> {
+    [b"idemkv.hold/", scope].concat()
+}
+
+/// The strong entity tag of `resource` at `version`, quoted: the resource
+/// itself when it is plain visible ASCII, else a digest of it.
+pub(super) fn etag(resource: &[u8], version: u64) -> String {
+    let plain = !resource.is_empty() && resource.iter().all(|byte| byte.is_ascii_graphic() && !b"\"\\".contains(byte));
+    let mut tag = String::from("\"");
+    if plain {
+        tag.push_str(std::str::from_utf8(resource).unwrap_or_default());
+    } else {
+        for byte in Sha256::digest(resource).iter().take(12) {
+            let _ = write!(tag, "{byte:02x}");
+        }
+    }
+    let _ = write!(tag, "-v{version}\"");
+    tag
+}
+
+/// Whether the entity tags of a precondition header list `current`:
+/// `*` for any current version; weak tags never match (the strong
+/// comparison of RFC 9110 §13.1.1).
+fn listed(values: &str, current: Option<&str>) -> bool {
+    values.split(',').map(str::trim).any(|tag| match (tag, current) {
+        ("*", Some(_)) => true,
+        (tag, Some(current)) => !tag.starts_with("W/") && tag == current,
+        (_, None) => false,
+    })
+}
+
+/// The answer of the preconditions of `headers` for `method` on a
+/// resource at `version`, `None` when the request may run.
+fn precondition(
+    method: &Method,
+    headers: &HeaderMap,
+    current: Option<&str>,
+    if_match: IfMatch,
+) -> Option<&'static str> {
+    let text = |name| {
+        headers.get_all(name).iter().filter_map(|value: &HeaderValue| value.to_str().ok()).collect::<Vec<_>>().join(",")
+    };
+    if headers.contains_key(IF_MATCH) {
+        if !listed(&text(IF_MATCH), current) {
+            return Some("failed");
+        }
+    } else if if_match == IfMatch::Required && [Method::PUT, Method::PATCH, Method::DELETE].contains(method) {
+        return Some("required");
+    }
+    // If-None-Match compares weakly (RFC 9110 §13.1.2).
+    if headers.contains_key(IF_NONE_MATCH) {
+        let matched = text(IF_NONE_MATCH)
+            .split(',')
+            .map(str::trim)
+            .any(|tag| current.is_some_and(|current| tag == "*" || tag.trim_start_matches("W/") == current));
+        if matched {
+            return Some("failed");
+        }
+    }
+    None
+}
+
+fn precondition_answer(kind: &str) -> Response<Full<Bytes>> {
+    if kind == "required" {
+        return problem::response(
+            StatusCode::PRECONDITION_REQUIRED,
+            "precondition-required",
+            "If-Match required",
+            "This resource is changed only with If-Match naming its current ETag; nothing was run.",
+        );
+    }
+    problem::response(
+        StatusCode::PRECONDITION_FAILED,
+        "precondition-failed",
+        "precondition failed",
+        "The resource is not at the version the request names; nothing was run. Fetch it again.",
+    )
+}
+
+/// 409 `resource-locked` with `Retry-After` in whole seconds, at least 1.
+fn locked(retry_after: Duration) -> Response<Full<Bytes>> {
+    let mut response = problem::response(
+        StatusCode::CONFLICT,
+        "resource-locked",
+        "resource busy",
+        "Another request on this resource is running; nothing was run. Retry after Retry-After seconds.",
+    );
+    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
+    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
+/// Why a request did not get its resource: the answer and the outcome it
+/// is counted under.
+pub(super) struct Refused(pub(super) &'static str, pub(super) Response<Full<Bytes>>);
+
+/// Holds the resource `parts` names, if any, and checks its
+/// preconditions; the [`ResourceHold`] extension goes into `parts`.
+pub(super) async fn hold<K: IdempotencyBackend>(
+    shared: &Shared<K>,
+    scope: &[u8],
+    parts: &mut Parts,
+    wait: Option<Duration>,
+) -> Result<Option<Held>, Refused> {
+    let (backend, config) = (&shared.backend, &shared.config);
+    let Some(rule) = &config.resource else { return Ok(None) };
+    let Some(resource) = (rule.name)(parts) else { return Ok(None) };
+    let holds = holds_scope(scope);
+    let limits = backend.limits();
+    if holds.len() > limits.scope_bytes_max || resource.is_empty() || resource.len() > limits.key_bytes_max {
+        return Err(Refused("refused", problem::Problem::ScopeTooLong.response()));
+    }
+    let options = ClaimOptions::new().lease(config.lease).ttl(config.lease).wait(wait);
+    let (token, recovered) = match backend.claim(&holds, &resource, Fingerprint::of(b"idemkv.hold"), options).await {
+        Ok(BackendClaim::Acquired { token, recovered, .. }) => (token, recovered),
+        Ok(BackendClaim::InProgress { retry_after }) => {
+            return Err(Refused("resource_locked", locked(retry_after.min(config.in_progress_retry_after))));
+        }
+        // Holds are released, never finished: neither comes back.
+        Ok(BackendClaim::Replay(_) | BackendClaim::Mismatch) => {
+            return Err(Refused("resource_locked", locked(config.in_progress_retry_after)));
+        }
+        Err(error) => {
+            tracing::warn!(%error, "holding a resource failed; request refused before it ran");
+            return Err(Refused("store_unavailable", problem::store_unavailable()));
+        }
+    };
+    let kept = shared.keeper.keep(Arc::clone(backend), token.clone(), config.lease);
+    let mut version = None;
+    if let Some(if_match) = rule.versioned {
+        version = match Versions::shared(Arc::clone(backend)).current(scope, &resource).await {
+            Ok(version) => version,
+            Err(error) => {
+                tracing::warn!(%error, "reading a resource's version failed; request refused before it ran");
+                release(&**backend, &token).await;
+                return Err(Refused("store_unavailable", problem::store_unavailable()));
+            }
+        };
+        let current = version.map(|version| etag(&resource, version));
+        if let Some(kind) = precondition(&parts.method, &parts.headers, current.as_deref(), if_match) {
+            release(&**backend, &token).await;
+            return Err(Refused("precondition_failed", precondition_answer(kind)));
+        }
+    }
+    parts.extensions.insert(ResourceHold { resource: resource.clone(), token: token.token, recovered, version });
+    let versioned = rule.versioned.is_some();
+    Ok(Some(Held { token, _kept: kept, scope: scope.to_vec(), resource, versioned, version }))
+}
+
+impl Held {
+    /// After the handler answered `status` to a request of `method`: a
+    /// versioned resource's version stepped on a 2xx, and its new `ETag`
+    /// put in `headers` (not for a `DELETE`).
+    pub(super) async fn answered<K: IdempotencyBackend>(
+        &self,
+        backend: &Arc<K>,
+        method: &Method,
+        status: StatusCode,
+        headers: &mut HeaderMap,
+    ) {
+        if !self.versioned || !status.is_success() {
+            return;
+        }
+        match Versions::shared(Arc::clone(backend)).step(&self.scope, &self.resource, self.version).await {
+            Ok(Step::Stepped(version)) if method != Method::DELETE => {
+                if let Ok(value) = HeaderValue::from_str(&etag(&self.resource, version)) {
+                    headers.insert(ETAG, value);
+                }
+            }
+            Ok(Step::Stepped(_)) => {}
+            // Only when the hold was lost (its lease lapsed): the answer
+            // goes out without an ETag; the next If-Match fails.
+            Ok(Step::Conflict(_)) => tracing::error!("a resource's version moved while it was held"),
+            Err(error) => tracing::error!(%error, "stepping a resource's version failed"),
+        }
+    }
+
+    /// Lets the resource go.
+    pub(super) async fn release<K: IdempotencyBackend>(self, backend: &K) {
+        release(backend, &self.token).await;
+    }
+}
+
+/// The `(scope, resource)` of a read (`GET`, `HEAD`) of a versioned
+/// resource, whose answer gets the current `ETag`.
+pub(super) fn read_of(config: &LayerConfig, parts: &Parts, scope: Option<Vec<u8>>) -> Option<(Vec<u8>, Vec<u8>)> {
+    let rule = config.resource.as_ref().filter(|rule| rule.versioned.is_some())?;
+    if ![Method::GET, Method::HEAD].contains(&parts.method) {
+        return None;
+    }
+    Some((scope?, (rule.name)(parts)?))
+}
+
+/// `headers` with the current `ETag` of `resource`, if it has a version.
+pub(super) async fn tag_read<K: IdempotencyBackend>(
+    backend: &Arc<K>,
+    scope: &[u8],
+    resource: &[u8],
+    headers: &mut HeaderMap,
+) {
+    if let Ok(Some(version)) = Versions::shared(Arc::clone(backend)).current(scope, resource).await {
+        if let Ok(value) = HeaderValue::from_str(&etag(resource, version)) {
+            headers.insert(ETAG, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_tags_compare_strongly_and_star_needs_a_version() {
+        let current = etag(b"p", 1);
+        assert_eq!(current, "\"p-v1\"");
+        assert!(listed("\"p-v1\"", Some(&current)));
+        assert!(listed("\"x\", \"p-v1\"", Some(&current)));
+        assert!(!listed("W/\"p-v1\"", Some(&current)), "a weak tag never matches If-Match");
+        assert!(!listed("\"p-v2\"", Some(&current)));
+        assert!(listed("*", Some(&current)));
+        assert!(!listed("*", None), "no version: * does not match");
+        assert!(!listed("\"p-v1\"", None));
+        assert!(etag(b"a b\"c", 3).ends_with("-v3\"") && !etag(b"a b\"c", 3).contains(' '));
+    }
+
+    #[test]
+    fn preconditions_answer_412_or_428() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        let current = Some("\"p-v2\"");
+        let required = IfMatch::Required;
+        assert_eq!(precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v2\"")]), current, required), None);
+        assert_eq!(
+            precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v1\"")]), current, required),
+            Some("failed")
+        );
+        assert_eq!(precondition(&Method::PATCH, &headers(&[]), current, required), Some("required"));
+        assert_eq!(precondition(&Method::PATCH, &headers(&[]), current, IfMatch::Optional), None);
+        assert_eq!(precondition(&Method::POST, &headers(&[]), None, required), None, "a creation needs none");
+        assert_eq!(precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), None, IfMatch::Optional), None);
+        assert_eq!(
+            precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), current, IfMatch::Optional),
+            Some("failed")
+        );
+        assert_eq!(
+            precondition(
+                &Method::PUT,
+                &headers(&[("if-match", "\"p-v1\""), ("if-match", "\"p-v2\"")]),
+                current,
+                required
+            ),
+            None
+        );
+    }
+}

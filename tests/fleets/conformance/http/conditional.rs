@@ -1,0 +1,256 @@
+//! Conditional writes and one request at a time per resource: the payment
+//! flow with `ETag` / `If-Match` and `Idempotency-Key` together (a retried
+//! PATCH is a replay, not a 412; a stale or weak tag is a 412; none at all
+//! a 428); writers racing on one resource lose no update; two requests
+//! with different keys on one account never run at once (409
+//! `resource-locked`, or a wait under `Prefer: wait`); a holder that died
+//! is taken over with `recovered` after its lease.
+
+use super::{key, Served};
+use crate::common::http::{client, send, Reply};
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use idemkv::conformance::Setting;
+use idemkv::http::{IfMatch, LayerConfig, ResourceHold};
+use idemkv::IdempotencyBackend;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The service's own data: a value per payment.
+type Payments = Arc<Mutex<HashMap<String, i64>>>;
+
+fn payment_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
+    parts.uri.path().strip_prefix("/payments/").map(|id| id.as_bytes().to_vec())
+}
+
+/// A payments service: POST creates, PATCH sets, GET reads a value.
+async fn payments<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Payments) {
+    let payments = Payments::default();
+    let routes = Router::new()
+        .route(
+            "/payments/{id}",
+            post(|State(payments): State<Payments>, Path(id): Path<String>, body: String| async move {
+                payments.lock().insert(id, body.parse().unwrap_or(0));
+                StatusCode::CREATED
+            })
+            .patch(|State(payments): State<Payments>, Path(id): Path<String>, body: String| async move {
+                payments.lock().insert(id, body.parse().unwrap_or(0));
+                StatusCode::OK
+            })
+            .get(|State(payments): State<Payments>, Path(id): Path<String>| async move {
+                match payments.lock().get(&id) {
+                    Some(value) => (StatusCode::OK, value.to_string()),
+                    None => (StatusCode::NOT_FOUND, String::new()),
+                }
+            }),
+        )
+        .with_state(Arc::clone(&payments));
+    let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
+        .methods(vec![http::Method::POST, http::Method::PATCH, http::Method::PUT, http::Method::DELETE])
+        .require_key(false)
+        .versioned_resource(payment_of, IfMatch::Required);
+    (Served::start(backend, layer, routes).await, payments)
+}
+
+/// A write of `body` to payment `id` as account `acct-1`.
+fn write(
+    server: &Served,
+    method: reqwest::Method,
+    id: &str,
+    key: Option<&str>,
+    tag: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut request = client()
+        .request(method, server.url(&format!("/payments/{id}")))
+        .header("x-account", "acct-1")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key.to_owned());
+    }
+    if let Some(tag) = tag {
+        request = request.header("if-match", tag.to_owned());
+    }
+    request
+}
+
+fn read(server: &Served, id: &str, account: &str) -> reqwest::RequestBuilder {
+    client().get(server.url(&format!("/payments/{id}"))).header("x-account", account.to_owned())
+}
+
+pub async fn the_payment_flow_with_etags_and_keys<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let (server, payments) = payments(backend).await;
+    let (id, k) = (key(setting, "p"), |name: &str| key(setting, name));
+    let tag = |version: u32| format!("\"{id}-v{version}\"");
+    let (post, patch, put) = (reqwest::Method::POST, reqwest::Method::PATCH, reqwest::Method::PUT);
+    let created = send(write(&server, post, &id, Some(&k("k1")), None, "10")).await;
+    assert_eq!((created.status, created.header("etag")), (201, Some(tag(1).as_str())), "{created:?}");
+    let patched = send(write(&server, patch.clone(), &id, Some(&k("k2")), Some(&tag(1)), "20")).await;
+    assert_eq!((patched.status, patched.header("etag")), (200, Some(tag(2).as_str())));
+    // The same PATCH retried with its key: the replay, with the ETag it first returned.
+    let retried = send(write(&server, patch.clone(), &id, Some(&k("k2")), Some(&tag(1)), "20")).await;
+    assert_eq!((retried.status, retried.header("etag"), retried.replayed()), (200, Some(tag(2).as_str()), true));
+    // A stale tag, a weak one, none: refused, nothing run.
+    let stale = send(write(&server, patch.clone(), &id, Some(&k("k3")), Some(&tag(1)), "99")).await;
+    assert!(stale.is_problem(412, "precondition-failed"), "{stale:?}");
+    let weak = send(write(&server, patch.clone(), &id, Some(&k("k4")), Some(&format!("W/{}", tag(2))), "99")).await;
+    assert!(weak.is_problem(412, "precondition-failed"), "{weak:?}");
+    let bare = send(write(&server, patch.clone(), &id, Some(&k("k5")), None, "99")).await;
+    assert!(bare.is_problem(428, "precondition-required"), "{bare:?}");
+    assert_eq!(payments.lock()[&id], 20, "only the two writes that held");
+    // A refused key was not spent: the same key with the current tag runs.
+    let fixed = send(write(&server, patch, &id, Some(&k("k3")), Some(&tag(2)), "30")).await;
+    assert_eq!((fixed.status, fixed.header("etag")), (200, Some(tag(3).as_str())));
+    // Reads carry the current tag; another account sees no version.
+    let current = send(read(&server, &id, "acct-1")).await;
+    assert_eq!((current.status, current.body.as_str(), current.header("etag")), (200, "30", Some(tag(3).as_str())));
+    assert_eq!(send(read(&server, &id, "acct-2")).await.header("etag"), None);
+    // `If-None-Match: *`: create only.
+    let again = send(write(&server, put, &id, None, Some(&tag(3)), "40").header("if-none-match", "*")).await;
+    assert!(again.is_problem(412, "precondition-failed"), "{again:?}");
+    server.stop().await;
+}
+
+/// Eight writers, each reading the value and its tag, then writing the
+/// value plus one with `If-Match` (a read-modify-write that loses updates
+/// without it), retrying on 412 and 409: the final value is the count of
+/// writes that succeeded.
+pub async fn racing_writers_lose_no_update<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let (server, payments) = payments(backend).await;
+    let id = key(setting, "counter");
+    assert_eq!(
+        send(write(&server, reqwest::Method::POST, &id, Some(&key(setting, "create")), None, "0")).await.status,
+        201
+    );
+    let server = Arc::new(server);
+    let (writers, per_writer) = (8, 5);
+    let tasks: Vec<_> = (0..writers)
+        .map(|writer| {
+            let (server, id, prefix) = (Arc::clone(&server), id.clone(), key(setting, "w"));
+            tokio::spawn(async move {
+                let mut done = 0;
+                for round in 0..200 {
+                    if done == per_writer {
+                        break;
+                    }
+                    let current: Reply = send(read(&server, &id, "acct-1")).await;
+                    let value: i64 = current.body.parse().expect("a value");
+                    let tag = current.header("etag").expect("a tag").to_owned();
+                    let key = format!("{prefix}{writer}-{round}");
+                    let body = (value + 1).to_string();
+                    let reply = send(write(&server, reqwest::Method::PATCH, &id, Some(&key), Some(&tag), &body)).await;
+                    match reply.status {
+                        200 => done += 1,
+                        409 | 412 => {}
+                        other => panic!("unexpected {other}: {reply:?}"),
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        let done = task.await.expect("writer");
+        assert_eq!(done, per_writer, "each writer got its writes in within its rounds");
+        total += done;
+    }
+    assert_eq!(payments.lock()[&id], i64::from(total), "no update lost");
+    let current = send(read(&server, &id, "acct-1")).await;
+    assert_eq!(current.header("etag"), Some(format!("\"{id}-v{}\"", total + 1).as_str()));
+    Arc::into_inner(server).expect("the writers are done").stop().await;
+}
+
+/// How many transfers run at once, and the most seen.
+#[derive(Default)]
+struct Running {
+    now: AtomicU32,
+    most: AtomicU32,
+}
+
+fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
+    let path = parts.uri.path().strip_prefix("/accounts/")?;
+    Some(path.split('/').next()?.as_bytes().to_vec())
+}
+
+pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let running = Arc::new(Running::default());
+    let routes = Router::new()
+        .route(
+            "/accounts/{id}/transfers",
+            post(|Extension(running): Extension<Arc<Running>>, Extension(hold): Extension<ResourceHold>| async move {
+                let now = running.now.fetch_add(1, Ordering::SeqCst) + 1;
+                running.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                running.now.fetch_sub(1, Ordering::SeqCst);
+                format!("moved under hold {}", hold.token)
+            }),
+        )
+        .layer(Extension(Arc::clone(&running)));
+    let server = Served::start(backend, LayerConfig::global().resource(account_of), routes).await;
+    let (a, b) = (key(setting, "a"), key(setting, "b"));
+    let transfer = |account: &str, name: &str| {
+        client()
+            .post(server.url(&format!("/accounts/{account}/transfers")))
+            .header("idempotency-key", key(setting, name))
+    };
+
+    let (first, second) = tokio::join!(send(transfer(&a, "t1")), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        send(transfer(&a, "t2")).await
+    });
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(second.is_problem(409, "resource-locked"), "{second:?}");
+    assert!(second.header("retry-after").is_some());
+    // Refused before it ran: t2 runs when sent again.
+    assert_eq!(send(transfer(&a, "t2")).await.status, 200);
+
+    // Under Prefer: wait the second waits its turn; another account does not wait.
+    let (one, two, other) = tokio::join!(
+        send(transfer(&a, "t3")),
+        async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            send(transfer(&a, "t4").header("prefer", "wait=10")).await
+        },
+        send(transfer(&b, "t5")),
+    );
+    assert_eq!((one.status, two.status, other.status), (200, 200, 200), "{two:?}");
+    assert_eq!(running.most.load(Ordering::SeqCst), 2, "a and b at once, never two on a");
+    server.stop().await;
+}
+
+/// Real time: the hold of a handler that died lapses after its lease.
+pub async fn a_hold_whose_holder_died_is_taken_over_as_recovered<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let routes = Router::new().route(
+        "/accounts/{id}/transfers",
+        post(|Extension(hold): Extension<ResourceHold>, body: String| async move {
+            assert!(body != "crash", "the handler dies holding the account");
+            format!("recovered={}", hold.recovered)
+        }),
+    );
+    let layer = LayerConfig::global().lease(Duration::from_millis(600)).resource(account_of);
+    let server = Served::start(backend, layer, routes).await;
+    let account = key(setting, "a");
+    let transfer = |name: &str, body: &str| {
+        client()
+            .post(server.url(&format!("/accounts/{account}/transfers")))
+            .header("idempotency-key", key(setting, name))
+            .body(body.to_owned())
+    };
+    assert_eq!(send(transfer("c1", "crash")).await.status, 500);
+    let busy = send(transfer("c2", "ok")).await;
+    assert!(busy.is_problem(409, "resource-locked"), "held until its lease ends: {busy:?}");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let taken_over = send(transfer("c2", "ok")).await;
+    assert_eq!((taken_over.status, taken_over.body.as_str()), (200, "recovered=true"));
+    assert_eq!(send(transfer("c3", "ok")).await.body, "recovered=false", "released normally after that");
+    server.stop().await;
+}

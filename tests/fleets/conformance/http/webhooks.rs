@@ -1,0 +1,262 @@
+//! Signed webhooks over a real server and client: verified before anything
+//! runs (a tampered body, a stale timestamp, missing headers, an unknown
+//! secret are 400/401 problems and run nothing), then run once per
+//! webhook id — redelivered, re-signed, reordered or sent eight times at
+//! once, each id's handler runs once; a failing handler's webhook is
+//! retried, then a dead letter; a secret rotation verifies both secrets;
+//! Stripe's scheme the same; and the outbox's HTTP sink signs what it
+//! sends, which the layer verifies and deduplicates.
+
+use super::{key, Served};
+use crate::common::http::{client, send, Reply};
+use axum::extract::Extension;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use idemkv::conformance::Setting;
+use idemkv::http::{WebhookAttempt, WebhookLayer};
+use idemkv::webhook::{StandardWebhooks, StripeSignature, WebhookVerifier};
+use idemkv::{IdempotencyBackend, Inbox};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const OLD: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const NEW: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// The handler's runs, by webhook id, with the attempt each saw.
+type Runs = Arc<Mutex<HashMap<String, Vec<u32>>>>;
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("after the epoch").as_secs()
+}
+
+/// Records the run; a body that says `fail` answers 500.
+async fn hook(
+    Extension(runs): Extension<Runs>,
+    Extension(attempt): Extension<WebhookAttempt>,
+    body: Bytes,
+) -> (StatusCode, String) {
+    runs.lock().entry(attempt.id.clone()).or_default().push(attempt.attempt);
+    if body.as_ref() == b"fail" {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "down".into());
+    }
+    (StatusCode::OK, format!("recorded {}", attempt.id))
+}
+
+struct Receiver<B> {
+    server: Served,
+    runs: Runs,
+    inbox: Inbox<B>,
+    consumer: String,
+}
+
+impl<B> Receiver<B> {
+    fn ran(&self, id: &str) -> usize {
+        self.runs.lock().get(id).map_or(0, Vec::len)
+    }
+}
+
+async fn receiver<B: IdempotencyBackend + Clone, V: WebhookVerifier>(
+    backend: &B,
+    setting: &Setting,
+    verifier: V,
+) -> Receiver<B> {
+    let runs = Runs::default();
+    let inbox = Inbox::new(backend.clone()).max_attempts(3);
+    let consumer = key(setting, "hooks");
+    let layer = WebhookLayer::new(verifier, inbox.clone(), &consumer).expect("layer");
+    let app = Router::new().route("/hooks", post(hook)).layer(layer).layer(Extension(Arc::clone(&runs)));
+    Receiver { server: Served::serve(app).await, runs, inbox, consumer }
+}
+
+async fn deliver<B>(receiver: &Receiver<B>, headers: &axum::http::HeaderMap, body: &[u8]) -> Reply {
+    let mut request = client().post(receiver.server.url("/hooks")).body(body.to_vec());
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_bytes());
+    }
+    send(request).await
+}
+
+pub async fn a_webhook_runs_once_however_often_and_in_whatever_order_it_comes<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
+    let sender = StandardWebhooks::new([OLD]).expect("secret");
+    let id = |name: &str| key(setting, name);
+    let body = br#"{"type":"invoice.paid","invoice":"in_1"}"#;
+    let first = deliver(&receiver, &sender.headers(&id("a"), now(), body), body).await;
+    assert_eq!((first.status, first.body.clone()), (200, format!("recorded {}", id("a"))));
+    // Redelivered as sent, and re-signed later as a sender's retry is.
+    for headers in [sender.headers(&id("a"), now(), body), sender.headers(&id("a"), now() + 1, body)] {
+        let again = deliver(&receiver, &headers, body).await;
+        assert_eq!((again.status, again.body.as_str()), (200, r#"{"webhook":"duplicate"}"#));
+        assert!(again.replayed());
+    }
+    // Reordered: b, c, b, a, c — each id runs once.
+    for name in ["b", "c", "b", "a", "c"] {
+        let reply = deliver(&receiver, &sender.headers(&id(name), now(), body), body).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    // Eight at once.
+    let headers = sender.headers(&id("d"), now(), body);
+    let replies = futures_util::future::join_all((0..8).map(|_| deliver(&receiver, &headers, body))).await;
+    assert!(replies.iter().all(|reply| reply.status == 200 || reply.is_problem(409, "in-progress")), "{replies:?}");
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(receiver.ran(&id(name)), 1, "{name}");
+    }
+    // The same id with another body: never run.
+    let other = br#"{"type":"invoice.voided"}"#;
+    let reused = deliver(&receiver, &sender.headers(&id("a"), now(), other), other).await;
+    assert!(reused.is_problem(422, "webhook-id-reused"), "{reused:?}");
+    assert_eq!(receiver.ran(&id("a")), 1);
+    receiver.server.stop().await;
+}
+
+pub async fn an_unverified_webhook_is_refused_and_runs_nothing<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
+    let sender = StandardWebhooks::new([OLD]).expect("secret");
+    let id = |name: &str| key(setting, name);
+    let body = br#"{"type":"invoice.paid"}"#;
+    let tampered = deliver(&receiver, &sender.headers(&id("1"), now(), body), br#"{"type":"invoice.PAID"}"#).await;
+    assert!(tampered.is_problem(401, "webhook-signature-invalid"), "{tampered:?}");
+    let stale = deliver(&receiver, &sender.headers(&id("2"), now() - 600, body), body).await;
+    assert!(stale.is_problem(401, "webhook-stale"), "{stale:?}");
+    let future = deliver(&receiver, &sender.headers(&id("3"), now() + 600, body), body).await;
+    assert!(future.is_problem(401, "webhook-stale"), "{future:?}");
+    let stranger = StandardWebhooks::new([NEW]).expect("secret");
+    let forged = deliver(&receiver, &stranger.headers(&id("4"), now(), body), body).await;
+    assert!(forged.is_problem(401, "webhook-signature-invalid"), "{forged:?}");
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        let mut headers = sender.headers(&id("5"), now(), body);
+        headers.remove(name);
+        assert!(deliver(&receiver, &headers, body).await.is_problem(400, "webhook-unsigned"), "{name}");
+    }
+    let long = "m".repeat(3000);
+    let too_long = deliver(&receiver, &sender.headers(&long, now(), body), body).await;
+    assert!(too_long.is_problem(400, "webhook-id-too-long"), "{too_long:?}");
+    assert!(receiver.runs.lock().is_empty(), "nothing ran");
+    // Verified afterwards, the id is still new: a refusal spent nothing.
+    assert_eq!(deliver(&receiver, &sender.headers(&id("1"), now(), body), body).await.status, 200);
+    receiver.server.stop().await;
+}
+
+pub async fn a_failing_webhook_is_retried_then_a_dead_letter<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
+    let sender = StandardWebhooks::new([OLD]).expect("secret");
+    let id = key(setting, "f");
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(deliver(&receiver, &sender.headers(&id, now(), b"fail"), b"fail").await.status);
+    }
+    assert_eq!(statuses, [500, 500, 202, 202], "two failures answered, the third a dead letter, then quarantined");
+    assert_eq!(receiver.runs.lock()[&id], [1, 2, 3], "three attempts, counted");
+    let dead = receiver.inbox.dead_letters(&receiver.consumer, None, 10).await.expect("dead letters");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].message_id, id.as_bytes());
+    receiver.server.stop().await;
+}
+
+pub async fn a_rotation_verifies_the_old_and_the_new_secret<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let receiver = receiver(backend, setting, StandardWebhooks::new([NEW, OLD]).expect("secrets")).await;
+    let body = br#"{"type":"invoice.paid"}"#;
+    let id = |name: &str| key(setting, name);
+    for (name, secret) in [("old", OLD), ("new", NEW)] {
+        let sender = StandardWebhooks::new([secret]).expect("secret");
+        assert_eq!(deliver(&receiver, &sender.headers(&id(name), now(), body), body).await.status, 200, "{name}");
+    }
+    // A sender mid-rotation signs with both.
+    let both = StandardWebhooks::new([NEW, OLD]).expect("secrets");
+    assert_eq!(deliver(&receiver, &both.headers(&id("both"), now(), body), body).await.status, 200);
+    assert_eq!((receiver.ran(&id("old")), receiver.ran(&id("new")), receiver.ran(&id("both"))), (1, 1, 1));
+    receiver.server.stop().await;
+}
+
+pub async fn a_stripe_event_runs_once_by_its_event_id<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let receiver = receiver(backend, setting, StripeSignature::new(["whsec_stripe"]).expect("secret")).await;
+    let stripe = StripeSignature::new(["whsec_stripe"]).expect("secret");
+    let event = key(setting, "evt");
+    let body = format!(r#"{{"id":"{event}","type":"charge.succeeded"}}"#).into_bytes();
+    for _ in 0..3 {
+        assert_eq!(deliver(&receiver, &stripe.headers(now(), &body), &body).await.status, 200);
+    }
+    assert_eq!(receiver.ran(&event), 1);
+    let forged = StripeSignature::new(["whsec_other"]).expect("secret");
+    let refused = deliver(&receiver, &forged.headers(now(), &body), &body).await;
+    assert!(refused.is_problem(401, "webhook-signature-invalid"), "{refused:?}");
+    let stale = deliver(&receiver, &stripe.headers(now() - 3600, &body), &body).await;
+    assert!(stale.is_problem(401, "webhook-stale"), "{stale:?}");
+    receiver.server.stop().await;
+}
+
+/// A sink that delivers every message twice, as a relay that died after
+/// a delivery and before its record of it would.
+#[cfg(feature = "client")]
+struct Twice<S>(S);
+
+#[cfg(feature = "client")]
+impl<S: idemkv::Sink + Sync> idemkv::Sink for Twice<S> {
+    async fn deliver(&self, message: &idemkv::Staged) -> Result<(), idemkv::SinkError> {
+        self.0.deliver(message).await?;
+        self.0.deliver(message).await
+    }
+}
+
+/// The relay's HTTP sink signs each message; the receiver verifies it and
+/// runs each message once, though it comes twice; unsigned, it is refused
+/// for good.
+#[cfg(feature = "client")]
+pub async fn the_http_sink_signs_what_the_layer_verifies<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use idemkv::{
+        ClaimOptions, Fingerprint, HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig,
+    };
+
+    let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
+    let shop = key(setting, "shop").into_bytes();
+    let backend = Arc::new(backend.clone());
+    let outbox = Outbox::shared(Arc::clone(&backend));
+    for order in [&b"order-1"[..], b"order-2"] {
+        let produced = Produced::Complete {
+            response: b"201".to_vec(),
+            messages: vec![OutboxMessage::new("hooks", [b"placed ", order].concat())],
+        };
+        outbox
+            .run(&shop, order, Fingerprint::of(order), ClaimOptions::new(), |_| async { produced })
+            .await
+            .expect("run");
+    }
+    let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let scheme = StandardWebhooks::new([OLD]).expect("secret");
+    let signed = Twice(HttpSink::new(receiver.server.url(""), http.clone()).signed(scheme));
+    let relay = Relay::new(Arc::clone(&backend), signed, RelayConfig::new([&shop]));
+    assert_eq!(relay.deliver_key(&shop, b"order-1").await.expect("deliver"), Some(KeyDelivery::Done(1)));
+    let runs = receiver.runs.lock().clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs.keys().all(|id| id.starts_with("ob-")), "deduplicated by the message id: {runs:?}");
+    assert!(runs.values().all(|attempts| attempts == &[1]), "once: {runs:?}");
+
+    let unsigned =
+        Relay::new(Arc::clone(&backend), HttpSink::new(receiver.server.url(""), http), RelayConfig::new([&shop]));
+    let answer = unsigned.deliver_key(&shop, b"order-2").await.expect("deliver");
+    assert_eq!(answer, Some(KeyDelivery::Dead), "a 400 at once");
+    assert_eq!(receiver.runs.lock().len(), 1);
+    receiver.server.stop().await;
+}
