@@ -16,6 +16,9 @@
 //! | a new key in a scope at its quota ([`Error::QuotaExceeded`](crate::Error::QuotaExceeded), embedded store) | 429 with `Retry-After`; the handler is not called |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
 //! | the store fails the claim | 503 with `Retry-After: 1`; the handler is not called |
+//! | the resource the request names ([`LayerConfig::resource`]) held by another request | 409 `resource-locked` with `Retry-After`, or a wait under `Prefer: wait`; the key is not spent |
+//! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428; the key is not spent |
+//! | `Prefer: respond-async`, or a run past [`LayerConfig::respond_async_after`] ([`LayerConfig::operations`]) | 202 with `Location` of a status resource; the handler runs on |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
 //! handler runs to its end even when the client disconnects (its run then
@@ -55,8 +58,9 @@
 //! ([`NotSpent`] or the failure policy freed the key), `executed_not_stored`
 //! (kept failed: `Idempotency-Stored: false`), `replay`, `in_progress`,
 //! `mismatch`, `quota_exceeded`, `refused` (key, scope or body unusable), `store_unavailable`,
-//! `handler_failed`, `response_too_large` and `unkeyed` (no key, not
-//! required: passed through).
+//! `handler_failed`, `response_too_large`, `unkeyed` (no key, not
+//! required: passed through), `resource_locked`, `precondition_failed` and
+//! `accepted` (a 202 of a long operation).
 //!
 //! # Examples
 //!
@@ -146,7 +150,7 @@ impl<K: IdempotencyBackend> IdempotencyLayer<K> {
             guard::RESPONSES_TOTAL,
             "Answers of the idempotency layer by outcome (executed, executed_not_kept, executed_not_stored, \
              replay, in_progress, mismatch, quota_exceeded, refused, store_unavailable, handler_failed, \
-             response_too_large, unkeyed) and status"
+             response_too_large, unkeyed, resource_locked, precondition_failed, accepted) and status"
         );
         IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config), keeper: Arc::new(Keeper::new()) }
     }
