@@ -2,7 +2,11 @@
 //! without it, on loopback, in one run: an axum server and a pooled HTTP
 //! client in one process, `CLIENTS` requests in flight, every request a POST
 //! with a fresh key (so each runs the handler and stores its answer), and a
-//! row of replays (one key per client, sent again and again).
+//! row of replays (one key per client, sent again and again). In process,
+//! two rows more: each request also holding its resource
+//! (`LayerConfig::resource`; one resource per client, so no request waits
+//! for another), and holding it with a version checked and stepped
+//! (`LayerConfig::versioned_resource`).
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench http_layer            # 5 s per row
@@ -134,6 +138,7 @@ async fn in_process(app: Router, seconds: f64, replay: bool) -> f64 {
                     let key = if replay { format!("replay-{task}") } else { format!("fresh-{task}-{n}") };
                     let request = axum::http::Request::post("/payments")
                         .header("Idempotency-Key", key)
+                        .header("x-resource", format!("payment-{task}"))
                         .body(axum::body::Body::from(r#"{"amount":10,"currency":"EUR"}"#))
                         .expect("request");
                     let response = app.clone().oneshot(request).await.expect("infallible");
@@ -187,8 +192,29 @@ fn main() {
             Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, LayerConfig::global()));
         let fresh = in_process(app.clone(), seconds, false).await;
         let replays = in_process(app, seconds, true).await;
+        let resource = |parts: &axum::http::request::Parts| Some(parts.headers.get("x-resource")?.as_bytes().to_vec());
+        let layered = |config: LayerConfig| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+            (Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, config)), dir)
+        };
+        let (held_app, _held_dir) = layered(LayerConfig::global().resource(resource));
+        let held = in_process(held_app, seconds, false).await;
+        let (versioned_app, _versioned_dir) =
+            layered(LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional));
+        let versioned = in_process(versioned_app, seconds, false).await;
         println!("bare route                   {bare:>9.0} calls/s");
         println!("layer, Buffered, fresh keys  {fresh:>9.0} calls/s  ×bare {:.2}", ratio(fresh, bare));
         println!("layer, Buffered, replays     {replays:>9.0} calls/s  ×bare {:.2}", ratio(replays, bare));
+        println!(
+            "  + resource held            {held:>9.0} calls/s  ×bare {:.2}  ×layer {:.2}",
+            ratio(held, bare),
+            ratio(held, fresh)
+        );
+        println!(
+            "  + held, version stepped    {versioned:>9.0} calls/s  ×bare {:.2}  ×layer {:.2}",
+            ratio(versioned, bare),
+            ratio(versioned, fresh)
+        );
     });
 }
