@@ -217,7 +217,13 @@ pub(super) async fn hold<K: IdempotencyBackend>(
     let holds = holds_scope(scope);
     let limits = backend.limits();
     if holds.len() > limits.scope_bytes_max || resource.is_empty() || resource.len() > limits.key_bytes_max {
-        return Err(Refused("refused", problem::Problem::ScopeTooLong.response()));
+        let unusable = problem::response(
+            StatusCode::BAD_REQUEST,
+            "resource-invalid",
+            "resource name unusable",
+            "The resource this request names is empty, or longer than the store keeps; nothing was run.",
+        );
+        return Err(Refused("refused", unusable));
     }
     let options = ClaimOptions::new().lease(config.lease).ttl(config.lease).wait(wait);
     let (token, recovered) = match backend.claim(&holds, &resource, Fingerprint::of(b"idemkv.hold"), options).await {
