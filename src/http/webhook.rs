@@ -1,6 +1,8 @@
 //! [`WebhookLayer`]: a signed webhook verified before anything runs, then
 //! run once per webhook id through an [`Inbox`] (feature `webhooks`).
 //!
+//! Webhooks are `POST`s: any other request passes through untouched.
+//!
 //! | the webhook | the answer |
 //! |---|---|
 //! | a body over the limit | 413 `body-too-large`; nothing runs |
@@ -179,6 +181,12 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        if request.method() != http::Method::POST {
+            // Webhooks are POSTs: anything else streams through untouched
+            // (the router's 405 or 404).
+            let answer = self.inner.call(request);
+            return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });
+        }
         // The ready inner service goes to this call; a clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);

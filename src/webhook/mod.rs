@@ -212,7 +212,9 @@ pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> std::res
     if values.next().is_some() {
         return Err(WebhookError::InvalidHeader(name));
     }
-    value.to_str().map_err(|_| WebhookError::InvalidHeader(name))
+    // UTF-8, not only visible ASCII: what `StandardWebhooks::headers`
+    // signs (an id with a non-ASCII letter) verifies.
+    std::str::from_utf8(value.as_bytes()).map_err(|_| WebhookError::InvalidHeader(name))
 }
 
 /// `timestamp` within `tolerance` of `now`.

@@ -166,3 +166,12 @@ fn stripe_verifies_an_independent_signature_and_takes_the_event_id() {
     let signed = stripe.headers(1_492_774_577, no_id);
     assert_eq!(stripe.verify(&signed, no_id, at(1_492_774_577)), Err(WebhookError::MissingId));
 }
+
+/// What the signer signs, the verifier verifies: an id with a letter
+/// outside ASCII too.
+#[test]
+fn a_non_ascii_id_signs_and_verifies() {
+    let webhooks = StandardWebhooks::new([SECRET]).expect("secret");
+    let sent = webhooks.headers("msg ü 1", AT, BODY);
+    assert_eq!(webhooks.verify(&sent, BODY, at(AT)).map(|verified| verified.id), Ok("msg ü 1".to_owned()));
+}

@@ -141,6 +141,8 @@ pub async fn an_unverified_webhook_is_refused_and_runs_nothing<B: IdempotencyBac
     let long = "m".repeat(3000);
     let too_long = deliver(&receiver, &sender.headers(&long, now(), body), body).await;
     assert!(too_long.is_problem(400, "webhook-id-too-long"), "{too_long:?}");
+    let not_a_post = send(client().get(receiver.server.url("/hooks"))).await;
+    assert_eq!(not_a_post.status, 405, "anything but a POST passes through to the router: {not_a_post:?}");
     assert!(receiver.runs.lock().is_empty(), "nothing ran");
     // Verified afterwards, the id is still new: a refusal spent nothing.
     assert_eq!(deliver(&receiver, &sender.headers(&id("1"), now(), body), body).await.status, 200);
