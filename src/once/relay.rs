@@ -426,7 +426,6 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
 
     /// Delivers `messages[next..]` under `token`, then finishes the
     /// progress record.
-    #[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the lag is for the exporter"))]
     async fn deliver_from(
         &self,
         record: &Record,
