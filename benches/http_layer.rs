@@ -6,7 +6,9 @@
 //! two rows more: each request also holding its resource
 //! (`LayerConfig::resource`; one resource per client, so no request waits
 //! for another), and holding it with a version checked and stepped
-//! (`LayerConfig::versioned_resource`).
+//! (`LayerConfig::versioned_resource`). And signed webhooks: each call a
+//! Standard Webhook with a fresh id (signed by the caller, in both rows),
+//! to the bare route and through `WebhookLayer` (verify, then the inbox).
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench http_layer            # 5 s per row
@@ -17,8 +19,9 @@ mod support;
 
 use axum::{body::Bytes, routing::post, Router};
 use hdrhistogram::Histogram;
-use idemkv::http::{IdempotencyLayer, LayerConfig};
-use idemkv::{Config, Durability, Store};
+use idemkv::http::{IdempotencyLayer, LayerConfig, WebhookLayer};
+use idemkv::webhook::StandardWebhooks;
+use idemkv::{Config, Durability, Inbox, Store};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,24 +126,35 @@ fn print(name: &str, row: &Tally, bare: &Tally) {
 /// Calls `app` in process, with no network between, `CLIENTS` calls in
 /// flight: what the layer itself costs per request.
 async fn in_process(app: Router, seconds: f64, replay: bool) -> f64 {
+    in_process_signed(app, seconds, replay, None).await
+}
+
+/// As [`in_process`]; with `signer`, each call is a Standard Webhook
+/// signed by it, its id the call's key.
+async fn in_process_signed(app: Router, seconds: f64, replay: bool, signer: Option<StandardWebhooks>) -> f64 {
     use tower::ServiceExt;
     let count = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(seconds);
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|task| {
-            let (app, count) = (app.clone(), Arc::clone(&count));
+            let (app, count, signer) = (app.clone(), Arc::clone(&count), signer.clone());
             tokio::spawn(async move {
                 let mut n = 0u64;
                 // Each task watches the time itself: a call that is always
                 // ready never lets a timer fire.
                 while Instant::now() < until {
                     let key = if replay { format!("replay-{task}") } else { format!("fresh-{task}-{n}") };
-                    let request = axum::http::Request::post("/payments")
-                        .header("Idempotency-Key", key)
+                    let body = r#"{"amount":10,"currency":"EUR"}"#;
+                    let mut request = axum::http::Request::post("/payments")
+                        .header("Idempotency-Key", &key)
                         .header("x-resource", format!("payment-{task}"))
-                        .body(axum::body::Body::from(r#"{"amount":10,"currency":"EUR"}"#))
+                        .body(axum::body::Body::from(body))
                         .expect("request");
+                    if let Some(signer) = &signer {
+                        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("now");
+                        request.headers_mut().extend(signer.headers(&key, now.as_secs(), body.as_bytes()));
+                    }
                     let response = app.clone().oneshot(request).await.expect("infallible");
                     assert!(response.status().is_success(), "{}", response.status());
                     axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
@@ -203,6 +217,14 @@ fn main() {
         let (versioned_app, _versioned_dir) =
             layered(LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional));
         let versioned = in_process(versioned_app, seconds, false).await;
+        let signer = StandardWebhooks::new(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]).expect("secret");
+        let signed_bare =
+            in_process_signed(Router::new().route("/payments", post(handler)), seconds, false, Some(signer.clone())).await;
+        let hooks_dir = tempfile::tempdir().expect("tempdir");
+        let hooks_store = Store::open(hooks_dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+        let webhooks = WebhookLayer::new(signer.clone(), Inbox::new(hooks_store), "bench").expect("layer");
+        let hooks_app = Router::new().route("/payments", post(handler)).layer(webhooks);
+        let hooked = in_process_signed(hooks_app, seconds, false, Some(signer)).await;
         println!("bare route                   {bare:>9.0} calls/s");
         println!("layer, Buffered, fresh keys  {fresh:>9.0} calls/s  ×bare {:.2}", ratio(fresh, bare));
         println!("layer, Buffered, replays     {replays:>9.0} calls/s  ×bare {:.2}", ratio(replays, bare));
@@ -216,5 +238,7 @@ fn main() {
             ratio(versioned, bare),
             ratio(versioned, fresh)
         );
+        println!("signed webhooks, bare route  {signed_bare:>9.0} calls/s");
+        println!("signed webhooks, WebhookLayer {hooked:>8.0} calls/s  ×bare route signed {:.2}", ratio(hooked, signed_bare));
     });
 }
