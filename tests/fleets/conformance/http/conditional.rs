@@ -166,11 +166,26 @@ pub async fn racing_writers_lose_no_update<B: IdempotencyBackend + Clone>(backen
     Arc::into_inner(server).expect("the writers are done").stop().await;
 }
 
-/// How many transfers run at once, and the most seen.
+/// How many transfers run at once on each account, the most seen on
+/// each, and how many started in all.
 #[derive(Default)]
 struct Running {
-    now: AtomicU32,
-    most: AtomicU32,
+    now: Mutex<HashMap<String, u32>>,
+    most: Mutex<HashMap<String, u32>>,
+    started: AtomicU32,
+}
+
+impl Running {
+    /// Waits (at most 10 s) until `count` transfers have started.
+    async fn started(&self, count: u32) {
+        for _ in 0..1000 {
+            if self.started.load(Ordering::SeqCst) >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{count} transfers never started");
+    }
 }
 
 fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
@@ -183,13 +198,27 @@ pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(ba
     let routes = Router::new()
         .route(
             "/accounts/{id}/transfers",
-            post(|Extension(running): Extension<Arc<Running>>, Extension(hold): Extension<ResourceHold>| async move {
-                let now = running.now.fetch_add(1, Ordering::SeqCst) + 1;
-                running.most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                running.now.fetch_sub(1, Ordering::SeqCst);
-                format!("moved under hold {}", hold.token)
-            }),
+            post(
+                |Extension(running): Extension<Arc<Running>>,
+                 Extension(hold): Extension<ResourceHold>,
+                 Path(account): Path<String>| async move {
+                    let now = {
+                        let mut now = running.now.lock();
+                        let count = now.entry(account.clone()).or_default();
+                        *count += 1;
+                        *count
+                    };
+                    {
+                        let mut most = running.most.lock();
+                        let seen = most.entry(account.clone()).or_default();
+                        *seen = (*seen).max(now);
+                    }
+                    running.started.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    *running.now.lock().entry(account).or_default() -= 1;
+                    format!("moved under hold {}", hold.token)
+                },
+            ),
         )
         .layer(Extension(Arc::clone(&running)));
     let server = Served::start(backend, LayerConfig::global().resource(account_of), routes).await;
@@ -200,8 +229,9 @@ pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(ba
             .header("idempotency-key", key(setting, name))
     };
 
+    // The second is sent once the first runs (holds the account).
     let (first, second) = tokio::join!(send(transfer(&a, "t1")), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        running.started(1).await;
         send(transfer(&a, "t2")).await
     });
     assert_eq!(first.status, 200, "{first:?}");
@@ -210,17 +240,21 @@ pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(ba
     // Refused before it ran: t2 runs when sent again.
     assert_eq!(send(transfer(&a, "t2")).await.status, 200);
 
-    // Under Prefer: wait the second waits its turn; another account does not wait.
+    // Under Prefer: wait the second on a waits its turn; b never waits for a.
     let (one, two, other) = tokio::join!(
         send(transfer(&a, "t3")),
         async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            running.started(3).await;
             send(transfer(&a, "t4").header("prefer", "wait=10")).await
         },
-        send(transfer(&b, "t5")),
+        async {
+            running.started(3).await;
+            send(transfer(&b, "t5")).await
+        },
     );
     assert_eq!((one.status, two.status, other.status), (200, 200, 200), "{two:?}");
-    assert_eq!(running.most.load(Ordering::SeqCst), 2, "a and b at once, never two on a");
+    assert_eq!(running.most.lock().get(&a), Some(&1), "never two on one account");
+    assert_eq!(running.most.lock().get(&b), Some(&1));
     server.stop().await;
 }
 
@@ -236,7 +270,7 @@ pub async fn a_hold_whose_holder_died_is_taken_over_as_recovered<B: IdempotencyB
             format!("recovered={}", hold.recovered)
         }),
     );
-    let layer = LayerConfig::global().lease(Duration::from_millis(600)).resource(account_of);
+    let layer = LayerConfig::global().lease(Duration::from_secs(2)).resource(account_of);
     let server = Served::start(backend, layer, routes).await;
     let account = key(setting, "a");
     let transfer = |name: &str, body: &str| {
@@ -248,7 +282,7 @@ pub async fn a_hold_whose_holder_died_is_taken_over_as_recovered<B: IdempotencyB
     assert_eq!(send(transfer("c1", "crash")).await.status, 500);
     let busy = send(transfer("c2", "ok")).await;
     assert!(busy.is_problem(409, "resource-locked"), "held until its lease ends: {busy:?}");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
     let taken_over = send(transfer("c2", "ok")).await;
     assert_eq!((taken_over.status, taken_over.body.as_str()), (200, "recovered=true"));
     assert_eq!(send(transfer("c3", "ok")).await.body, "recovered=false", "released normally after that");

@@ -16,7 +16,7 @@ use idemkv::http::LayerConfig;
 use idemkv::IdempotencyBackend;
 use std::time::Duration;
 
-/// Reports that take as many ms as their body says; 202 past 300 ms.
+/// Reports that take as many ms as their body says; 202 past a second.
 async fn reports<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Counter) {
     let runs = Counter::default();
     let routes = Router::new()
@@ -32,7 +32,7 @@ async fn reports<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Counter
         .layer(Extension(runs.clone()));
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
         .operations("/operations")
-        .respond_async_after(Duration::from_millis(300));
+        .respond_async_after(Duration::from_secs(1));
     (Served::start(backend, layer, routes).await, runs)
 }
 
@@ -51,7 +51,7 @@ fn status(server: &Served, location: &str, account: &str) -> reqwest::RequestBui
 /// The status resource once it is no longer 202, within a few seconds.
 async fn finished(server: &Served, location: &str) -> Reply {
     let mut reply = send(status(server, location, "acct-1")).await;
-    for _ in 0..50 {
+    for _ in 0..100 {
         if reply.status != 202 {
             break;
         }
@@ -67,7 +67,7 @@ pub async fn respond_async_answers_202_and_the_status_resource_follows_the_run<B
 ) {
     let (server, runs) = reports(backend).await;
     let r1 = key(setting, "r1");
-    let accepted = send(report(&server, &r1, 800).header("prefer", "respond-async")).await;
+    let accepted = send(report(&server, &r1, 2_000).header("prefer", "respond-async")).await;
     assert_eq!(accepted.status, 202, "{accepted:?}");
     assert_eq!(accepted.header("preference-applied"), Some("respond-async"));
     let location = accepted.header("location").expect("a status resource").to_owned();
@@ -76,7 +76,7 @@ pub async fn respond_async_answers_202_and_the_status_resource_follows_the_run<B
     let running = send(status(&server, &location, "acct-1")).await;
     assert_eq!((running.status, running.header("location")), (202, Some(location.as_str())), "{running:?}");
     assert!(running.header("retry-after").is_some());
-    let retried = send(report(&server, &r1, 800).header("prefer", "respond-async")).await;
+    let retried = send(report(&server, &r1, 2_000).header("prefer", "respond-async")).await;
     assert_eq!((retried.status, retried.header("location")), (202, Some(location.as_str())), "the same 202");
     // Another scope sees nothing; nor does a made-up or malformed id.
     for (path, account) in
@@ -86,8 +86,8 @@ pub async fn respond_async_answers_202_and_the_status_resource_follows_the_run<B
     }
 
     let done = finished(&server, &location).await;
-    assert_eq!((done.status, done.body.as_str()), (201, "report after 800 ms"));
-    let replayed = send(report(&server, &r1, 800)).await;
+    assert_eq!((done.status, done.body.as_str()), (201, "report after 2000 ms"));
+    let replayed = send(report(&server, &r1, 2_000)).await;
     assert_eq!((replayed.status, replayed.replayed()), (201, true), "the replay after");
     assert_eq!(runs.get(), 1, "ran once");
     server.stop().await;
@@ -101,14 +101,14 @@ pub async fn a_run_past_the_configured_time_is_answered_202<B: IdempotencyBacken
     let quick = send(report(&server, &key(setting, "quick"), 0)).await;
     assert_eq!((quick.status, quick.body.as_str()), (201, "report after 0 ms"), "done in time: its own answer");
     let slow_key = key(setting, "slow");
-    let slow = send(report(&server, &slow_key, 1_000)).await;
+    let slow = send(report(&server, &slow_key, 3_000)).await;
     assert_eq!(slow.status, 202, "{slow:?}");
     assert_eq!(slow.header("preference-applied"), None, "not asked for");
     let location = slow.header("location").expect("location").to_owned();
-    let again = send(report(&server, &slow_key, 1_000)).await;
+    let again = send(report(&server, &slow_key, 3_000)).await;
     assert_eq!((again.status, again.header("location")), (202, Some(location.as_str())));
     let done = finished(&server, &location).await;
-    assert_eq!((done.status, done.body.as_str()), (201, "report after 1000 ms"));
+    assert_eq!((done.status, done.body.as_str()), (201, "report after 3000 ms"));
     assert_eq!(runs.get(), 2);
     server.stop().await;
 }
