@@ -170,6 +170,14 @@ impl LayerConfig {
         Self::with_scope(ScopeRule::Global)
     }
 
+    /// The scope of the request `parts`, `None` when its rule finds none.
+    pub(super) fn scope_of(&self, parts: &http::request::Parts) -> Option<Vec<u8>> {
+        match &self.scope {
+            ScopeRule::Global => Some(Vec::new()),
+            ScopeRule::PerRequest(scope_of) => scope_of(parts),
+        }
+    }
+
     fn with_scope(scope: ScopeRule) -> Self {
         LayerConfig {
             scope,

@@ -2,7 +2,7 @@
 //! handler's run to its end, with its lease kept alive.
 
 use super::checkpoints::Checkpoints;
-use super::config::{Attempt, LayerConfig, NotSpent, ScopeRule};
+use super::config::{Attempt, LayerConfig, NotSpent};
 use super::detached::Detached;
 use super::keep::{keep_answer, release, Answer, Kind};
 use super::key::{prefer_wait, read_key, KeyError};
@@ -89,13 +89,7 @@ where
         Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail))),
     };
     let (mut parts, body) = request.into_parts();
-    let scope = match &config.scope {
-        ScopeRule::Global => Vec::new(),
-        ScopeRule::PerRequest(scope_of) => match scope_of(&parts) {
-            Some(scope) => scope,
-            None => return Ok(refused(Problem::ScopeMissing)),
-        },
-    };
+    let Some(scope) = config.scope_of(&parts) else { return Ok(refused(Problem::ScopeMissing)) };
     if scope.len() > limits.scope_bytes_max {
         return Ok(refused(Problem::ScopeTooLong));
     }
@@ -110,7 +104,7 @@ where
         .part(parts.uri.query().unwrap_or("").as_bytes())
         .part(&body)
         .finish();
-    let wait = prefer_wait(&parts.headers).map(|wait| wait.min(config.wait_max)).filter(|wait| !wait.is_zero());
+    let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
     let options = ClaimOptions::new().lease(config.lease).wait(wait);
     let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
@@ -212,14 +206,8 @@ where
         return inner.call(request).await.map(|response| counted("unkeyed", response.map(Either::Left)));
     }
     let (mut parts, body) = request.into_parts();
-    let scope = match &shared.config.scope {
-        ScopeRule::Global => Vec::new(),
-        ScopeRule::PerRequest(scope_of) => match scope_of(&parts) {
-            Some(scope) => scope,
-            None => return Ok(refused(Problem::ScopeMissing)),
-        },
-    };
-    let wait = prefer_wait(&parts.headers).map(|wait| wait.min(shared.config.wait_max)).filter(|wait| !wait.is_zero());
+    let Some(scope) = shared.config.scope_of(&parts) else { return Ok(refused(Problem::ScopeMissing)) };
+    let wait = waits(&shared.config, &parts.headers);
     let held = match resource::hold(shared, &scope, &mut parts, wait).await {
         Ok(held) => held,
         Err(resource::Refused(outcome, response)) => return Ok(counted(outcome, response.map(Either::Right))),
@@ -239,6 +227,12 @@ where
     };
     held.release(&*shared.backend).await;
     answer
+}
+
+/// How long a request's `Prefer: wait` asks to wait, capped at the
+/// layer's `wait_max`; `None` for no wait.
+fn waits(config: &LayerConfig, headers: &http::HeaderMap) -> Option<Duration> {
+    prefer_wait(headers).map(|wait| wait.min(config.wait_max)).filter(|wait| !wait.is_zero())
 }
 
 /// `response` with `Preference-Applied: wait=N` when the claim waited up

@@ -212,11 +212,7 @@ impl<S, K> IdempotencyService<S, K> {
         R: Send + 'static,
     {
         let (parts, body) = request.into_parts();
-        let scope = match &self.config.scope {
-            config::ScopeRule::Global => Some(Vec::new()),
-            config::ScopeRule::PerRequest(scope_of) => scope_of(&parts),
-        };
-        let Some((scope, resource)) = resource::read_of(&self.config, &parts, scope) else {
+        let Some((scope, resource)) = resource::read_of(&self.config, &parts) else {
             let answer = self.inner.call(Request::from_parts(parts, body));
             return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });
         };

@@ -10,7 +10,7 @@
 //! it runs and the replay after. The status resource lives in the
 //! request's scope: a `GET` from another scope finds nothing (404).
 
-use super::config::{LayerConfig, ScopeRule};
+use super::config::LayerConfig;
 use super::problem;
 use super::response::replay;
 use crate::backend::IdempotencyBackend;
@@ -112,8 +112,7 @@ impl Operations {
         if let Ok(location) = HeaderValue::from_str(&location) {
             headers.insert(LOCATION, location);
         }
-        let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
-        headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+        headers.insert(RETRY_AFTER, problem::retry_after_value(retry_after));
         if preferred {
             headers.insert("preference-applied", HeaderValue::from_static("respond-async"));
         }
@@ -139,11 +138,7 @@ pub(super) async fn status<K: IdempotencyBackend>(
     parts: &Parts,
     key: Vec<u8>,
 ) -> Response<Full<Bytes>> {
-    let scope = match &config.scope {
-        ScopeRule::Global => Some(Vec::new()),
-        ScopeRule::PerRequest(scope_of) => scope_of(parts),
-    };
-    let Some(scope) = scope else { return unknown() };
+    let Some(scope) = config.scope_of(parts) else { return unknown() };
     let limits = backend.limits();
     if key.is_empty() || scope.len() > limits.scope_bytes_max || key.len() > limits.key_bytes_max {
         return unknown();

@@ -151,9 +151,15 @@ pub(super) fn store_unavailable() -> Response<Full<Bytes>> {
 /// `problem` with `Retry-After` in whole seconds, at least 1.
 fn with_retry_after(problem: Problem, retry_after: Duration) -> Response<Full<Bytes>> {
     let mut response = problem.response();
-    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0));
-    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+    response.headers_mut().insert(RETRY_AFTER, retry_after_value(retry_after));
     response
+}
+
+/// A `Retry-After` value: `retry_after` rounded up to whole seconds, at
+/// least 1.
+pub(super) fn retry_after_value(retry_after: Duration) -> HeaderValue {
+    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0));
+    HeaderValue::from(seconds.max(1))
 }
 
 #[cfg(test)]

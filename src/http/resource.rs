@@ -194,8 +194,7 @@ fn locked(retry_after: Duration) -> Response<Full<Bytes>> {
         "resource busy",
         "Another request on this resource is running; nothing was run. Retry after Retry-After seconds.",
     );
-    let seconds = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
-    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+    response.headers_mut().insert(RETRY_AFTER, problem::retry_after_value(retry_after));
     response
 }
 
@@ -298,12 +297,12 @@ impl Held {
 
 /// The `(scope, resource)` of a read (`GET`, `HEAD`) of a versioned
 /// resource, whose answer gets the current `ETag`.
-pub(super) fn read_of(config: &LayerConfig, parts: &Parts, scope: Option<Vec<u8>>) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(super) fn read_of(config: &LayerConfig, parts: &Parts) -> Option<(Vec<u8>, Vec<u8>)> {
     let rule = config.resource.as_ref().filter(|rule| rule.versioned.is_some())?;
     if ![Method::GET, Method::HEAD].contains(&parts.method) {
         return None;
     }
-    Some((scope?, (rule.name)(parts)?))
+    Some((config.scope_of(parts)?, (rule.name)(parts)?))
 }
 
 /// `headers` with the current `ETag` of `resource`, if it has a version.
