@@ -6,6 +6,7 @@ use crate::engine::telemetry::event;
 use crate::engine::transition::{Finish, Held};
 use crate::engine::{Engine, TokenRef};
 use crate::error::{Error, Result};
+use crate::keyspace::Keyspace;
 use crate::stats::bump;
 use std::fmt;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ use std::time::Duration;
 pub struct Lease {
     engine: Arc<Engine>,
     hash: u128,
+    keyspace: Keyspace,
     scope: Vec<u8>,
     key: Vec<u8>,
     token: u64,
@@ -57,6 +59,7 @@ impl fmt::Debug for Lease {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("Lease")
+            .field("keyspace", &self.keyspace)
             .field("scope", &String::from_utf8_lossy(&self.scope))
             .field("key", &String::from_utf8_lossy(&self.key))
             .field("token", &self.token)
@@ -72,7 +75,7 @@ impl Lease {
     pub(crate) fn new(
         engine: Arc<Engine>,
         hash: u128,
-        (scope, key): (&[u8], &[u8]),
+        (keyspace, scope, key): (Keyspace, &[u8], &[u8]),
         token: u64,
         held: Held,
         deadline_ms: u64,
@@ -81,6 +84,7 @@ impl Lease {
         Lease {
             engine,
             hash,
+            keyspace,
             scope: scope.to_vec(),
             key: key.to_vec(),
             token,
@@ -160,6 +164,13 @@ impl Lease {
     #[must_use]
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ms
+    }
+
+    /// The keyspace of the claimed key: [`Keyspace::Caller`] for every
+    /// claim but idemkv's own.
+    #[must_use]
+    pub fn keyspace(&self) -> Keyspace {
+        self.keyspace
     }
 
     /// The scope of the claimed key.
@@ -255,6 +266,7 @@ impl Lease {
         let lease = Lease {
             engine: Arc::clone(&self.engine),
             hash: self.hash,
+            keyspace: self.keyspace,
             scope: std::mem::take(&mut self.scope),
             key: std::mem::take(&mut self.key),
             token: self.token,
@@ -341,11 +353,16 @@ impl Lease {
     #[must_use]
     pub fn into_token(mut self) -> LeaseToken {
         self.finished = true;
-        LeaseToken { scope: std::mem::take(&mut self.scope), key: std::mem::take(&mut self.key), token: self.token }
+        LeaseToken {
+            keyspace: self.keyspace,
+            scope: std::mem::take(&mut self.scope),
+            key: std::mem::take(&mut self.key),
+            token: self.token,
+        }
     }
 
     fn token_ref(&self) -> TokenRef<'_> {
-        TokenRef { scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
+        TokenRef { keyspace: self.keyspace, scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
     }
 }
 
@@ -368,6 +385,9 @@ impl Drop for Lease {
 /// handing the work to a background job. See [`Lease::into_token`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseToken {
+    /// The keyspace of the claimed key ([`Keyspace::Caller`] for every
+    /// claim but idemkv's own).
+    pub keyspace: Keyspace,
     /// The scope of the claimed key.
     pub scope: Vec<u8>,
     /// The claimed key.

@@ -93,6 +93,7 @@ pub mod http;
 pub mod io;
 #[cfg(feature = "tokio")]
 mod keeper;
+pub mod keyspace;
 mod lease;
 #[cfg(feature = "tokio")]
 mod once;
@@ -127,6 +128,7 @@ pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use engine::transition::ReusePolicy;
 pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use keyspace::Keyspace;
 pub use format::FormatVersion;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(all(feature = "messaging", feature = "redis"))]

@@ -7,7 +7,9 @@
 //!      4    4 payload length                  1    1 state (0 none, 1 processing,
 //!      8    . payload                                  2 completed, 3 failed)
 //!                                             2    1 flags (bit 0: recovered)
-//!                                             3    1 reserved, 0
+//!                                             3    1 keyspace (0 the caller's,
+//!                                                    1..=6 idemkv's own; see
+//!                                                    crate::keyspace)
 //!                                             4    4 attempt
 //!                                             8    8 lsn (shard log sequence number)
 //!                                            16    8 token (fencing token)
@@ -25,6 +27,7 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::fingerprint::Fingerprint;
+use crate::keyspace::Keyspace;
 
 /// Bytes before the payload: CRC and length.
 pub(crate) const FRAME_HEADER_BYTES: usize = 8;
@@ -33,7 +36,7 @@ pub(crate) const FIXED_BYTES: usize = 96;
 const OFFSET_KIND: usize = 0;
 const OFFSET_STATE: usize = 1;
 const OFFSET_FLAGS: usize = 2;
-const OFFSET_RESERVED: usize = 3;
+const OFFSET_KEYSPACE: usize = 3;
 const OFFSET_ATTEMPT: usize = 4;
 const OFFSET_LSN: usize = 8;
 const OFFSET_TOKEN: usize = 16;
@@ -103,6 +106,8 @@ pub(crate) enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub kind: Kind,
+    /// Whose record this is; the shard fills it in, as the lengths.
+    pub keyspace: Keyspace,
     pub recovered: bool,
     pub attempt: u32,
     pub lsn: u64,
@@ -121,6 +126,8 @@ pub(crate) struct Header {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Record {
+    /// Whose record this is: the caller's, or one of idemkv's own.
+    pub keyspace: Keyspace,
     /// The scope.
     pub scope: Vec<u8>,
     /// The key.
@@ -170,6 +177,12 @@ impl<'a> RecordRef<'a> {
     /// The put `header` of `frame` (`None` for a tombstone).
     pub(crate) fn new(header: &'a Header, frame: &'a [u8]) -> Option<Self> {
         matches!(header.kind, Kind::Put(_)).then_some(RecordRef { header, frame })
+    }
+
+    /// Whose record this is.
+    #[must_use]
+    pub fn keyspace(&self) -> Keyspace {
+        self.header.keyspace
     }
 
     /// The scope.
@@ -254,6 +267,7 @@ impl<'a> RecordRef<'a> {
             State::Completed | State::Failed => (stored, None),
         };
         Record {
+            keyspace: header.keyspace,
             scope: scope.to_vec(),
             key: key.to_vec(),
             state,
@@ -300,7 +314,7 @@ pub(crate) fn encode(header: &Header, scope: &[u8], key: &[u8], response: &[u8],
         Kind::Put(state) => (1u8, state.to_byte()),
         Kind::Tombstone => (2u8, 0u8),
     };
-    out.extend_from_slice(&[kind, state, u8::from(header.recovered), 0]);
+    out.extend_from_slice(&[kind, state, u8::from(header.recovered), header.keyspace.to_byte()]);
     out.extend_from_slice(&header.attempt.to_le_bytes());
     out.extend_from_slice(&header.lsn.to_le_bytes());
     out.extend_from_slice(&header.token.to_le_bytes());
@@ -325,6 +339,9 @@ pub(crate) fn declared_frame_bytes(bytes: &[u8]) -> Option<u64> {
     let length = bytes.get(4..8)?;
     Some(FRAME_HEADER_BYTES as u64 + u64::from(read_u32(length, 0)))
 }
+
+/// Where a frame's keyspace byte is, from the frame's start.
+pub(crate) const KEYSPACE_AT: u64 = (FRAME_HEADER_BYTES + OFFSET_KEYSPACE) as u64;
 
 /// Bytes of a frame before its scope, key and response: the frame header
 /// and the fixed part of the payload.
@@ -400,13 +417,15 @@ fn decode_fixed(payload: &[u8]) -> Result<Header, DecodeError> {
         (2, 0) => Kind::Tombstone,
         _ => return Err(DecodeError::Invalid("unknown record kind")),
     };
-    if payload[OFFSET_FLAGS] > 1 || payload[OFFSET_RESERVED] != 0 {
+    if payload[OFFSET_FLAGS] > 1 {
         return Err(DecodeError::Invalid("unknown flags"));
     }
+    let keyspace = Keyspace::from_byte(payload[OFFSET_KEYSPACE]).ok_or(DecodeError::Invalid("unknown keyspace"))?;
     let mut fingerprint = [0u8; Fingerprint::LEN];
     fingerprint.copy_from_slice(&payload[OFFSET_FINGERPRINT..OFFSET_FINGERPRINT + Fingerprint::LEN]);
     let header = Header {
         kind,
+        keyspace,
         recovered: payload[OFFSET_FLAGS] == 1,
         attempt: read_u32(payload, OFFSET_ATTEMPT),
         lsn: read_u64(payload, OFFSET_LSN),
@@ -458,6 +477,7 @@ mod tests {
     fn sample(kind: Kind, response: &[u8]) -> Header {
         Header {
             kind,
+            keyspace: Keyspace::Inbox,
             recovered: true,
             attempt: 3,
             lsn: 42,

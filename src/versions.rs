@@ -2,8 +2,9 @@
 //! compare-and-set on any backend — what an HTTP `ETag` names and
 //! `If-Match` checks (see [`LayerConfig::versioned`](crate::http::LayerConfig::versioned)).
 //!
-//! A resource's version is a completed record `(idemkv.version/<scope>,
-//! resource)` whose answer is the number. The first version is written by
+//! A resource's version is a completed record `(scope, resource)` of
+//! [`Keyspace::Version`] — idemkv's own, where no caller's scope reaches —
+//! whose answer is the number. The first version is written by
 //! a claim and its completion (a creator that dies leaves the claim to
 //! lapse; nobody reads a version meanwhile); each step after it is one
 //! [`IdempotencyBackend::replace`] from the version expected to the next —
@@ -16,7 +17,7 @@
 
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::error::Result;
-use crate::{Fingerprint, State};
+use crate::{Fingerprint, Keyspace, State};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,11 +71,6 @@ impl<B> std::fmt::Debug for Versions<B> {
     }
 }
 
-/// The scope of the versions of `scope`'s resources.
-pub(crate) fn versions_scope(scope: &[u8]) -> Vec<u8> {
-    [b"idemkv.version/", scope].concat()
-}
-
 fn encode(version: u64) -> Vec<u8> {
     [&MAGIC[..], &version.to_le_bytes()].concat()
 }
@@ -109,10 +105,9 @@ impl<B: IdempotencyBackend> Versions<B> {
     /// first.
     ///
     /// # Errors
-    /// The backend's errors; the key errors ([`Error::ScopeTooLong`](crate::Error::ScopeTooLong)
-    /// counts the `idemkv.version/` prefix).
+    /// The backend's errors; the key errors.
     pub async fn current(&self, scope: &[u8], resource: &[u8]) -> Result<Option<u64>> {
-        let record = self.backend.get(&versions_scope(scope), resource).await?;
+        let record = self.backend.get_in(Keyspace::Version, scope, resource).await?;
         Ok(record.filter(|record| record.state == State::Completed).and_then(|record| decode(&record.response)))
     }
 
@@ -122,10 +117,10 @@ impl<B: IdempotencyBackend> Versions<B> {
     /// # Errors
     /// As [`current`](Versions::current).
     pub async fn step(&self, scope: &[u8], resource: &[u8], expected: Option<u64>) -> Result<Step> {
-        let cells = versions_scope(scope);
         let Some(version) = expected else {
             let options = ClaimOptions::new().lease(Duration::from_secs(10)).ttl(self.ttl);
-            return Ok(match self.backend.claim(&cells, resource, Fingerprint::of(MAGIC), options).await? {
+            let first = self.backend.claim_in(Keyspace::Version, scope, resource, Fingerprint::of(MAGIC), options);
+            return Ok(match first.await? {
                 BackendClaim::Acquired { token, .. } => {
                     self.backend.complete(&token, &encode(1)).await?;
                     Step::Stepped(1)
@@ -135,7 +130,8 @@ impl<B: IdempotencyBackend> Versions<B> {
             });
         };
         let next = version.saturating_add(1);
-        if self.backend.replace(&cells, resource, &encode(version), &encode(next)).await? {
+        let (from, to) = (encode(version), encode(next));
+        if self.backend.replace_in(Keyspace::Version, scope, resource, &from, &to).await? {
             return Ok(Step::Stepped(next));
         }
         Ok(Step::Conflict(self.current(scope, resource).await?))

@@ -2,7 +2,7 @@
 //! `tokio`, which every backend's calls need).
 
 use super::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
-use crate::{Error, Fingerprint, LeaseToken, Record};
+use crate::{Error, Fingerprint, Keyspace, LeaseToken, Record};
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,11 +12,15 @@ use std::time::Duration;
 /// A call's future, boxed.
 type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
+/// A compare-and-set's expected answer and its replacement.
+type Cas<'a> = (&'a [u8], &'a [u8]);
+
 /// [`IdempotencyBackend`] with its futures boxed, so that it can be a
 /// trait object.
 trait Erased: Send + Sync + 'static {
-    fn claim<'a>(
+    fn claim_in<'a>(
         &'a self,
+        keyspace: Keyspace,
         scope: &'a [u8],
         key: &'a [u8],
         fingerprint: Fingerprint,
@@ -27,23 +31,30 @@ trait Erased: Send + Sync + 'static {
     fn release<'a>(&'a self, token: &'a LeaseToken) -> Call<'a, ()>;
     fn checkpoint<'a>(&'a self, token: &'a LeaseToken, step: &'a str, payload: &'a [u8]) -> Call<'a, ()>;
     fn renew<'a>(&'a self, token: &'a LeaseToken, extend: Duration) -> Call<'a, ()>;
-    fn get<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>>;
-    fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool>;
-    fn replace<'a>(&'a self, scope: &'a [u8], key: &'a [u8], expected: &'a [u8], answer: &'a [u8]) -> Call<'a, bool>;
-    fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>>;
+    fn get_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>>;
+    fn remove_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool>;
+    fn replace_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8], cas: Cas<'a>) -> Call<'a, bool>;
+    fn scan_in<'a>(
+        &'a self,
+        keyspace: Keyspace,
+        scope: &'a [u8],
+        after: Option<&'a [u8]>,
+        limit: usize,
+    ) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
     fn as_any(&self) -> &dyn Any;
 }
 
 impl<B: IdempotencyBackend> Erased for B {
-    fn claim<'a>(
+    fn claim_in<'a>(
         &'a self,
+        keyspace: Keyspace,
         scope: &'a [u8],
         key: &'a [u8],
         fingerprint: Fingerprint,
         options: ClaimOptions,
     ) -> Call<'a, BackendClaim> {
-        Box::pin(IdempotencyBackend::claim(self, scope, key, fingerprint, options))
+        Box::pin(IdempotencyBackend::claim_in(self, keyspace, scope, key, fingerprint, options))
     }
 
     fn complete<'a>(&'a self, token: &'a LeaseToken, response: &'a [u8]) -> Call<'a, ()> {
@@ -66,20 +77,26 @@ impl<B: IdempotencyBackend> Erased for B {
         Box::pin(IdempotencyBackend::renew(self, token, extend))
     }
 
-    fn get<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>> {
-        Box::pin(IdempotencyBackend::get(self, scope, key))
+    fn get_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8]) -> Call<'a, Option<Record>> {
+        Box::pin(IdempotencyBackend::get_in(self, keyspace, scope, key))
     }
 
-    fn remove<'a>(&'a self, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool> {
-        Box::pin(IdempotencyBackend::remove(self, scope, key))
+    fn remove_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8]) -> Call<'a, bool> {
+        Box::pin(IdempotencyBackend::remove_in(self, keyspace, scope, key))
     }
 
-    fn replace<'a>(&'a self, scope: &'a [u8], key: &'a [u8], expected: &'a [u8], answer: &'a [u8]) -> Call<'a, bool> {
-        Box::pin(IdempotencyBackend::replace(self, scope, key, expected, answer))
+    fn replace_in<'a>(&'a self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8], cas: Cas<'a>) -> Call<'a, bool> {
+        Box::pin(IdempotencyBackend::replace_in(self, keyspace, scope, key, cas.0, cas.1))
     }
 
-    fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>> {
-        Box::pin(IdempotencyBackend::scan(self, scope, after, limit))
+    fn scan_in<'a>(
+        &'a self,
+        keyspace: Keyspace,
+        scope: &'a [u8],
+        after: Option<&'a [u8]>,
+        limit: usize,
+    ) -> Call<'a, Vec<Record>> {
+        Box::pin(IdempotencyBackend::scan_in(self, keyspace, scope, after, limit))
     }
 
     fn limits(&self) -> BackendLimits {
@@ -137,14 +154,15 @@ impl std::fmt::Debug for AnyBackend {
 }
 
 impl IdempotencyBackend for AnyBackend {
-    async fn claim(
+    async fn claim_in(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
         options: ClaimOptions,
     ) -> Result<BackendClaim, Error> {
-        self.0.claim(scope, key, fingerprint, options).await
+        self.0.claim_in(keyspace, scope, key, fingerprint, options).await
     }
 
     async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
@@ -167,20 +185,33 @@ impl IdempotencyBackend for AnyBackend {
         self.0.renew(token, extend).await
     }
 
-    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
-        self.0.get(scope, key).await
+    async fn get_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
+        self.0.get_in(keyspace, scope, key).await
     }
 
-    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
-        self.0.remove(scope, key).await
+    async fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
+        self.0.remove_in(keyspace, scope, key).await
     }
 
-    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
-        self.0.replace(scope, key, expected, answer).await
+    async fn replace_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> Result<bool, Error> {
+        self.0.replace_in(keyspace, scope, key, (expected, answer)).await
     }
 
-    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
-        self.0.scan(scope, after, limit).await
+    async fn scan_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Record>, Error> {
+        self.0.scan_in(keyspace, scope, after, limit).await
     }
 
     fn limits(&self) -> BackendLimits {

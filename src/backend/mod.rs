@@ -8,7 +8,7 @@
 
 #[cfg(feature = "tokio")]
 use crate::engine::transition::Finish;
-use crate::{Checkpoint, Error, Fingerprint, LeaseToken, Record, ReusePolicy};
+use crate::{Checkpoint, Error, Fingerprint, Keyspace, LeaseToken, Record, ReusePolicy};
 #[cfg(feature = "tokio")]
 use crate::{Claim, ClaimRequest, Store};
 use std::future::Future;
@@ -126,19 +126,51 @@ pub struct BackendLimits {
 }
 
 /// What the HTTP layer and the tools need of an idempotency store.
+///
+/// Every record a call names by `(scope, key)` lives in a [`Keyspace`]:
+/// the caller's for the calls without a keyspace ([`claim`], [`get`],
+/// [`remove`], [`replace`], [`scan`]), one of idemkv's own for the `_in`
+/// calls its features make. A backend implements the `_in` calls and keeps
+/// every keyspace apart, so that no scope of a caller's reaches a record of
+/// idemkv's own; a [`LeaseToken`] names its keyspace.
+///
+/// [`claim`]: IdempotencyBackend::claim
+/// [`get`]: IdempotencyBackend::get
+/// [`remove`]: IdempotencyBackend::remove
+/// [`replace`]: IdempotencyBackend::replace
+/// [`scan`]: IdempotencyBackend::scan
 pub trait IdempotencyBackend: Send + Sync + 'static {
-    /// Claims `(scope, key)` (see [`Store::claim`](crate::Store::claim));
-    /// with [`ClaimOptions::wait`], waits while the key is in progress.
+    /// Claims `(scope, key)` of `keyspace` (see
+    /// [`Store::claim`](crate::Store::claim)); with
+    /// [`ClaimOptions::wait`], waits while the key is in progress.
     ///
     /// # Errors
     /// The backend's error; an error changes nothing.
+    fn claim_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+    ) -> impl Future<Output = Result<BackendClaim, Error>> + Send;
+
+    /// Claims the caller's `(scope, key)`: [`claim_in`] of
+    /// [`Keyspace::Caller`].
+    ///
+    /// [`claim_in`]: IdempotencyBackend::claim_in
+    ///
+    /// # Errors
+    /// As [`claim_in`](IdempotencyBackend::claim_in).
     fn claim(
         &self,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
         options: ClaimOptions,
-    ) -> impl Future<Output = Result<BackendClaim, Error>> + Send;
+    ) -> impl Future<Output = Result<BackendClaim, Error>> + Send {
+        self.claim_in(Keyspace::Caller, scope, key, fingerprint, options)
+    }
 
     /// Stores `response` as the replayed answer.
     ///
@@ -180,47 +212,86 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// [`Error::InvalidDuration`].
     fn renew(&self, token: &LeaseToken, extend: Duration) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// The live record of `(scope, key)` (state, attempt, token, times,
-    /// response), `None` if absent or expired.
+    /// The live record of `(scope, key)` of `keyspace` (state, attempt,
+    /// token, times, response), `None` if absent or expired.
     ///
     /// # Errors
     /// The backend's error; the key errors.
-    fn get(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
+    fn get_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
 
-    /// Removes `(scope, key)` whatever its state (an admin operation); its
-    /// holder, if any, then gets [`Error::LeaseLost`]. Returns whether a
-    /// live record was removed.
+    /// [`get_in`](IdempotencyBackend::get_in) of the caller's keyspace.
+    ///
+    /// # Errors
+    /// As [`get_in`](IdempotencyBackend::get_in).
+    fn get(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
+        self.get_in(Keyspace::Caller, scope, key)
+    }
+
+    /// Removes `(scope, key)` of `keyspace` whatever its state (an admin
+    /// operation); its holder, if any, then gets [`Error::LeaseLost`].
+    /// Returns whether a live record was removed.
     ///
     /// # Errors
     /// The backend's error; the key errors.
-    fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
+    fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// Replaces the answer of `(scope, key)`'s Completed record with
-    /// `answer` if it is `expected` — a compare-and-set, one atomic step on
-    /// every backend. State, token, fingerprint and attempt stay; the
-    /// record lives at least its TTL from now (as a completion written now
-    /// would: a record replaced often never expires); a replay answers the
-    /// new answer from then on. Returns whether it
-    /// replaced: `false` for an absent, Processing or Failed key, or
-    /// another answer (someone replaced it first).
+    /// [`remove_in`](IdempotencyBackend::remove_in) of the caller's
+    /// keyspace.
+    ///
+    /// # Errors
+    /// As [`remove_in`](IdempotencyBackend::remove_in).
+    fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send {
+        self.remove_in(Keyspace::Caller, scope, key)
+    }
+
+    /// Replaces the answer of `(scope, key)`'s Completed record of
+    /// `keyspace` with `answer` if it is `expected` — a compare-and-set,
+    /// one atomic step on every backend. State, token, fingerprint and
+    /// attempt stay; the record lives at least its TTL from now (as a
+    /// completion written now would: a record replaced often never
+    /// expires); a replay answers the new answer from then on. Returns
+    /// whether it replaced: `false` for an absent, Processing or Failed
+    /// key, or another answer (someone replaced it first).
     ///
     /// The outbox's relay drops delivered messages from their completion
-    /// this way.
+    /// this way, and a resource's version steps this way.
     ///
     /// # Errors
     /// The backend's error; the key errors; [`Error::ResponseTooLarge`].
-    fn replace(
+    fn replace_in(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         key: &[u8],
         expected: &[u8],
         answer: &[u8],
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// The live records of `scope` whose key sorts after `after` (from the
-    /// first, for `None`), in key order (bytewise), at most `limit`: a page
-    /// of an operator's listing (the inbox's dead letters). Not a
-    /// snapshot: records that change meanwhile may or may not be seen.
+    /// [`replace_in`](IdempotencyBackend::replace_in) of the caller's
+    /// keyspace.
+    ///
+    /// # Errors
+    /// As [`replace_in`](IdempotencyBackend::replace_in).
+    fn replace(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> impl Future<Output = Result<bool, Error>> + Send {
+        self.replace_in(Keyspace::Caller, scope, key, expected, answer)
+    }
+
+    /// The live records of `scope` of `keyspace` whose key sorts after
+    /// `after` (from the first, for `None`), in key order (bytewise), at
+    /// most `limit`: a page of an operator's listing (the inbox's dead
+    /// letters). Not a snapshot: records that change meanwhile may or may
+    /// not be seen.
     ///
     /// What a page costs: PostgreSQL reads a range of its primary key; the
     /// embedded store reads every record's scope and key (as
@@ -230,12 +301,26 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// # Errors
     /// The backend's error; [`Error::ScopeTooLong`] for a scope over the
     /// limit.
+    fn scan_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send;
+
+    /// [`scan_in`](IdempotencyBackend::scan_in) of the caller's keyspace.
+    ///
+    /// # Errors
+    /// As [`scan_in`](IdempotencyBackend::scan_in).
     fn scan(
         &self,
         scope: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send {
+        self.scan_in(Keyspace::Caller, scope, after, limit)
+    }
 
     /// The sizes this backend accepts.
     fn limits(&self) -> BackendLimits;
@@ -243,14 +328,15 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
 
 #[cfg(feature = "tokio")]
 impl IdempotencyBackend for Store {
-    async fn claim(
+    async fn claim_in(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
         options: ClaimOptions,
     ) -> Result<BackendClaim, Error> {
-        let mut request = ClaimRequest::new(key, fingerprint).scope(scope);
+        let mut request = ClaimRequest::new(key, fingerprint).scope(scope).keyspace(keyspace);
         if let Some(lease) = options.lease {
             request = request.lease(lease);
         }
@@ -294,21 +380,34 @@ impl IdempotencyBackend for Store {
         self.write_renew(token, extend)?.wait_async(self.engine()).await.map(|_deadline_ms| ())
     }
 
-    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
-        self.write_get(scope, key)?.wait_async(self.engine()).await
+    async fn get_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
+        self.write_get(keyspace, scope, key)?.wait_async(self.engine()).await
     }
 
-    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
-        self.write_remove(scope, key)?.wait_async(self.engine()).await
+    async fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
+        self.write_remove(keyspace, scope, key)?.wait_async(self.engine()).await
     }
 
-    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
-        self.write_replace(scope, key, expected, answer)?.wait_async(self.engine()).await
+    async fn replace_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> Result<bool, Error> {
+        self.write_replace(keyspace, scope, key, expected, answer)?.wait_async(self.engine()).await
     }
 
-    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+    async fn scan_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Record>, Error> {
         let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
-        tokio::task::spawn_blocking(move || store.scan(&scope, after.as_deref(), limit))
+        tokio::task::spawn_blocking(move || store.scan_in(keyspace, &scope, after.as_deref(), limit))
             .await
             .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
     }

@@ -15,7 +15,7 @@ use crate::claim::wait::{self, KeyWait, Poll};
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::{Fingerprint, LeaseToken, ReusePolicy};
+use crate::{Fingerprint, Keyspace, LeaseToken, ReusePolicy};
 use event_listener::{Event, EventListener};
 use std::future::Future;
 use std::sync::Arc;
@@ -55,15 +55,15 @@ impl Settings {
     /// defaulted.
     fn claim_args<'a>(
         &self,
-        scope: &'a [u8],
-        key: &'a [u8],
+        address: Address<'a>,
         fingerprint: Fingerprint,
         options: ClaimOptions,
     ) -> Result<ClaimArgs<'a>> {
-        self.config.check_key(scope, key)?;
+        self.config.check_key(address.scope, address.key)?;
         let lease_ms = self.config.check_duration("lease", options.lease, self.config.lease_ms)?;
         let ttl_ms = self.config.check_duration("ttl", options.ttl, self.config.ttl_ms)?;
-        Ok(ClaimArgs { scope, key, fingerprint, lease_ms, ttl_ms, reuse: options.reuse })
+        let Address { keyspace, scope, key } = address;
+        Ok(ClaimArgs { keyspace, scope, key, fingerprint, lease_ms, ttl_ms, reuse: options.reuse })
     }
 }
 
@@ -75,9 +75,25 @@ impl Settings {
     }
 }
 
+/// A record's `(scope, key)` and its keyspace, as a transport names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Address<'a> {
+    pub(crate) keyspace: Keyspace,
+    pub(crate) scope: &'a [u8],
+    pub(crate) key: &'a [u8],
+}
+
+impl<'a> Address<'a> {
+    /// The record `token` holds.
+    pub(crate) fn of(token: &'a LeaseToken) -> Address<'a> {
+        Address { keyspace: token.keyspace, scope: &token.scope, key: &token.key }
+    }
+}
+
 /// One claim as it goes to the server.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClaimArgs<'a> {
+    pub(crate) keyspace: Keyspace,
     pub(crate) scope: &'a [u8],
     pub(crate) key: &'a [u8],
     pub(crate) fingerprint: Fingerprint,
@@ -87,6 +103,11 @@ pub(crate) struct ClaimArgs<'a> {
 }
 
 impl ClaimArgs<'_> {
+    /// The record the claim names.
+    pub(crate) fn address(&self) -> Address<'_> {
+        Address { keyspace: self.keyspace, scope: self.scope, key: self.key }
+    }
+
     /// The reuse policy as the server-side code spells it.
     pub(crate) fn reuse_arg(&self) -> &'static str {
         match self.reuse {
@@ -132,15 +153,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// One claim; `waiting` is set for the claims of a waiting caller.
     fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> impl Future<Output = Result<BackendClaim>> + Send;
 
-    /// Joins the wake-ups of `(scope, key)` (subscribing, listening, ...)
-    /// for a caller that waits up to `wait`. Without them a wait still
-    /// ends, by polling.
-    fn listen<'a>(
-        &'a self,
-        scope: &'a [u8],
-        key: &'a [u8],
-        wait: Duration,
-    ) -> impl Future<Output = Subscription<'a>> + Send;
+    /// Joins the wake-ups of `address` (subscribing, listening, ...) for
+    /// a caller that waits up to `wait`. Without them a wait still ends,
+    /// by polling.
+    fn listen<'a>(&'a self, address: Address<'a>, wait: Duration) -> impl Future<Output = Subscription<'a>> + Send;
 
     /// Completes, fails or releases the lease (`response` empty for a
     /// release), waking the key's waiters.
@@ -153,41 +169,37 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> impl Future<Output = Result<bool>> + Send;
 
     /// The live record, if any.
-    fn get(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<Option<Record>>> + Send;
+    fn get(&self, address: Address<'_>) -> impl Future<Output = Result<Option<Record>>> + Send;
 
     /// Removes the record whatever its state, waking its waiters.
-    fn remove(&self, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool>> + Send;
+    fn remove(&self, address: Address<'_>) -> impl Future<Output = Result<bool>> + Send;
 
     /// Replaces the answer of the live Completed record when it is
     /// `expected`; `Err(KeyHashCollision)` when the record names another
     /// `(scope, key)`.
-    fn replace(
-        &self,
-        scope: &[u8],
-        key: &[u8],
-        expected: &[u8],
-        answer: &[u8],
-    ) -> impl Future<Output = Result<bool>> + Send;
+    fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8])
+        -> impl Future<Output = Result<bool>> + Send;
 
-    /// A page of `scope`'s live records after `after`, in key order.
+    /// A page of the live records of `scope` of `keyspace` after `after`,
+    /// in key order.
     fn scan(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         after: Option<&[u8]>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 }
 
-/// [`IdempotencyBackend::claim`](crate::IdempotencyBackend::claim) on a transport.
+/// [`IdempotencyBackend::claim_in`](crate::IdempotencyBackend::claim_in) on a transport.
 pub(crate) async fn claim<T: Transport>(
     transport: &T,
-    scope: &[u8],
-    key: &[u8],
+    address: Address<'_>,
     fingerprint: Fingerprint,
     options: ClaimOptions,
 ) -> Result<BackendClaim> {
     let settings = transport.settings();
-    let args = settings.claim_args(scope, key, fingerprint, options)?;
+    let args = settings.claim_args(address, fingerprint, options)?;
     let started = std::time::Instant::now();
     let answer = match options.wait {
         Some(timeout) if !timeout.is_zero() => {
@@ -224,8 +236,7 @@ impl<T: Transport> KeyWait for RemoteWait<'_, T> {
 
     async fn arm(&mut self) -> Option<EventListener> {
         if self.subscription.is_none() {
-            let (scope, key) = (self.args.scope, self.args.key);
-            self.subscription = Some(self.transport.listen(scope, key, self.timeout).await);
+            self.subscription = Some(self.transport.listen(self.args.address(), self.timeout).await);
         }
         self.subscription.as_ref().map(|subscription| subscription.event.listen())
     }
@@ -278,39 +289,39 @@ pub(crate) async fn store_checkpoint<T: Transport>(
     answer
 }
 
-/// [`IdempotencyBackend::get`](crate::IdempotencyBackend::get) on a transport.
-pub(crate) async fn get<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-    transport.settings().config.check_key(scope, key)?;
-    transport.get(scope, key).await
+/// [`IdempotencyBackend::get_in`](crate::IdempotencyBackend::get_in) on a transport.
+pub(crate) async fn get<T: Transport>(transport: &T, address: Address<'_>) -> Result<Option<Record>> {
+    transport.settings().config.check_key(address.scope, address.key)?;
+    transport.get(address).await
 }
 
-/// [`IdempotencyBackend::remove`](crate::IdempotencyBackend::remove) on a transport.
-pub(crate) async fn remove<T: Transport>(transport: &T, scope: &[u8], key: &[u8]) -> Result<bool> {
-    transport.settings().config.check_key(scope, key)?;
-    let answer = transport.remove(scope, key).await;
+/// [`IdempotencyBackend::remove_in`](crate::IdempotencyBackend::remove_in) on a transport.
+pub(crate) async fn remove<T: Transport>(transport: &T, address: Address<'_>) -> Result<bool> {
+    transport.settings().config.check_key(address.scope, address.key)?;
+    let answer = transport.remove(address).await;
     transport.settings().counters.removed(&answer);
     answer
 }
 
-/// [`IdempotencyBackend::replace`](crate::IdempotencyBackend::replace) on a transport.
+/// [`IdempotencyBackend::replace_in`](crate::IdempotencyBackend::replace_in) on a transport.
 pub(crate) async fn replace<T: Transport>(
     transport: &T,
-    scope: &[u8],
-    key: &[u8],
+    address: Address<'_>,
     expected: &[u8],
     answer: &[u8],
 ) -> Result<bool> {
     let config = &transport.settings().config;
-    config.check_key(scope, key)?;
+    config.check_key(address.scope, address.key)?;
     config.check_response(answer)?;
-    let answered = transport.replace(scope, key, expected, answer).await;
+    let answered = transport.replace(address, expected, answer).await;
     transport.settings().counters.replaced(&answered);
     answered
 }
 
-/// [`IdempotencyBackend::scan`](crate::IdempotencyBackend::scan) on a transport.
+/// [`IdempotencyBackend::scan_in`](crate::IdempotencyBackend::scan_in) on a transport.
 pub(crate) async fn scan<T: Transport>(
     transport: &T,
+    keyspace: Keyspace,
     scope: &[u8],
     after: Option<&[u8]>,
     limit: usize,
@@ -319,7 +330,7 @@ pub(crate) async fn scan<T: Transport>(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    transport.scan(scope, after, limit).await
+    transport.scan(keyspace, scope, after, limit).await
 }
 
 /// The answer of a fenced call.
@@ -342,14 +353,16 @@ pub(crate) fn millis(duration: Duration) -> u64 {
 macro_rules! remote_backend {
     ($backend:ty) => {
         impl $crate::backend::IdempotencyBackend for $backend {
-            async fn claim(
+            async fn claim_in(
                 &self,
+                keyspace: $crate::Keyspace,
                 scope: &[u8],
                 key: &[u8],
                 fingerprint: $crate::Fingerprint,
                 options: $crate::backend::ClaimOptions,
             ) -> $crate::error::Result<$crate::backend::BackendClaim> {
-                $crate::backends::remote::claim(self, scope, key, fingerprint, options).await
+                let address = $crate::backends::remote::Address { keyspace, scope, key };
+                $crate::backends::remote::claim(self, address, fingerprint, options).await
             }
 
             async fn complete(&self, token: &$crate::LeaseToken, response: &[u8]) -> $crate::error::Result<()> {
@@ -382,31 +395,44 @@ macro_rules! remote_backend {
                 $crate::backends::remote::renew(self, token, extend).await
             }
 
-            async fn get(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<Option<$crate::Record>> {
-                $crate::backends::remote::get(self, scope, key).await
-            }
-
-            async fn remove(&self, scope: &[u8], key: &[u8]) -> $crate::error::Result<bool> {
-                $crate::backends::remote::remove(self, scope, key).await
-            }
-
-            async fn replace(
+            async fn get_in(
                 &self,
+                keyspace: $crate::Keyspace,
+                scope: &[u8],
+                key: &[u8],
+            ) -> $crate::error::Result<Option<$crate::Record>> {
+                $crate::backends::remote::get(self, $crate::backends::remote::Address { keyspace, scope, key }).await
+            }
+
+            async fn remove_in(
+                &self,
+                keyspace: $crate::Keyspace,
+                scope: &[u8],
+                key: &[u8],
+            ) -> $crate::error::Result<bool> {
+                $crate::backends::remote::remove(self, $crate::backends::remote::Address { keyspace, scope, key }).await
+            }
+
+            async fn replace_in(
+                &self,
+                keyspace: $crate::Keyspace,
                 scope: &[u8],
                 key: &[u8],
                 expected: &[u8],
                 answer: &[u8],
             ) -> $crate::error::Result<bool> {
-                $crate::backends::remote::replace(self, scope, key, expected, answer).await
+                let address = $crate::backends::remote::Address { keyspace, scope, key };
+                $crate::backends::remote::replace(self, address, expected, answer).await
             }
 
-            async fn scan(
+            async fn scan_in(
                 &self,
+                keyspace: $crate::Keyspace,
                 scope: &[u8],
                 after: Option<&[u8]>,
                 limit: usize,
             ) -> $crate::error::Result<Vec<$crate::Record>> {
-                $crate::backends::remote::scan(self, scope, after, limit).await
+                $crate::backends::remote::scan(self, keyspace, scope, after, limit).await
             }
 
             fn limits(&self) -> $crate::backend::BackendLimits {

@@ -3,6 +3,7 @@
 
 use crate::engine::transition::ReusePolicy;
 use crate::fingerprint::Fingerprint;
+use crate::keyspace::Keyspace;
 use crate::lease::Lease;
 use crate::record::Record;
 use std::time::Duration;
@@ -25,6 +26,7 @@ pub(crate) mod wait;
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
+    pub(crate) keyspace: Keyspace,
     pub(crate) scope: &'a [u8],
     pub(crate) key: &'a [u8],
     pub(crate) fingerprint: Fingerprint,
@@ -39,6 +41,7 @@ impl<'a> ClaimRequest<'a> {
     #[must_use]
     pub fn new<K: AsRef<[u8]> + ?Sized>(key: &'a K, fingerprint: Fingerprint) -> Self {
         ClaimRequest {
+            keyspace: Keyspace::Caller,
             scope: &[],
             key: key.as_ref(),
             fingerprint,
@@ -53,6 +56,16 @@ impl<'a> ClaimRequest<'a> {
     #[must_use]
     pub fn scope<S: AsRef<[u8]> + ?Sized>(mut self, scope: &'a S) -> Self {
         self.scope = scope.as_ref();
+        self
+    }
+
+    /// The keyspace of the claim: [`Keyspace::Caller`] (the default) for
+    /// every claim of a service's own; idemkv's features claim their
+    /// records in keyspaces of their own (see [`Keyspace`]), which no
+    /// scope of a caller's reaches.
+    #[must_use]
+    pub fn keyspace(mut self, keyspace: Keyspace) -> Self {
+        self.keyspace = keyspace;
         self
     }
 

@@ -8,6 +8,7 @@
 //! of every key in a [`FullIndex`] first, which open turns into the table.
 
 use crate::engine::table::Address;
+use crate::keyspace::Keyspace;
 use crate::record::State;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -194,10 +195,16 @@ impl KeyHasher {
     }
 
     /// The 128-bit index key; the scope's length goes first so that
-    /// `("ab", "c")` and `("a", "bc")` differ.
-    pub(crate) fn hash(&self, scope: &[u8], key: &[u8]) -> u128 {
+    /// `("ab", "c")` and `("a", "bc")` differ. A record of idemkv's own
+    /// keyspaces starts with a word no scope's length can be (`u64::MAX`
+    /// less the keyspace's byte), so that it never meets a caller's; a
+    /// caller's hashes as it did before keyspaces.
+    pub(crate) fn hash(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> u128 {
         use siphasher::sip128::{Hasher128, SipHasher13};
         let mut hasher = SipHasher13::new_with_keys(self.key[0], self.key[1]);
+        if keyspace.is_internal() {
+            hasher.write(&(u64::MAX - u64::from(keyspace.to_byte())).to_le_bytes());
+        }
         hasher.write(&(scope.len() as u64).to_le_bytes());
         hasher.write(scope);
         hasher.write(key);
@@ -212,9 +219,21 @@ mod tests {
     #[test]
     fn scope_boundary_matters() {
         let hasher = KeyHasher::new([1, 2]);
-        assert_ne!(hasher.hash(b"ab", b"c"), hasher.hash(b"a", b"bc"));
-        assert_eq!(hasher.hash(b"a", b"bc"), hasher.hash(b"a", b"bc"));
-        assert_ne!(KeyHasher::new([1, 3]).hash(b"a", b"bc"), hasher.hash(b"a", b"bc"));
+        let caller = Keyspace::Caller;
+        assert_ne!(hasher.hash(caller, b"ab", b"c"), hasher.hash(caller, b"a", b"bc"));
+        assert_eq!(hasher.hash(caller, b"a", b"bc"), hasher.hash(caller, b"a", b"bc"));
+        assert_ne!(KeyHasher::new([1, 3]).hash(caller, b"a", b"bc"), hasher.hash(caller, b"a", b"bc"));
+    }
+
+    #[test]
+    fn keyspaces_never_meet() {
+        let hasher = KeyHasher::new([1, 2]);
+        let mut seen = std::collections::HashSet::new();
+        for keyspace in Keyspace::ALL {
+            assert!(seen.insert(hasher.hash(keyspace, b"T", b"acct-7")), "{keyspace} met another keyspace");
+        }
+        // The earlier layout's prefixed scope is the caller's, and nobody else's.
+        assert!(seen.insert(hasher.hash(Keyspace::Caller, b"idemkv.hold/T", b"acct-7")));
     }
 
     #[test]

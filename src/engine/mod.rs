@@ -33,6 +33,7 @@ use crate::engine::transition::{ClaimParams, Finish, Held, ReusePolicy};
 use crate::engine::waiters::{WaitLimits, Waiter};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::keyspace::Keyspace;
 use crate::record::{self, RecordRef};
 use parking_lot::Mutex;
 
@@ -135,6 +136,7 @@ impl Drop for DirLock {
 /// A borrowed `(scope, key, token)`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TokenRef<'a> {
+    pub keyspace: Keyspace,
     pub scope: &'a [u8],
     pub key: &'a [u8],
     pub token: u64,
@@ -169,17 +171,18 @@ impl Engine {
         Ok(())
     }
 
-    /// `(scope, key)` checked against the limits, with its index hash.
-    pub(crate) fn key_ref<'a>(&self, scope: &'a [u8], key: &'a [u8]) -> Result<KeyRef<'a>> {
+    /// `(scope, key)` of `keyspace` checked against the limits, with its
+    /// index hash.
+    pub(crate) fn key_ref<'a>(&self, keyspace: Keyspace, scope: &'a [u8], key: &'a [u8]) -> Result<KeyRef<'a>> {
         self.config.check_key(scope, key)?;
-        Ok(KeyRef { hash: self.hasher.hash(scope, key), scope, key })
+        Ok(KeyRef { hash: self.hasher.hash(keyspace, scope, key), keyspace, scope, key })
     }
 
     /// Claims `(scope, key)`, counted as `tally` says. The answer is not
     /// yet durable.
     pub(crate) fn claim<R>(
         &self,
-        (scope, key): (&[u8], &[u8]),
+        (keyspace, scope, key): (Keyspace, &[u8], &[u8]),
         fingerprint: Fingerprint,
         (lease, ttl): (Option<Duration>, Option<Duration>),
         reuse: ReusePolicy,
@@ -187,8 +190,10 @@ impl Engine {
         replay: impl FnOnce(RecordRef<'_>) -> R,
     ) -> Result<Claimed<R>> {
         self.refuse_if_read_only("claim")?;
-        let key = self.key_ref(scope, key)?;
-        self.make_room(scope, key.key);
+        let key = self.key_ref(keyspace, scope, key)?;
+        if keyspace == Keyspace::Caller {
+            self.make_room(scope, key.key);
+        }
         let params = ClaimParams {
             fingerprint,
             lease_ms: self.config.check_duration("lease", lease, self.config.lease_ms)?,
@@ -229,7 +234,7 @@ impl Engine {
         if let Finish::Complete(response) | Finish::Fail(response) = finish {
             self.config.check_response(response)?;
         }
-        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        let key = KeyRef { hash, keyspace: token.keyspace, scope: token.scope, key: token.key };
         self.shard_of_hash(hash).finish(&key, token.token, finish, token.held.as_ref())
     }
 
@@ -238,7 +243,7 @@ impl Engine {
     pub(crate) fn renew(&self, hash: u128, token: &TokenRef<'_>, extend: Duration) -> Result<(u64, u64)> {
         self.refuse_if_read_only("renew")?;
         let extend_ms = self.config.check_duration("renewal", Some(extend), 0)?;
-        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        let key = KeyRef { hash, keyspace: token.keyspace, scope: token.scope, key: token.key };
         self.shard_of_hash(hash).renew(&key, token.token, extend_ms, token.held.as_ref())
     }
 
@@ -247,7 +252,7 @@ impl Engine {
     pub(crate) fn checkpoint(&self, hash: u128, token: &TokenRef<'_>, step: &str, payload: &[u8]) -> Result<u64> {
         self.refuse_if_read_only("checkpoint")?;
         let bytes = checkpoint::encode(step, payload, self.config.response_bytes_max)?;
-        let key = KeyRef { hash, scope: token.scope, key: token.key };
+        let key = KeyRef { hash, keyspace: token.keyspace, scope: token.scope, key: token.key };
         self.shard_of_hash(hash).checkpoint(&key, token.token, &bytes, token.held.as_ref())
     }
 

@@ -15,7 +15,7 @@ use super::problem;
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Kept;
 use crate::versions::{Step, Versions};
-use crate::{Fingerprint, LeaseToken};
+use crate::{Fingerprint, Keyspace, LeaseToken};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, ETAG, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
 use http::request::Parts;
@@ -104,11 +104,6 @@ pub(super) struct Held {
     resource: Vec<u8>,
     versioned: bool,
     version: Option<u64>,
-}
-
-/// The scope of the holds of `scope`'s resources.
-fn holds_scope(scope: &[u8]) -> Vec<u8> {
-    [b"idemkv.hold/", scope].concat()
 }
 
 /// The strong entity tag of `resource` at `version`, quoted: the resource
@@ -213,9 +208,8 @@ pub(super) async fn hold<K: IdempotencyBackend>(
     let (backend, config) = (&shared.backend, &shared.config);
     let Some(rule) = &config.resource else { return Ok(None) };
     let Some(resource) = (rule.name)(parts) else { return Ok(None) };
-    let holds = holds_scope(scope);
     let limits = backend.limits();
-    if holds.len() > limits.scope_bytes_max || resource.is_empty() || resource.len() > limits.key_bytes_max {
+    if scope.len() > limits.scope_bytes_max || resource.is_empty() || resource.len() > limits.key_bytes_max {
         let unusable = problem::response(
             StatusCode::BAD_REQUEST,
             "resource-invalid",
@@ -225,7 +219,8 @@ pub(super) async fn hold<K: IdempotencyBackend>(
         return Err(Refused("refused", unusable));
     }
     let options = ClaimOptions::new().lease(config.lease).ttl(config.lease).wait(wait);
-    let (token, recovered) = match backend.claim(&holds, &resource, Fingerprint::of(b"idemkv.hold"), options).await {
+    let hold = backend.claim_in(Keyspace::Hold, scope, &resource, Fingerprint::of(b"idemkv.hold"), options);
+    let (token, recovered) = match hold.await {
         Ok(BackendClaim::Acquired { token, recovered, .. }) => (token, recovered),
         Ok(BackendClaim::InProgress { retry_after }) => {
             return Err(Refused("resource_locked", locked(retry_after.min(config.in_progress_retry_after))));

@@ -2,30 +2,16 @@
 //! whose consumer stopped during every attempt), quarantined with its last
 //! error and its payload, until an operator re-drives or drops it.
 //!
-//! A dead letter is a record of its own, `(idemkv.dead/<consumer>,
-//! message id)`, Completed, kept for the inbox's dead-letter retention; a
-//! letter an operator re-drives is copied to `(idemkv.redrive/<consumer>,
-//! message id)` first, then its message's inbox record and the letter are
+//! A dead letter is a record of its own, `(consumer, message id)` of
+//! [`Keyspace::DeadLetter`](crate::Keyspace::DeadLetter), Completed, kept
+//! for the inbox's dead-letter retention; a letter an operator re-drives
+//! is copied to `(consumer, message id)` of
+//! [`Keyspace::Redrive`](crate::Keyspace::Redrive) first, then its message's inbox record and the letter are
 //! removed, so that a crash between the steps leaves it listed or queued
 //! for re-driving, never lost.
 
 use crate::error::{Error, Result};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The scope of a consumer's inbox records.
-pub(super) fn inbox_scope(consumer: &str) -> Vec<u8> {
-    [b"idemkv.inbox/", consumer.as_bytes()].concat()
-}
-
-/// The scope of a consumer's dead letters.
-pub(super) fn dead_scope(consumer: &str) -> Vec<u8> {
-    [b"idemkv.dead/", consumer.as_bytes()].concat()
-}
-
-/// The scope of a consumer's letters being re-driven.
-pub(super) fn redrive_scope(consumer: &str) -> Vec<u8> {
-    [b"idemkv.redrive/", consumer.as_bytes()].concat()
-}
 
 /// The longest error text kept with a dead letter (longer ones are cut at
 /// a character boundary).

@@ -2,7 +2,7 @@
 //! its handler once however often it is delivered; a message whose handler
 //! keeps failing is quarantined as a [`DeadLetter`].
 //!
-//! Each message is a record `(idemkv.inbox/<consumer>, message id)` with
+//! Each message is a record `(consumer, message id)` of [`Keyspace::Inbox`](crate::Keyspace::Inbox) with
 //! the payload's fingerprint, claimed through [`RunOnce`]; its stored
 //! answer says what became of it: `P` processed (Completed), `R` + error a
 //! failure to run again (Failed, rerun under
@@ -11,13 +11,13 @@
 //! consumers: a rerun of a failure and a takeover from a consumer that
 //! stopped each add one.
 
-use super::dead::{cut, dead_scope, inbox_scope, redrive_scope, DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
+use super::dead::{cut, DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
 use super::RunOnce;
 use crate::backend::{ClaimOptions, IdempotencyBackend};
 use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
 use crate::store::{Once, Outcome};
-use crate::{Fingerprint, ReusePolicy};
+use crate::{Fingerprint, Keyspace, ReusePolicy};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -301,7 +301,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
         F: FnOnce(Message) -> Fut,
         Fut: Future<Output = Handled>,
     {
-        let scope = inbox_scope(consumer);
+        let scope = consumer.as_bytes();
         let fingerprint = Fingerprint::of(payload);
         let mut handler = Some(handler);
         let mut reuse = ReusePolicy::ReplayFailure;
@@ -311,7 +311,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
             let options = ClaimOptions::new().ttl(self.retention).reuse(reuse);
             let once = self
                 .once
-                .run(&scope, message_id, fingerprint, options, |attempt| {
+                .run_in(Keyspace::Inbox, scope, message_id, fingerprint, options, |attempt| {
                     let handler = handler.take().expect("a handler runs at most once");
                     self.run(consumer, (message_id, payload), (attempt.attempt, attempt.recovered), handler)
                 })
@@ -365,7 +365,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
         };
         let attempts = attempt.min(self.max_attempts);
         let letter = DeadLetter::new(consumer, id, attempts, &error, payload);
-        match self.store_letter(&dead_scope(consumer), &letter).await {
+        match self.store_letter(Keyspace::DeadLetter, consumer, &letter).await {
             Ok(()) => {
                 #[cfg(feature = "metrics")]
                 metrics::counter!("idempo_dead_letter_total", "consumer" => consumer.to_owned(), "source" => "inbox")
@@ -383,16 +383,16 @@ impl<B: IdempotencyBackend> Inbox<B> {
         }
     }
 
-    /// Stores `letter` under `scope` (claimed and completed; an earlier
+    /// Stores `letter` in `keyspace` (claimed and completed; an earlier
     /// letter of the same message stays as it is).
-    async fn store_letter(&self, scope: &[u8], letter: &DeadLetter) -> Result<()> {
+    async fn store_letter(&self, keyspace: Keyspace, consumer: &str, letter: &DeadLetter) -> Result<()> {
         let backend = self.once.backend();
         let encoded = letter.encode(backend.limits().response_bytes_max);
         let options = ClaimOptions::new().ttl(self.dead_retention);
         // Stored now, or by an earlier try (replayed), or being stored by
         // another consumer (in progress): the letter is there either way.
         self.once
-            .run(scope, &letter.message_id, Fingerprint::of(&letter.message_id), options, |_| async {
+            .run_in(keyspace, consumer.as_bytes(), &letter.message_id, Fingerprint::of(&letter.message_id), options, |_| async {
                 Outcome::Complete(encoded)
             })
             .await
@@ -406,7 +406,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
     /// [`Error::InvalidConsumer`], the backend's errors,
     /// [`Error::InvalidDeadLetter`] for a record that is not one.
     pub async fn dead_letters(&self, consumer: &str, after: Option<&[u8]>, limit: usize) -> Result<Vec<DeadLetter>> {
-        letters(&**self.once.backend(), &dead_scope(consumer), consumer, after, limit).await
+        letters(&**self.once.backend(), Keyspace::DeadLetter, consumer, after, limit).await
     }
 
     /// Queues dead letter `message_id` of `consumer` to be re-driven: its
@@ -418,16 +418,18 @@ impl<B: IdempotencyBackend> Inbox<B> {
     pub async fn retry_dead_letter(&self, consumer: &str, message_id: &[u8]) -> Result<bool> {
         check_consumer(consumer)?;
         let backend = self.once.backend();
-        let Some(record) = backend.get(&dead_scope(consumer), message_id).await? else { return Ok(false) };
+        let Some(record) = backend.get_in(Keyspace::DeadLetter, consumer.as_bytes(), message_id).await? else {
+            return Ok(false);
+        };
         if record.state != crate::State::Completed {
             return Ok(false);
         }
         let letter = DeadLetter::decode(consumer, message_id, &record.response)?;
         // Queued first, then the old attempts and the letter go: a crash
         // between leaves it queued or still listed, never lost.
-        self.store_letter(&redrive_scope(consumer), &letter).await?;
-        backend.remove(&inbox_scope(consumer), message_id).await?;
-        backend.remove(&dead_scope(consumer), message_id).await?;
+        self.store_letter(Keyspace::Redrive, consumer, &letter).await?;
+        backend.remove_in(Keyspace::Inbox, consumer.as_bytes(), message_id).await?;
+        backend.remove_in(Keyspace::DeadLetter, consumer.as_bytes(), message_id).await?;
         Ok(true)
     }
 
@@ -439,7 +441,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
     /// [`Error::InvalidConsumer`], the backend's errors.
     pub async fn drop_dead_letter(&self, consumer: &str, message_id: &[u8]) -> Result<bool> {
         check_consumer(consumer)?;
-        self.once.backend().remove(&dead_scope(consumer), message_id).await
+        self.once.backend().remove_in(Keyspace::DeadLetter, consumer.as_bytes(), message_id).await
     }
 
     /// Runs `handler` on every letter of `consumer` queued by
@@ -456,11 +458,10 @@ impl<B: IdempotencyBackend> Inbox<B> {
     {
         check_consumer(consumer)?;
         let backend = self.once.backend();
-        let scope = redrive_scope(consumer);
         let mut report = Redriven::default();
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let page = letters(&**backend, &scope, consumer, after.as_deref(), 100).await?;
+            let page = letters(&**backend, Keyspace::Redrive, consumer, after.as_deref(), 100).await?;
             let Some(last) = page.last() else { return Ok(report) };
             after = Some(last.message_id.clone());
             for letter in page {
@@ -473,7 +474,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
                 if delivery == Delivery::Quarantined {
                     // Queued before its old record was removed (a crash
                     // between): remove it now and run.
-                    backend.remove(&inbox_scope(consumer), &letter.message_id).await?;
+                    backend.remove_in(Keyspace::Inbox, consumer.as_bytes(), &letter.message_id).await?;
                     delivery = self.handle(consumer, &letter.message_id, payload, &mut handler).await?;
                 }
                 match delivery {
@@ -486,7 +487,7 @@ impl<B: IdempotencyBackend> Inbox<B> {
                         continue;
                     }
                 }
-                backend.remove(&scope, &letter.message_id).await?;
+                backend.remove_in(Keyspace::Redrive, consumer.as_bytes(), &letter.message_id).await?;
             }
         }
     }
@@ -518,13 +519,13 @@ fn ran(outcome: Outcome) -> Delivery {
 /// A page of the letters stored under `scope`.
 async fn letters<B: IdempotencyBackend>(
     backend: &B,
-    scope: &[u8],
+    keyspace: Keyspace,
     consumer: &str,
     after: Option<&[u8]>,
     limit: usize,
 ) -> Result<Vec<DeadLetter>> {
     check_consumer(consumer)?;
-    let records = backend.scan(scope, after, limit).await?;
+    let records = backend.scan_in(keyspace, consumer.as_bytes(), after, limit).await?;
     records
         .iter()
         .filter(|record| record.state == crate::State::Completed)

@@ -39,7 +39,7 @@ pub use status::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStat
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::Keeper;
 use crate::store::{Once, Outcome};
-use crate::{Checkpoint, Error, Fingerprint, LeaseToken};
+use crate::{Checkpoint, Error, Fingerprint, Keyspace, LeaseToken};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,8 +180,26 @@ impl<B: IdempotencyBackend> RunOnce<B> {
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Outcome>,
     {
+        self.run_in(Keyspace::Caller, scope, key, fingerprint, options, f).await
+    }
+
+    /// [`run`](RunOnce::run) on a record of `keyspace`: how idemkv's own
+    /// features (the inbox, its dead letters) run once.
+    pub(crate) async fn run_in<F, Fut>(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        fingerprint: Fingerprint,
+        options: ClaimOptions,
+        f: F,
+    ) -> Result<Once, Error>
+    where
+        F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Outcome>,
+    {
         let lease = options.lease.unwrap_or(self.lease);
-        let claimed = self.backend.claim(scope, key, fingerprint, options.lease(lease)).await?;
+        let claimed = self.backend.claim_in(keyspace, scope, key, fingerprint, options.lease(lease)).await?;
         let (token, attempt, recovered, checkpoint) = match claimed {
             BackendClaim::Acquired { token, attempt, recovered, checkpoint } => (token, attempt, recovered, checkpoint),
             BackendClaim::Replay(response) => return Ok(Once::Replayed(response)),

@@ -6,7 +6,7 @@
 //! sweep reads the scopes it relays from every
 //! [`RelayConfig::sweep_interval`] (a producer in another process, a
 //! completion whose notice was lost in a crash). Each key's delivery has a
-//! progress record `(idemkv.relay/<scope>, key)`, claimed while a relay
+//! progress record `(scope, key)` of [`Keyspace::Relay`], claimed while a relay
 //! delivers (so two relays never deliver one key at once; a relay that
 //! dies is taken over after its lease), checkpointed after each message
 //! delivered (a takeover resumes after it), and finished as `done`, as a
@@ -24,7 +24,7 @@ use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::engine::telemetry::event;
 use crate::error::Result;
 use crate::keeper::Keeper;
-use crate::{Fingerprint, LeaseToken, Record, ReusePolicy, State};
+use crate::{Fingerprint, Keyspace, LeaseToken, Record, ReusePolicy, State};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::sync::Arc;
@@ -198,11 +198,6 @@ impl<B, S> std::fmt::Debug for Relay<B, S> {
     }
 }
 
-/// The scope of the progress records of `scope`'s keys.
-pub(super) fn progress_scope(scope: &[u8]) -> Vec<u8> {
-    [b"idemkv.relay/", scope].concat()
-}
-
 pub(super) const DONE: u8 = b'C';
 pub(super) const RETRY: u8 = b'R';
 pub(super) const DEAD: u8 = b'D';
@@ -369,14 +364,14 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
             Ok(messages) if !messages.is_empty() => messages,
             _ => return Ok(None),
         };
-        let scope = progress_scope(&record.scope);
+        let scope = record.scope.as_slice();
         let (mut next, mut attempts) = (0, 0);
         let fingerprint = Fingerprint::of(messages[0].id.as_bytes());
-        match self.backend.get(&scope, &record.key).await? {
+        match self.backend.get_in(Keyspace::Relay, scope, &record.key).await? {
             // The progress of an earlier completion of a key used again:
             // its turn is over.
             Some(found) if found.fingerprint != fingerprint => {
-                self.backend.remove(&scope, &record.key).await?;
+                self.backend.remove_in(Keyspace::Relay, scope, &record.key).await?;
             }
             // Being delivered, or left by a relay that died: the claim
             // tells (in progress, or a takeover after its lease).
@@ -398,7 +393,7 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
         let lives_ms = record.deadline_ms.saturating_sub(now_ms()).saturating_add(60_000);
         let ttl = self.config.retention.max(Duration::from_millis(lives_ms));
         let options = ClaimOptions::new().lease(self.config.lease).ttl(ttl).reuse(ReusePolicy::RetryFailed);
-        let token = match self.backend.claim(&scope, &record.key, fingerprint, options).await? {
+        let token = match self.backend.claim_in(Keyspace::Relay, scope, &record.key, fingerprint, options).await? {
             BackendClaim::Acquired { token, checkpoint, .. } => {
                 let resumed = checkpoint.filter(|point| point.step == "sent").and_then(|point| {
                     let bytes = point.payload.first_chunk::<4>()?;
@@ -414,7 +409,7 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
             // earlier completion of a key used again, whose turn is over.
             BackendClaim::Replay(_) => return Ok(None),
             BackendClaim::Mismatch => {
-                self.backend.remove(&scope, &record.key).await?;
+                self.backend.remove_in(Keyspace::Relay, scope, &record.key).await?;
                 return Ok(None);
             }
         };

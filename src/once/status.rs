@@ -4,10 +4,10 @@
 //! progress records (see [`Relay`](super::Relay)).
 
 use super::outbox::{messages_of, Staged};
-use super::relay::{compact, progress, progress_scope, read_progress, DEAD, DONE, RETRY};
+use super::relay::{compact, progress, read_progress, DEAD, DONE, RETRY};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::error::Result;
-use crate::{Fingerprint, State};
+use crate::{Fingerprint, Keyspace, State};
 use std::time::Duration;
 
 /// Where one key's staged messages stand, as [`outbox_status`] reads it.
@@ -77,7 +77,7 @@ pub async fn outbox_status<B: IdempotencyBackend>(
                 continue;
             }
             let first = Fingerprint::of(messages[0].id.as_bytes());
-            let progress = backend.get(&progress_scope(scope), &record.key).await?;
+            let progress = backend.get_in(Keyspace::Relay, scope, &record.key).await?;
             // A progress record of an earlier completion of the key is not
             // this one's.
             let state = match progress.filter(|found| found.fingerprint == first) {
@@ -120,8 +120,7 @@ pub async fn drop_dead_key<B: IdempotencyBackend>(backend: &B, scope: &[u8], key
 }
 
 async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u8], give_up: bool) -> Result<bool> {
-    let tracked = progress_scope(scope);
-    let Some(found) = backend.get(&tracked, key).await? else { return Ok(false) };
+    let Some(found) = backend.get_in(Keyspace::Relay, scope, key).await? else { return Ok(false) };
     let Some((DEAD, index, _)) = read_progress(&found.response) else { return Ok(false) };
     let Some(owner) = backend.get(scope, key).await? else { return Ok(false) };
     let Some(first) = messages_of(&owner.response).ok().and_then(|messages| messages.into_iter().next()) else {
@@ -134,7 +133,7 @@ async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u
         // One compare-and-set: dead becomes done; then the completion
         // drops its messages.
         let done = progress(DONE, index, 0, "dropped by an operator");
-        if !backend.replace(&tracked, key, &found.response, &done).await? {
+        if !backend.replace_in(Keyspace::Relay, scope, key, &found.response, &done).await? {
             return Ok(false);
         }
         compact(backend, &owner).await?;
@@ -144,10 +143,10 @@ async fn rewrite_dead<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u
     // takes its place (a relay's claim runs a failed key again); a crash
     // between leaves none, and the next pass delivers from the first
     // message (again: at least once).
-    backend.remove(&tracked, key).await?;
+    backend.remove_in(Keyspace::Relay, scope, key).await?;
     let options = ClaimOptions::new().ttl(Duration::from_secs(7 * 24 * 3600));
     let BackendClaim::Acquired { token, .. } =
-        backend.claim(&tracked, key, Fingerprint::of(first.id.as_bytes()), options).await?
+        backend.claim_in(Keyspace::Relay, scope, key, Fingerprint::of(first.id.as_bytes()), options).await?
     else {
         return Ok(false);
     };

@@ -24,6 +24,7 @@ use crate::engine::segment::scanner::{self, Expected};
 use crate::engine::segment::{self, writer::create_segment};
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
+use crate::keyspace::Keyspace;
 use crate::record::{Kind, State};
 use salvage::{Analysis, Lost, Segment};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,9 @@ pub struct DroppedRecord {
     pub file: PathBuf,
     /// Where its frame started in that segment.
     pub offset: u64,
+    /// Its keyspace ([`Keyspace::Caller`] also when unknown: see
+    /// `evidence`).
+    pub keyspace: Keyspace,
     /// Its scope.
     pub scope: Vec<u8>,
     /// Its key.
@@ -268,10 +272,11 @@ fn list_dropped(
     lost.extend(missing.iter().flat_map(|gone| gone.lost.iter().cloned()));
     let superseded = names::resolve(storage, hasher, analyses, &mut lost)?;
     for ((record, file), superseded) in lost.into_iter().zip(files).zip(superseded) {
-        let (scope, key) = record.name.unwrap_or_default();
+        let (keyspace, scope, key) = record.name.unwrap_or_default();
         report.records_dropped.push(DroppedRecord {
             file,
             offset: record.offset,
+            keyspace,
             scope,
             key,
             lsn: record.lsn,
@@ -435,6 +440,7 @@ fn drop_segment(
                 report.records_dropped.push(DroppedRecord {
                     file: path.to_path_buf(),
                     offset: frame.offset,
+                    keyspace: frame.header.keyspace,
                     scope: frame.scope.to_vec(),
                     key: frame.key.to_vec(),
                     lsn: frame.header.lsn,

@@ -4,7 +4,7 @@
 //! is marked superseded (its key reads as before). One more walk over the
 //! shard's segments, the same walk as the analysis.
 
-use super::salvage::{Analysis, Lost};
+use super::salvage::{Analysis, Lost, Name};
 use super::Evidence;
 use crate::engine::index::KeyHasher;
 use crate::engine::segment::scanner;
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 /// What the shard's whole frames say of one key.
 #[derive(Default)]
 struct Seen {
-    name: Option<(Vec<u8>, Vec<u8>)>,
+    name: Option<Name>,
     newest_lsn: u64,
 }
 
@@ -41,9 +41,10 @@ pub(crate) fn resolve(
             let file =
                 storage.open_read_only(&analysis.path).map_err(|error| Error::io("open", &analysis.path, error))?;
             let visit = |frame: scanner::Frame<'_>| {
-                if let Some(seen) = wanted.get_mut(&hasher.hash(frame.scope, frame.key)) {
+                if let Some(seen) = wanted.get_mut(&hasher.hash(frame.header.keyspace, frame.scope, frame.key)) {
                     seen.newest_lsn = seen.newest_lsn.max(frame.header.lsn);
-                    seen.name.get_or_insert_with(|| (frame.scope.to_vec(), frame.key.to_vec()));
+                    let name = || (frame.header.keyspace, frame.scope.to_vec(), frame.key.to_vec());
+                    seen.name.get_or_insert_with(name);
                 }
                 Ok(())
             };

@@ -10,6 +10,7 @@ use crate::engine::segment::hint::{self, Checker, HintEntry, Listed, Verdict};
 use crate::engine::segment::scanner::{self, Boundaries, Expected, Frame, Unreadable};
 use crate::error::Result;
 use crate::io::{Storage, StorageFile};
+use crate::keyspace::Keyspace;
 use crate::record::{self, Kind, PREFIX_BYTES};
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,9 @@ use std::path::{Path, PathBuf};
 const LSN_AT: u64 = 16;
 
 /// A record that repair cannot keep: its frame is unreadable (or gone).
+/// A record's keyspace, scope and key.
+pub(crate) type Name = (Keyspace, Vec<u8>, Vec<u8>);
+
 #[derive(Debug, Clone)]
 pub(crate) struct Lost {
     pub offset: u64,
@@ -27,7 +31,7 @@ pub(crate) struct Lost {
     /// The index hash of its scope and key: from the hint, or of the name
     /// the damaged bytes give.
     pub hash: u128,
-    pub name: Option<(Vec<u8>, Vec<u8>)>,
+    pub name: Option<Name>,
     pub evidence: Evidence,
 }
 
@@ -155,7 +159,7 @@ fn walk(segment: Segment<'_>, listed: Option<&Listed>) -> Result<Option<Analysis
         boundaries,
         |frame: Frame<'_>| {
             let found = HintEntry::of_frame(
-                segment.hasher.hash(frame.scope, frame.key),
+                segment.hasher.hash(frame.header.keyspace, frame.scope, frame.key),
                 &frame.header,
                 frame.offset,
                 frame.len,
@@ -226,7 +230,7 @@ fn list_hinted(analysis: &mut Analysis, hinted: &Hinted<'_>, segment: Segment<'_
             continue;
         }
         let name = raw_name(segment.file, entry.offset, entry.len)
-            .filter(|(scope, key)| segment.hasher.hash(scope, key) == entry.hash);
+            .filter(|(keyspace, scope, key)| segment.hasher.hash(*keyspace, scope, key) == entry.hash);
         analysis.lost.push(Lost {
             offset: entry.offset,
             kind: Some(entry.kind),
@@ -259,7 +263,7 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
             // A store never holds an empty key: fields that give one are
             // not a record's.
             let Some(name) = raw_name(segment.file, at, frame_len) else { break };
-            let hash = segment.hasher.hash(&name.0, &name.1);
+            let hash = segment.hasher.hash(name.0, &name.1, &name.2);
             // An unchecked LSN may be anything: it does not raise the LSNs
             // of the new active segment (the gap above those read does).
             analysis.lost.push(Lost {
@@ -278,15 +282,15 @@ fn list_unhinted(analysis: &mut Analysis, segment: Segment<'_>) {
 /// A record at `offset` whose kind and lengths the damaged bytes do not
 /// give, named by the scope and key they hold if those fit before `end`.
 fn unnamed_kind(segment: Segment<'_>, offset: u64, end: u64) -> Option<Lost> {
-    let (scope, key) = raw_name(segment.file, offset, end - offset)?;
+    let (keyspace, scope, key) = raw_name(segment.file, offset, end - offset)?;
     let mut lsn = [0u8; 8];
     segment.file.read_exact_at(&mut lsn, offset + LSN_AT).ok()?;
     Some(Lost {
         offset,
         kind: None,
         lsn: u64::from_le_bytes(lsn),
-        hash: segment.hasher.hash(&scope, &key),
-        name: Some((scope, key)),
+        hash: segment.hasher.hash(keyspace, &scope, &key),
+        name: Some((keyspace, scope, key)),
         evidence: Evidence::Unverified,
     })
 }
@@ -298,10 +302,14 @@ fn raw_fields(file: &dyn StorageFile, offset: u64) -> Option<(record::Header, u6
     record::decode_damaged(&prefix)
 }
 
-/// The scope and key of the (damaged) frame of `len` bytes at `offset`, as
-/// its bytes read, if its length fields fit in the frame and give a key
-/// (a store never holds an empty one).
-fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<(Vec<u8>, Vec<u8>)> {
+/// The keyspace, scope and key of the (damaged) frame of `len` bytes at
+/// `offset`, as its bytes read, if its keyspace is one this build knows and
+/// its length fields fit in the frame and give a key (a store never holds
+/// an empty one).
+fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<Name> {
+    let mut keyspace = [0u8; 1];
+    file.read_exact_at(&mut keyspace, offset + record::KEYSPACE_AT).ok()?;
+    let keyspace = Keyspace::from_byte(keyspace[0])?;
     let mut lengths = [0u8; 4];
     file.read_exact_at(&mut lengths, offset + PREFIX_BYTES as u64 - 8).ok()?;
     let scope_len = usize::from(u16::from_le_bytes([lengths[0], lengths[1]]));
@@ -312,5 +320,5 @@ fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<(Vec<u8>, V
     let mut names = vec![0u8; scope_len + key_len];
     file.read_exact_at(&mut names, offset + PREFIX_BYTES as u64).ok()?;
     let key = names.split_off(scope_len);
-    Some((names, key))
+    Some((keyspace, names, key))
 }

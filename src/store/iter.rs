@@ -4,6 +4,7 @@
 use crate::engine::index::KeyHasher;
 use crate::engine::shard::{KeyRef, Shard};
 use crate::error::Result;
+use crate::keyspace::Keyspace;
 use crate::record::Record;
 
 /// Iterator over live records, from [`crate::Store::iter`].
@@ -12,7 +13,7 @@ pub struct Iter<'a> {
     shards: &'a [Shard],
     hasher: KeyHasher,
     shard: usize,
-    keys: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    keys: std::vec::IntoIter<(Keyspace, Vec<u8>, Vec<u8>)>,
     started: bool,
 }
 
@@ -29,8 +30,9 @@ impl Iterator for Iter<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         let shards = self.shards;
         loop {
-            if let Some((scope, key)) = self.keys.next() {
-                let key = KeyRef { hash: self.hasher.hash(&scope, &key), scope: &scope, key: &key };
+            if let Some((keyspace, scope, key)) = self.keys.next() {
+                let hash = self.hasher.hash(keyspace, &scope, &key);
+                let key = KeyRef { hash, keyspace, scope: &scope, key: &key };
                 match shards[self.shard].get(&key) {
                     Ok((Some(record), _)) => return Some(Ok(record)),
                     Ok((None, _)) => continue,
@@ -64,11 +66,22 @@ impl crate::Store {
     /// # Errors
     /// [`Error::ScopeTooLong`](crate::Error::ScopeTooLong), I/O errors.
     pub fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.scan_in(Keyspace::Caller, scope, after, limit)
+    }
+
+    /// [`scan`](crate::Store::scan) of the records of `keyspace`.
+    ///
+    /// # Errors
+    /// As [`scan`](crate::Store::scan).
+    pub fn scan_in(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.engine.config.check_scope(scope)?;
         let mut matches = Vec::new();
         for (shard, keys) in self.engine.shards.iter().enumerate() {
-            for (found_scope, key) in keys.keys()? {
-                if found_scope == scope && after.is_none_or(|after| key.as_slice() > after) {
+            for (found_keyspace, found_scope, key) in keys.keys()? {
+                if found_keyspace == keyspace
+                    && found_scope == scope
+                    && after.is_none_or(|after| key.as_slice() > after)
+                {
                     matches.push((shard, key));
                 }
             }
@@ -79,8 +92,8 @@ impl crate::Store {
             if page.len() == limit {
                 break;
             }
-            let hash = self.engine.hasher.hash(scope, &key);
-            let found = self.engine.shards[shard].get(&KeyRef { hash, scope, key: &key })?;
+            let hash = self.engine.hasher.hash(keyspace, scope, &key);
+            let found = self.engine.shards[shard].get(&KeyRef { hash, keyspace, scope, key: &key })?;
             if let (Some(record), _) = found {
                 page.push(record);
             }

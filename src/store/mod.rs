@@ -28,6 +28,7 @@ use crate::engine::{Engine, TokenRef};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::keyspace::Keyspace;
 use crate::lease::{Lease, LeaseToken};
 use crate::record::{Record, RecordRef};
 use crate::stats::{Census, Stats};
@@ -222,7 +223,7 @@ impl Store {
         replay: impl FnOnce(RecordRef<'_>) -> R,
     ) -> Result<(Claim<R>, u128, u64)> {
         let claimed = self.engine.claim(
-            (request.scope, request.key),
+            (request.keyspace, request.scope, request.key),
             request.fingerprint,
             (request.lease, request.ttl),
             request.reuse,
@@ -233,7 +234,7 @@ impl Store {
             shard::Outcome::Acquired { token, lease_deadline_ms, held, checkpoint } => Claim::Acquired(Lease::new(
                 Arc::clone(&self.engine),
                 claimed.hash,
-                (request.scope, request.key),
+                (request.keyspace, request.scope, request.key),
                 token,
                 held,
                 lease_deadline_ms,
@@ -257,7 +258,16 @@ impl Store {
     /// [`Error::KeyEmpty`], [`Error::KeyTooLong`], [`Error::ScopeTooLong`];
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::Corruption`], I/O.
     pub fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        self.write_get(scope, key)?.wait(&self.engine)
+        self.get_in(Keyspace::Caller, scope, key)
+    }
+
+    /// [`get`](Store::get) of a record of `keyspace` (see
+    /// [`Keyspace`]): the tools' view of idemkv's own records.
+    ///
+    /// # Errors
+    /// As [`get`](Store::get).
+    pub fn get_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
+        self.write_get(keyspace, scope, key)?.wait(&self.engine)
     }
 
     /// Removes `(scope, key)` whatever its state (an admin operation). A
@@ -268,7 +278,15 @@ impl Store {
     /// # Errors
     /// As [`get`](Store::get), and [`Error::ReadOnly`].
     pub fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        self.write_remove(scope, key)?.wait(&self.engine)
+        self.remove_in(Keyspace::Caller, scope, key)
+    }
+
+    /// [`remove`](Store::remove) of a record of `keyspace`.
+    ///
+    /// # Errors
+    /// As [`remove`](Store::remove).
+    pub fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<bool> {
+        self.write_remove(keyspace, scope, key)?.wait(&self.engine)
     }
 
     /// Replaces the answer of `(scope, key)`'s Completed record with
@@ -281,7 +299,22 @@ impl Store {
     /// The key errors of [`claim`](Store::claim);
     /// [`Error::ResponseTooLarge`]; [`Error::ReadOnly`]; I/O errors.
     pub fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
-        self.write_replace(scope, key, expected, answer)?.wait(&self.engine)
+        self.replace_in(Keyspace::Caller, scope, key, expected, answer)
+    }
+
+    /// [`replace`](Store::replace) of a record of `keyspace`.
+    ///
+    /// # Errors
+    /// As [`replace`](Store::replace).
+    pub fn replace_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> Result<bool> {
+        self.write_replace(keyspace, scope, key, expected, answer)?.wait(&self.engine)
     }
 
     /// Completes the lease `token` (see [`Lease::complete`]).
@@ -463,37 +496,39 @@ impl Store {
 
     /// A lease token's key, checked against the limits, and its hash.
     pub(crate) fn token_ref<'a>(&self, token: &'a LeaseToken) -> Result<(u128, TokenRef<'a>)> {
-        let key = self.engine.key_ref(&token.scope, &token.key)?;
-        Ok((key.hash, TokenRef { scope: key.scope, key: key.key, token: token.token, held: None }))
+        let key = self.engine.key_ref(token.keyspace, &token.scope, &token.key)?;
+        let token = TokenRef { keyspace: key.keyspace, scope: key.scope, key: key.key, token: token.token, held: None };
+        Ok((key.hash, token))
     }
 
     // The writes of the calls by key and by token, before the durability
     // wait that each face (blocking, async) adds.
 
-    pub(crate) fn write_get(&self, scope: &[u8], key: &[u8]) -> Result<Unsynced<Option<Record>>> {
-        let key = self.engine.key_ref(scope, key)?;
+    pub(crate) fn write_get(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Unsynced<Option<Record>>> {
+        let key = self.engine.key_ref(keyspace, scope, key)?;
         // Under `Sync` an absent answer waits too: the tombstone that made
         // the key absent may not be durable yet.
         let (record, lsn) = self.engine.shard_of_hash(key.hash).get(&key)?;
         Ok(Unsynced { hash: key.hash, lsn, answer: record })
     }
 
-    pub(crate) fn write_remove(&self, scope: &[u8], key: &[u8]) -> Result<Unsynced<bool>> {
+    pub(crate) fn write_remove(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Unsynced<bool>> {
         self.engine.refuse_if_read_only("remove")?;
-        let key = self.engine.key_ref(scope, key)?;
+        let key = self.engine.key_ref(keyspace, scope, key)?;
         let (removed, lsn) = self.engine.shard_of_hash(key.hash).remove(&key)?;
         Ok(Unsynced { hash: key.hash, lsn, answer: removed })
     }
 
     pub(crate) fn write_replace(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         key: &[u8],
         expected: &[u8],
         answer: &[u8],
     ) -> Result<Unsynced<bool>> {
         self.engine.refuse_if_read_only("replace")?;
-        let key = self.engine.key_ref(scope, key)?;
+        let key = self.engine.key_ref(keyspace, scope, key)?;
         self.engine.config.check_response(answer)?;
         let (replaced, lsn) = self.engine.shard_of_hash(key.hash).replace(&key, expected, answer)?;
         Ok(Unsynced { hash: key.hash, lsn, answer: replaced })

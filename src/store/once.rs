@@ -119,7 +119,12 @@ impl Store {
             Claim::Mismatch => return Ok(Once::Mismatch),
         };
         let lease_for = request.lease.unwrap_or_else(|| Duration::from_millis(self.engine.config.lease_ms));
-        let token = LeaseToken { scope: lease.scope().to_vec(), key: lease.key().to_vec(), token: lease.token() };
+        let token = LeaseToken {
+            keyspace: lease.keyspace(),
+            scope: lease.scope().to_vec(),
+            key: lease.key().to_vec(),
+            token: lease.token(),
+        };
         let outcome = std::thread::scope(|scope| {
             let (stop, stopped) = mpsc::channel::<()>();
             let renewer = std::thread::Builder::new()

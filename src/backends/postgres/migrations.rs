@@ -544,6 +544,7 @@ pub(super) fn migration(version: i32, schema: &Schema) -> Result<Cow<'static, st
         2 => Ok(Cow::Borrowed(V2)),
         3 => Ok(Cow::Owned(v3(schema))),
         4 => Ok(Cow::Owned(v4(schema))),
+        5 => Ok(Cow::Owned(super::keyspace::migration("idempo_store"))),
         _ => Err(protocol("schema version")),
     }
 }

@@ -103,6 +103,7 @@
 //! ```
 
 mod connector;
+mod keyspace;
 mod migrations;
 mod options;
 mod reaper;
@@ -112,11 +113,11 @@ mod statements;
 mod wait;
 
 use crate::backend::BackendClaim;
-use crate::backends::remote::{fenced, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::backends::remote::{fenced, remote_backend, Address, ClaimArgs, Finish, Settings, Subscription, Transport};
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::LeaseToken;
+use crate::{Keyspace, LeaseToken};
 use connector::Connector;
 use deadpool_postgres::{Pool, Runtime};
 pub use options::{
@@ -140,7 +141,7 @@ pub use {deadpool_postgres, tokio_postgres};
 /// 2,704 bytes: 8 of entry header, 4 of length before each of the two
 /// (over 126 bytes) and up to 3 of padding between them leave 2,685 for
 /// the two, however incompressible.
-const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 };
+const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 - keyspace::OVERHEAD };
 /// How long a call waits for a connection and its answer before it is
 /// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -461,7 +462,8 @@ impl PostgresBackend {
         let Some(number) = signed(token) else {
             return Err(Error::LeaseLost { token: token.token });
         };
-        let (scope, key, kind) = (token.scope.as_slice(), token.key.as_slice(), finish.code());
+        let scope = keyspace::stored(token.keyspace, &token.scope);
+        let (scope, key, kind) = (scope.as_ref(), token.key.as_slice(), finish.code());
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
             (&scope, Type::BYTEA),
             (&key, Type::BYTEA),
@@ -487,7 +489,9 @@ impl PostgresBackend {
         let Some(number) = signed(token) else {
             return Ok(false);
         };
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&token.scope, &token.key, &number];
+        let scope = keyspace::stored(token.keyspace, &token.scope);
+        let scope = scope.as_ref();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope, &token.key, &number];
         params.extend_from_slice(rest);
         held(&self.call(what, sql, &params).await?, what)
     }
@@ -520,8 +524,9 @@ impl Transport for PostgresBackend {
     /// A waiting caller's claim waits for a row locked by a transaction
     /// that is completing it, instead of answering in progress at once.
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
+        let stored = keyspace::stored(args.keyspace, args.scope);
         let (scope, key, fingerprint, reuse) =
-            (args.scope, args.key, &args.fingerprint.as_bytes()[..], args.reuse_arg());
+            (stored.as_ref(), args.key, &args.fingerprint.as_bytes()[..], args.reuse_arg());
         let (lease_ms, ttl_ms) = (ms(args.lease_ms), ms(args.ttl_ms));
         let params: [&(dyn ToSql + Sync); 7] = [&scope, &key, &fingerprint, &lease_ms, &ttl_ms, &waiting, &reuse];
         // The fast path: one plain statement inserts a fresh key, or
@@ -530,17 +535,17 @@ impl Transport for PostgresBackend {
         // see) leaves the claim to the function.
         if let Some(row) = self.call_optional("claim", &self.sql.claim_fast, &params).await? {
             if row.try_get::<_, &str>(0).map_err(|_| protocol("claim: answer"))? != "S" {
-                return reply::claim(scope, key, &row);
+                return reply::claim(args.address(), &row);
             }
         }
         let row = self.call("claim", &self.sql.claim, &params).await?;
-        reply::claim(scope, key, &row)
+        reply::claim(args.address(), &row)
     }
 
     /// Woken by the finishing function's `NOTIFY`, through the listener
     /// connection.
-    async fn listen<'a>(&'a self, scope: &'a [u8], key: &'a [u8], wait: Duration) -> Subscription<'a> {
-        let tag = wait::tag(scope, key);
+    async fn listen<'a>(&'a self, address: Address<'a>, wait: Duration) -> Subscription<'a> {
+        let tag = wait::tag(&keyspace::stored(address.keyspace, address.scope), address.key);
         let event = self.listening.join(&tag);
         let leave = Leave { listening: &self.listening, tag };
         // Without the listener the wait still ends: by polling.
@@ -557,14 +562,16 @@ impl Transport for PostgresBackend {
                 return Ok(false);
             };
             let kind = finish.code();
-            let params: [&(dyn ToSql + Sync); 5] = [&token.scope, &token.key, &number, &kind, &response];
+            let scope = keyspace::stored(token.keyspace, &token.scope);
+            let scope = scope.as_ref();
+            let params: [&(dyn ToSql + Sync); 5] = [&scope, &token.key, &number, &kind, &response];
             let Some(row) = self.call_optional("finish", &self.sql.finish_fast, &params).await? else {
                 return Ok(false);
             };
             if row.try_get::<_, bool>(0).map_err(|_| protocol("finish: waited"))? {
                 // The finish took effect; a lost wake-up only leaves the
                 // waiters to their polling.
-                let _polled_instead = self.call("finish", &self.sql.notify, &[&token.scope, &token.key]).await;
+                let _polled_instead = self.call("finish", &self.sql.notify, &[&scope, &token.key]).await;
             }
             return Ok(true);
         }
@@ -579,30 +586,35 @@ impl Transport for PostgresBackend {
         self.fenced_call("renew", &self.sql.renew, token, &[&ms(extend_ms)]).await
     }
 
-    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        match self.call_optional("get", &self.sql.get, &[&scope, &key]).await? {
-            Some(row) => reply::record(scope, key, &row).map(Some),
+    async fn get(&self, address: Address<'_>) -> Result<Option<Record>> {
+        let (scope, key) = (keyspace::stored(address.keyspace, address.scope), address.key);
+        match self.call_optional("get", &self.sql.get, &[&scope.as_ref(), &key]).await? {
+            Some(row) => reply::record(address, &row).map(Some),
             None => Ok(None),
         }
     }
 
-    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        let row = self.call("remove", &self.sql.remove, &[&scope, &key]).await?;
+    async fn remove(&self, address: Address<'_>) -> Result<bool> {
+        let (scope, key) = (keyspace::stored(address.keyspace, address.scope), address.key);
+        let row = self.call("remove", &self.sql.remove, &[&scope.as_ref(), &key]).await?;
         row.try_get(0).map_err(|_| protocol("remove: not a boolean"))
     }
 
-    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
-        let replaced = self.call_optional("replace", &self.sql.replace, &[&scope, &key, &expected, &answer]).await?;
+    async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
+        let (scope, key) = (keyspace::stored(address.keyspace, address.scope), address.key);
+        let params: [&(dyn ToSql + Sync); 4] = [&scope.as_ref(), &key, &expected, &answer];
+        let replaced = self.call_optional("replace", &self.sql.replace, &params).await?;
         Ok(replaced.is_some())
     }
 
-    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+    async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self.call_rows("scan", &self.sql.scan, &[&scope, &after, &limit]).await?;
+        let stored = keyspace::stored(keyspace, scope);
+        let rows = self.call_rows("scan", &self.sql.scan, &[&stored.as_ref(), &after, &limit]).await?;
         rows.iter()
             .map(|row| {
                 let key: Vec<u8> = row.try_get(10).map_err(|_| protocol("scan: key"))?;
-                reply::record(scope, &key, row)
+                reply::record(Address { keyspace, scope, key: &key }, row)
             })
             .collect()
     }

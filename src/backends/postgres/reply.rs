@@ -3,6 +3,7 @@
 //! the contract does not know is [`BackendFailure::Protocol`].
 
 use crate::backend::BackendClaim;
+use crate::backends::remote::Address;
 use crate::error::{BackendFailure, Error, Result};
 use crate::record::{Record, State};
 use crate::{Checkpoint, Fingerprint, LeaseToken};
@@ -94,7 +95,7 @@ fn checkpoint(bytes: Option<Vec<u8>>, what: &str) -> Result<Option<Checkpoint>> 
 
 /// The answer of `idemkv_claim` (its seven columns: answer, token,
 /// attempt, recovered, ms left, response, checkpoint).
-pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim> {
+pub(super) fn claim(address: Address<'_>, row: &Row) -> Result<BackendClaim> {
     let answer: String = column(row, 0, "claim: answer")?;
     match answer.as_str() {
         "A" => {
@@ -102,8 +103,9 @@ pub(super) fn claim(scope: &[u8], key: &[u8], row: &Row) -> Result<BackendClaim>
             let attempt: i32 = column(row, 2, "claim: attempt")?;
             Ok(BackendClaim::Acquired {
                 token: LeaseToken {
-                    scope: scope.to_vec(),
-                    key: key.to_vec(),
+                    keyspace: address.keyspace,
+                    scope: address.scope.to_vec(),
+                    key: address.key.to_vec(),
                     token: u64::try_from(token).map_err(|_| protocol("claim: token"))?,
                 },
                 attempt: u32::try_from(attempt).map_err(|_| protocol("claim: attempt"))?,
@@ -131,7 +133,8 @@ fn unsigned(row: &Row, index: usize, what: &str) -> Result<u64> {
 /// The record of `(scope, key)` from the `GET` statement's columns: state,
 /// fingerprint, token, attempt, recovered, created ms, updated ms,
 /// deadline ms, response, checkpoint.
-pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
+pub(super) fn record(address: Address<'_>, row: &Row) -> Result<Record> {
+    let Address { keyspace, scope, key } = address;
     let state: String = column(row, 0, "get: state")?;
     let state = match state.as_str() {
         "P" => State::Processing,
@@ -145,6 +148,7 @@ pub(super) fn record(scope: &[u8], key: &[u8], row: &Row) -> Result<Record> {
         .map_err(|_| protocol("get: fingerprint"))?;
     let attempt: i32 = column(row, 3, "get: attempt")?;
     Ok(Record {
+        keyspace,
         scope: scope.to_vec(),
         key: key.to_vec(),
         state,

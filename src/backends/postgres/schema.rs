@@ -16,7 +16,10 @@
 //!
 //! # Tables
 //!
-//! `idempo_store`, primary key `(scope, key)`, both `bytea`:
+//! `idempo_store`, primary key `(scope, key)`, both `bytea`; from version
+//! 5 the `scope` column holds the record's keyspace too (the caller's, or
+//! one of idemkv's own: see `keyspace.rs`), so that no caller's scope
+//! reaches idemkv's own records:
 //! `fingerprint` (32 bytes), `state` (`P` processing, `C` completed, `F`
 //! failed), `token` (fencing token, from the global sequence
 //! `idemkv_tokens`: never reused for any key, across release and expiry),
@@ -50,7 +53,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 /// The newest schema version this build knows.
-pub(super) const SCHEMA_VERSION: i32 = 4;
+pub(super) const SCHEMA_VERSION: i32 = 5;
 
 /// The advisory lock key held while migrating (`idemkv` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b76;

@@ -52,7 +52,12 @@ pub(super) async fn claim(
         (None, expiry, _) => {
             let token = token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;
             Ok(Some(BackendClaim::Acquired {
-                token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token },
+                token: LeaseToken {
+                    keyspace: args.keyspace,
+                    scope: args.scope.to_vec(),
+                    key: args.key.to_vec(),
+                    token,
+                },
                 attempt: 1,
                 recovered: false,
                 checkpoint: None,

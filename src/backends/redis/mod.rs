@@ -102,12 +102,12 @@ mod wait;
 pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
 
 use crate::backend::BackendClaim;
-use crate::backends::remote::{millis, remote_backend, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::backends::remote::{millis, remote_backend, Address, ClaimArgs, Finish, Settings, Subscription, Transport};
 use crate::backends::wake::Waits;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::LeaseToken;
+use crate::{Keyspace, LeaseToken};
 use ::redis::{Script, Value};
 use connection::{Call, Connection, Lanes, Opener};
 use reply::{bytes, number, protocol};
@@ -170,16 +170,25 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// The names of one key's record and channel.
+/// The names of one key's record and channel: `{prefix}:{{tag}}:r` and
+/// `…:w` for the caller's keyspace, `{prefix}:{keyspace}:{{tag}}:r` for
+/// each of idemkv's own (see [`Keyspace::name`]), so that a record's
+/// keyspace is part of its name and a `SCAN` finds one keyspace's records
+/// alone. The tag is a digest of scope and key (and, for idemkv's own
+/// keyspaces, the keyspace: a word no scope's length can be goes first).
 struct Names {
     record: Vec<u8>,
     channel: Vec<u8>,
 }
 
 impl Names {
-    fn of(prefix: &str, scope: &[u8], key: &[u8]) -> Names {
+    fn of(prefix: &str, address: Address<'_>) -> Names {
+        let Address { keyspace, scope, key } = address;
         let mut hasher = Sha256::new();
         hasher.update(b"idemkv.redis.v1");
+        if keyspace.is_internal() {
+            hasher.update([0xff, 0xff, 0xff, keyspace.to_byte()]);
+        }
         hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
         hasher.update(scope);
         hasher.update(key);
@@ -188,7 +197,8 @@ impl Names {
             let _ = write!(tag, "{byte:02x}");
             tag
         });
-        let name = |suffix: &str| format!("{prefix}:{{{tag}}}:{suffix}").into_bytes();
+        let space = keyspace_part(keyspace);
+        let name = |suffix: &str| format!("{prefix}:{space}{{{tag}}}:{suffix}").into_bytes();
         Names { record: name("r"), channel: name("w") }
     }
 }
@@ -470,6 +480,16 @@ impl Drop for Leave<'_> {
     }
 }
 
+/// The part of a record's name that says its keyspace: nothing for the
+/// caller's (the names of the first schema), `{name}:` for idemkv's own.
+fn keyspace_part(keyspace: Keyspace) -> String {
+    if keyspace.is_internal() {
+        format!("{}:", keyspace.name())
+    } else {
+        String::new()
+    }
+}
+
 remote_backend!(RedisBackend);
 
 impl Transport for RedisBackend {
@@ -478,7 +498,7 @@ impl Transport for RedisBackend {
     }
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
-        let names = Names::of(&self.prefix, args.scope, args.key);
+        let names = Names::of(&self.prefix, args.address());
         // The fast path; a claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on its lane.
         if self.fast_claims && self.replication.is_none() {
@@ -504,7 +524,12 @@ impl Transport for RedisBackend {
             (b"A", [_, token, attempt, recovered, _lease_end, point]) => {
                 self.replicated("claim", acknowledged)?;
                 Ok(BackendClaim::Acquired {
-                    token: LeaseToken { scope: args.scope.to_vec(), key: args.key.to_vec(), token: number(token)? },
+                    token: LeaseToken {
+                        keyspace: args.keyspace,
+                        scope: args.scope.to_vec(),
+                        key: args.key.to_vec(),
+                        token: number(token)?,
+                    },
                     attempt: u32::try_from(number(attempt)?).map_err(|_| protocol("claim: attempt"))?,
                     recovered: number(recovered)? == 1,
                     checkpoint: reply::checkpoint(&bytes(point)?)?,
@@ -521,8 +546,8 @@ impl Transport for RedisBackend {
     }
 
     /// Woken by the finishing script's publish on the key's channel.
-    async fn listen<'a>(&'a self, scope: &'a [u8], key: &'a [u8], _wait: Duration) -> Subscription<'a> {
-        let channel = Names::of(&self.prefix, scope, key).channel;
+    async fn listen<'a>(&'a self, address: Address<'a>, _wait: Duration) -> Subscription<'a> {
+        let channel = Names::of(&self.prefix, address).channel;
         let (event, first) = self.waits.join(&channel);
         if first {
             // Without the subscription the wait still ends: by polling.
@@ -532,7 +557,7 @@ impl Transport for RedisBackend {
     }
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
-        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let names = Names::of(&self.prefix, Address::of(token));
         let mut call = Call::new(&self.scripts.finish, &names.record);
         call.arg(&token.scope)
             .arg(&token.key)
@@ -553,14 +578,14 @@ impl Transport for RedisBackend {
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
-        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let names = Names::of(&self.prefix, Address::of(token));
         let mut call = Call::new(&self.scripts.checkpoint, &names.record);
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
         self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
-        let names = Names::of(&self.prefix, &token.scope, &token.key);
+        let names = Names::of(&self.prefix, Address::of(token));
         let mut call = Call::new(&self.scripts.renew, &names.record);
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
@@ -574,24 +599,24 @@ impl Transport for RedisBackend {
         Ok(held)
     }
 
-    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>> {
-        let names = Names::of(&self.prefix, scope, key);
+    async fn get(&self, address: Address<'_>) -> Result<Option<Record>> {
+        let names = Names::of(&self.prefix, address);
         let call = Call::new(&self.scripts.get, &names.record);
         match self.connection.invoke(&call).await? {
             Value::Array(fields) if fields.is_empty() => Ok(None),
-            Value::Array(fields) => reply::record(scope, key, &fields).map(Some),
+            Value::Array(fields) => reply::record(address, &fields).map(Some),
             _ => Err(protocol("get: not an array")),
         }
     }
 
-    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
-        scan::page_of(self, &self.connection, &self.prefix, (scope, after, limit)).await
+    async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await
     }
 
-    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool> {
-        let names = Names::of(&self.prefix, scope, key);
+    async fn remove(&self, address: Address<'_>) -> Result<bool> {
+        let names = Names::of(&self.prefix, address);
         let mut call = Call::new(&self.scripts.remove, &names.record);
-        call.arg(scope).arg(key).arg(&names.channel).arg(self.connection.publish_command()).arg(self.keep_ms);
+        call.arg(address.scope).arg(address.key).arg(&names.channel).arg(self.connection.publish_command()).arg(self.keep_ms);
         // A lost removal brings the record back: never a second run.
         match self.connection.invoke(&call).await? {
             Value::Int(1) => Ok(true),
@@ -601,10 +626,10 @@ impl Transport for RedisBackend {
         }
     }
 
-    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool> {
-        let names = Names::of(&self.prefix, scope, key);
+    async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
+        let names = Names::of(&self.prefix, address);
         let mut call = Call::new(&self.scripts.replace, &names.record);
-        call.arg(scope).arg(key).arg(expected).arg(answer).arg(self.keep_ms);
+        call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         match reply {
             Value::Int(1) => self.replicated("replace", acknowledged).map(|()| true),

@@ -3,6 +3,7 @@
 //! Nothing is guessed: an answer the contract does not know is
 //! [`BackendFailure::Protocol`].
 
+use crate::backends::remote::Address;
 use crate::error::{BackendFailure, Error, Result};
 use crate::record::{Record, State};
 use crate::{Checkpoint, Fingerprint};
@@ -51,9 +52,10 @@ pub(super) fn checkpoint(bytes: &[u8]) -> Result<Option<Checkpoint>> {
     crate::checkpoint::decode(bytes).map_err(protocol)
 }
 
-/// The record of `(scope, key)` from the thirteen fields the `GET` script
+/// The record of `address` from the thirteen fields the `GET` script
 /// answers (see the scripts' docs for their order).
-pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Record> {
+pub(super) fn record(address: Address<'_>, fields: &[Value]) -> Result<Record> {
+    let Address { keyspace, scope, key } = address;
     let [state, fingerprint, attempt, recovered, token, created, updated, deadline, _ttl, stored_scope, stored_key, response, point] =
         fields
     else {
@@ -72,6 +74,7 @@ pub(super) fn record(scope: &[u8], key: &[u8], fields: &[Value]) -> Result<Recor
         .map(Fingerprint::from_bytes)
         .map_err(|_| protocol("get: fingerprint"))?;
     Ok(Record {
+        keyspace,
         scope: scope.to_vec(),
         key: key.to_vec(),
         state,

@@ -10,7 +10,8 @@
 use super::connection::Connection;
 use super::reply::{backend_error, bytes, number, protocol};
 use super::RedisBackend;
-use crate::backends::remote::Transport;
+use crate::backends::remote::{Address, Transport};
+use crate::keyspace::Keyspace;
 use crate::error::Result;
 use crate::record::Record;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -19,15 +20,16 @@ use ::redis::{cmd, Cmd, Value};
 /// Names asked for, and values read, per round trip.
 const BATCH: usize = 1000;
 
-/// The page of `scope`'s live records after `after`, at most `limit`, of
-/// the records under `prefix`.
+/// The page of `scope`'s live records of `keyspace` after `after`, at most
+/// `limit`, of the records under `prefix`.
 pub(super) async fn page_of(
     backend: &RedisBackend,
     connection: &Connection,
     prefix: &str,
+    keyspace: Keyspace,
     (scope, after, limit): (&[u8], Option<&[u8]>, usize),
 ) -> Result<Vec<Record>> {
-    let names = record_names(connection, prefix).await?;
+    let names = record_names(connection, prefix, keyspace).await?;
     let values = values(connection, &names).await?;
     let mut keys: Vec<Vec<u8>> = values
         .iter()
@@ -43,7 +45,7 @@ pub(super) async fn page_of(
         if page.len() == limit {
             break;
         }
-        if let Some(record) = Transport::get(backend, scope, &key).await? {
+        if let Some(record) = Transport::get(backend, Address { keyspace, scope, key: &key }).await? {
             page.push(record);
         }
     }
@@ -62,10 +64,10 @@ fn escaped(prefix: &str) -> String {
     pattern
 }
 
-/// The names of every record under `prefix`, on the server or on every
-/// master of a Cluster.
-async fn record_names(connection: &Connection, prefix: &str) -> Result<Vec<Vec<u8>>> {
-    let pattern = format!("{}:{{*}}:r", escaped(prefix));
+/// The names of every record of `keyspace` under `prefix`, on the server
+/// or on every master of a Cluster.
+async fn record_names(connection: &Connection, prefix: &str, keyspace: Keyspace) -> Result<Vec<Vec<u8>>> {
+    let pattern = format!("{}:{}{{*}}:r", escaped(prefix), super::keyspace_part(keyspace));
     let scan = |cursor: u64| {
         let mut command = cmd("SCAN");
         command.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);

@@ -151,7 +151,7 @@ pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Rep
         if std::mem::take(&mut reload) {
             builder = reloaded(context, &prepared.described(len));
         }
-        let hash = replay.hash(frame.scope, frame.key);
+        let hash = replay.hash(frame.header.keyspace, frame.scope, frame.key);
         let entry = HintEntry::of_frame(hash, &frame.header, frame.offset, frame.len);
         replay.apply(id, &entry).map_err(|reason| Error::corruption(path, frame.offset, reason))?;
         replay.max_updated_ms = replay.max_updated_ms.max(frame.header.updated_ms);

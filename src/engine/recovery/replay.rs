@@ -3,6 +3,7 @@
 
 use crate::engine::index::{Entry, FullIndex, IndexKey, KeyHasher, PassThroughHasher};
 use crate::engine::segment::hint::HintEntry;
+use crate::keyspace::Keyspace;
 use crate::record::Kind;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -25,9 +26,9 @@ impl<'a> Replay<'a> {
         Replay { hasher, index: FullIndex::default(), tombstones: HashMap::default(), max_lsn: 0, max_updated_ms: 0 }
     }
 
-    /// The index hash of `(scope, key)`.
-    pub(crate) fn hash(&self, scope: &[u8], key: &[u8]) -> u128 {
-        self.hasher.hash(scope, key)
+    /// The index hash of `(scope, key)` of `keyspace`.
+    pub(crate) fn hash(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> u128 {
+        self.hasher.hash(keyspace, scope, key)
     }
 
     /// Applies the frame `entry` of segment `segment`.

@@ -147,7 +147,7 @@ impl Shard {
         let expected = Expected { shard: self.id, segment: id, active: false };
         let mut planned = Vec::new();
         let scan = scanner::scan(&*file, &path, expected, |frame| {
-            let hash = hasher.hash(frame.scope, frame.key);
+            let hash = hasher.hash(frame.header.keyspace, frame.scope, frame.key);
             let (offset, len, header) = (frame.offset, frame.len, frame.header);
             planned.push(Planned { offset, len, hash, header, decision: Decision::Drop });
             Ok(())
@@ -262,7 +262,7 @@ impl Shard {
         for candidate in state.index.candidates(tag) {
             let (header, frame) = state.read_at(candidate)?;
             let (scope, key, _) = record::body(&header, &frame);
-            if hasher.hash(scope, key) == hash {
+            if hasher.hash(header.keyspace, scope, key) == hash {
                 newest = Some(header.lsn);
                 break;
             }

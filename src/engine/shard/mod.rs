@@ -24,6 +24,7 @@ use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
+use crate::keyspace::Keyspace;
 use crate::record::{self, Header, Record, RecordRef, State};
 use crate::stats::{bump, Census, Counters};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -41,10 +42,11 @@ pub(crate) struct Footprint {
     pub segments: u64,
 }
 
-/// A `(scope, key)` with its index hash.
+/// A `(scope, key)` of a keyspace, with its index hash.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeyRef<'a> {
     pub hash: u128,
+    pub keyspace: Keyspace,
     pub scope: &'a [u8],
     pub key: &'a [u8],
 }
@@ -394,9 +396,9 @@ impl Shard {
         Ok((Record::from_frame(&found.header, &found.frame), found.entry.lsn))
     }
 
-    /// The scope and key of every record the index points at (for
-    /// iteration, which then reads each through [`Shard::get`]).
-    pub(crate) fn keys(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// The keyspace, scope and key of every record the index points at
+    /// (for iteration, which then reads each through [`Shard::get`]).
+    pub(crate) fn keys(&self) -> Result<Vec<(Keyspace, Vec<u8>, Vec<u8>)>> {
         let state = self.read()?;
         state
             .index
@@ -404,7 +406,7 @@ impl Shard {
             .map(|(_, at)| {
                 let (header, frame) = state.read_at(at)?;
                 let (scope, key, _) = record::body(&header, &frame);
-                Ok((scope.to_vec(), key.to_vec()))
+                Ok((header.keyspace, scope.to_vec(), key.to_vec()))
             })
             .collect()
     }

@@ -6,6 +6,11 @@
 //! The index knows a key only by its hash, so when a record leaves it
 //! without its key at hand (an expiry), the record's scope is read back
 //! from its frame: the fixed prefix and the scope, never the response.
+//!
+//! Quotas count the caller's records only: idemkv's own
+//! ([`Keyspace`]'s other keyspaces — holds, versions, inbox entries...)
+//! are made by the service's own features, not by a tenant's requests,
+//! and never count against the tenant whose scope they name.
 
 use super::state::ShardState;
 use super::{KeyRef, Shard};
@@ -14,6 +19,7 @@ use crate::engine::ledger::Ledger;
 use crate::engine::telemetry::event;
 use crate::engine::transition;
 use crate::error::{Error, Result};
+use crate::keyspace::Keyspace;
 #[cfg(feature = "testing")]
 use crate::quota::ScopeUsage;
 use crate::record::{self, Header, Kind, PREFIX_BYTES};
@@ -42,7 +48,7 @@ impl ShardState {
         let Some(ledger) = &self.quota else {
             return Ok(None);
         };
-        if header.kind == Kind::Tombstone || indexed {
+        if header.kind == Kind::Tombstone || indexed || key.keyspace.is_internal() {
             return Ok(None);
         }
         match ledger.admit(key.scope, bytes) {
@@ -56,32 +62,35 @@ impl ShardState {
 
     /// Returns what [`ShardState::quota_admit`] counted for a write that
     /// failed.
-    pub(super) fn quota_give_back(&self, scope: &[u8], admitted: Option<u64>) {
+    pub(super) fn quota_give_back(&self, key: &KeyRef<'_>, admitted: Option<u64>) {
         if let (Some(ledger), Some(bytes)) = (&self.quota, admitted) {
-            ledger.remove(scope, bytes);
+            ledger.remove(key.scope, bytes);
         }
     }
 
-    /// The index now holds `new` for a key of `scope`, in place of `old`
-    /// (or of nothing, when the write was admitted as `admitted` bytes).
-    pub(super) fn quota_settle(&self, scope: &[u8], old: Option<&Entry>, admitted: Option<u64>, new: &Entry) {
-        let Some(ledger) = &self.quota else { return };
+    /// The index now holds `new` for `key`, in place of `old` (or of
+    /// nothing, when the write was admitted as `admitted` bytes).
+    pub(super) fn quota_settle(&self, key: &KeyRef<'_>, old: Option<&Entry>, admitted: Option<u64>, new: &Entry) {
+        let Some(ledger) = self.quota.as_ref().filter(|_| !key.keyspace.is_internal()) else { return };
         if let Some(old_bytes) = old.map(|old| old.frame_len.into()).or(admitted) {
-            ledger.resize(scope, old_bytes, new.frame_len.into());
+            ledger.resize(key.scope, old_bytes, new.frame_len.into());
         }
     }
 
-    /// `entry` is about to leave the index; its scope is `scope`, or is
-    /// read back from its frame. Returns `false` if that read fails: the
-    /// key must then stay indexed (and counted), and a later try drops it,
-    /// so that the counts never drift from the index.
-    pub(super) fn quota_release(&self, entry: &Entry, scope: Option<&[u8]>) -> bool {
+    /// `entry` is about to leave the index; its key is `key`, or its
+    /// keyspace and scope are read back from its frame. Returns `false` if
+    /// that read fails: the key must then stay indexed (and counted), and
+    /// a later try drops it, so that the counts never drift from the
+    /// index.
+    pub(super) fn quota_release(&self, entry: &Entry, key: Option<&KeyRef<'_>>) -> bool {
         let Some(ledger) = &self.quota else { return true };
-        match scope.map_or_else(|| self.scope_of(entry), |scope| Ok(Cow::Borrowed(scope))) {
-            Ok(scope) => {
+        let known = key.map(|key| (key.keyspace, Cow::Borrowed(key.scope)));
+        match known.map_or_else(|| self.scope_of(entry), Ok) {
+            Ok((Keyspace::Caller, scope)) => {
                 ledger.remove(&scope, entry.frame_len.into());
                 true
             }
+            Ok(_) => true,
             #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
             Err(error) => {
                 event!(warn, %error, "an expired record's scope could not be read back; it stays until a later try");
@@ -90,8 +99,9 @@ impl ShardState {
         }
     }
 
-    /// The scope of the record `entry` points at, read from its frame.
-    fn scope_of(&self, entry: &Entry) -> Result<Cow<'_, [u8]>> {
+    /// The keyspace and scope of the record `entry` points at, read from
+    /// its frame.
+    fn scope_of(&self, entry: &Entry) -> Result<(Keyspace, Cow<'_, [u8]>)> {
         let offset = u64::from(entry.offset);
         let corrupt = |reason: &str| Error::corruption(self.log.path(entry.segment), offset, reason);
         let prefix = self.log.read(entry.segment, offset, PREFIX_BYTES)?;
@@ -100,10 +110,11 @@ impl ShardState {
             return Err(corrupt("record LSN differs from the index"));
         }
         let end = PREFIX_BYTES + usize::from(header.scope_len);
-        Ok(match self.log.read(entry.segment, offset, end)? {
+        let scope = match self.log.read(entry.segment, offset, end)? {
             Cow::Borrowed(bytes) => Cow::Borrowed(&bytes[PREFIX_BYTES..]),
             Cow::Owned(mut bytes) => Cow::Owned(bytes.split_off(PREFIX_BYTES)),
-        })
+        };
+        Ok((header.keyspace, scope))
     }
 }
 
@@ -163,12 +174,12 @@ impl Shard {
 }
 
 /// Calls `add(scope, bytes)` for each live record of `state` in a limited
-/// scope.
+/// scope of the caller's keyspace.
 fn count(state: &ShardState, ledger: &Ledger, mut add: impl FnMut(&[u8], u64)) -> Result<()> {
     for (_, at) in state.index.iter() {
         let (header, frame) = state.read_at(at)?;
         let (scope, _, _) = record::body(&header, &frame);
-        if ledger.counts(scope) {
+        if header.keyspace == Keyspace::Caller && ledger.counts(scope) {
             add(scope, u64::from(at.len));
         }
     }

@@ -157,9 +157,9 @@ impl ShardState {
         self.index_drop(hash, entry, None)
     }
 
-    /// [`ShardState::index_remove`] of a key whose scope may be known.
-    fn index_drop(&mut self, hash: u128, entry: &Entry, scope: Option<&[u8]>) -> bool {
-        if self.quota.is_some() && !self.quota_release(entry, scope) {
+    /// [`ShardState::index_remove`] of a key that may be known.
+    fn index_drop(&mut self, hash: u128, entry: &Entry, key: Option<&KeyRef<'_>>) -> bool {
+        if self.quota.is_some() && !self.quota_release(entry, key) {
             return false;
         }
         if !self.index.remove(tag(hash), entry.segment, entry.offset) {
@@ -209,7 +209,7 @@ impl ShardState {
         for at in self.index.candidates(tag(key.hash)) {
             let (header, frame) = self.read_at(at)?;
             let (scope, stored_key, _) = record::body(&header, &frame);
-            if scope != key.scope || stored_key != key.key {
+            if header.keyspace != key.keyspace || scope != key.scope || stored_key != key.key {
                 continue;
             }
             let entry = transition::entry(&header, at).ok_or_else(|| {
@@ -241,7 +241,7 @@ impl ShardState {
             Lookup::Live(_) => return self.find(key),
         };
         let counter = if gone.state == State::Processing { &counters.abandoned_expired } else { &counters.expirations };
-        if self.index_drop(key.hash, &gone, Some(key.scope)) {
+        if self.index_drop(key.hash, &gone, Some(key)) {
             bump(counter);
         }
         Ok(None)
@@ -254,7 +254,7 @@ impl ShardState {
     pub(crate) fn live_lease(&mut self, key: &KeyRef<'_>, now: Now, counters: &Counters) -> Option<Lease> {
         let lease = *self.leases.get(key.hash)?;
         if transition::is_gone(&lease.entry, lease.end_ms, now) {
-            if self.index_drop(key.hash, &lease.entry, Some(key.scope)) {
+            if self.index_drop(key.hash, &lease.entry, Some(key)) {
                 bump(&counters.abandoned_expired);
             }
             return None;
@@ -296,6 +296,7 @@ impl ShardState {
         now: Now,
     ) -> Result<()> {
         let header = Header {
+            keyspace: key.keyspace,
             scope_len: u16::try_from(key.scope.len()).expect("scope length checked against limits"),
             key_len: u16::try_from(key.key.len()).expect("key length checked against limits"),
             response_len: u32::try_from(response.len()).expect("response length checked against limits"),
@@ -310,7 +311,7 @@ impl ShardState {
         self.encode_buffer = buffer;
         // Even a failed append may have rolled to a new segment.
         self.usage.entry(self.log.active.id).or_default().total_bytes = self.log.active.end;
-        let appended = appended.inspect_err(|_| self.quota_give_back(key.scope, admitted))?;
+        let appended = appended.inspect_err(|_| self.quota_give_back(key, admitted))?;
         let hinted = HintEntry::of_frame(key.hash, &header, appended.offset.into(), appended.frame_len.into());
         self.log.active.hint.push(&hinted, header.updated_ms, hinted.is_claim());
         match header.kind {
@@ -326,11 +327,11 @@ impl ShardState {
                 };
                 let lease_end_ms = (record_state == State::Processing).then(|| transition::lease_end(&header, now));
                 self.index_insert(key.hash, old, entry, lease_end_ms)?;
-                self.quota_settle(key.scope, old, admitted, &entry);
+                self.quota_settle(key, old, admitted, &entry);
             }
             Kind::Tombstone => {
                 if let Some(old) = old {
-                    self.index_drop(key.hash, old, Some(key.scope));
+                    self.index_drop(key.hash, old, Some(key));
                 }
             }
         }
@@ -363,7 +364,7 @@ impl ShardState {
         }
         if let Some(key) = key {
             let (scope, stored_key, _) = record::body(&header, &frame);
-            if scope != key.scope || stored_key != key.key {
+            if header.keyspace != key.keyspace || scope != key.scope || stored_key != key.key {
                 return Err(Error::KeyHashCollision);
             }
         }

@@ -14,6 +14,7 @@
 //! record's own fields (see [`crate::clock`]).
 
 use crate::clock::Now;
+use crate::keyspace::Keyspace;
 use crate::engine::index::Entry;
 use crate::engine::table::Address;
 use crate::fingerprint::Fingerprint;
@@ -88,6 +89,7 @@ impl Held {
     pub(crate) fn record(&self, entry: &Entry) -> Header {
         Header {
             kind: Kind::Put(State::Processing),
+            keyspace: Keyspace::Caller,
             recovered: self.recovered,
             attempt: self.attempt,
             lsn: entry.lsn,
@@ -188,6 +190,7 @@ pub(crate) fn lease_end(record: &Header, now: Now) -> u64 {
 pub(crate) fn claim(stored: Option<Stored<'_>>, request: &ClaimParams, next_lsn: u64, now: Now) -> ClaimStep {
     let fresh = Header {
         kind: Kind::Put(State::Processing),
+        keyspace: Keyspace::Caller,
         recovered: false,
         attempt: 1,
         lsn: next_lsn,

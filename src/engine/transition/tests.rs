@@ -4,6 +4,7 @@
 //! decision that reads the wrong one shows.
 
 use super::*;
+use crate::keyspace::Keyspace;
 use proptest::prelude::*;
 
 const WALL: u64 = 1_000_000;
@@ -24,6 +25,7 @@ fn request(fingerprint: &[u8]) -> ClaimParams {
 fn stored(kind: Kind, fingerprint: &[u8], deadline_ms: u64) -> Header {
     Header {
         kind,
+        keyspace: Keyspace::Caller,
         recovered: false,
         attempt: 3,
         lsn: 40,

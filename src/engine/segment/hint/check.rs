@@ -82,7 +82,7 @@ impl<'a> Checker<'a> {
             return;
         }
         let found =
-            HintEntry::of_frame(self.hasher.hash(frame.scope, frame.key), &frame.header, frame.offset, frame.len);
+            HintEntry::of_frame(self.hasher.hash(frame.header.keyspace, frame.scope, frame.key), &frame.header, frame.offset, frame.len);
         self.verdict = match reader.next_entry() {
             // Open applies the blocks before the damage, all of them frames
             // of this segment, then replays the log: harmless.

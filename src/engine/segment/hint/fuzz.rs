@@ -28,6 +28,7 @@ fn segment(storage: &PowerCutStorage) -> (Arc<dyn StorageFile>, Vec<HintEntry>) 
         let kind = kinds[usize::try_from(n).unwrap_or(0) % kinds.len()];
         let header = Header {
             kind,
+            keyspace: crate::keyspace::Keyspace::Caller,
             recovered: false,
             attempt: 1,
             lsn: LSN_FLOOR + n * 2,
