@@ -12,19 +12,26 @@
 pub enum FormatVersion {
     /// The second format: a per-shard segment catalog and a durable mark
     /// in every segment header; see `docs/format.md`. (Version 1, without
-    /// them, is not read.)
+    /// them, is not read.) Read, and migrated to [`FormatVersion::V3`] by
+    /// the first writable open.
     V2,
+    /// The third format: every record names its keyspace (the frame's
+    /// byte 3, zero in format 2), so that idemkv's own records live apart
+    /// from the caller's (see [`Keyspace`](crate::Keyspace)).
+    V3,
 }
 
 impl FormatVersion {
-    /// The version this build writes, and the only one it reads.
-    pub const CURRENT: FormatVersion = FormatVersion::V2;
+    /// The version this build writes. It reads this one and
+    /// [`FormatVersion::V2`].
+    pub const CURRENT: FormatVersion = FormatVersion::V3;
 }
 
 impl From<FormatVersion> for u8 {
     fn from(version: FormatVersion) -> u8 {
         match version {
             FormatVersion::V2 => 2,
+            FormatVersion::V3 => 3,
         }
     }
 }
@@ -36,6 +43,7 @@ impl TryFrom<u8> for FormatVersion {
     fn try_from(byte: u8) -> Result<Self, u8> {
         match byte {
             2 => Ok(FormatVersion::V2),
+            3 => Ok(FormatVersion::V3),
             other => Err(other),
         }
     }
@@ -50,6 +58,7 @@ mod tests {
         assert_eq!(FormatVersion::try_from(u8::from(FormatVersion::CURRENT)), Ok(FormatVersion::CURRENT));
         assert_eq!(FormatVersion::try_from(0), Err(0));
         assert_eq!(FormatVersion::try_from(1), Err(1));
-        assert_eq!(FormatVersion::try_from(3), Err(3));
+        assert_eq!(FormatVersion::try_from(2), Ok(FormatVersion::V2));
+        assert_eq!(FormatVersion::try_from(4), Err(4));
     }
 }

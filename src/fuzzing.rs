@@ -44,7 +44,8 @@ pub fn catalog(shard: u32, first: u32, last: u32) -> Vec<u8> {
 /// A valid manifest for `shards` shards.
 #[must_use]
 pub fn manifest(shards: u32) -> Vec<u8> {
-    crate::engine::manifest::Manifest { shards, hash_key: [1, 2] }.encode().to_vec()
+    let version = crate::format::FormatVersion::CURRENT;
+    crate::engine::manifest::Manifest { shards, hash_key: [1, 2], version }.encode().to_vec()
 }
 
 /// Reads `hint` as the hint file of a small fixed segment (on an in-memory

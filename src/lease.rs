@@ -362,7 +362,13 @@ impl Lease {
     }
 
     fn token_ref(&self) -> TokenRef<'_> {
-        TokenRef { keyspace: self.keyspace, scope: &self.scope, key: &self.key, token: self.token, held: Some(self.held) }
+        TokenRef {
+            keyspace: self.keyspace,
+            scope: &self.scope,
+            key: &self.key,
+            token: self.token,
+            held: Some(self.held),
+        }
     }
 }
 

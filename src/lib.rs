@@ -128,8 +128,8 @@ pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use engine::transition::ReusePolicy;
 pub use error::{BackendFailure, Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
-pub use keyspace::Keyspace;
 pub use format::FormatVersion;
+pub use keyspace::Keyspace;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(all(feature = "messaging", feature = "redis"))]
 pub use once::sinks::RedisStreamSink;

@@ -140,7 +140,8 @@ impl Engine for Idemkv {
     }
 
     fn complete(&self, key: &[u8], token: u64, response: &[u8]) {
-        let token = idemkv::LeaseToken { scope: Vec::new(), key: key.to_vec(), token };
+        let token =
+            idemkv::LeaseToken { keyspace: idemkv::Keyspace::Caller, scope: Vec::new(), key: key.to_vec(), token };
         self.0.complete(&token, response).expect("complete");
     }
 

@@ -238,7 +238,12 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     ///
     /// # Errors
     /// The backend's error; the key errors.
-    fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> impl Future<Output = Result<bool, Error>> + Send;
+    fn remove_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// [`remove_in`](IdempotencyBackend::remove_in) of the caller's
     /// keyspace.

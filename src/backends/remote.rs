@@ -177,8 +177,12 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Replaces the answer of the live Completed record when it is
     /// `expected`; `Err(KeyHashCollision)` when the record names another
     /// `(scope, key)`.
-    fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8])
-        -> impl Future<Output = Result<bool>> + Send;
+    fn replace(
+        &self,
+        address: Address<'_>,
+        expected: &[u8],
+        answer: &[u8],
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// A page of the live records of `scope` of `keyspace` after `after`,
     /// in key order.

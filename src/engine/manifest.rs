@@ -38,6 +38,9 @@ const _: () = assert!(OFFSET_CRC + 4 == MANIFEST_BYTES);
 pub(crate) struct Manifest {
     pub shards: u32,
     pub hash_key: [u64; 2],
+    /// The store's format: [`FormatVersion::CURRENT`] for a new store;
+    /// an older one until the first writable open migrates it.
+    pub version: FormatVersion,
 }
 
 impl Manifest {
@@ -50,13 +53,13 @@ impl Manifest {
             hasher.write_u64(0x6964_656d_6b76);
             hasher.finish()
         };
-        Manifest { shards, hash_key: [random(), random()] }
+        Manifest { shards, hash_key: [random(), random()], version: FormatVersion::CURRENT }
     }
 
     pub(crate) fn encode(&self) -> [u8; MANIFEST_BYTES] {
         let mut out = [0u8; MANIFEST_BYTES];
         out[..8].copy_from_slice(&MAGIC);
-        out[OFFSET_VERSION] = FormatVersion::CURRENT.into();
+        out[OFFSET_VERSION] = self.version.into();
         out[OFFSET_SHARDS..OFFSET_SHARDS + 4].copy_from_slice(&self.shards.to_le_bytes());
         out[OFFSET_HASH_KEY..OFFSET_HASH_KEY + 8].copy_from_slice(&self.hash_key[0].to_le_bytes());
         out[OFFSET_HASH_KEY + 8..OFFSET_CRC].copy_from_slice(&self.hash_key[1].to_le_bytes());
@@ -76,16 +79,18 @@ impl Manifest {
         if crc32fast::hash(&bytes[..OFFSET_CRC]) != read_u32(bytes, OFFSET_CRC) {
             return Err(corrupt("manifest CRC mismatch"));
         }
-        FormatVersion::try_from(bytes[OFFSET_VERSION]).map_err(|found| Error::UnsupportedFormatVersion {
-            file: path.to_path_buf(),
-            found,
-            supported: FormatVersion::CURRENT.into(),
-        })?;
+        let version =
+            FormatVersion::try_from(bytes[OFFSET_VERSION]).map_err(|found| Error::UnsupportedFormatVersion {
+                file: path.to_path_buf(),
+                found,
+                supported: FormatVersion::CURRENT.into(),
+            })?;
         let shards = read_u32(bytes, OFFSET_SHARDS);
         if !shards.is_power_of_two() || shards > SHARDS_MAX {
             return Err(corrupt("manifest shard count is not a power of two in range"));
         }
-        Ok(Manifest { shards, hash_key: [read_u64(bytes, OFFSET_HASH_KEY), read_u64(bytes, OFFSET_HASH_KEY + 8)] })
+        let hash_key = [read_u64(bytes, OFFSET_HASH_KEY), read_u64(bytes, OFFSET_HASH_KEY + 8)];
+        Ok(Manifest { shards, hash_key, version })
     }
 
     /// Reads the manifest of `dir`, `None` if there is none. The file is

@@ -13,6 +13,7 @@ pub(crate) mod compactor;
 pub(crate) mod index;
 pub(crate) mod ledger;
 pub(crate) mod manifest;
+pub(crate) mod migrate;
 pub(crate) mod open;
 pub(crate) mod recovery;
 pub(crate) mod segment;

@@ -8,16 +8,19 @@ use crate::config::Config;
 use crate::engine::index::KeyHasher;
 use crate::engine::ledger::Ledger;
 use crate::engine::manifest::{self, Manifest};
+use crate::engine::migrate;
 use crate::engine::recovery::{create_shard, recover_shard, Access, Recovered};
 use crate::engine::segment;
 use crate::engine::segment::catalog;
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::engine::shard::Shard;
+use crate::engine::sync::sync_dirty;
 use crate::engine::telemetry::{event, info_span};
 use crate::engine::waiters::WaitLimits;
 use crate::engine::DirLock;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::format::FormatVersion;
 use crate::io::Storage;
 use crate::stats;
 use parking_lot::Mutex;
@@ -107,7 +110,23 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         "store opened"
     );
     let opened = Opened { read_only: false, torn_tail_bytes, quota };
-    Ok(engine(dir, config, hasher, shards, Some(lock_file), opened))
+    let engine = engine(dir, config, hasher, shards, Some(lock_file), opened);
+    if manifest.version < FormatVersion::CURRENT {
+        migrate_format(&engine, manifest)?;
+    }
+    Ok(engine)
+}
+
+/// Brings a store of an earlier format to [`FormatVersion::CURRENT`]
+/// (see [`migrate`]): its records moved, every shard made durable, then
+/// the manifest of the new format written.
+fn migrate_format(engine: &Engine, manifest: Manifest) -> Result<()> {
+    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+    let moved = migrate::keyspaces(engine)?;
+    sync_dirty(&engine.shards)?;
+    Manifest { version: FormatVersion::CURRENT, ..manifest }.store(&*engine.config.storage, &engine.dir)?;
+    event!(info, from = u8::from(manifest.version), moved, "store migrated to the current format");
+    Ok(())
 }
 
 /// Opens the store in `dir` for reading only. See

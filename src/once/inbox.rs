@@ -392,9 +392,14 @@ impl<B: IdempotencyBackend> Inbox<B> {
         // Stored now, or by an earlier try (replayed), or being stored by
         // another consumer (in progress): the letter is there either way.
         self.once
-            .run_in(keyspace, consumer.as_bytes(), &letter.message_id, Fingerprint::of(&letter.message_id), options, |_| async {
-                Outcome::Complete(encoded)
-            })
+            .run_in(
+                keyspace,
+                consumer.as_bytes(),
+                &letter.message_id,
+                Fingerprint::of(&letter.message_id),
+                options,
+                |_| async { Outcome::Complete(encoded) },
+            )
             .await
             .map(drop)
     }

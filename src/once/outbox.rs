@@ -363,7 +363,7 @@ mod tests {
     use super::*;
 
     fn token() -> LeaseToken {
-        LeaseToken { scope: b"shop".to_vec(), key: b"order-7".to_vec(), token: 42 }
+        LeaseToken { keyspace: crate::Keyspace::Caller, scope: b"shop".to_vec(), key: b"order-7".to_vec(), token: 42 }
     }
 
     #[test]

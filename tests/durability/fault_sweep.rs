@@ -100,8 +100,12 @@ fn workload(store: &Store, ledger: &mut Ledger) {
                 }
             }
             Some(record) if record.state == State::Processing => {
-                let token =
-                    LeaseToken { scope: Vec::new(), key: key.as_bytes().to_vec(), token: record.token.expect("acked") };
+                let token = LeaseToken {
+                    keyspace: idemkv::Keyspace::Caller,
+                    scope: Vec::new(),
+                    key: key.as_bytes().to_vec(),
+                    token: record.token.expect("acked"),
+                };
                 let body = response(key, round);
                 let outcome = match round % 5 {
                     0 | 3 => next.complete(&token, &body, now).and(Ok(store.complete(&token, &body))),

@@ -474,7 +474,12 @@ impl Round<'_> {
     /// Completes, fails, releases, renews or removes a held key, or claims
     /// it again (in progress).
     fn finish(&mut self, store: &Store, key: usize, token: u64) -> Result<(), Failure> {
-        let lease = LeaseToken { scope: Vec::new(), key: KEYS[key].as_bytes().to_vec(), token };
+        let lease = LeaseToken {
+            keyspace: idemkv::Keyspace::Caller,
+            scope: Vec::new(),
+            key: KEYS[key].as_bytes().to_vec(),
+            token,
+        };
         let response = response(key, token, self.step, &mut self.random);
         let (now, mut next) = (self.clock.now_ms(), self.ledger.model.clone());
         let (call, predicted, outcome) = match self.random.below(100) {

@@ -84,7 +84,15 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_last_record() {
         assert_eq!(record.state, idemkv::State::Processing, "cut at {cut}");
         // The store goes on writing after the cut, and reopens cleanly.
         store
-            .complete(&idemkv::LeaseToken { scope: Vec::new(), key: b"last".to_vec(), token: record.token }, b"redo")
+            .complete(
+                &idemkv::LeaseToken {
+                    keyspace: idemkv::Keyspace::Caller,
+                    scope: Vec::new(),
+                    key: b"last".to_vec(),
+                    token: record.token,
+                },
+                b"redo",
+            )
             .expect("complete after cut");
         store.close().expect("close");
         let store = Store::open(copy.path(), config(&clock)).expect("reopen");

@@ -21,7 +21,7 @@
 mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
-use idemkv::LeaseToken;
+use idemkv::{Keyspace, LeaseToken};
 use idemkv::{AnyBackend, BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend};
 use idemkv::{ClaimOptions, ManualClock, Quota, Record, Store};
 use std::path::Path;
@@ -137,14 +137,15 @@ async fn embedded_store_http_on_a_movable_clock() {
 struct ReleaseForgotten(Store);
 
 impl IdempotencyBackend for ReleaseForgotten {
-    async fn claim(
+    async fn claim_in(
         &self,
+        keyspace: Keyspace,
         scope: &[u8],
         key: &[u8],
         fingerprint: Fingerprint,
         options: ClaimOptions,
     ) -> Result<BackendClaim, Error> {
-        IdempotencyBackend::claim(&self.0, scope, key, fingerprint, options).await
+        IdempotencyBackend::claim_in(&self.0, keyspace, scope, key, fingerprint, options).await
     }
 
     async fn complete(&self, token: &LeaseToken, response: &[u8]) -> Result<(), Error> {
@@ -167,20 +168,33 @@ impl IdempotencyBackend for ReleaseForgotten {
         IdempotencyBackend::renew(&self.0, token, extend).await
     }
 
-    async fn get(&self, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
-        IdempotencyBackend::get(&self.0, scope, key).await
+    async fn get_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<Option<Record>, Error> {
+        IdempotencyBackend::get_in(&self.0, keyspace, scope, key).await
     }
 
-    async fn remove(&self, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
-        IdempotencyBackend::remove(&self.0, scope, key).await
+    async fn remove_in(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> Result<bool, Error> {
+        IdempotencyBackend::remove_in(&self.0, keyspace, scope, key).await
     }
 
-    async fn replace(&self, scope: &[u8], key: &[u8], expected: &[u8], answer: &[u8]) -> Result<bool, Error> {
-        IdempotencyBackend::replace(&self.0, scope, key, expected, answer).await
+    async fn replace_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        key: &[u8],
+        expected: &[u8],
+        answer: &[u8],
+    ) -> Result<bool, Error> {
+        IdempotencyBackend::replace_in(&self.0, keyspace, scope, key, expected, answer).await
     }
 
-    async fn scan(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
-        IdempotencyBackend::scan(&self.0, scope, after, limit).await
+    async fn scan_in(
+        &self,
+        keyspace: Keyspace,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Record>, Error> {
+        IdempotencyBackend::scan_in(&self.0, keyspace, scope, after, limit).await
     }
 
     fn limits(&self) -> BackendLimits {

@@ -41,7 +41,9 @@ pub(super) const OVERHEAD: usize = 2;
 fn read(stored: &[u8]) -> Option<(Keyspace, &[u8])> {
     match stored {
         [MARK, MARK, ..] => Some((Keyspace::Caller, &stored[1..])),
-        [MARK, byte, rest @ ..] => Keyspace::from_byte(*byte).filter(|keyspace| keyspace.is_internal()).map(|k| (k, rest)),
+        [MARK, byte, rest @ ..] => {
+            Keyspace::from_byte(*byte).filter(|keyspace| keyspace.is_internal()).map(|k| (k, rest))
+        }
         [MARK] => None,
         _ => Some((Keyspace::Caller, stored)),
     }
@@ -51,9 +53,8 @@ fn read(stored: &[u8]) -> Option<(Keyspace, &[u8])> {
 /// a caller's scope that starts with a zero byte gets a second one first,
 /// then each earlier prefix's rows move to their keyspace.
 pub(super) fn migration(table: &str) -> String {
-    let mut sql = format!(
-        "UPDATE {table} SET scope = '\\x00'::bytea || scope WHERE substr(scope, 1, 1) = '\\x00'::bytea;\n"
-    );
+    let mut sql =
+        format!("UPDATE {table} SET scope = '\\x00'::bytea || scope WHERE substr(scope, 1, 1) = '\\x00'::bytea;\n");
     for keyspace in Keyspace::ALL {
         let Some(prefix) = keyspace.legacy_prefix() else { continue };
         let prefix = String::from_utf8_lossy(prefix);
@@ -92,7 +93,9 @@ mod tests {
     fn the_migration_names_every_earlier_prefix() {
         let sql = migration("s.idempo_store");
         assert!(sql.starts_with("UPDATE s.idempo_store SET scope = '\\x00'::bytea || scope"));
-        assert!(sql.contains("'\\x0001'::bytea || substr(scope, 13) WHERE substr(scope, 1, 12) = convert_to('idemkv.hold/'"));
-        assert!(sql.contains("'\\x0006'::bytea || substr(scope, 14) WHERE substr(scope, 1, 13) = convert_to('idemkv.relay/'"));
+        assert!(sql
+            .contains("'\\x0001'::bytea || substr(scope, 13) WHERE substr(scope, 1, 12) = convert_to('idemkv.hold/'"));
+        assert!(sql
+            .contains("'\\x0006'::bytea || substr(scope, 14) WHERE substr(scope, 1, 13) = convert_to('idemkv.relay/'"));
     }
 }

@@ -616,7 +616,11 @@ impl Transport for RedisBackend {
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
         let names = Names::of(&self.prefix, address);
         let mut call = Call::new(&self.scripts.remove, &names.record);
-        call.arg(address.scope).arg(address.key).arg(&names.channel).arg(self.connection.publish_command()).arg(self.keep_ms);
+        call.arg(address.scope)
+            .arg(address.key)
+            .arg(&names.channel)
+            .arg(self.connection.publish_command())
+            .arg(self.keep_ms);
         // A lost removal brings the record back: never a second run.
         match self.connection.invoke(&call).await? {
             Value::Int(1) => Ok(true),

@@ -9,6 +9,7 @@
 
 mod compact;
 mod hold;
+mod migrate;
 mod quota;
 mod state;
 

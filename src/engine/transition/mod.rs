@@ -14,10 +14,10 @@
 //! record's own fields (see [`crate::clock`]).
 
 use crate::clock::Now;
-use crate::keyspace::Keyspace;
 use crate::engine::index::Entry;
 use crate::engine::table::Address;
 use crate::fingerprint::Fingerprint;
+use crate::keyspace::Keyspace;
 use crate::record::{Header, Kind, State};
 
 /// What a claim carries besides its key, already validated.

@@ -81,8 +81,12 @@ impl<'a> Checker<'a> {
         if frame.offset >= reader.header.end {
             return;
         }
-        let found =
-            HintEntry::of_frame(self.hasher.hash(frame.header.keyspace, frame.scope, frame.key), &frame.header, frame.offset, frame.len);
+        let found = HintEntry::of_frame(
+            self.hasher.hash(frame.header.keyspace, frame.scope, frame.key),
+            &frame.header,
+            frame.offset,
+            frame.len,
+        );
         self.verdict = match reader.next_entry() {
             // Open applies the blocks before the damage, all of them frames
             // of this segment, then replays the log: harmless.

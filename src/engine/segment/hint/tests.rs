@@ -29,6 +29,7 @@ fn varints_and_zigzag_round_trip() {
 
 fn header(kind: Kind, lsn: u64, token: u64, key: &[u8]) -> Header {
     Header {
+        keyspace: crate::keyspace::Keyspace::Caller,
         kind,
         recovered: false,
         attempt: 1,
