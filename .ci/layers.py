@@ -26,6 +26,8 @@ LAYERS = [
     ("around: the foundations, nothing of the engine but its telemetry", [
         "clock",
         "fingerprint",
+        # Whose records a (scope, key) addresses: the caller's or idemkv's own.
+        "keyspace",
         "io",
         "format",
         # Counters and events; `stats` and `lease` report through it.
@@ -58,11 +60,13 @@ LAYERS = [
     ]),
     ("engine internals, one store, and the offline tools beside it", [
         "engine",
+        "engine::sync",
+        # Format 2 to 3 at the first writable open.
+        "engine::migrate",
         "engine::open",
         # Repair takes the directory lock and reads the manifest the way
         # open does; `Store::open` adds its advice to a refusal.
         "repair",
-        "engine::sync",
         "engine::compactor",
         "verify",
     ]),

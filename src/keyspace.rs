@@ -129,10 +129,20 @@ impl Keyspace {
         }
     }
 
-    /// The keyspace and scope a record of the earlier layout stands for:
-    /// a scope under one of the legacy prefixes is that keyspace's record
-    /// of the rest; any other is the caller's.
-    pub(crate) fn from_legacy_scope(scope: &[u8]) -> (Keyspace, &[u8]) {
+    /// The keyspace and scope that a scope of the layout before keyspaces
+    /// (format 2 stores, the remote backends' first schema, export files
+    /// of format 1) stands for: a scope under `idemkv.hold/`,
+    /// `idemkv.version/`, `idemkv.inbox/`, `idemkv.dead/`,
+    /// `idemkv.redrive/` or `idemkv.relay/` was that keyspace's record of
+    /// the rest; any other is the caller's. Migrations use it, once.
+    ///
+    /// ```
+    /// use idemkv::Keyspace;
+    /// assert_eq!(Keyspace::from_legacy_scope(b"idemkv.hold/T"), (Keyspace::Hold, &b"T"[..]));
+    /// assert_eq!(Keyspace::from_legacy_scope(b"tenant"), (Keyspace::Caller, &b"tenant"[..]));
+    /// ```
+    #[must_use]
+    pub fn from_legacy_scope(scope: &[u8]) -> (Keyspace, &[u8]) {
         for keyspace in Keyspace::ALL {
             if let Some(rest) = keyspace.legacy_prefix().and_then(|prefix| scope.strip_prefix(prefix)) {
                 return (keyspace, rest);

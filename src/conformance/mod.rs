@@ -63,6 +63,7 @@ mod capabilities;
 mod contract;
 #[cfg(feature = "messaging")]
 mod inbox;
+mod keyspaces;
 mod listing;
 mod once;
 #[cfg(feature = "messaging")]
@@ -80,6 +81,7 @@ pub use contract::{
 };
 #[cfg(feature = "messaging")]
 pub use inbox::inbox;
+pub use keyspaces::keyspaces;
 pub use listing::scan;
 pub use once::run_once;
 #[cfg(feature = "messaging")]
@@ -144,6 +146,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
     scenario(&mut report, "replace", replace(backend, &run.of("replace"))).await;
     scenario(&mut report, "versions", versions(backend, &run.of("versions"))).await;
+    scenario(&mut report, "keyspaces", keyspaces(backend, &run.of("keyspaces"))).await;
     #[cfg(feature = "messaging")]
     scenario(&mut report, "inbox", inbox(backend, &run.of("inbox"))).await;
     #[cfg(feature = "messaging")]

@@ -135,3 +135,18 @@ pub fn delete_hints(dir: &Path) -> usize {
     }
     deleted
 }
+
+/// Copies directory `from` into `to`, recursively (a fixture into a
+/// fresh directory: opening writes to a store).
+pub fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("ls") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}

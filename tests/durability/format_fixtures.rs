@@ -48,21 +48,8 @@ fn request(key: &str) -> ClaimRequest<'_> {
 /// A copy of fixture `name` in a fresh directory (open writes to a store).
 fn copy_of(name: &str) -> tempfile::TempDir {
     let copy = tempfile::tempdir().expect("tempdir");
-    copy_dir(&fixture(name), copy.path());
+    crate::common::copy_dir(&fixture(name), copy.path());
     copy
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).expect("ls fixture") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            std::fs::create_dir_all(&target).expect("mkdir");
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 #[test]
@@ -177,7 +164,7 @@ fn regenerate() {
     write_records(&store, &clock);
     store.close().expect("close");
     std::fs::remove_file(clean.join(idemkv::LOCK_FILE_NAME)).expect("no lock file in the fixture");
-    copy_dir(&clean, &damaged);
+    crate::common::copy_dir(&clean, &damaged);
     let sealed = crate::common::segment_files(&damaged, 0).remove(0);
     let mut bytes = std::fs::read(&sealed).expect("read");
     let middle = bytes.len() / 2;

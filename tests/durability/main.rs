@@ -10,6 +10,7 @@ mod durability_absent_answers;
 mod durability_interval;
 mod fault_sweep;
 mod format_fixtures;
+mod format_migration;
 mod power_cut;
 mod recovery_corruption;
 mod recovery_durable_mark;

@@ -21,9 +21,9 @@
 mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
-use idemkv::{Keyspace, LeaseToken};
 use idemkv::{AnyBackend, BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend};
 use idemkv::{ClaimOptions, ManualClock, Quota, Record, Store};
+use idemkv::{Keyspace, LeaseToken};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

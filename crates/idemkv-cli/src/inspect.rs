@@ -2,7 +2,7 @@
 
 use crate::output::{self, bytes, count, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
 use crate::StateFilter;
-use idemkv::{Config, DroppedRecord, Evidence, Record, State, Store};
+use idemkv::{Config, DroppedRecord, Evidence, Keyspace, Record, State, Store};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -43,11 +43,22 @@ fn deadline(record: &Record) -> (&'static str, String) {
     }
 }
 
+/// `keyspace=K ` for a record of idemkv's own keyspace `K`; nothing for
+/// the caller's.
+fn keyspace_label(keyspace: Keyspace) -> String {
+    if keyspace.is_internal() {
+        format!("keyspace={keyspace} ")
+    } else {
+        String::new()
+    }
+}
+
 /// One record on one line.
 fn describe(record: &Record) -> String {
     let (label, when) = deadline(record);
     format!(
-        "scope={:?} key={:?} state={:?} attempt={} token={}{} created={} updated={} {label}={when}{}",
+        "{}scope={:?} key={:?} state={:?} attempt={} token={}{} created={} updated={} {label}={when}{}",
+        keyspace_label(record.keyspace),
         text_or_hex(&record.scope),
         text_or_hex(&record.key),
         record.state,
@@ -60,10 +71,10 @@ fn describe(record: &Record) -> String {
     )
 }
 
-pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
+pub fn get(dir: &Path, keyspace: Keyspace, scope: &str, key: &str) -> Result<ExitCode, Failure> {
     let store = open_read_only(dir)?;
-    let Some(record) = store.get(scope.as_bytes(), key.as_bytes())? else {
-        output::warn(&format!("no live record for scope {scope:?} key {key:?}"));
+    let Some(record) = store.get_in(keyspace, scope.as_bytes(), key.as_bytes())? else {
+        output::warn(&format!("no live record for {}scope {scope:?} key {key:?}", keyspace_label(keyspace)));
         return Ok(ExitCode::from(EXIT_DAMAGE));
     };
     let now_ms = output::now_ms();
@@ -71,6 +82,7 @@ pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
     let kind = if std::str::from_utf8(&record.response).is_ok() { "text" } else { "hex" };
     let deadline = if record.state == State::Processing { "lease end" } else { "expires" };
     let mut lines = vec![
+        ("keyspace", record.keyspace.to_string()),
         ("scope", format!("{:?}", text_or_hex(&record.scope))),
         ("key", format!("{:?}", text_or_hex(&record.key))),
         ("state", format!("{:?}", record.state)),
@@ -102,7 +114,11 @@ pub fn get(dir: &Path, scope: &str, key: &str) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn list(dir: &Path, filter: Option<StateFilter>, limit: usize) -> Result<ExitCode, Failure> {
+pub fn list(
+    dir: &Path,
+    (filter, keyspace): (Option<StateFilter>, Option<Keyspace>),
+    limit: usize,
+) -> Result<ExitCode, Failure> {
     let store = open_read_only(dir)?;
     let wanted = filter.map(|filter| match filter {
         StateFilter::Processing => State::Processing,
@@ -116,7 +132,7 @@ pub fn list(dir: &Path, filter: Option<StateFilter>, limit: usize) -> Result<Exi
             break;
         }
         let record = record?;
-        if wanted.is_some_and(|state| state != record.state) {
+        if wanted.is_some_and(|state| state != record.state) || keyspace.is_some_and(|ks| ks != record.keyspace) {
             continue;
         }
         out.line(describe(&record))?;
@@ -207,7 +223,12 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
 fn dropped(record: &DroppedRecord) -> String {
     let name = match record.evidence {
         Evidence::HintWithoutKey => "scope and key unknown (no readable copy is left)".to_string(),
-        _ => format!("scope {:?} key {:?}", text_or_hex(&record.scope), text_or_hex(&record.key)),
+        _ => format!(
+            "{}scope {:?} key {:?}",
+            keyspace_label(record.keyspace),
+            text_or_hex(&record.scope),
+            text_or_hex(&record.key)
+        ),
     };
     let how = match record.evidence {
         Evidence::Frame => "",

@@ -29,6 +29,7 @@ mod target;
 mod transfer;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use idemkv::Keyspace;
 use output::Failure;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,14 +65,24 @@ enum Command {
         /// The key's scope (tenant); empty by default.
         #[arg(long, default_value = "")]
         scope: String,
+        /// The record's keyspace: caller (the default: a service's own
+        /// keys), or one of idemkv's own: hold, version, inbox,
+        /// dead-letter, redrive, relay.
+        #[arg(long, default_value_t = Keyspace::Caller)]
+        keyspace: Keyspace,
     },
-    /// Live records, one a line (read-only open).
+    /// Live records, one a line (read-only open); a record of idemkv's own
+    /// keyspaces starts with `keyspace=`.
     List {
         /// The store directory.
         dir: PathBuf,
         /// Show only records in this state.
         #[arg(long, value_enum)]
         state: Option<StateFilter>,
+        /// Show only records of this keyspace (caller, hold, version,
+        /// inbox, dead-letter, redrive, relay).
+        #[arg(long)]
+        keyspace: Option<Keyspace>,
         /// Show at most this many records.
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -177,8 +188,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Stats { dir, format } => stats::stats(&dir, format),
-        Command::Get { dir, key, scope } => inspect::get(&dir, &scope, &key),
-        Command::List { dir, state, limit } => inspect::list(&dir, state, limit),
+        Command::Get { dir, key, scope, keyspace } => inspect::get(&dir, keyspace, &scope, &key),
+        Command::List { dir, state, keyspace, limit } => inspect::list(&dir, (state, keyspace), limit),
         Command::Verify { dir } => inspect::verify(&dir),
         Command::Compact { dir } => inspect::compact(&dir),
         Command::Repair { dir } => inspect::repair(&dir),

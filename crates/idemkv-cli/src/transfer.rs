@@ -2,10 +2,13 @@
 //! records into any backend — Redis, PostgreSQL or another store — for a
 //! service that moves from one process to a fleet.
 //!
-//! The file is JSON lines: a header (`{"idemkv_export":1,...}`), one
-//! record a line (bytes in hex, times in ms since the Unix epoch), and a
-//! trailer with the count (`{"end":N}`), so that a cut file is refused as a
-//! whole. Import reads the whole file first and refuses it, importing
+//! The file is JSON lines: a header (`{"idemkv_export":2,...}`), one
+//! record a line (bytes in hex, times in ms since the Unix epoch; a record
+//! of idemkv's own keyspaces names it, `"keyspace":"hold"`, a caller's
+//! does not), and a trailer with the count (`{"end":N}`), so that a cut
+//! file is refused as a whole. A file of format 1 (written before
+//! keyspaces) is read too: its records under format 2's `idemkv.hold/`-style
+//! scopes go to their keyspaces, as a store's migration moves them. Import reads the whole file first and refuses it, importing
 //! nothing, when a line is not a record, the trailer is missing or its
 //! count is wrong, or a record is larger than the target accepts.
 //!
@@ -22,7 +25,7 @@
 //! afresh on the target: no holder of the old ones is left.
 
 use crate::output::{count, Failure, Out};
-use idemkv::{BackendClaim, Checkpoint, ClaimOptions, Fingerprint, IdempotencyBackend, Record, State, Store};
+use idemkv::{BackendClaim, Checkpoint, ClaimOptions, Fingerprint, IdempotencyBackend, Keyspace, Record, State, Store};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -30,8 +33,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The format version of the export file.
-const VERSION: u32 = 1;
+/// The format version of the export file this tool writes; it reads 1 too.
+const VERSION: u32 = 2;
 /// How long an imported record's claim holds before its finish.
 const IMPORT_LEASE: Duration = Duration::from_secs(30);
 
@@ -52,6 +55,9 @@ struct Trailer {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Line {
+    /// Absent for the caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    keyspace: Option<String>,
     scope: String,
     key: String,
     state: LineState,
@@ -79,6 +85,7 @@ struct LinePoint {
 
 /// A record read back from the file, checked.
 struct Imported {
+    keyspace: Keyspace,
     scope: Vec<u8>,
     key: Vec<u8>,
     state: LineState,
@@ -147,6 +154,7 @@ fn line_of(record: &Record) -> Line {
         State::Completed => LineState::Completed,
     };
     Line {
+        keyspace: record.keyspace.is_internal().then(|| record.keyspace.to_string()),
         scope: hex(&record.scope),
         key: hex(&record.key),
         state,
@@ -169,13 +177,13 @@ fn read_file(file: &Path) -> Result<Vec<Imported>, Failure> {
     let mut lines = BufReader::new(opened).lines().enumerate().map(|(index, line)| (index + 1, line));
     let (_, first) = lines.next().ok_or_else(|| refused(1, "empty, not an export file".into()))?;
     let first = first.map_err(|error| refused(1, error.to_string()))?;
-    match serde_json::from_str::<Header>(&first) {
-        Ok(header) if header.idemkv_export == VERSION => {}
+    let version = match serde_json::from_str::<Header>(&first) {
+        Ok(header) if (1..=VERSION).contains(&header.idemkv_export) => header.idemkv_export,
         Ok(header) => {
-            return Err(refused(1, format!("export format {} (this tool reads {VERSION})", header.idemkv_export)))
+            return Err(refused(1, format!("export format {} (this tool reads 1 to {VERSION})", header.idemkv_export)))
         }
         Err(_) => return Err(refused(1, "not an idemkv export header".into())),
-    }
+    };
     let mut records = Vec::new();
     for (number, text) in lines {
         let text = text.map_err(|error| refused(number, error.to_string()))?;
@@ -190,20 +198,31 @@ fn read_file(file: &Path) -> Result<Vec<Imported>, Failure> {
         }
         let line: Line =
             serde_json::from_str(&text).map_err(|error| refused(number, format!("not a record: {error}")))?;
-        records.push(checked(line).map_err(|why| refused(number, why))?);
+        records.push(checked(line, version).map_err(|why| refused(number, why))?);
     }
     Err(refused(records.len() + 1, "no trailer: the file is cut short".into()))
 }
 
-fn checked(line: Line) -> Result<Imported, String> {
+fn checked(line: Line, version: u32) -> Result<Imported, String> {
     let fingerprint: [u8; 32] =
         unhex(&line.fingerprint, "fingerprint")?.try_into().map_err(|_| "fingerprint: not 32 bytes".to_string())?;
     let checkpoint = match line.checkpoint {
         Some(point) => Some(Checkpoint::new(point.step, unhex(&point.payload, "checkpoint payload")?)),
         None => None,
     };
+    let scope = unhex(&line.scope, "scope")?;
+    let (keyspace, scope) = match (line.keyspace, version) {
+        (Some(_), 1) => return Err("a keyspace in a file of format 1".into()),
+        (Some(name), _) => (name.parse::<Keyspace>().map_err(|error| error.to_string())?, scope),
+        (None, 1) => {
+            let (keyspace, rest) = Keyspace::from_legacy_scope(&scope);
+            (keyspace, rest.to_vec())
+        }
+        (None, _) => (Keyspace::Caller, scope),
+    };
     Ok(Imported {
-        scope: unhex(&line.scope, "scope")?,
+        keyspace,
+        scope,
         key: unhex(&line.key, "key")?,
         state: line.state,
         fingerprint: Fingerprint::from_bytes(fingerprint),
@@ -281,7 +300,7 @@ async fn import_one<B: IdempotencyBackend>(backend: &B, record: &Imported, tally
         }
         LineState::Completed | LineState::Failed => ClaimOptions::new().lease(IMPORT_LEASE).ttl(left),
     };
-    let claimed = backend.claim(&record.scope, &record.key, record.fingerprint, options).await?;
+    let claimed = backend.claim_in(record.keyspace, &record.scope, &record.key, record.fingerprint, options).await?;
     let token = match (claimed, record.state) {
         (BackendClaim::Acquired { token, .. }, _) => token,
         (BackendClaim::Replay(_), _) | (BackendClaim::InProgress { .. }, LineState::Processing) => {

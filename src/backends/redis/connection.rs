@@ -278,6 +278,11 @@ impl Connection {
         }
     }
 
+    /// The answer of one plain command.
+    pub(super) async fn command(&self, command: &Cmd) -> Result<Value> {
+        self.query(command).await.map_err(backend_error)
+    }
+
     /// The answers of `pipeline`'s commands, in order.
     pub(super) async fn pipeline(&self, pipeline: &::redis::Pipeline) -> Result<Vec<Value>> {
         self.query_pipeline(pipeline).await.map_err(backend_error)

@@ -93,6 +93,7 @@
 
 mod connection;
 mod fast;
+mod migrate;
 mod reply;
 mod scan;
 mod scripts;
@@ -132,6 +133,9 @@ pub struct RedisBackend {
     connection: Connection,
     settings: Settings,
     prefix: Arc<str>,
+    /// Set once the server's records of idemkv's own are in their
+    /// keyspaces (see `migrate`), for this prefix.
+    migrated: Arc<tokio::sync::OnceCell<()>>,
     keep_ms: u64,
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
@@ -359,6 +363,7 @@ impl RedisBackend {
             connection,
             settings,
             prefix: Arc::from("idemkv"),
+            migrated: Arc::default(),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
             scripts: Arc::new(Scripts {
@@ -378,6 +383,7 @@ impl RedisBackend {
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
+        self.migrated = Arc::default();
         self
     }
 
@@ -490,6 +496,15 @@ fn keyspace_part(keyspace: Keyspace) -> String {
     }
 }
 
+impl RedisBackend {
+    /// Before the first call that names a record: the server's records of
+    /// idemkv's own moved to their keyspaces, once per backend and prefix
+    /// (one `EXISTS` on a server already migrated).
+    async fn ready(&self) -> Result<()> {
+        self.migrated.get_or_try_init(|| async { migrate::keyspaces(self).await.map(drop) }).await.map(|()| ())
+    }
+}
+
 remote_backend!(RedisBackend);
 
 impl Transport for RedisBackend {
@@ -498,6 +513,7 @@ impl Transport for RedisBackend {
     }
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
+        self.ready().await?;
         let names = Names::of(&self.prefix, args.address());
         // The fast path; a claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on its lane.
@@ -600,6 +616,7 @@ impl Transport for RedisBackend {
     }
 
     async fn get(&self, address: Address<'_>) -> Result<Option<Record>> {
+        self.ready().await?;
         let names = Names::of(&self.prefix, address);
         let call = Call::new(&self.scripts.get, &names.record);
         match self.connection.invoke(&call).await? {
@@ -610,10 +627,12 @@ impl Transport for RedisBackend {
     }
 
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.ready().await?;
         scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await
     }
 
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
+        self.ready().await?;
         let names = Names::of(&self.prefix, address);
         let mut call = Call::new(&self.scripts.remove, &names.record);
         call.arg(address.scope)
@@ -631,6 +650,7 @@ impl Transport for RedisBackend {
     }
 
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
+        self.ready().await?;
         let names = Names::of(&self.prefix, address);
         let mut call = Call::new(&self.scripts.replace, &names.record);
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);

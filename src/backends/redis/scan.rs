@@ -66,7 +66,7 @@ fn escaped(prefix: &str) -> String {
 
 /// The names of every record of `keyspace` under `prefix`, on the server
 /// or on every master of a Cluster.
-async fn record_names(connection: &Connection, prefix: &str, keyspace: Keyspace) -> Result<Vec<Vec<u8>>> {
+pub(super) async fn record_names(connection: &Connection, prefix: &str, keyspace: Keyspace) -> Result<Vec<Vec<u8>>> {
     let pattern = format!("{}:{}{{*}}:r", escaped(prefix), super::keyspace_part(keyspace));
     let scan = |cursor: u64| {
         let mut command = cmd("SCAN");
@@ -120,7 +120,7 @@ fn scanned(reply: Value, names: &mut Vec<Vec<u8>>) -> Result<u64> {
 /// The raw values of `names` (`None` for a name gone meanwhile), a
 /// batch at a time: one pipeline on a server; on a Cluster, whose client
 /// refuses a pipeline across slots, the batch's `GET`s at once.
-async fn values(connection: &Connection, names: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+pub(super) async fn values(connection: &Connection, names: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
     let mut values = Vec::with_capacity(names.len());
     for batch in names.chunks(BATCH) {
         let answers = match connection {
@@ -158,7 +158,7 @@ fn get(name: &[u8]) -> Cmd {
 /// The scope and key of a record's value as the scripts write it (a
 /// `MessagePack` array: `[10]` scope, `[11]` key; see `scripts`), or
 /// `None` for a value that is not one.
-fn scope_and_key(mut packed: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(super) fn scope_and_key(mut packed: &[u8]) -> Option<(&[u8], &[u8])> {
     fn text<'a>(input: &mut &'a [u8]) -> Option<&'a [u8]> {
         let length = usize::try_from(rmp::decode::read_str_len(input).ok()?).ok()?;
         let (text, rest) = (input.get(..length)?, input.get(length..)?);

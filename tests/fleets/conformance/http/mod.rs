@@ -16,6 +16,7 @@
 mod client_disconnect;
 mod conditional;
 mod handler_panic;
+mod hostile_tenants;
 mod key_parsing;
 mod layer;
 mod lease_keepalive;
@@ -182,6 +183,11 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
 async fn beyond_replay<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
     let on = |name: &str| run.of(name);
     scenario("etags", conditional::the_payment_flow_with_etags_and_keys(b, &on("etags"))).await;
+    scenario(
+        "hostile_tenants",
+        hostile_tenants::tenants_named_like_idemkvs_records_reach_nothing_of_it(b, &on("hostile")),
+    )
+    .await;
     scenario("racing_writers", conditional::racing_writers_lose_no_update(b, &on("racing"))).await;
     scenario("one_per_resource", conditional::one_request_at_a_time_per_account(b, &on("resources"))).await;
     let accepted = on("respond_async");
