@@ -6,7 +6,7 @@
 //! | the webhook | the answer |
 //! |---|---|
 //! | a body over the limit | 413 `body-too-large`; nothing runs |
-//! | a signature header missing or malformed, no id | 400 `webhook-unsigned`; nothing runs |
+//! | a signature header missing or with no signature the scheme can read (an unreadable entry beside a good signature is passed over), no id | 400 `webhook-unsigned`; nothing runs |
 //! | an id longer than the store's keys | 400 `webhook-id-too-long`; nothing runs |
 //! | a signature that matches no secret | 401 `webhook-signature-invalid`; nothing runs |
 //! | a good signature, its timestamp outside the window (a replayed capture) | 401 `webhook-stale`; nothing runs |

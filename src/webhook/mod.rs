@@ -13,10 +13,19 @@
 //! signs with every one, so a receiver that holds either verifies.
 //!
 //! **Stripe.** One header, `Stripe-Signature: t=<timestamp>,v1=<hex>`
-//! (more `v1=` during a rotation; `v0=` and other schemes are ignored),
-//! the HMAC-SHA256 of `<t>.<body>` under the endpoint's secret, taken as
-//! it is written (`whsec_...`). The id is the event's, the body's
-//! top-level `"id"`.
+//! (more `v1=` during a rotation), the HMAC-SHA256 of `<t>.<body>` under
+//! the endpoint's secret, taken as it is written (`whsec_...`). The id is
+//! the event's, the body's top-level `"id"`.
+//!
+//! **Several signatures.** A webhook verifies when any one of its
+//! signatures matches any one secret. An entry the verifier cannot read —
+//! a version to come (`v1a,…`, Stripe's `v0=`), bad base64 or hex, no
+//! version at all — is passed over, never held against a good one beside
+//! it, as a sender changing keys or algorithms lists several. A signature
+//! header with no readable `v1` signature is
+//! [`InvalidHeader`](WebhookError::InvalidHeader) (400); one whose `v1`
+//! signatures all fail is [`InvalidSignature`](WebhookError::InvalidSignature)
+//! (401).
 //!
 //! Both refuse a timestamp further than the tolerance (5 minutes by
 //! default) from now, either way: a replayed capture is refused even with a
@@ -71,7 +80,8 @@ pub enum WebhookError {
     /// A header the scheme needs is missing.
     #[error("the webhook has no {0} header")]
     MissingHeader(&'static str),
-    /// A header is there but not in the scheme's form.
+    /// A header is there but not in the scheme's form — for a signature
+    /// header: no signature in it the scheme can read.
     #[error("the webhook's {0} header is malformed")]
     InvalidHeader(&'static str),
     /// The webhook names no id to deduplicate by (Stripe: the body has no
@@ -84,7 +94,7 @@ pub enum WebhookError {
         /// Now minus the timestamp, in seconds (negative: from the future).
         skew_seconds: i64,
     },
-    /// No signature matches the body under any secret.
+    /// Signatures were read, and none matches the body under any secret.
     #[error("no signature of the webhook matches")]
     InvalidSignature,
 }
@@ -240,6 +250,18 @@ pub(crate) fn parse_timestamp(text: &str, name: &'static str) -> std::result::Re
     text.parse().map_err(|_| WebhookError::InvalidHeader(name))
 }
 
+/// The signature of a `v1,<base64>` entry of `webhook-signature`;
+/// `None` for any other entry.
+fn v1(entry: &str) -> Option<Vec<u8>> {
+    STANDARD.decode(entry.strip_prefix("v1,")?).ok().filter(|signature| !signature.is_empty())
+}
+
+/// Whether any of `candidates` is the signature one of `macs` computed, each
+/// compared in constant time.
+pub(crate) fn any_matches(macs: impl IntoIterator<Item = HmacSha256>, candidates: &[Vec<u8>]) -> bool {
+    macs.into_iter().any(|mac| candidates.iter().any(|candidate| mac.clone().verify_slice(candidate).is_ok()))
+}
+
 impl WebhookVerifier for StandardWebhooks {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: SystemTime) -> std::result::Result<Verified, WebhookError> {
         let id = header(headers, "webhook-id")?;
@@ -247,24 +269,16 @@ impl WebhookVerifier for StandardWebhooks {
             return Err(WebhookError::InvalidHeader("webhook-id"));
         }
         let timestamp = parse_timestamp(header(headers, "webhook-timestamp")?, "webhook-timestamp")?;
-        let signatures = header(headers, "webhook-signature")?;
+        // Every entry that is a `v1` signature; any other (a version to
+        // come such as `v1a`, bad base64, no version at all) is passed
+        // over, so that it cannot hide a good signature beside it.
+        let candidates: Vec<Vec<u8>> = header(headers, "webhook-signature")?.split(' ').filter_map(v1).collect();
+        if candidates.is_empty() {
+            return Err(WebhookError::InvalidHeader("webhook-signature"));
+        }
         // The signature first: a stale timestamp of a good signature is
         // a replay, told apart from a forgery in the answer.
-        let mut candidates = Vec::new();
-        for signature in signatures.split(' ').filter(|part| !part.is_empty()) {
-            let Some((version, encoded)) = signature.split_once(',') else {
-                return Err(WebhookError::InvalidHeader("webhook-signature"));
-            };
-            if version == "v1" {
-                candidates
-                    .push(STANDARD.decode(encoded).map_err(|_| WebhookError::InvalidHeader("webhook-signature"))?);
-            }
-        }
-        let matches = self.keys.iter().any(|key| {
-            let mac = Self::mac(key, id, timestamp, body);
-            candidates.iter().any(|candidate| mac.clone().verify_slice(candidate).is_ok())
-        });
-        if !matches {
+        if !any_matches(self.keys.iter().map(|key| Self::mac(key, id, timestamp, body)), &candidates) {
             return Err(WebhookError::InvalidSignature);
         }
         check_time(timestamp, now, self.tolerance)?;

@@ -1,6 +1,6 @@
 //! [`StripeSignature`]: Stripe's `Stripe-Signature` header, verified.
 
-use super::{check_time, header, parse_timestamp, HmacSha256, Verified, WebhookError, WebhookVerifier};
+use super::{any_matches, check_time, header, parse_timestamp, HmacSha256, Verified, WebhookError, WebhookVerifier};
 use super::{Error, Result, TOLERANCE_DEFAULT};
 use hmac::Mac;
 use http::{HeaderMap, HeaderValue};
@@ -104,20 +104,23 @@ impl WebhookVerifier for StripeSignature {
         let value = header(headers, HEADER)?;
         let (mut timestamp, mut candidates) = (None, Vec::new());
         for item in value.split(',') {
-            let (name, text) = item.trim().split_once('=').ok_or(WebhookError::InvalidHeader(HEADER))?;
+            // An item that is no `name=value`, a `v1` that is not hex, `v0`
+            // and schemes to come are passed over: none of them may hide a
+            // good `v1` beside it. The timestamp is signed: it must be one,
+            // and well formed.
+            let Some((name, text)) = item.trim().split_once('=') else { continue };
             match name {
                 "t" if timestamp.is_none() => timestamp = Some(parse_timestamp(text, HEADER)?),
                 "t" => return Err(WebhookError::InvalidHeader(HEADER)),
-                "v1" => candidates.push(unhex(text).ok_or(WebhookError::InvalidHeader(HEADER))?),
-                _ => {} // v0, and schemes to come
+                "v1" => candidates.extend(unhex(text).filter(|signature| !signature.is_empty())),
+                _ => {}
             }
         }
         let timestamp = timestamp.ok_or(WebhookError::InvalidHeader(HEADER))?;
-        let matches = self.secrets.iter().any(|secret| {
-            let mac = Self::mac(secret, timestamp, body);
-            candidates.iter().any(|candidate| mac.clone().verify_slice(candidate).is_ok())
-        });
-        if !matches {
+        if candidates.is_empty() {
+            return Err(WebhookError::InvalidHeader(HEADER));
+        }
+        if !any_matches(self.secrets.iter().map(|secret| Self::mac(secret, timestamp, body)), &candidates) {
             return Err(WebhookError::InvalidSignature);
         }
         check_time(timestamp, now, self.tolerance)?;

@@ -43,9 +43,82 @@ fn one_good_signature_among_several_verifies_and_none_does_not() {
     assert!(webhooks.verify(&headers(ID, "1649367553", &format!("{others} {good}")), BODY, at(AT)).is_ok());
     let refused = webhooks.verify(&headers(ID, "1649367553", others), BODY, at(AT));
     assert_eq!(refused, Err(WebhookError::InvalidSignature));
-    // A v2 signature is not a v1 one.
+    // A v2 signature is not a v1 one: with no v1 beside it, nothing the
+    // verifier can read.
     let v2 = good.replacen("v1,", "v2,", 1);
-    assert_eq!(webhooks.verify(&headers(ID, "1649367553", &v2), BODY, at(AT)), Err(WebhookError::InvalidSignature));
+    let refused = webhooks.verify(&headers(ID, "1649367553", &v2), BODY, at(AT));
+    assert_eq!(refused, Err(WebhookError::InvalidHeader("webhook-signature")));
+}
+
+/// Guards that an entry the verifier cannot read (an unknown version, bad
+/// base64, no version) beside a good `v1` no longer refuses the whole
+/// header: Standard Webhooks verifies when any entry does.
+#[test]
+fn an_unreadable_signature_entry_does_not_hide_a_good_one() {
+    let webhooks = StandardWebhooks::new([SECRET]).expect("secret");
+    let good = webhooks.sign(ID, AT, BODY);
+    let wrong = "v1,tFtCZ5RDCPxzWQRWXWPgrCgE2frDBe9gjpbWQxnVfsQ=";
+    let unreadable =
+        ["v1a,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "v1,not+base64!", "v1,", "nonsense", "v2,AAAA"];
+    for bad in unreadable {
+        for signature in [format!("{bad} {good}"), format!("{good} {bad}"), format!("{bad} {wrong}  {good}")] {
+            let verified = webhooks.verify(&headers(ID, "1649367553", &signature), BODY, at(AT));
+            assert_eq!(verified, Ok(Verified { id: ID.into(), timestamp: AT }), "{signature}");
+        }
+        // Beside a readable signature that matches nothing: none matched.
+        let refused = webhooks.verify(&headers(ID, "1649367553", &format!("{bad} {wrong}")), BODY, at(AT));
+        assert_eq!(refused, Err(WebhookError::InvalidSignature), "{bad}");
+    }
+    // Nothing readable at all: the header is not a signature of this scheme.
+    let refused = webhooks.verify(&headers(ID, "1649367553", &unreadable.join(" ")), BODY, at(AT));
+    assert_eq!(refused, Err(WebhookError::InvalidHeader("webhook-signature")));
+    assert_eq!(WebhookError::InvalidHeader("webhook-signature").status(), 400);
+    assert_eq!(WebhookError::InvalidSignature.status(), 401);
+    // A good signature beside a bad entry still meets the tolerance.
+    let stale = webhooks.verify(&headers(ID, "1649367553", &format!("v1a,x {good}")), BODY, at(AT + 301));
+    assert_eq!(stale, Err(WebhookError::Stale { skew_seconds: 301 }));
+}
+
+/// The same for Stripe: a `v1=` that is not hex, `v0=`, an unknown scheme
+/// or an item without `=` beside a good `v1=` verifies.
+#[test]
+fn stripe_passes_over_unreadable_items_beside_a_good_signature() {
+    let stripe = StripeSignature::new(["whsec_test_secret"]).expect("secret");
+    let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
+    let good = "v1=4ee5e8d695c9619e003fd480d3d51700d924e29697337d379a6ef6e06e703ab4";
+    let wrong = "v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd";
+    let at_t = at(1_492_774_577);
+    let verify = |value: &str| {
+        let mut sent = HeaderMap::new();
+        sent.insert("stripe-signature", HeaderValue::from_str(value).expect("value"));
+        stripe.verify(&sent, body, at_t)
+    };
+    for bad in [
+        "v1=zz",
+        "v1=abc",
+        "v1=",
+        "v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39",
+        "v2=00",
+        "garbage",
+    ] {
+        for value in [
+            format!("t=1492774577,{bad},{good}"),
+            format!("t=1492774577,{good},{bad}"),
+            format!("{bad},t=1492774577,{wrong},{good}"),
+        ] {
+            assert_eq!(verify(&value), Ok(Verified { id: "evt_1".into(), timestamp: 1_492_774_577 }), "{value}");
+        }
+        assert_eq!(verify(&format!("t=1492774577,{bad},{wrong}")), Err(WebhookError::InvalidSignature), "{bad}");
+        assert_eq!(
+            verify(&format!("t=1492774577,{bad}")),
+            Err(WebhookError::InvalidHeader("stripe-signature")),
+            "{bad}"
+        );
+    }
+    // The timestamp is signed: a malformed or a second one refuses the header.
+    for value in [format!("t=x,{good}"), format!("t=1492774577,t=1492774577,{good}"), good.to_owned()] {
+        assert_eq!(verify(&value), Err(WebhookError::InvalidHeader("stripe-signature")), "{value}");
+    }
 }
 
 #[test]

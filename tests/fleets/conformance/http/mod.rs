@@ -211,6 +211,8 @@ async fn beyond_replay<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
         scenario("webhooks_rotation", webhooks::a_rotation_verifies_the_old_and_the_new_secret(b, &hooks("rotation")))
             .await;
         scenario("webhooks_stripe", webhooks::a_stripe_event_runs_once_by_its_event_id(b, &hooks("stripe"))).await;
+        let mixed = hooks("mixed");
+        scenario("webhooks_mixed", webhooks::an_unreadable_signature_beside_a_good_one_runs_once(b, &mixed)).await;
         #[cfg(feature = "client")]
         scenario("webhooks_signed_sink", webhooks::the_http_sink_signs_what_the_layer_verifies(b, &hooks("sink")))
             .await;

@@ -4,6 +4,7 @@
 //! webhook id — redelivered, re-signed, reordered or sent eight times at
 //! once, each id's handler runs once; a failing handler's webhook is
 //! retried, then a dead letter; a secret rotation verifies both secrets;
+//! an unreadable signature beside a good one does not refuse it;
 //! Stripe's scheme the same; and the outbox's HTTP sink signs what it
 //! sends, which the layer verifies and deduplicates.
 
@@ -184,6 +185,49 @@ pub async fn a_rotation_verifies_the_old_and_the_new_secret<B: IdempotencyBacken
     assert_eq!(deliver(&receiver, &both.headers(&id("both"), now(), body), body).await.status, 200);
     assert_eq!((receiver.ran(&id("old")), receiver.ran(&id("new")), receiver.ran(&id("both"))), (1, 1, 1));
     receiver.server.stop().await;
+}
+
+/// Guards that a signature header with an entry the verifier cannot read
+/// (a version to come, bad base64 or hex, Stripe's `v0=`) beside a good
+/// signature is accepted and run once, not refused whole; with nothing
+/// readable in it, it is 400, and with only wrong signatures 401.
+pub async fn an_unreadable_signature_beside_a_good_one_runs_once<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let standard = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
+    let sender = StandardWebhooks::new([OLD]).expect("secret");
+    let (id, body) = (key(setting, "mixed"), br#"{"type":"invoice.paid"}"#);
+    let mut headers = sender.headers(&id, now(), body);
+    let good = headers["webhook-signature"].to_str().expect("ascii").to_owned();
+    let mixed = format!("v1a,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,not+base64! {good}");
+    headers.insert("webhook-signature", mixed.parse().expect("value"));
+    for _ in 0..2 {
+        let reply = deliver(&standard, &headers, body).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    assert_eq!(standard.ran(&id), 1);
+    headers.insert("webhook-signature", "v1a,AAAA v1,not+base64!".parse().expect("value"));
+    assert!(deliver(&standard, &headers, body).await.is_problem(400, "webhook-unsigned"));
+    headers.insert("webhook-signature", "v1a,AAAA v1,AAAA".parse().expect("value"));
+    assert!(deliver(&standard, &headers, body).await.is_problem(401, "webhook-signature-invalid"));
+    standard.server.stop().await;
+
+    let stripes = receiver(backend, setting, StripeSignature::new(["whsec_stripe"]).expect("secret")).await;
+    let stripe = StripeSignature::new(["whsec_stripe"]).expect("secret");
+    let event = key(setting, "evt-mixed");
+    let body = format!(r#"{{"id":"{event}","type":"charge.succeeded"}}"#).into_bytes();
+    let mut headers = stripe.headers(now(), &body);
+    let signed = headers["stripe-signature"].to_str().expect("ascii").to_owned();
+    let (t, v1) = signed.split_once(',').expect("t and v1");
+    let mixed = format!("{t},v1=zz,v0=00ff,{v1},garbage");
+    headers.insert("stripe-signature", mixed.parse().expect("value"));
+    for _ in 0..2 {
+        let reply = deliver(&stripes, &headers, &body).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    assert_eq!(stripes.ran(&event), 1);
+    stripes.server.stop().await;
 }
 
 pub async fn a_stripe_event_runs_once_by_its_event_id<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
