@@ -1,6 +1,7 @@
 //! Settings of the layer: [`LayerConfig`], the [`FailurePolicy`] that says
 //! which answers are kept, and how a request's scope is chosen.
 
+use crate::backend::ClaimOptions;
 use crate::Checkpoint;
 use http::header::HeaderName;
 use http::{Method, StatusCode};
@@ -117,6 +118,7 @@ pub struct LayerConfig {
     pub(super) require_key: bool,
     pub(super) request_bytes_max: usize,
     pub(super) lease: Duration,
+    pub(super) ttl: Option<Duration>,
     pub(super) wait_max: Duration,
     pub(super) in_progress_retry_after: Duration,
     pub(super) replay_deny: Vec<HeaderName>,
@@ -187,6 +189,7 @@ impl LayerConfig {
             require_key: true,
             request_bytes_max: 1 << 20,
             lease: Duration::from_secs(30),
+            ttl: None,
             wait_max: Duration::from_secs(30),
             in_progress_retry_after: Duration::from_secs(1),
             replay_deny: Vec::new(),
@@ -212,7 +215,8 @@ impl LayerConfig {
     }
 
     /// The response header marking a replay. Default `Idempotency-Replay`
-    /// (Stripe uses `Idempotent-Replayed`).
+    /// (Stripe uses `Idempotent-Replayed`, the draft's public conformance
+    /// profile `Idempotency-Replayed`; the draft names none).
     #[must_use]
     pub fn replay_header(mut self, name: HeaderName) -> Self {
         self.replay_header = name;
@@ -243,6 +247,37 @@ impl LayerConfig {
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
+    }
+
+    /// How long a finished request's answer is replayed to its retries,
+    /// counted from when it was kept: the expiry the draft asks a resource
+    /// to publish (§2.3); after it the key is new again. Not zero, and no
+    /// longer than the backend's `duration_max`, or every claim is refused.
+    /// Default: the backend's TTL ([`Config::default_ttl`](crate::Config::default_ttl),
+    /// 24 h).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::LayerConfig;
+    /// use std::time::Duration;
+    ///
+    /// // Payments replayed for three days, whatever the store's default.
+    /// let config = LayerConfig::global().ttl(Duration::from_secs(3 * 24 * 3600));
+    /// ```
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The claim options of a guarded request that waits up to `wait`.
+    pub(super) fn claim_options(&self, wait: Option<Duration>) -> ClaimOptions {
+        let options = ClaimOptions::new().lease(self.lease).wait(wait);
+        match self.ttl {
+            Some(ttl) => options.ttl(ttl),
+            None => options,
+        }
     }
 
     /// Longest `Prefer: wait=N` honoured. Default 30 s.
@@ -307,6 +342,17 @@ mod tests {
         assert!(!policy.keeps(StatusCode::BAD_REQUEST, false), "validation");
         assert!(policy.keeps(StatusCode::UNPROCESSABLE_ENTITY, true), "validation, kept on request");
         assert!(!policy.releases_on_error());
+    }
+
+    #[test]
+    fn a_ttl_goes_with_every_claim_and_none_leaves_the_backends_own() {
+        assert_eq!(LayerConfig::global().claim_options(None).ttl, None);
+        let config = LayerConfig::global().lease(Duration::from_secs(7)).ttl(Duration::from_secs(2));
+        let options = config.claim_options(Some(Duration::from_secs(1)));
+        assert_eq!(
+            (options.ttl, options.lease, options.wait),
+            (Some(Duration::from_secs(2)), Some(Duration::from_secs(7)), Some(Duration::from_secs(1)))
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay};
 use super::{BoxError, LayerBody};
-use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
+use crate::backend::{BackendClaim, IdempotencyBackend};
 use crate::keeper::{Keeper, Kept};
 use crate::{Error, Fingerprint, LeaseToken};
 use bytes::Bytes;
@@ -106,7 +106,7 @@ where
         .finish();
     let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
-    let options = ClaimOptions::new().lease(config.lease).wait(wait);
+    let options = config.claim_options(wait);
     let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => (token, attempt, recovered, checkpoint),
         Ok(BackendClaim::Replay(stored)) => {

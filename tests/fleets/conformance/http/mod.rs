@@ -4,8 +4,9 @@
 //! released 5xx, a dropped request, a client that hangs up, a panicking
 //! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept,
 //! quotas, replayed headers, the response budget, streamed pass-through,
-//! tenant scopes and 500 waiters; conditional writes, one request at a
-//! time per resource, long operations and signed webhooks.
+//! tenant scopes and 500 waiters; the draft's public conformance vectors;
+//! conditional writes, one request at a time per resource, long operations
+//! and signed webhooks.
 //!
 //! They live with the tests rather than in `idemkv::conformance`: they
 //! need a server and a client (axum, hyper, reqwest), which the library
@@ -15,6 +16,7 @@
 
 mod client_disconnect;
 mod conditional;
+mod draft_vectors;
 mod handler_panic;
 mod hostile_tenants;
 mod key_parsing;
@@ -132,6 +134,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
     scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants")))
         .await;
     scenario("waiters", wait_many_waiters::five_hundred_waiters_share_one_run(b, &on("waiters"))).await;
+    scenario("draft_vectors", draft_vectors::the_drafts_vectors_pass_as_claimed(b, &on("draft"))).await;
     beyond_replay(b, &run).await;
     if run.clock().is_none() {
         scenario("keepalive", lease_keepalive::a_handler_twice_as_long_as_its_lease_runs_once(b, &on("long"))).await;
