@@ -76,7 +76,8 @@ fn assert_callers_records(store: &Store) {
 fn a_read_only_open_of_format_2_shows_it_as_it_is() {
     let copy = copy();
     assert!(idemkv::verify(copy.path()).expect("verify").is_clean());
-    let store = Store::open_read_only(copy.path(), Config::new()).expect("open read-only");
+    let clock = ManualClock::new(crate::common::START_MS + 3_600_000);
+    let store = Store::open_read_only(copy.path(), config(&clock)).expect("open read-only");
     for (keyspace, scope, key, _) in OWN {
         let legacy = store.get(&legacy_scope(keyspace, scope), key).expect("get");
         assert_eq!(legacy.map(|record| record.keyspace), Some(Keyspace::Caller), "{keyspace}");

@@ -117,7 +117,7 @@ fn a_newer_format_version_is_refused_with_its_number() {
     bytes[32..36].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&manifest, &bytes).expect("write");
     let error = Store::open(dir.path(), Config::new().shards(1)).expect_err("newer version");
-    assert!(matches!(error, Error::UnsupportedFormatVersion { found: 9, supported: 2, .. }), "{error:?}");
+    assert!(matches!(error, Error::UnsupportedFormatVersion { found: 9, supported: 3, .. }), "{error:?}");
 }
 
 #[test]

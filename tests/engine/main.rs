@@ -15,6 +15,7 @@ mod close_during_compaction;
 mod compaction_concurrent;
 mod compaction_ttl;
 mod input_limits;
+mod keyspaces;
 mod lease_fencing;
 mod lease_refused_input;
 mod model_proptest;

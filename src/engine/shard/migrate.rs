@@ -5,7 +5,7 @@
 
 use super::{KeyRef, Shard};
 use crate::engine::transition;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keyspace::Keyspace;
 use crate::record::{self, Header};
 
@@ -18,14 +18,24 @@ pub(crate) struct Lying {
 
 impl Shard {
     /// The scope and key of the caller's records whose scope is under one
-    /// of format 2's prefixes.
+    /// of format 2's prefixes. A record whose frame does not read (damage
+    /// a hint covered) is passed over: it stays where it is, refused when
+    /// read as before, for `idemkv repair` to deal with.
     pub(crate) fn legacy_keys(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let keys = self.keys()?.into_iter();
-        let legacy = |scope: &[u8]| Keyspace::from_legacy_scope(scope).0.is_internal();
-        Ok(keys
-            .filter(|(keyspace, scope, _)| *keyspace == Keyspace::Caller && legacy(scope))
-            .map(|(_, s, k)| (s, k))
-            .collect())
+        let state = self.read()?;
+        let mut found = Vec::new();
+        for (_, at) in state.index.iter() {
+            let (header, frame) = match state.read_at(at) {
+                Ok(read) => read,
+                Err(Error::Corruption { .. }) => continue,
+                Err(error) => return Err(error),
+            };
+            let (scope, key, _) = record::body(&header, &frame);
+            if header.keyspace == Keyspace::Caller && Keyspace::from_legacy_scope(scope).0.is_internal() {
+                found.push((scope.to_vec(), key.to_vec()));
+            }
+        }
+        Ok(found)
     }
 
     /// The live record of `key` as it lies; `None` if it is absent.
