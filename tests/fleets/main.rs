@@ -8,6 +8,7 @@ mod common;
 mod backend_config_checked;
 mod backend_counters;
 mod conformance;
+mod keyspace_migrations;
 mod messaging_orders;
 mod postgres_checkpoints;
 mod postgres_fast_paths;
