@@ -32,8 +32,8 @@ fn answer<R>(problem: Problem) -> Response<LayerBody<R>> {
 }
 
 /// A request refused before its claim (key, scope or body unusable).
-fn refused<R>(problem: Problem) -> Response<LayerBody<R>> {
-    counted("refused", answer(problem))
+fn refused(problem: Problem) -> Response<Full<Bytes>> {
+    counted("refused", problem.response())
 }
 
 /// Name of the counter of the layer's answers, by `outcome` and `status`.
@@ -63,6 +63,25 @@ fn count(outcome: &'static str, status: &str) {
     metrics::counter!(RESPONSES_TOTAL, "outcome" => outcome, "status" => status.to_owned()).increment(1);
 }
 
+/// What a guarded request brings to its claim, read from it.
+struct Admitted {
+    parts: http::request::Parts,
+    body: Bytes,
+    scope: Vec<u8>,
+    key: Vec<u8>,
+    fingerprint: Fingerprint,
+    wait: Option<Duration>,
+    respond_async: bool,
+}
+
+/// A claim that acquired its key.
+struct Acquired {
+    token: LeaseToken,
+    attempt: u32,
+    recovered: bool,
+    checkpoint: Option<crate::Checkpoint>,
+}
+
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
     inner: S,
@@ -79,24 +98,54 @@ where
     R: Body<Data = Bytes> + Send + 'static,
     R::Error: Into<BoxError>,
 {
-    let Shared { backend, config, .. } = &shared;
-    let limits = backend.limits();
-    let key = match read_key(request.headers(), &config.key_header, limits.key_bytes_max) {
+    let config = &shared.config;
+    let key = match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.require_key => return unkeyed(inner, &shared, request).await,
-        Ok(None) => return Ok(refused(Problem::KeyMissing)),
-        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated)),
-        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail))),
+        Ok(None) if !config.require_key => return unkeyed(inner, shared, request).await,
+        Ok(None) => return Ok(refused(Problem::KeyMissing).map(Either::Right)),
+        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(Either::Right)),
+        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(Either::Right)),
     };
-    let (mut parts, body) = request.into_parts();
-    let Some(scope) = config.scope_of(&parts) else { return Ok(refused(Problem::ScopeMissing)) };
-    if scope.len() > limits.scope_bytes_max {
-        return Ok(refused(Problem::ScopeTooLong));
+    let mut admitted = match admit(&shared, request, key).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return Ok(refusal.map(Either::Right)),
+    };
+    let acquired = match claim(&shared, &admitted).await {
+        Ok(acquired) => acquired,
+        Err(answer) => return Ok(answer.map(Either::Right)),
+    };
+    let held = match resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait).await {
+        Ok(held) => held,
+        Err(resource::Refused(outcome, response)) => {
+            release(&*shared.backend, &acquired.token).await;
+            return Ok(counted(outcome, response.map(Either::Right)));
+        }
+    };
+    execute(inner, shared, admitted, acquired, held).await
+}
+
+/// Reads what the claim of a request with `key` needs: its scope (and a
+/// 428 when it can never run), its body (within the limit) and its
+/// fingerprint; the layer's refusal otherwise, counted.
+async fn admit<K, B>(shared: &Shared<K>, request: Request<B>, key: Vec<u8>) -> Result<Admitted, Response<Full<Bytes>>>
+where
+    K: IdempotencyBackend,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let config = &shared.config;
+    let (parts, body) = request.into_parts();
+    let Some(scope) = config.scope_of(&parts) else { return Err(refused(Problem::ScopeMissing)) };
+    if scope.len() > shared.backend.limits().scope_bytes_max {
+        return Err(refused(Problem::ScopeTooLong));
+    }
+    if let Some(resource::Refused(outcome, response)) = resource::unconditional(config, &parts) {
+        return Err(counted(outcome, response));
     }
     let Ok(body) =
         Limited::new(body, config.request_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
     else {
-        return Ok(refused(Problem::BodyTooLarge));
+        return Err(refused(Problem::BodyTooLarge));
     };
     let fingerprint = Fingerprint::builder()
         .part(parts.method.as_str().as_bytes())
@@ -106,48 +155,73 @@ where
         .finish();
     let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
+    Ok(Admitted { parts, body, scope, key, fingerprint, wait, respond_async })
+}
+
+/// Claims the request's key: acquired, or the answer the claim gives
+/// instead (a replay, 409, 422, 429, 503; a long operation's 202),
+/// counted.
+async fn claim<K: IdempotencyBackend>(
+    shared: &Shared<K>,
+    admitted: &Admitted,
+) -> Result<Acquired, Response<Full<Bytes>>> {
+    let (config, wait) = (&shared.config, admitted.wait);
     let options = config.claim_options(wait);
-    let (token, attempt, recovered, checkpoint) = match backend.claim(&scope, &key, fingerprint, options).await {
-        Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => (token, attempt, recovered, checkpoint),
+    let claimed = shared.backend.claim(&admitted.scope, &admitted.key, admitted.fingerprint, options).await;
+    match claimed {
+        Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => {
+            Ok(Acquired { token, attempt, recovered, checkpoint })
+        }
         Ok(BackendClaim::Replay(stored)) => {
-            let response = waited(replay(&stored, &config.replay_header), wait);
-            return Ok(counted("replay", response.map(Either::Right)));
+            Err(counted("replay", waited(replay(&stored, &config.replay_header), wait)))
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
             let retry_after = retry_after.min(config.in_progress_retry_after);
+            let respond_async = admitted.respond_async;
             // A long operation's retry: the same 202 as its first answer.
             if let Some(operations) = config.operations.as_ref().filter(|ops| respond_async || ops.after.is_some()) {
-                let response = operations.accepted(&key, retry_after, respond_async);
-                return Ok(counted("accepted", response.map(Either::Right)));
+                return Err(counted("accepted", operations.accepted(&admitted.key, retry_after, respond_async)));
             }
-            let response = waited(in_progress(retry_after), wait);
-            return Ok(counted("in_progress", response.map(Either::Right)));
+            Err(counted("in_progress", waited(in_progress(retry_after), wait)))
         }
-        Ok(BackendClaim::Mismatch) => return Ok(counted("mismatch", answer(Problem::KeyReused))),
-        Err(Error::QuotaExceeded { retry_after, .. }) => {
-            return Ok(counted("quota_exceeded", quota_exceeded(retry_after).map(Either::Right)));
-        }
+        Ok(BackendClaim::Mismatch) => Err(counted("mismatch", Problem::KeyReused.response())),
+        Err(Error::QuotaExceeded { retry_after, .. }) => Err(counted("quota_exceeded", quota_exceeded(retry_after))),
         Err(error) => {
             tracing::warn!(%error, "idempotency store unavailable; request refused before it ran");
-            return Ok(counted("store_unavailable", store_unavailable().map(Either::Right)));
+            Err(counted("store_unavailable", store_unavailable()))
         }
-    };
-    let held = match resource::hold(&shared, &scope, &mut parts, wait).await {
-        Ok(held) => held,
-        Err(resource::Refused(outcome, response)) => {
-            release(&**backend, &token).await;
-            return Ok(counted(outcome, response.map(Either::Right)));
-        }
-    };
-    let points = Checkpoints::new(Arc::clone(backend), token.clone(), (attempt, recovered), checkpoint.clone());
+    }
+}
+
+/// Runs the handler of a request that holds its key (and resource): to
+/// its end whatever the client does — a client that goes away drops this
+/// future, and the handler's run moves to a task of its own, whose answer
+/// is then kept for the retry — answered when it ends, or 202 for a long
+/// operation.
+async fn execute<S, K, B, R>(
+    inner: S,
+    shared: Shared<K>,
+    admitted: Admitted,
+    acquired: Acquired,
+    held: Option<Held>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    K: IdempotencyBackend,
+    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    R: Body<Data = Bytes> + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
+    let Acquired { token, attempt, recovered, checkpoint } = acquired;
+    let points = Checkpoints::new(Arc::clone(&shared.backend), token.clone(), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
-    // The handler runs to its end whatever the client does: a client that
-    // goes away drops this future, and the handler's run moves to a task of
-    // its own, whose answer is then kept for the retry.
-    let backend = Arc::clone(backend);
-    let config = Arc::clone(config);
+    let backend = Arc::clone(&shared.backend);
+    let config = Arc::clone(&shared.config);
     let mut run = Detached::new(run(inner, shared, request, token.clone(), held));
     if let Some(operations) = &config.operations {
         let retry_after = config.in_progress_retry_after;
@@ -191,11 +265,12 @@ async fn finished<K: IdempotencyBackend, R, E>(
     outcome
 }
 
-/// A request without a key where keys are optional: run as it is, but on
-/// a resource the route names, held (and versioned) as a keyed one is.
-async fn unkeyed<S, K, B, R>(
+/// A request without a key where keys are optional, or a write with a
+/// method the layer does not guard with keys: run as it is, but on a
+/// resource the route names, held (and versioned) as a keyed one is.
+pub(super) async fn unkeyed<S, K, B, R>(
     mut inner: S,
-    shared: &Shared<K>,
+    shared: Shared<K>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -206,9 +281,14 @@ where
         return inner.call(request).await.map(|response| counted("unkeyed", response.map(Either::Left)));
     }
     let (mut parts, body) = request.into_parts();
-    let Some(scope) = shared.config.scope_of(&parts) else { return Ok(refused(Problem::ScopeMissing)) };
+    let Some(scope) = shared.config.scope_of(&parts) else {
+        return Ok(refused(Problem::ScopeMissing).map(Either::Right));
+    };
+    if let Some(resource::Refused(outcome, response)) = resource::unconditional(&shared.config, &parts) {
+        return Ok(counted(outcome, response.map(Either::Right)));
+    }
     let wait = waits(&shared.config, &parts.headers);
-    let held = match resource::hold(shared, &scope, &mut parts, wait).await {
+    let held = match resource::hold(&shared, &scope, &mut parts, wait).await {
         Ok(held) => held,
         Err(resource::Refused(outcome, response)) => return Ok(counted(outcome, response.map(Either::Right))),
     };

@@ -17,7 +17,8 @@
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
 //! | the store fails the claim | 503 with `Retry-After: 1`; the handler is not called |
 //! | the resource the request names ([`LayerConfig::resource`]) held by another request | 409 `resource-locked` with `Retry-After`, or a wait under `Prefer: wait`; the key is not spent |
-//! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428; the key is not spent |
+//! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428 (decided before anything is held); the key is not spent |
+//! | a `GET` or `HEAD` of a versioned resource with `If-None-Match` naming its current tag | 304 with the `ETag`; the handler is not called |
 //! | `Prefer: respond-async`, or a run past [`LayerConfig::respond_async_after`] ([`LayerConfig::operations`]) | 202 with `Location` of a status resource; the handler runs on |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
@@ -197,10 +198,11 @@ impl<S, K> std::fmt::Debug for IdempotencyService<S, K> {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl<S, K> IdempotencyService<S, K> {
-    /// An unguarded request on a route that names resources: a `GET` or
-    /// `HEAD` of a versioned one gets its `ETag`, read before the handler
-    /// runs (a write meanwhile leaves the tag older than the body, so an
-    /// `If-Match` with it fails rather than overwrites); the rest stream
+    /// A read on a route that names resources: a `GET` or `HEAD` of a
+    /// versioned one gets its `ETag`, read before the handler runs (a
+    /// write meanwhile leaves the tag older than the body, so an
+    /// `If-Match` with it fails rather than overwrites), or 304 / 412 when
+    /// its preconditions say so, without the handler; the rest stream
     /// untouched.
     fn read<B, R>(&mut self, request: Request<B>) -> ResponseFuture<R, S::Error>
     where
@@ -220,11 +222,13 @@ impl<S, K> IdempotencyService<S, K> {
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let backend = Arc::clone(&self.backend);
         Box::pin(async move {
-            let mut tags = http::HeaderMap::new();
-            resource::tag_read(&backend, &scope, &resource, &mut tags).await;
+            let tag = match resource::tag_read(&backend, &scope, &resource, &parts).await {
+                Ok(tag) => tag,
+                Err(answer) => return Ok(answer.map(Either::Right)),
+            };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut parts, body) = response.into_parts();
-            if let (true, Some(tag)) = (parts.status.is_success(), tags.remove(http::header::ETAG)) {
+            if let (true, Some(tag)) = (parts.status.is_success(), tag) {
                 parts.headers.insert(http::header::ETAG, tag);
             }
             Ok(Response::from_parts(parts, Either::Left(body)))
@@ -265,10 +269,14 @@ where
                 Ok(response.map(Either::Right))
             });
         }
-        if !self.config.methods.contains(request.method()) {
-            if self.config.resource.is_some() {
-                return self.read(request);
-            }
+        let guarded = self.config.methods.contains(request.method());
+        if !guarded && self.config.resource.is_some() && request.method().is_safe() {
+            return self.read(request);
+        }
+        let (parts, body) = request.into_parts();
+        let written = !guarded && resource::written(&self.config, &parts);
+        let request = Request::from_parts(parts, body);
+        if !guarded && !written {
             // Unguarded: the request and the response stream untouched.
             let answer = self.inner.call(request);
             return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });
@@ -281,6 +289,11 @@ where
             config: Arc::clone(&self.config),
             keeper: Arc::clone(&self.keeper),
         };
+        if written {
+            // A write to a resource with a method not guarded by keys:
+            // held and checked all the same, its answer not kept.
+            return Box::pin(guard::unkeyed(inner, shared, request));
+        }
         Box::pin(guard::guard(inner, shared, request))
     }
 }

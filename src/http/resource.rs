@@ -29,11 +29,13 @@ use std::time::Duration;
 /// Names the resource a request acts on.
 pub(super) type ResourceFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
 
-/// Whether a versioned route requires `If-Match` on `PUT`, `PATCH` and
-/// `DELETE`.
+/// Whether a versioned route requires `If-Match` on every unsafe method
+/// but `POST` (`PUT`, `PATCH`, `DELETE` and any other that is not `GET`,
+/// `HEAD`, `OPTIONS` or `TRACE`); a `POST` may create the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IfMatch {
-    /// Without it such a request is refused with 428.
+    /// Without it such a request is refused with 428, before anything is
+    /// held or claimed.
     Required,
     /// Without it such a request runs unconditionally (and still steps
     /// the version).
@@ -68,10 +70,14 @@ pub struct ResourceHold {
 impl LayerConfig {
     /// One request at a time per resource: `resource` names what a
     /// request acts on (an account, an order; a function of the request,
-    /// like the scope; `None`: nothing to hold). While a guarded request
-    /// holds it, another gets 409 `resource-locked` with `Retry-After`, or
-    /// waits under `Prefer: wait`. Keys of different requests on one
-    /// resource never run at once.
+    /// like the scope; `None`: nothing to hold). While a request holds it,
+    /// another gets 409 `resource-locked` with `Retry-After`, or waits
+    /// under `Prefer: wait`. Keys of different requests on one resource
+    /// never run at once. Every unsafe method (all but `GET`, `HEAD`,
+    /// `OPTIONS`, `TRACE`) on a resource is held, whatever
+    /// [`methods`](LayerConfig::methods) says: a method the layer does not
+    /// guard with keys runs held, its answer not kept, as a request
+    /// without a key under [`require_key(false)`](LayerConfig::require_key).
     #[must_use]
     pub fn resource(mut self, resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
         self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: None });
@@ -81,10 +87,15 @@ impl LayerConfig {
     /// As [`resource`](LayerConfig::resource), and the resource has a
     /// version ([`Versions`](crate::Versions)): responses carry a strong
     /// `ETag` (`"<resource>-v<version>"`); `If-Match` and `If-None-Match`
-    /// are checked under the hold (412 when they fail; 428 for a `PUT`,
-    /// `PATCH` or `DELETE` without `If-Match` when it is
-    /// [`IfMatch::Required`]); a 2xx steps the version. `GET` and `HEAD`
-    /// pass through with the current `ETag` added.
+    /// are checked under the hold (412 when they fail); with
+    /// [`IfMatch::Required`] an unsafe method but `POST` without
+    /// `If-Match` is 428 before anything is held. Every unsafe method is
+    /// held and checked, whatever [`methods`](LayerConfig::methods) says.
+    /// A 2xx steps the version (a `DELETE`'s too, so that no tag of the
+    /// deleted resource matches again). `GET` and `HEAD` run with the
+    /// current `ETag` added, or are answered 304 Not Modified (with the
+    /// `ETag`, the handler not run) when `If-None-Match` names it, 412 when
+    /// an `If-Match` does not.
     #[must_use]
     pub fn versioned_resource(
         mut self,
@@ -133,23 +144,35 @@ fn listed(values: &str, current: Option<&str>) -> bool {
     })
 }
 
-/// The answer of the preconditions of `headers` for `method` on a
-/// resource at `version`, `None` when the request may run.
-fn precondition(
-    method: &Method,
-    headers: &HeaderMap,
-    current: Option<&str>,
-    if_match: IfMatch,
-) -> Option<&'static str> {
+/// Why a request on a versioned resource does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// 428: no `If-Match` where it is required.
+    Required,
+    /// 412: `If-Match` does not name the current version, or
+    /// `If-None-Match` does on a write.
+    Failed,
+    /// 304: `If-None-Match` names the current version on a `GET` or
+    /// `HEAD`.
+    NotModified,
+}
+
+/// Whether `method` changes a versioned resource only with `If-Match`
+/// under [`IfMatch::Required`]: every unsafe method (RFC 9110 §9.2.1)
+/// but `POST`, which may create it (`If-None-Match: *` guards that).
+fn needs_if_match(method: &Method) -> bool {
+    !method.is_safe() && method != Method::POST
+}
+
+/// The preconditions of `headers` for `method` on a resource whose
+/// current tag is `current`, in the order of RFC 9110 §13.2.2:
+/// `If-Match`, then `If-None-Match`; `None` when the request may run.
+fn precondition(method: &Method, headers: &HeaderMap, current: Option<&str>) -> Option<Verdict> {
     let text = |name| {
         headers.get_all(name).iter().filter_map(|value: &HeaderValue| value.to_str().ok()).collect::<Vec<_>>().join(",")
     };
-    if headers.contains_key(IF_MATCH) {
-        if !listed(&text(IF_MATCH), current) {
-            return Some("failed");
-        }
-    } else if if_match == IfMatch::Required && [Method::PUT, Method::PATCH, Method::DELETE].contains(method) {
-        return Some("required");
+    if headers.contains_key(IF_MATCH) && !listed(&text(IF_MATCH), current) {
+        return Some(Verdict::Failed);
     }
     // If-None-Match compares weakly (RFC 9110 §13.1.2).
     if headers.contains_key(IF_NONE_MATCH) {
@@ -158,27 +181,62 @@ fn precondition(
             .map(str::trim)
             .any(|tag| current.is_some_and(|current| tag == "*" || tag.trim_start_matches("W/") == current));
         if matched {
-            return Some("failed");
+            let read = [Method::GET, Method::HEAD].contains(method);
+            return Some(if read { Verdict::NotModified } else { Verdict::Failed });
         }
     }
     None
 }
 
-fn precondition_answer(kind: &str) -> Response<Full<Bytes>> {
-    if kind == "required" {
-        return problem::response(
+/// The answer of `verdict`; a 304 carries the current tag.
+fn precondition_answer(verdict: Verdict, current: Option<&str>) -> Response<Full<Bytes>> {
+    match verdict {
+        Verdict::Required => problem::response(
             StatusCode::PRECONDITION_REQUIRED,
             "precondition-required",
             "If-Match required",
             "This resource is changed only with If-Match naming its current ETag; nothing was run.",
-        );
+        ),
+        Verdict::Failed => problem::response(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition-failed",
+            "precondition failed",
+            "The resource is not at the version the request names; nothing was run. Fetch it again.",
+        ),
+        Verdict::NotModified => {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = StatusCode::NOT_MODIFIED;
+            if let Some(value) = current.and_then(|tag| HeaderValue::from_str(tag).ok()) {
+                response.headers_mut().insert(ETAG, value);
+            }
+            response
+        }
     }
-    problem::response(
-        StatusCode::PRECONDITION_FAILED,
-        "precondition-failed",
-        "precondition failed",
-        "The resource is not at the version the request names; nothing was run. Fetch it again.",
-    )
+}
+
+/// A write that can never run, decided before anything is held or
+/// claimed: a request that names a resource versioned with
+/// [`IfMatch::Required`] and sends no `If-Match` where it needs one is
+/// 428 at once, so that such requests never hold the resource against
+/// the writers that can run.
+pub(super) fn unconditional(config: &LayerConfig, parts: &Parts) -> Option<Refused> {
+    let rule = config.resource.as_ref()?;
+    if rule.versioned != Some(IfMatch::Required)
+        || !needs_if_match(&parts.method)
+        || parts.headers.contains_key(IF_MATCH)
+    {
+        return None;
+    }
+    (rule.name)(parts)?;
+    Some(Refused("precondition_failed", precondition_answer(Verdict::Required, None)))
+}
+
+/// Whether a request of a method the layer does not guard with keys
+/// writes to a resource the layer holds: every unsafe method on a
+/// resource is held (and checked when versioned), whatever
+/// [`LayerConfig::methods`] says.
+pub(super) fn written(config: &LayerConfig, parts: &Parts) -> bool {
+    config.resource.as_ref().is_some_and(|rule| !parts.method.is_safe() && (rule.name)(parts).is_some())
 }
 
 /// 409 `resource-locked` with `Retry-After` in whole seconds, at least 1.
@@ -236,7 +294,7 @@ pub(super) async fn hold<K: IdempotencyBackend>(
     };
     let kept = shared.keeper.keep(Arc::clone(backend), token.clone(), config.lease);
     let mut version = None;
-    if let Some(if_match) = rule.versioned {
+    if rule.versioned.is_some() {
         version = match Versions::shared(Arc::clone(backend)).current(scope, &resource).await {
             Ok(version) => version,
             Err(error) => {
@@ -246,9 +304,9 @@ pub(super) async fn hold<K: IdempotencyBackend>(
             }
         };
         let current = version.map(|version| etag(&resource, version));
-        if let Some(kind) = precondition(&parts.method, &parts.headers, current.as_deref(), if_match) {
+        if let Some(verdict) = precondition(&parts.method, &parts.headers, current.as_deref()) {
             release(&**backend, &token).await;
-            return Err(Refused("precondition_failed", precondition_answer(kind)));
+            return Err(Refused("precondition_failed", precondition_answer(verdict, current.as_deref())));
         }
     }
     parts.extensions.insert(ResourceHold { resource: resource.clone(), token: token.token, recovered, version });
@@ -300,18 +358,29 @@ pub(super) fn read_of(config: &LayerConfig, parts: &Parts) -> Option<(Vec<u8>, V
     Some((config.scope_of(parts)?, (rule.name)(parts)?))
 }
 
-/// `headers` with the current `ETag` of `resource`, if it has a version.
+/// A read of `resource` in `scope` (a `GET` or `HEAD`, see [`read_of`]):
+/// `Ok` with its current `ETag` (`None`: it has no version, or the
+/// store did not answer — the read runs without one), or the answer its
+/// preconditions give instead of running the handler: 304 with the
+/// `ETag` when `If-None-Match` names the current version, 412 when
+/// `If-Match` does not.
 pub(super) async fn tag_read<K: IdempotencyBackend>(
     backend: &Arc<K>,
     scope: &[u8],
     resource: &[u8],
-    headers: &mut HeaderMap,
-) {
-    if let Ok(Some(version)) = Versions::shared(Arc::clone(backend)).current(scope, resource).await {
-        if let Ok(value) = HeaderValue::from_str(&etag(resource, version)) {
-            headers.insert(ETAG, value);
+    parts: &Parts,
+) -> Result<Option<HeaderValue>, Response<Full<Bytes>>> {
+    let current = match Versions::shared(Arc::clone(backend)).current(scope, resource).await {
+        Ok(version) => version.map(|version| etag(resource, version)),
+        Err(error) => {
+            tracing::warn!(%error, "reading a resource's version failed; the read runs without its ETag");
+            return Ok(None);
         }
+    };
+    if let Some(verdict) = precondition(&parts.method, &parts.headers, current.as_deref()) {
+        return Err(precondition_answer(verdict, current.as_deref()));
     }
+    Ok(current.and_then(|tag| HeaderValue::from_str(&tag).ok()))
 }
 
 #[cfg(test)]
@@ -333,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn preconditions_answer_412_or_428() {
+    fn preconditions_answer_412_or_304() {
         let headers = |pairs: &[(&'static str, &'static str)]| {
             let mut map = HeaderMap::new();
             for (name, value) in pairs {
@@ -342,28 +411,33 @@ mod tests {
             map
         };
         let current = Some("\"p-v2\"");
-        let required = IfMatch::Required;
-        assert_eq!(precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v2\"")]), current, required), None);
-        assert_eq!(
-            precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v1\"")]), current, required),
-            Some("failed")
-        );
-        assert_eq!(precondition(&Method::PATCH, &headers(&[]), current, required), Some("required"));
-        assert_eq!(precondition(&Method::PATCH, &headers(&[]), current, IfMatch::Optional), None);
-        assert_eq!(precondition(&Method::POST, &headers(&[]), None, required), None, "a creation needs none");
-        assert_eq!(precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), None, IfMatch::Optional), None);
-        assert_eq!(
-            precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), current, IfMatch::Optional),
-            Some("failed")
-        );
-        assert_eq!(
-            precondition(
-                &Method::PUT,
-                &headers(&[("if-match", "\"p-v1\""), ("if-match", "\"p-v2\"")]),
-                current,
-                required
-            ),
-            None
-        );
+        let failed = Some(Verdict::Failed);
+        assert_eq!(precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v2\"")]), current), None);
+        assert_eq!(precondition(&Method::PATCH, &headers(&[("if-match", "\"p-v1\"")]), current), failed);
+        assert_eq!(precondition(&Method::DELETE, &headers(&[("if-match", "\"p-v1\"")]), current), failed);
+        assert_eq!(precondition(&Method::PATCH, &headers(&[]), current), None, "428 is decided before");
+        assert_eq!(precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), None), None);
+        assert_eq!(precondition(&Method::PUT, &headers(&[("if-none-match", "*")]), current), failed);
+        let two = headers(&[("if-match", "\"p-v1\""), ("if-match", "\"p-v2\"")]);
+        assert_eq!(precondition(&Method::PUT, &two, current), None);
+        // Reads: the current tag in If-None-Match is 304, weakly compared.
+        for method in [Method::GET, Method::HEAD] {
+            let not_modified = Some(Verdict::NotModified);
+            assert_eq!(precondition(&method, &headers(&[("if-none-match", "W/\"p-v2\"")]), current), not_modified);
+            assert_eq!(precondition(&method, &headers(&[("if-none-match", "\"p-v1\"")]), current), None);
+            assert_eq!(precondition(&method, &headers(&[("if-match", "\"p-v1\"")]), current), failed);
+        }
+        let answer = precondition_answer(Verdict::NotModified, current);
+        assert_eq!((answer.status(), answer.headers()[ETAG].to_str().ok()), (StatusCode::NOT_MODIFIED, current));
+    }
+
+    #[test]
+    fn every_unsafe_method_but_post_needs_if_match() {
+        for method in [Method::PUT, Method::PATCH, Method::DELETE, Method::from_bytes(b"MERGE").expect("a method")] {
+            assert!(needs_if_match(&method), "{method}");
+        }
+        for method in [Method::POST, Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE] {
+            assert!(!needs_if_match(&method), "{method}");
+        }
     }
 }

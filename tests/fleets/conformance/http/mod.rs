@@ -5,8 +5,9 @@
 //! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept,
 //! quotas, replayed headers, the response budget, streamed pass-through,
 //! tenant scopes and 500 waiters; the draft's public conformance vectors;
-//! conditional writes, one request at a time per resource, long operations
-//! and signed webhooks.
+//! conditional writes (every method of a versioned resource checked, 304
+//! on reads), one request at a time per resource, long operations and
+//! signed webhooks.
 //!
 //! They live with the tests rather than in `idemkv::conformance`: they
 //! need a server and a client (axum, hyper, reqwest), which the library
@@ -29,6 +30,7 @@ mod replay_headers;
 mod response_budget;
 mod streaming_passthrough;
 mod tenant_scopes;
+mod versioned_methods;
 mod wait_many_waiters;
 #[cfg(feature = "webhooks")]
 mod webhooks;
@@ -193,6 +195,18 @@ async fn beyond_replay<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
     .await;
     scenario("racing_writers", conditional::racing_writers_lose_no_update(b, &on("racing"))).await;
     scenario("one_per_resource", conditional::one_request_at_a_time_per_account(b, &on("resources"))).await;
+    scenario(
+        "every_method_checked",
+        versioned_methods::put_and_delete_are_checked_and_a_delete_steps_the_version(b, &on("methods")),
+    )
+    .await;
+    scenario(
+        "428_before_the_hold",
+        versioned_methods::writers_without_if_match_never_hold_off_a_valid_writer(b, &on("unconditional")),
+    )
+    .await;
+    scenario("not_modified", versioned_methods::a_read_with_the_current_tag_is_not_modified(b, &on("not_modified")))
+        .await;
     let accepted = on("respond_async");
     scenario(
         "respond_async",
