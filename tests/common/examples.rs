@@ -50,6 +50,20 @@ pub fn example(name: &str) -> PathBuf {
     path
 }
 
+/// Whether cargo sets variable `name` for a test it runs (as for the
+/// crate it compiles), beside those of the command that ran it.
+fn set_for_the_test(name: &str) -> bool {
+    const SET: [&str; 6] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "OUT_DIR",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    SET.contains(&name) || name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_BIN_")
+}
+
 /// Where cargo put this test binary: `<target dir>/[<triple>/]<profile>/deps/`.
 struct Target {
     dir: PathBuf,
@@ -96,6 +110,15 @@ impl Target {
         command.arg("--manifest-path").arg(Path::new(ROOT).join("Cargo.toml"));
         if let Some(triple) = &self.triple {
             command.args(["--target", triple]);
+        }
+        // What cargo set for this test's run and not for the command that
+        // ran it: left set, it would differ from that command's (a build
+        // script that watches one, as ring's watches CARGO_MANIFEST_DIR,
+        // would run again, and each build undo the other's).
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(set_for_the_test) {
+                command.env_remove(name);
+            }
         }
         let output = command.env("CARGO_TARGET_DIR", &self.dir).output().expect("run cargo");
         assert!(
