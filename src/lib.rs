@@ -66,6 +66,7 @@
 //! assert_eq!(record.response, b"201 charged 10");
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Module map: docs/architecture.md ("Module map"). The layers are declared
 // in .ci/layers.py, which CI runs: no module imports one above it.
@@ -76,10 +77,12 @@ mod backends;
 mod checkpoint;
 mod claim;
 #[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
 mod clock;
 mod config;
 #[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod engine;
 mod error;
@@ -89,6 +92,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 pub mod io;
 #[cfg(feature = "tokio")]
@@ -103,21 +107,27 @@ mod repair;
 mod stats;
 mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod verify;
 #[cfg(feature = "tokio")]
 mod versions;
 #[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use backend::AnyBackend;
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use backends::postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backends::redis;
 #[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))))]
 pub use backends::tls::Tls;
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
@@ -132,26 +142,33 @@ pub use format::FormatVersion;
 pub use keyspace::Keyspace;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(all(feature = "messaging", feature = "redis"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "redis"))))]
 pub use once::sinks::RedisStreamSink;
 #[cfg(all(feature = "messaging", feature = "client"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "client"))))]
 pub use once::HttpSink;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
 #[cfg(feature = "messaging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
 pub use once::{
     DeadLetter, Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_ERROR_BYTES_MAX,
     DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT, INBOX_RETENTION_DEFAULT,
 };
 #[cfg(feature = "messaging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
 pub use once::{
     KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
 };
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
 /// The outbox's envelope, for a caller that completes a key itself
 /// (PostgreSQL's `complete_in`, in its own transaction), and where each
 /// key's staged messages stand (`idemkv outbox`).
 #[cfg(feature = "messaging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
 pub mod outbox {
     pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of, RETENTION};
     pub use crate::once::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};

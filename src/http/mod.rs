@@ -102,6 +102,7 @@ pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
 pub use resource::{IfMatch, ResourceHold};
 #[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
 
 use crate::keeper::Keeper;

@@ -15,12 +15,15 @@ use std::sync::Arc;
 mod fault;
 mod map;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod powercut;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use fault::{Fault, FaultyStorage};
 pub use map::Map;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use powercut::{PowerCut, PowerCutStorage, FILE_BYTES_MAX, SECTOR_BYTES};
 
 /// One open file, addressed by offset (no shared cursor, so readers and the

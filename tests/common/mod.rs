@@ -46,6 +46,11 @@ pub mod snapshot;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+/// The examples' binaries, built if need be. (Every example needs tokio;
+/// the tool's tests, which have the tool's features, run none.)
+#[cfg(feature = "tokio")]
+pub mod examples;
+
 /// The payments example, run as a user runs it.
 #[cfg(all(feature = "tower", feature = "metrics"))]
 pub mod payments;

@@ -1,6 +1,6 @@
-//! The payments example as the tests run it: the binary `cargo test`
-//! builds beside them, started on a free loopback port, and a client for
-//! its `POST /payments`.
+//! The payments example as the tests run it: its binary (see
+//! [`super::examples`]), started on a free loopback port, and a client
+//! for its `POST /payments`.
 
 use reqwest::header::HeaderValue;
 use std::io::{BufRead, BufReader};
@@ -8,18 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The example binary (`target/<profile>/examples/payments`).
+/// The example binary (`target/<profile>/examples/payments`), built first
+/// if need be.
 pub fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = profile.join("examples").join("payments");
-    assert!(
-        path.is_file(),
-        "{} not built: `cargo test --all-features` builds it (a `--test` filter does not; \
-         `cargo build --all-features --example payments` first)",
-        path.display()
-    );
-    path
+    super::examples::example("payments")
 }
 
 /// One running instance, killed when the test ends, however it ends.

@@ -1,10 +1,12 @@
 //! A real PostgreSQL server for the tests, started here from the `initdb`,
-//! `postgres` and `pg_ctl` on the PATH (`.ci/run` installs Debian's
+//! `postgres` and `pg_ctl` on the PATH (`bash .ci/test` installs Debian's
 //! packages where they are missing): a new cluster in a temporary
 //! directory, listening on a free loopback port, `fsync` and
 //! `synchronous_commit` on, stopped (`pg_ctl stop -m immediate`, no
 //! checkpoint: a crash) when its handle drops. PostgreSQL refuses to run
-//! as root, so as root the server runs as `nobody`. [`PostgresServer::start`]
+//! as root, so as root the server runs as `nobody`, in a directory of its
+//! own under the system's temporary directory (see [`server_home`]).
+//! [`PostgresServer::start`]
 //! migrates the store into schema `public` as the superuser `postgres`
 //! (the owner), as an operator does before the services connect;
 //! [`PostgresServer::start_empty`] leaves the database as `initdb` made it.
@@ -22,8 +24,12 @@ pub fn free_port() -> u16 {
 /// One `postgres` process over its data directory.
 pub struct PostgresServer {
     pub port: u16,
+    /// The server's directory: its data (`data/`), log and socket.
     pub dir: PathBuf,
     child: Option<Child>,
+    /// The directory made for a server run as `nobody`, removed after the
+    /// server stops (fields drop after [`Drop::drop`]).
+    _home: Option<tempfile::TempDir>,
 }
 
 fn id(flag: &str, user: &str) -> u32 {
@@ -33,6 +39,23 @@ fn id(flag: &str, user: &str) -> u32 {
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+}
+
+/// Where a server asked for in `dir` lives: `dir` itself (created if
+/// missing), or, as root, a new directory under the system's temporary
+/// directory, owned by `nobody`. The server then runs as `nobody`, who
+/// cannot always reach `dir`: a root user's clone under `/root` (mode
+/// 0700) puts the tests' directories, `CARGO_TARGET_TMPDIR` among them,
+/// out of its reach. The temporary directory must be one every user can
+/// enter (`/tmp`, unless `TMPDIR` says otherwise).
+fn server_home(dir: &Path) -> (PathBuf, Option<tempfile::TempDir>) {
+    if !is_root() {
+        std::fs::create_dir_all(dir).expect("server dir");
+        return (dir.to_path_buf(), None);
+    }
+    let home = tempfile::Builder::new().prefix("idemkv-postgres-").tempdir().expect("a temporary directory");
+    std::os::unix::fs::chown(home.path(), Some(id("-u", "nobody")), Some(id("-g", "nobody"))).expect("chown");
+    (home.path().to_path_buf(), Some(home))
 }
 
 /// `program` run as `nobody` when we are root (PostgreSQL refuses root).
@@ -47,8 +70,8 @@ fn as_server_user(program: &str) -> Command {
 }
 
 impl PostgresServer {
-    /// A new cluster in `dir/data` (`dir` is created if missing), started,
-    /// the store migrated into schema `public`.
+    /// A new cluster in `dir/data` (see [`server_home`] for where it is as
+    /// root), started, the store migrated into schema `public`.
     pub fn start(dir: &Path) -> PostgresServer {
         let server = PostgresServer::start_empty(dir);
         server.migrate(idemkv::postgres::SCHEMA_DEFAULT);
@@ -68,13 +91,10 @@ impl PostgresServer {
         .expect("the migration thread")
     }
 
-    /// A new cluster in `dir/data` (`dir` is created if missing), started,
-    /// with no store in it.
+    /// A new cluster in `dir/data` (see [`server_home`] for where it is as
+    /// root), started, with no store in it.
     pub fn start_empty(dir: &Path) -> PostgresServer {
-        std::fs::create_dir_all(dir).expect("server dir");
-        if is_root() {
-            std::os::unix::fs::chown(dir, Some(id("-u", "nobody")), Some(id("-g", "nobody"))).expect("chown");
-        }
+        let (dir, home) = server_home(dir);
         let data = dir.join("data");
         let initdb = as_server_user("initdb")
             .args(["-D", data.to_str().expect("utf-8 dir"), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
@@ -82,13 +102,10 @@ impl PostgresServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("initdb is not on the PATH: install postgresql (.ci/run does)");
-        assert!(initdb.success(), "initdb failed in {}", data.display());
-        PostgresServer::started(dir)
-    }
-
-    fn started(dir: &Path) -> PostgresServer {
-        let mut server = PostgresServer { port: free_port(), dir: dir.to_path_buf(), child: None };
+            .expect("initdb is not on the PATH: `bash .ci/servers` installs PostgreSQL and prints its bin folder");
+        let need = if is_root() { " (run as nobody, who must be able to enter every directory above it)" } else { "" };
+        assert!(initdb.success(), "initdb failed in {}{need}", data.display());
+        let mut server = PostgresServer { port: free_port(), dir, child: None, _home: home };
         server.restart();
         server
     }
@@ -97,9 +114,9 @@ impl PostgresServer {
     /// (`hostssl` in `pg_hba.conf`), with the server certificate
     /// `cert_pem` and its key `key_pem`.
     pub fn start_tls(dir: &Path, cert_pem: &str, key_pem: &str) -> PostgresServer {
-        let server = PostgresServer::start(dir);
-        drop(server);
-        let data = dir.join("data");
+        let mut server = PostgresServer::start(dir);
+        server.stop_immediate();
+        let data = server.data();
         let own = |path: &Path, contents: &str, mode: u32| {
             std::fs::write(path, contents).expect("write");
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).expect("chmod");
@@ -116,7 +133,8 @@ impl PostgresServer {
             0o600,
         );
         own(&data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 trust\n", 0o600);
-        PostgresServer::started(dir)
+        server.restart();
+        server
     }
 
     /// Starts the server (again, after [`stop_immediate`]) on the same

@@ -1,5 +1,5 @@
 //! Real Redis servers for the tests, started here from the `redis-server`
-//! on the PATH (`.ci/run` installs Debian's package), on loopback ports
+//! on the PATH (`bash .ci/test` installs Debian's package), on loopback ports
 //! chosen free, in a temporary directory, with AOF (`appendfsync always`),
 //! and killed when their handle drops.
 
@@ -23,7 +23,7 @@ pub struct RedisServer {
 
 fn redis_server() -> &'static str {
     let found = Command::new("redis-server").arg("--version").output().is_ok_and(|output| output.status.success());
-    assert!(found, "redis-server is not on the PATH: install it (`apt-get install -y redis-server`; .ci/run does)");
+    assert!(found, "redis-server is not on the PATH: `bash .ci/servers` installs it");
     "redis-server"
 }
 

@@ -19,13 +19,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The example binary (`target/<profile>/examples/orders`).
+/// The example binary (`target/<profile>/examples/orders`), built first
+/// if need be.
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = profile.join("examples").join("orders");
-    assert!(path.is_file(), "{} not built: `cargo test --all-features` builds it", path.display());
-    path
+    crate::common::examples::example("orders")
 }
 
 /// One role's process, killed (`SIGKILL`) when dropped.
