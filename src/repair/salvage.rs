@@ -303,13 +303,14 @@ fn raw_fields(file: &dyn StorageFile, offset: u64) -> Option<(record::Header, u6
 }
 
 /// The keyspace, scope and key of the (damaged) frame of `len` bytes at
-/// `offset`, as its bytes read, if its keyspace is one this build knows and
-/// its length fields fit in the frame and give a key (a store never holds
-/// an empty one).
+/// `offset`, as its bytes read, if its length fields fit in the frame and
+/// give a key (a store never holds an empty one); a keyspace byte this
+/// build does not know reads as the caller's (the name is unchecked, as
+/// the rest of it).
 fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<Name> {
     let mut keyspace = [0u8; 1];
     file.read_exact_at(&mut keyspace, offset + record::KEYSPACE_AT).ok()?;
-    let keyspace = Keyspace::from_byte(keyspace[0])?;
+    let keyspace = Keyspace::from_byte(keyspace[0]).unwrap_or_default();
     let mut lengths = [0u8; 4];
     file.read_exact_at(&mut lengths, offset + PREFIX_BYTES as u64 - 8).ok()?;
     let scope_len = usize::from(u16::from_le_bytes([lengths[0], lengths[1]]));
