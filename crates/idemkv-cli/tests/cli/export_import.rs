@@ -10,7 +10,8 @@
 
 use crate::support::{assert_fails, idemkv, scratch, stdout};
 use idemkv::{
-    BackendClaim, Checkpoint, Claim, ClaimOptions, ClaimRequest, Config, Fingerprint, IdempotencyBackend, Store,
+    BackendClaim, Checkpoint, Claim, ClaimOptions, ClaimRequest, Config, Fingerprint, IdempotencyBackend, Keyspace,
+    Store,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -157,7 +158,7 @@ fn a_cut_damaged_or_foreign_file_is_refused_whole() {
         ("a line lost", [&lines[..2], &lines[3..]].concat().join("\n"), "the trailer counts 5 records, the file has 4"),
         ("a damaged line", text.replacen("\"fingerprint\":\"", "\"fingerprint\":\"zz", 1), "not a hex digit"),
         ("foreign", "{\"hello\":1}\n".to_string(), "not an idemkv export header"),
-        ("a later format", text.replacen("\"idemkv_export\":1", "\"idemkv_export\":2", 1), "export format 2"),
+        ("a later format", text.replacen("\"idemkv_export\":2", "\"idemkv_export\":3", 1), "export format 3"),
     ];
     for (what, contents, expected) in cases {
         let bad = dir.path().join(format!("{}.jsonl", what.replace(' ', "-")));
@@ -174,4 +175,49 @@ fn a_cut_damaged_or_foreign_file_is_refused_whole() {
     let no_target = idemkv(&["import", file.to_str().expect("utf-8")]);
     assert_eq!(no_target.status.code(), Some(2), "a usage error");
     assert!(crate::support::stderr(&no_target).contains("--redis"), "names the targets");
+}
+
+/// A store with one record of idemkv's own (a version) and a caller's
+/// record whose scope looks like one: both land where they were, in their
+/// keyspaces; a file of format 1 (before keyspaces) lands its
+/// `idemkv.version/`-scoped record in the version keyspace, as a store's
+/// migration would.
+#[test]
+fn keyspaces_travel_with_their_records_and_format_1_maps_the_old_prefixes() {
+    let dir = scratch();
+    let path = dir.path().join("store");
+    let store = Store::open(&path, Config::new()).expect("open");
+    for (keyspace, scope) in [(Keyspace::Version, "acct-7"), (Keyspace::Caller, "idemkv.version/acct-8")] {
+        let request = ClaimRequest::new("payment-1", Fingerprint::of(b"v")).scope(scope).keyspace(keyspace);
+        let Claim::Acquired(lease) = store.claim(&request).expect("claim") else { panic!("{keyspace}") };
+        lease.complete(keyspace.name().as_bytes()).expect("complete");
+    }
+    store.close().expect("close");
+    let file = dir.path().join("export.jsonl");
+    let output = idemkv(&["export", path.to_str().expect("utf-8"), file.to_str().expect("utf-8")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let text = std::fs::read_to_string(&file).expect("read");
+    assert!(text.starts_with("{\"idemkv_export\":2") && text.contains("\"keyspace\":\"version\""), "{text}");
+
+    let target = dir.path().join("target");
+    let output = idemkv(&["import", file.to_str().expect("utf-8"), "--store", target.to_str().expect("utf-8")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let store = Store::open(&target, Config::new()).expect("open the target");
+    let own = store.get_in(Keyspace::Version, b"acct-7", b"payment-1").expect("get_in").expect("its own");
+    assert_eq!(own.response, b"version");
+    let caller = store.get(b"idemkv.version/acct-8", b"payment-1").expect("get").expect("the caller's");
+    assert_eq!(caller.response, b"caller");
+    store.close().expect("close");
+
+    // The same file as format 1 wrote it: no keyspaces, the old prefixes.
+    let old = dir.path().join("format-1.jsonl");
+    let format_1 =
+        text.replacen("\"idemkv_export\":2", "\"idemkv_export\":1", 1).replace("\"keyspace\":\"version\",", "");
+    std::fs::write(&old, format_1).expect("write");
+    let earlier = dir.path().join("from-format-1");
+    let output = idemkv(&["import", old.to_str().expect("utf-8"), "--store", earlier.to_str().expect("utf-8")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let store = Store::open(&earlier, Config::new()).expect("open");
+    assert!(store.get_in(Keyspace::Version, b"acct-8", b"payment-1").expect("get_in").is_some(), "mapped");
+    assert!(store.get(b"idemkv.version/acct-8", b"payment-1").expect("get").is_none());
 }
