@@ -17,16 +17,20 @@ use std::time::Duration;
 /// | outcome | `Default` | `KeepAll` | `ReleaseOnServerError` |
 /// |---|---|---|---|
 /// | a response marked [`NotSpent`] | released, not kept | released | released |
-/// | 404, 405 (routing) | released | kept | released |
 /// | 400, 422 (validation) | released unless [`LayerConfig::keep_validation_failures`] | kept | as `Default` |
-/// | any other status, 5xx included | kept and replayed | kept | 5xx, 408, 409, 425, 429 released |
+/// | any other status, 404 and 405 and 5xx included | kept and replayed | kept | 5xx, 408, 409, 425, 429 released |
 /// | the handler's error or panic | key stays Processing until its lease ends; the next attempt runs with `recovered` | same | released |
-/// | a response too large to keep | a 500 problem is kept instead | same | same |
+/// | a response too large to keep | it goes out whole, and is kept without its body (replayed with `Idempotency-Replay: omitted`) | same | same |
+///
+/// A 404 or 405 is kept like any answer: a status does not say who gave
+/// it, and a handler that did its work and answered 404 must not run
+/// again. A router's own 404 and 405 — no handler ran — free the key when
+/// the router's fallbacks say so with [`NotSpent`] (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// As in the table: only the handler's word (or a routing or
-    /// validation status) frees a key.
+    /// As in the table: only the handler's word (or a validation status)
+    /// frees a key.
     #[default]
     Default,
     /// Keep every response the handler produced.
@@ -44,7 +48,6 @@ impl FailurePolicy {
         match self {
             FailurePolicy::KeepAll => true,
             FailurePolicy::Default | FailurePolicy::ReleaseOnServerError => match status.as_u16() {
-                404 | 405 => false,
                 400 | 422 => keep_validation_failures,
                 408 | 409 | 425 | 429 | 500..=599 => self == FailurePolicy::Default,
                 _ => true,
@@ -337,8 +340,8 @@ mod tests {
         assert!(policy.keeps(StatusCode::CREATED, false));
         assert!(policy.keeps(StatusCode::PAYMENT_REQUIRED, false));
         assert!(policy.keeps(StatusCode::SERVICE_UNAVAILABLE, false), "a 5xx is the handler's answer too");
-        assert!(!policy.keeps(StatusCode::NOT_FOUND, false), "routing");
-        assert!(!policy.keeps(StatusCode::METHOD_NOT_ALLOWED, false), "routing");
+        assert!(policy.keeps(StatusCode::NOT_FOUND, false), "a handler's 404 is its answer");
+        assert!(policy.keeps(StatusCode::METHOD_NOT_ALLOWED, false), "as is its 405");
         assert!(!policy.keeps(StatusCode::BAD_REQUEST, false), "validation");
         assert!(policy.keeps(StatusCode::UNPROCESSABLE_ENTITY, true), "validation, kept on request");
         assert!(!policy.releases_on_error());
@@ -362,7 +365,7 @@ mod tests {
         assert!(!old.keeps(StatusCode::SERVICE_UNAVAILABLE, false));
         assert!(!old.keeps(StatusCode::TOO_MANY_REQUESTS, false));
         assert!(old.keeps(StatusCode::PAYMENT_REQUIRED, false));
-        assert!(!old.keeps(StatusCode::NOT_FOUND, false));
+        assert!(old.keeps(StatusCode::NOT_FOUND, false));
         assert!(old.releases_on_error());
     }
 }

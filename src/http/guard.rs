@@ -1,15 +1,16 @@
 //! One guarded request: key, scope and body read, the claim, and the
 //! handler's run to its end, with its lease kept alive.
 
+use super::body::{buffered, read_within, resumed, Within};
 use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
 use super::detached::Detached;
-use super::keep::{keep_answer, release, Answer, Kind};
+use super::keep::{keep_answer, release, Answer};
 use super::key::{prefer_wait, read_key, KeyError};
 use super::operations::prefers_async;
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
-use super::response::{encode_response, encoded_head_bytes, replay};
+use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, IdempotencyBackend};
 use crate::keeper::{Keeper, Kept};
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ use std::time::Duration;
 pub(super) const NOT_STORED_HEADER: &str = "idempotency-stored";
 
 fn answer<R>(problem: Problem) -> Response<LayerBody<R>> {
-    problem.response().map(Either::Right)
+    problem.response().map(buffered)
 }
 
 /// A request refused before its claim (key, scope or body unusable).
@@ -102,23 +103,23 @@ where
     let key = match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
         Ok(Some(key)) => key,
         Ok(None) if !config.require_key => return unkeyed(inner, shared, request).await,
-        Ok(None) => return Ok(refused(Problem::KeyMissing).map(Either::Right)),
-        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(Either::Right)),
-        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(Either::Right)),
+        Ok(None) => return Ok(refused(Problem::KeyMissing).map(buffered)),
+        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(buffered)),
+        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(buffered)),
     };
     let mut admitted = match admit(&shared, request, key).await {
         Ok(admitted) => admitted,
-        Err(refusal) => return Ok(refusal.map(Either::Right)),
+        Err(refusal) => return Ok(refusal.map(buffered)),
     };
     let acquired = match claim(&shared, &admitted).await {
         Ok(acquired) => acquired,
-        Err(answer) => return Ok(answer.map(Either::Right)),
+        Err(answer) => return Ok(answer.map(buffered)),
     };
     let held = match resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait).await {
         Ok(held) => held,
         Err(resource::Refused(outcome, response)) => {
             release(&*shared.backend, &acquired.token).await;
-            return Ok(counted(outcome, response.map(Either::Right)));
+            return Ok(counted(outcome, response.map(buffered)));
         }
     };
     execute(inner, shared, admitted, acquired, held).await
@@ -227,9 +228,8 @@ where
         let retry_after = config.in_progress_retry_after;
         // Answered at once, or past the configured time: the run goes on,
         // detached, and keeps its answer for the status resource.
-        let accepted = |preferred| {
-            Ok(counted("accepted", operations.accepted(&token.key, retry_after, preferred).map(Either::Right)))
-        };
+        let accepted =
+            |preferred| Ok(counted("accepted", operations.accepted(&token.key, retry_after, preferred).map(buffered)));
         if respond_async {
             drop(run);
             return accepted(true);
@@ -282,15 +282,15 @@ where
     }
     let (mut parts, body) = request.into_parts();
     let Some(scope) = shared.config.scope_of(&parts) else {
-        return Ok(refused(Problem::ScopeMissing).map(Either::Right));
+        return Ok(refused(Problem::ScopeMissing).map(buffered));
     };
     if let Some(resource::Refused(outcome, response)) = resource::unconditional(&shared.config, &parts) {
-        return Ok(counted(outcome, response.map(Either::Right)));
+        return Ok(counted(outcome, response.map(buffered)));
     }
     let wait = waits(&shared.config, &parts.headers);
     let held = match resource::hold(&shared, &scope, &mut parts, wait).await {
         Ok(held) => held,
-        Err(resource::Refused(outcome, response)) => return Ok(counted(outcome, response.map(Either::Right))),
+        Err(resource::Refused(outcome, response)) => return Ok(counted(outcome, response.map(buffered))),
     };
     let method = parts.method.clone();
     let answer = inner.call(Request::from_parts(parts, body)).await;
@@ -382,37 +382,89 @@ where
         release(backend, &token).await;
         return Ok(counted("executed_not_kept", Response::from_parts(parts, Either::Left(body))));
     }
-    // One budget for the stored form, head and body together: a head over
-    // it is too large whatever the body.
     if let Some(held) = held {
         held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
     }
+    Ok(keep_handlers_answer(shared, kept, &token, parts, body).await)
+}
+
+/// Keeps the handler's answer `parts` and `body` and gives it to its
+/// caller. One budget serves the stored form, head and body together. An
+/// answer over it goes out whole all the same — its body streamed on from
+/// where the layer stopped reading — and is kept without its body (its
+/// headers alone over it: its status alone), so that a retry learns the
+/// truth, never runs it again, and is told that the body was omitted.
+async fn keep_handlers_answer<K, R>(
+    shared: &Shared<K>,
+    kept: Kept,
+    token: &LeaseToken,
+    parts: http::response::Parts,
+    body: R,
+) -> Response<LayerBody<R>>
+where
+    K: IdempotencyBackend,
+    R: Body<Data = Bytes>,
+    R::Error: Into<BoxError>,
+{
+    let (backend, config) = (&*shared.backend, &*shared.config);
+    let deny = &config.replay_deny;
     let limit = backend.limits().response_bytes_max;
-    let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, &config.replay_deny)) else {
-        drop(body);
-        return Ok(keep_too_large(shared, kept, &token).await);
+    let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, deny)) else {
+        let status_only = encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly);
+        return keep_omitted(shared, kept, token, status_only, Response::from_parts(parts, Either::Left(body))).await;
     };
-    let body = match Limited::new(body, budget).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            return Ok(keep_too_large(shared, kept, &token).await);
+    // The body's error, made `Send` before anything else is awaited.
+    let read = read_within(body, budget).await.map_err(Into::<BoxError>::into);
+    let body = match read {
+        Ok(Within::Whole(body)) => body,
+        Ok(Within::Over(read, rest)) => {
+            let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
+            return keep_omitted(shared, kept, token, head, Response::from_parts(parts, resumed(read, rest))).await;
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
-            handler_failed(backend, config, &token, "the handler's response body failed").await;
-            return Ok(counted("handler_failed", answer(Problem::ResponseUnreadable)));
+            handler_failed(backend, config, token, "the handler's response body failed").await;
+            return counted("handler_failed", answer(Problem::ResponseUnreadable));
         }
     };
-    let encoded = encode_response(parts.status, &parts.headers, &config.replay_deny, &body);
-    let mut response = Response::from_parts(parts, Either::Right(Full::new(body)));
-    match keep_answer(shared, kept, &token, Kind::Complete, encoded).await {
-        Answer::Stored => Ok(counted("executed", response)),
-        Answer::TooLarge(kept) => Ok(keep_too_large(shared, kept, &token).await),
-        Answer::NotStored => {
-            response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
-            Ok(counted("executed_not_stored", response))
-        }
+    let encoded = encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body));
+    let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
+    let response = Response::from_parts(parts, buffered(Full::new(body)));
+    match keep_answer(shared, kept, token, encoded).await {
+        Answer::Stored => counted("executed", response),
+        // The backend counts what it stores otherwise than the layer.
+        Answer::TooLarge(kept) => keep_omitted(shared, kept, token, head, response).await,
+        Answer::NotStored => not_stored(response),
     }
+}
+
+/// Keeps `encoded`, the handler's answer without its body (or without
+/// its headers too), and, if even that is refused for its size, its
+/// status alone, then nothing (a budget under 8 bytes: a retry gets a 500
+/// `stored-unreadable`, never a second run); `response` goes out whole.
+async fn keep_omitted<K: IdempotencyBackend, R>(
+    shared: &Shared<K>,
+    kept: Kept,
+    token: &LeaseToken,
+    encoded: Vec<u8>,
+    response: Response<LayerBody<R>>,
+) -> Response<LayerBody<R>> {
+    let status_only = encode_response(response.status(), &http::HeaderMap::new(), &[], StoredPart::StatusOnly);
+    let mut answer = keep_answer(shared, kept, token, encoded).await;
+    for smaller in [status_only, Vec::new()] {
+        let Answer::TooLarge(kept) = answer else { break };
+        answer = keep_answer(shared, kept, token, smaller).await;
+    }
+    match answer {
+        Answer::Stored => counted("response_too_large", response),
+        Answer::TooLarge(_) | Answer::NotStored => not_stored(response),
+    }
+}
+
+/// `response`, the handler's answer, with `Idempotency-Stored: false`.
+fn not_stored<R>(mut response: Response<LayerBody<R>>) -> Response<LayerBody<R>> {
+    response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
+    counted("executed_not_stored", response)
 }
 
 /// After the handler's error or panic: by default the key stays in
@@ -425,26 +477,4 @@ async fn handler_failed<K: IdempotencyBackend>(backend: &K, config: &LayerConfig
     } else {
         tracing::warn!(what, "the key stays in progress until its lease ends; the next attempt runs recovered");
     }
-}
-
-/// A response too large to keep, whichever part of it is too large: a 500
-/// problem is kept as a terminal failure instead, so the retry gets an
-/// answer and never runs again.
-async fn keep_too_large<K: IdempotencyBackend, R>(
-    shared: &Shared<K>,
-    kept: Kept,
-    token: &LeaseToken,
-) -> Response<LayerBody<R>> {
-    let problem = Problem::ResponseTooLarge.response();
-    let body = Problem::ResponseTooLarge.body();
-    let encoded = encode_response(problem.status(), problem.headers(), &[], body.as_bytes());
-    let mut response = problem.map(Either::Right);
-    match keep_answer(shared, kept, token, Kind::Fail, encoded).await {
-        Answer::Stored => {}
-        Answer::TooLarge(_) | Answer::NotStored => {
-            tracing::error!("a too-large response could not be kept as a failure");
-            response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
-        }
-    }
-    counted("response_too_large", response)
 }

@@ -4,7 +4,7 @@
 //! | the write | what the layer does | the client's answer |
 //! |---|---|---|
 //! | stored | renewals stop | the handler's answer |
-//! | refused for its size ([`Error::ResponseTooLarge`]) | a 500 `response-too-large` problem is stored as a failure instead | that problem |
+//! | refused for its size ([`Error::ResponseTooLarge`]) | the answer is stored without its body (its status and headers, marked omitted), else its status alone | the handler's answer, whole |
 //! | the lease was lost (a takeover, an admin's remove) | nothing more: the key is someone else's | the handler's answer with `Idempotency-Stored: false` |
 //! | failed otherwise (I/O, a full disk, the network, a closed store) | tries again at once a few times, then, while the lease is held (renewed meanwhile) and for at most one lease, in the background; if it never succeeds the lease lapses and the next attempt runs with `recovered` | the handler's answer, with `Idempotency-Stored: false` if the quick tries failed |
 //!
@@ -18,22 +18,13 @@ use crate::{Error, LeaseToken};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Which finishing write stores the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A completion: replayed as the handler's answer.
-    Complete,
-    /// A terminal failure: the too-large problem.
-    Fail,
-}
-
 /// What became of an answer.
 #[derive(Debug)]
 pub(super) enum Answer {
     /// Stored: a retry replays it.
     Stored,
-    /// Refused for its size; the lease is still kept, for the too-large
-    /// failure that replaces it.
+    /// Refused for its size; the lease is still kept, for a smaller
+    /// form of the answer.
     TooLarge(Kept),
     /// Not stored (yet): a background write may still store it while the
     /// lease is held.
@@ -49,19 +40,19 @@ const QUICK_RETRIES: [Duration; 3] = [Duration::from_millis(10), Duration::from_
 const LATER_FIRST: Duration = Duration::from_millis(100);
 const LATER_MAX: Duration = Duration::from_secs(2);
 
-/// Stores `encoded` under `token` as `kind` (see the module docs).
+/// Stores `encoded` under `token` as the key's completion (see the module
+/// docs).
 pub(super) async fn keep_answer<K: IdempotencyBackend>(
     shared: &Shared<K>,
     kept: Kept,
     token: &LeaseToken,
-    kind: Kind,
     encoded: Vec<u8>,
 ) -> Answer {
     let mut pauses = QUICK_RETRIES.iter();
     loop {
-        match write(&*shared.backend, token, kind, &encoded).await {
+        match shared.backend.complete(token, &encoded).await {
             Ok(()) => return Answer::Stored,
-            Err(Error::ResponseTooLarge { .. }) if kind == Kind::Complete => return Answer::TooLarge(kept),
+            Err(Error::ResponseTooLarge { .. }) => return Answer::TooLarge(kept),
             Err(error) if !worth_retrying(&error) => {
                 tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
                 return Answer::NotStored;
@@ -78,8 +69,7 @@ pub(super) async fn keep_answer<K: IdempotencyBackend>(
     let (backend, token, lease) = (Arc::clone(&shared.backend), token.clone(), shared.config.lease);
     // On the keeper's runtime: the service's runtime may be shutting down
     // once the answer is out.
-    let _runs_on =
-        shared.keeper.spawn(async move { write_later(&*backend, kept, &token, kind, &encoded, lease).await });
+    let _runs_on = shared.keeper.spawn(async move { write_later(&*backend, kept, &token, &encoded, lease).await });
     tracing::error!("the handler's answer is not stored yet; trying again while its lease is held");
     Answer::NotStored
 }
@@ -91,7 +81,6 @@ async fn write_later<K: IdempotencyBackend>(
     backend: &K,
     kept: Kept,
     token: &LeaseToken,
-    kind: Kind,
     encoded: &[u8],
     lease: Duration,
 ) {
@@ -99,7 +88,7 @@ async fn write_later<K: IdempotencyBackend>(
     let mut pause = LATER_FIRST;
     while kept.held() && Instant::now() < give_up {
         tokio::time::sleep(pause).await;
-        match write(backend, token, kind, encoded).await {
+        match backend.complete(token, encoded).await {
             Ok(()) => {
                 tracing::info!("the handler's answer is stored after all; retries replay it");
                 return;
@@ -112,18 +101,6 @@ async fn write_later<K: IdempotencyBackend>(
         }
     }
     tracing::error!("the handler's answer was never stored; once its lease ends the next attempt runs recovered");
-}
-
-async fn write<K: IdempotencyBackend>(
-    backend: &K,
-    token: &LeaseToken,
-    kind: Kind,
-    encoded: &[u8],
-) -> Result<(), Error> {
-    match kind {
-        Kind::Complete => backend.complete(token, encoded).await,
-        Kind::Fail => backend.fail(token, encoded).await,
-    }
 }
 
 /// Whether a failed write may succeed when tried again: not when the lease

@@ -34,16 +34,22 @@
 //! [`Attempt::recovered`] set and, in [`Checkpoints::last`], the last
 //! checkpoint the earlier run stored, to resume after that step instead
 //! of running it again. Only the handler's word — the [`NotSpent`]
-//! response extension — frees the key for a retry (and routing or
-//! validation statuses, see [`FailurePolicy`]). A response too large to
-//! keep, whichever part of it is too large, is answered, and kept, as a 500
-//! problem. An answer the store fails to keep is tried again while the
-//! lease is held; the key stays in progress meanwhile:
+//! response extension — frees the key for a retry (and validation
+//! statuses, see [`FailurePolicy`]). A 404 or 405 is kept like any answer
+//! (a handler that did its work may answer 404); the router's own, given
+//! when no handler ran, free the key when its fallbacks mark them
+//! [`NotSpent`] (axum's `fallback` and `method_not_allowed_fallback`). A
+//! response too large to keep, whichever part of it is too large, goes to
+//! its caller whole and is kept without its body (its status and headers;
+//! its status alone when the headers are too large already), replayed
+//! with `Idempotency-Replay: omitted`. An answer the store fails to keep
+//! is tried again while the lease is held; the key stays in progress
+//! meanwhile:
 //!
 //! | the answer's write | the client's answer |
 //! |---|---|
 //! | stored | the handler's answer |
-//! | refused for its size | a 500 `response-too-large` problem, stored instead |
+//! | refused for its size | the handler's answer, whole; what is stored is it without its body |
 //! | the lease was lost (taken over, removed) | the handler's answer with `Idempotency-Stored: false` |
 //! | failed (I/O, a full disk, the network, a closed store) | the handler's answer, after a few quick tries (with `Idempotency-Stored: false` if they all failed); then tried in the background while the lease is held, for at most one lease; if it never succeeds, the lease lapses and the next attempt runs with [`Attempt::recovered`] |
 //!
@@ -59,7 +65,8 @@
 //! ([`NotSpent`] or the failure policy freed the key), `executed_not_stored`
 //! (kept failed: `Idempotency-Stored: false`), `replay`, `in_progress`,
 //! `mismatch`, `quota_exceeded`, `refused` (key, scope or body unusable), `store_unavailable`,
-//! `handler_failed`, `response_too_large`, `unkeyed` (no key, not
+//! `handler_failed`, `response_too_large` (the handler's answer, kept
+//! without its body), `unkeyed` (no key, not
 //! required: passed through), `resource_locked`, `precondition_failed` and
 //! `accepted` (a 202 of a long operation).
 //!
@@ -84,6 +91,7 @@
 //! # Ok(()) }
 //! ```
 
+mod body;
 mod checkpoints;
 mod config;
 mod detached;
@@ -98,6 +106,7 @@ mod response;
 mod webhook;
 
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+pub use body::{Buffered, LayerBody};
 pub use checkpoints::Checkpoints;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
 pub use resource::{IfMatch, ResourceHold};
@@ -106,19 +115,15 @@ pub use resource::{IfMatch, ResourceHold};
 pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
 
 use crate::keeper::Keeper;
+use body::buffered;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
-/// The body of the layer's responses: the handler's own, streamed, when
-/// the layer passes it through; a buffered one when it was kept, replayed
-/// or refused.
-pub type LayerBody<R> = Either<R, Full<Bytes>>;
 
 /// The `tower::Layer`.
 pub struct IdempotencyLayer<K> {
@@ -225,7 +230,7 @@ impl<S, K> IdempotencyService<S, K> {
         Box::pin(async move {
             let tag = match resource::tag_read(&backend, &scope, &resource, &parts).await {
                 Ok(tag) => tag,
-                Err(answer) => return Ok(answer.map(Either::Right)),
+                Err(answer) => return Ok(answer.map(buffered)),
             };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut parts, body) = response.into_parts();
@@ -267,7 +272,7 @@ where
             let (parts, _) = request.into_parts();
             return Box::pin(async move {
                 let response = operations::status(&*backend, &config, &operations, &parts, key).await;
-                Ok(response.map(Either::Right))
+                Ok(response.map(buffered))
             });
         }
         let guarded = self.config.methods.contains(request.method());

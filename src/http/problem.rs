@@ -22,7 +22,6 @@ pub(super) enum Problem {
     KeyReused,
     StoreUnavailable,
     HandlerFailed,
-    ResponseTooLarge,
     ResponseUnreadable,
     StoredUnreadable,
 }
@@ -44,9 +43,6 @@ impl Problem {
                 (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "idempotency store unavailable")
             }
             Problem::HandlerFailed => (StatusCode::INTERNAL_SERVER_ERROR, "handler-failed", "request failed"),
-            Problem::ResponseTooLarge => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "response-too-large", "response too large to keep")
-            }
             Problem::ResponseUnreadable => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "response-unreadable", "response body failed")
             }
@@ -75,9 +71,6 @@ impl Problem {
                 "The request failed while it ran. Its key stays in progress until its lease ends; a retry then \
                  runs as a recovered attempt."
             }
-            Problem::ResponseTooLarge => {
-                "The request ran, but its response is larger than the store keeps. This answer is kept instead."
-            }
             Problem::ResponseUnreadable => {
                 "The request ran, but its response body failed. Its key stays in progress until its lease ends."
             }
@@ -98,7 +91,8 @@ impl Problem {
     }
 
     /// The `application/problem+json` body.
-    pub(super) fn body(self) -> String {
+    #[cfg(test)]
+    fn body(self) -> String {
         let (status, slug, title) = self.parts();
         body(status, slug, title, self.detail())
     }
@@ -198,7 +192,6 @@ mod tests {
             Problem::KeyReused,
             Problem::StoreUnavailable,
             Problem::HandlerFailed,
-            Problem::ResponseTooLarge,
             Problem::ResponseUnreadable,
             Problem::StoredUnreadable,
         ];

@@ -24,6 +24,7 @@
 //! redelivery after the lease runs it again with
 //! [`WebhookAttempt::recovered`] set.
 
+use super::body::buffered;
 use super::problem::{self, in_progress, store_unavailable, Problem};
 use super::{BoxError, LayerBody};
 use crate::backend::IdempotencyBackend;
@@ -197,11 +198,11 @@ where
                 Limited::new(body, shared.body_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
             else {
                 refused("body_too_large");
-                return Ok(Problem::BodyTooLarge.response().map(Either::Right));
+                return Ok(Problem::BodyTooLarge.response().map(buffered));
             };
             let verified = match shared.verifier.verify(&parts.headers, &body, SystemTime::now()) {
                 Ok(verified) => verified,
-                Err(error) => return Ok(refusal(&error).map(Either::Right)),
+                Err(error) => return Ok(refusal(&error).map(buffered)),
             };
             let id = verified.id;
             // On a task of its own: a sender that hangs up does not stop
@@ -233,7 +234,7 @@ where
             let Ok((delivery, answer)) = run.await else {
                 // The handler panicked: its id stays in progress until
                 // its lease ends; a redelivery then runs it as recovered.
-                return Ok(Problem::HandlerFailed.response().map(Either::Right));
+                return Ok(Problem::HandlerFailed.response().map(buffered));
             };
             Ok(match (delivery, answer) {
                 (Ok(Delivery::Processed | Delivery::Failed { .. } | Delivery::NotProcessed), Some(answer)) => {
@@ -243,22 +244,22 @@ where
                     outcome(StatusCode::ACCEPTED, "dead-lettered", false)
                 }
                 (Ok(Delivery::Duplicate), _) => outcome(StatusCode::OK, "duplicate", true),
-                (Ok(Delivery::InProgress { retry_after }), _) => in_progress(retry_after).map(Either::Right),
-                (Ok(Delivery::Mismatch), _) => id_reused().map(Either::Right),
+                (Ok(Delivery::InProgress { retry_after }), _) => in_progress(retry_after).map(buffered),
+                (Ok(Delivery::Mismatch), _) => id_reused().map(buffered),
                 // The handler ran and answered, but its outcome was not
                 // stored: the id stays in progress until its lease ends.
                 (Err(_), Some(Ok(answer))) => answer.map(Either::Left),
                 (Err(_), Some(Err(error))) => return Err(error),
                 (Err(crate::Error::KeyTooLong { .. } | crate::Error::KeyEmpty), None) => {
                     refused("id_too_long");
-                    id_too_long().map(Either::Right)
+                    id_too_long().map(buffered)
                 }
                 #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
                 (Err(error), None) => {
                     event!(warn, %error, "webhook: the store did not answer; nothing ran");
-                    store_unavailable().map(Either::Right)
+                    store_unavailable().map(buffered)
                 }
-                (Ok(_), None) => Problem::HandlerFailed.response().map(Either::Right),
+                (Ok(_), None) => Problem::HandlerFailed.response().map(buffered),
             })
         })
     }
@@ -333,7 +334,7 @@ fn id_reused() -> Response<Full<Bytes>> {
 
 /// 200 or 202 with `{"webhook":"<what>"}`: the handler did not run.
 fn outcome<R>(status: StatusCode, what: &str, replayed: bool) -> Response<LayerBody<R>> {
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from(format!(r#"{{"webhook":"{what}"}}"#)))));
+    let mut response = Response::new(buffered(Full::new(Bytes::from(format!(r#"{{"webhook":"{what}"}}"#)))));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if replayed {

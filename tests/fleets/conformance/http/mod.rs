@@ -2,12 +2,14 @@
 //! 127.0.0.1 behind `IdempotencyLayer` over the backend, driven by a real
 //! HTTP client — double and concurrent sends, refused keys, a restart, a
 //! released 5xx, a dropped request, a client that hangs up, a panicking
-//! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept,
-//! quotas, replayed headers, the response budget, streamed pass-through,
-//! tenant scopes and 500 waiters; the draft's public conformance vectors;
-//! conditional writes (every method of a versioned resource checked, 304
-//! on reads), one request at a time per resource, long operations and
-//! signed webhooks.
+//! handler, `NotSpent`, key parsing, lease keep-alives, what is not kept
+//! (and a handler's own 404, which is), quotas, replayed headers, the
+//! response budget (an answer over it reaches its caller whole and is
+//! kept without its body), streamed pass-through, tenant scopes (and
+//! tenants named like idemkv's own records) and 500 waiters; the draft's
+//! public conformance vectors; conditional writes (every method of a
+//! versioned resource checked, 304 on reads), one request at a time per
+//! resource, long operations and signed webhooks.
 //!
 //! They live with the tests rather than in `idemkv::conformance`: they
 //! need a server and a client (axum, hyper, reqwest), which the library
@@ -118,20 +120,8 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
         client_disconnect::a_client_that_hangs_up_gets_the_answer_on_retry(b, &on("hangs_up")),
     )
     .await;
-    scenario("handler_panic", handler_panic::a_panicked_run_holds_its_key_then_runs_recovered(b, &on("panic"))).await;
-    scenario("not_spent", handler_panic::a_not_spent_answer_frees_the_key(b, &on("not_spent"))).await;
-    scenario("two_key_fields", key_parsing::two_key_fields_are_refused(b, &on("two_fields"))).await;
-    scenario("sf_string", key_parsing::an_sf_string_with_an_escape_is_one_key(b, &on("sf_string"))).await;
-    scenario("key_parameters", key_parsing::parameters_on_the_key_are_refused(b, &on("parameters"))).await;
-    scenario("not_kept_routing", not_kept::a_mistyped_path_or_method_does_not_spend_the_key(b, &on("routing"))).await;
-    scenario("not_kept_validation", not_kept::validation_failures_are_not_kept_by_default(b, &on("validation"))).await;
-    scenario("kept_validation", not_kept::validation_failures_are_kept_on_request(b, &on("kept"))).await;
-    scenario("replay_headers", replay_headers::a_replay_carries_the_stored_headers(b, &on("headers"))).await;
-    scenario("waited_replay", replay_headers::a_waited_replay_says_its_preference_was_applied(b, &on("wait"))).await;
-    scenario("over_budget", response_budget::a_response_over_the_budget_is_replayed_as_a_500(b, &on("over"))).await;
-    scenario("edge_of_budget", response_budget::responses_at_the_edge_of_the_budget_run_once(b, &on("edge"))).await;
-    scenario("headers_over_budget", response_budget::headers_alone_over_the_budget_are_kept_as_a_500(b, &on("heads")))
-        .await;
+    failures_and_keys(b, &run).await;
+    what_is_kept(b, &run).await;
     scenario("streamed_get", streaming_passthrough::a_streamed_get_is_not_buffered(b)).await;
     scenario("tenant_scopes", tenant_scopes::two_tenants_with_the_same_key_each_get_their_own_run(b, &on("tenants")))
         .await;
@@ -181,6 +171,37 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(
         eprintln!("conformance (http): skipped `{name}`: the backend offers no {needs}");
     }
     skipped
+}
+
+/// The scenarios of a handler that fails or says `NotSpent`, and of key
+/// parsing.
+async fn failures_and_keys<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
+    let on = |name: &str| run.of(name);
+    scenario("handler_panic", handler_panic::a_panicked_run_holds_its_key_then_runs_recovered(b, &on("panic"))).await;
+    scenario("not_spent", handler_panic::a_not_spent_answer_frees_the_key(b, &on("not_spent"))).await;
+    scenario("two_key_fields", key_parsing::two_key_fields_are_refused(b, &on("two_fields"))).await;
+    scenario("sf_string", key_parsing::an_sf_string_with_an_escape_is_one_key(b, &on("sf_string"))).await;
+    scenario("key_parameters", key_parsing::parameters_on_the_key_are_refused(b, &on("parameters"))).await;
+}
+
+/// The scenarios of what is kept and replayed: routing and validation
+/// failures, a handler's own 404, replayed headers, the response budget.
+async fn what_is_kept<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
+    let on = |name: &str| run.of(name);
+    scenario("not_kept_routing", not_kept::a_mistyped_path_or_method_does_not_spend_the_key(b, &on("routing"))).await;
+    scenario("kept_handler_404", not_kept::a_handlers_own_404_is_kept_and_runs_once(b, &on("handler_404"))).await;
+    scenario("not_kept_validation", not_kept::validation_failures_are_not_kept_by_default(b, &on("validation"))).await;
+    scenario("kept_validation", not_kept::validation_failures_are_kept_on_request(b, &on("kept"))).await;
+    scenario("replay_headers", replay_headers::a_replay_carries_the_stored_headers(b, &on("headers"))).await;
+    scenario("waited_replay", replay_headers::a_waited_replay_says_its_preference_was_applied(b, &on("wait"))).await;
+    scenario(
+        "over_budget",
+        response_budget::a_response_over_the_budget_reaches_its_caller_and_is_kept_without_its_body(b, &on("over")),
+    )
+    .await;
+    scenario("edge_of_budget", response_budget::responses_at_the_edge_of_the_budget_run_once(b, &on("edge"))).await;
+    scenario("headers_over_budget", response_budget::headers_alone_over_the_budget_keep_the_status(b, &on("heads")))
+        .await;
 }
 
 /// The scenarios of the layer's conditional writes, resource holds, long

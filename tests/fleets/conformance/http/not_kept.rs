@@ -1,16 +1,20 @@
-//! Guards what is not kept: a routing 404 or 405 and, by default, a
-//! handler's 400 or 422 free the key (the corrected request or the retry
-//! runs); with `keep_validation_failures(true)` the 400 and 422 are kept
-//! and replayed.
+//! Guards what is not kept: by default a handler's 400 or 422 frees the
+//! key (the corrected request or the retry runs), and with
+//! `keep_validation_failures(true)` they are kept and replayed. A
+//! handler's own 404 is kept like any answer — a `POST
+//! /orders/{id}/cancel` that did its work and answered 404 runs once for
+//! three tries — while the router's own 404 and 405, marked `NotSpent` by
+//! its fallbacks, free the key for the corrected request.
 
 use super::{key, Served};
 use crate::common::http::{client, post as post_to, send, Counter};
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::post;
-use axum::Router;
+use axum::{Extension, Router};
 use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
+use idemkv::http::{LayerConfig, NotSpent};
 use idemkv::IdempotencyBackend;
 
 /// `bad` is a 400, `unprocessable` a 422, anything else a 201.
@@ -29,12 +33,33 @@ async fn server<B: IdempotencyBackend + Clone>(backend: &B, runs: &Counter, laye
     Served::start(backend, layer, routes).await
 }
 
+/// The router's own answers when no handler runs, marked: nothing happened.
+async fn no_route() -> impl IntoResponse {
+    (StatusCode::NOT_FOUND, Extension(NotSpent))
+}
+
+async fn no_method() -> impl IntoResponse {
+    (StatusCode::METHOD_NOT_ALLOWED, Extension(NotSpent))
+}
+
+/// Cancels an order that was already gone: the work is done (a refund
+/// issued, say), and the answer is 404.
+async fn cancel(State(runs): State<Counter>) -> (StatusCode, String) {
+    let run = runs.bump();
+    (StatusCode::NOT_FOUND, format!("no open order; refund {run} issued"))
+}
+
 pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBackend + Clone>(
     backend: &B,
     setting: &Setting,
 ) {
     let runs = Counter::default();
-    let server = server(backend, &runs, LayerConfig::global()).await;
+    let routes = Router::new()
+        .route("/payments", post(validate))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .with_state(runs.clone());
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
     let client = client();
     let (order_404, order_405) = (key(setting, "order-404"), key(setting, "order-405"));
 
@@ -49,6 +74,43 @@ pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBack
     let corrected = send(post_to(&client, &server.url("/payments"), &order_405, "amount=1")).await;
     assert_eq!((corrected.status, corrected.replayed()), (201, false), "the 405 was kept: {corrected:?}");
     assert_eq!(runs.get(), 2, "only the corrected requests reached the handler");
+}
+
+pub async fn a_handlers_own_404_is_kept_and_runs_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let runs = Counter::default();
+    let routes = Router::new()
+        .route("/orders/{id}/cancel", post(cancel))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .with_state(runs.clone());
+    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let client = client();
+    let url = server.url("/orders/o-1/cancel");
+    let cancel = key(setting, "cancel-o-1");
+
+    let first = send(post_to(&client, &url, &cancel, "")).await;
+    assert_eq!((first.status, first.replayed(), first.body.as_str()), (404, false, "no open order; refund 1 issued"));
+    for attempt in 2..=3 {
+        let retry = send(post_to(&client, &url, &cancel, "")).await;
+        assert_eq!((retry.status, retry.replayed(), &retry.body), (404, true, &first.body), "try {attempt}: {retry:?}");
+    }
+    assert_eq!(runs.get(), 1, "the handler's 404 is its answer: one refund for three tries");
+    // Without the router's word, its own 404 is kept too: never a second
+    // run on a guess.
+    let unmarked = Served::start(
+        backend,
+        LayerConfig::global(),
+        Router::new().route("/orders/{id}/cancel", post(cancel)).with_state(runs.clone()),
+    )
+    .await;
+    let typo = key(setting, "cancel-typo");
+    let missed = send(post_to(&client, &unmarked.url("/order/o-2/cancel"), &typo, "")).await;
+    assert_eq!(missed.status, 404, "{missed:?}");
+    let again = send(post_to(&client, &unmarked.url("/order/o-2/cancel"), &typo, "")).await;
+    assert_eq!((again.status, again.replayed()), (404, true), "{again:?}");
+    assert_eq!(runs.get(), 1);
+    unmarked.stop().await;
+    server.stop().await;
 }
 
 pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend + Clone>(

@@ -1,11 +1,15 @@
-//! Guards the response budget (the backend's limit on a stored
-//! response): an answer too large to keep runs once and is answered, and
-//! kept, as a 500 `response-too-large` that the retry gets replayed; an
-//! answer at the edge of the budget is either kept or that 500, and either
-//! way it is never run twice.
+//! Guards the response budget (the backend's limit on a stored response):
+//! the handler's answer reaches its caller whatever its size. An answer
+//! too large to keep runs once and goes out whole — body streamed or not —
+//! and what is kept for the retries is the truth without the body: its
+//! status and headers, replayed with `Idempotency-Replay: omitted` and an
+//! empty body (its status alone when the headers are too large already).
+//! An answer at the edge of the budget is kept whole or without its body,
+//! and either way never runs twice.
 
 use super::{key, Served};
 use crate::common::http::{client, post as post_to, send, Counter, Reply};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -17,9 +21,9 @@ use idemkv::http::LayerConfig;
 use idemkv::IdempotencyBackend;
 
 /// What the stored form of the handler's answer takes besides its body:
-/// status and header count (4), and `content-type: application/octet-stream`
-/// (6 + 12 + 24).
-const HEAD: usize = 4 + 6 + "content-type".len() + "application/octet-stream".len();
+/// the format's prefix (4), status and header count (4), and
+/// `content-type: application/octet-stream` (6 + 12 + 24).
+const HEAD: usize = 8 + 6 + "content-type".len() + "application/octet-stream".len();
 
 /// Answers 201 with as many bytes as the request body says.
 async fn blob(State(runs): State<Counter>, body: String) -> impl IntoResponse {
@@ -28,36 +32,71 @@ async fn blob(State(runs): State<Counter>, body: String) -> impl IntoResponse {
     (StatusCode::CREATED, [(CONTENT_TYPE, "application/octet-stream")], vec![b'x'; len])
 }
 
+/// Answers 201 with as many bytes as the request body says, streamed in
+/// chunks of 1000 bytes, its length unknown until it ends.
+async fn streamed(State(runs): State<Counter>, body: String) -> impl IntoResponse {
+    runs.bump();
+    let len: usize = body.parse().expect("a length");
+    let chunks: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+        (0..len).step_by(1000).map(|at| Ok(vec![b'y'; (len - at).min(1000)])).collect();
+    let body = Body::from_stream(futures_util::stream::iter(chunks));
+    (StatusCode::CREATED, [(CONTENT_TYPE, "application/octet-stream")], body)
+}
+
 /// The response budget: the backend's limit on a stored response.
 fn budget<B: IdempotencyBackend>(backend: &B) -> usize {
     backend.limits().response_bytes_max
 }
 
 async fn server<B: IdempotencyBackend + Clone>(backend: &B, runs: &Counter) -> Served {
-    let routes = Router::new().route("/blobs", post(blob)).with_state(runs.clone());
+    let routes = Router::new().route("/blobs", post(blob)).route("/streams", post(streamed)).with_state(runs.clone());
     Served::start(backend, LayerConfig::global(), routes).await
 }
 
-pub async fn a_response_over_the_budget_is_replayed_as_a_500<B: IdempotencyBackend + Clone>(
+/// The handler's answer, whole, told the first caller.
+fn assert_whole(first: &Reply, byte: u8, len: usize, what: &str) {
+    assert_eq!((first.status, first.replayed()), (201, false), "{what}: {:?}", summary(first));
+    assert_eq!(first.header("idempotency-stored"), None, "{what}: kept, without its body");
+    assert_eq!(first.header("content-type"), Some("application/octet-stream"), "{what}");
+    assert!(first.body.len() == len && first.body.bytes().all(|got| got == byte), "{what}: {:?}", summary(first));
+}
+
+/// A retry of an answer kept without its body: its status and headers,
+/// marked omitted, and no body.
+fn assert_omitted(retry: &Reply, what: &str) {
+    assert_eq!(
+        (retry.status, retry.header("idempotency-replay"), retry.body.as_str()),
+        (201, Some("omitted"), ""),
+        "{what}: {:?}",
+        summary(retry)
+    );
+}
+
+pub async fn a_response_over_the_budget_reaches_its_caller_and_is_kept_without_its_body<
+    B: IdempotencyBackend + Clone,
+>(
     backend: &B,
     setting: &Setting,
 ) {
     let runs = Counter::default();
     let server = server(backend, &runs).await;
     let client = client();
-    let url = server.url("/blobs");
-    let len = (budget(backend) + 36 * 1024).to_string();
-    let blob = key(setting, "blob-large");
-
-    let first = send(post_to(&client, &url, &blob, &len)).await;
-    assert!(first.is_problem(500, "response-too-large"), "{:?}", (first.status, &first.headers));
-    assert!(!first.replayed());
-    assert_eq!(first.header("idempotency-stored"), None, "the 500 was not kept: {first:?}");
-    let retry = send(post_to(&client, &url, &blob, &len)).await;
-    assert!(retry.is_problem(500, "response-too-large"), "{:?}", (retry.status, &retry.headers));
-    assert!(retry.replayed(), "{retry:?}");
-    assert_eq!(retry.body, first.body);
-    assert_eq!(runs.get(), 1, "the handler ran once");
+    let over = budget(backend) - HEAD + 1;
+    for (path, byte, len) in [("/blobs", b'x', over), ("/blobs", b'x', over + 36 * 1024), ("/streams", b'y', over * 3)]
+    {
+        let (url, what) = (server.url(path), format!("{path}, body of {len}"));
+        let key = key(setting, &format!("large-{path}-{len}"));
+        let before = runs.get();
+        let first = send(post_to(&client, &url, &key, &len.to_string())).await;
+        assert_whole(&first, byte, len, &what);
+        for _ in 0..2 {
+            let retry = send(post_to(&client, &url, &key, &len.to_string())).await;
+            assert_omitted(&retry, &what);
+            assert_eq!(retry.header("content-type"), Some("application/octet-stream"), "{what}: the headers kept");
+        }
+        assert_eq!(runs.get(), before + 1, "{what}: the handler ran once");
+    }
+    server.stop().await;
 }
 
 pub async fn responses_at_the_edge_of_the_budget_run_once<B: IdempotencyBackend + Clone>(
@@ -72,31 +111,27 @@ pub async fn responses_at_the_edge_of_the_budget_run_once<B: IdempotencyBackend 
     // Exactly the budget, one byte over it, and a little under it.
     for (case, len) in [budget - HEAD, budget - HEAD + 1, budget - HEAD - 1, budget - HEAD - 40].into_iter().enumerate()
     {
-        let key = key(setting, &format!("blob-edge-{case}"));
+        let (key, what) = (key(setting, &format!("blob-edge-{case}")), format!("body of {len}"));
         let before = runs.get();
         let first = send(post_to(&client, &url, &key, &len.to_string())).await;
-        let kept = first.status == 201;
-        if kept {
-            assert_eq!(first.body.len(), len, "body of {len}");
-            assert_eq!(first.header("idempotency-stored"), None, "body of {len}: 201 sent but not kept");
-        } else {
-            assert!(first.is_problem(500, "response-too-large"), "body of {len}: {:?}", summary(&first));
-        }
+        assert_whole(&first, b'x', len, &what);
         let retry = send(post_to(&client, &url, &key, &len.to_string())).await;
-        assert_eq!(
-            (retry.status, retry.replayed(), retry.body == first.body),
-            (first.status, true, true),
-            "body of {len}: first {:?}, retry {:?}",
-            summary(&first),
-            summary(&retry)
-        );
-        assert_eq!(runs.get(), before + 1, "body of {len}: the handler ran twice");
-        println!("body of {len} bytes (stored form {} of {budget}): kept {kept}", len + HEAD);
+        let kept = retry.header("idempotency-replay") == Some("true");
+        if kept {
+            assert_eq!((retry.status, &retry.body), (201, &first.body), "{what}: {:?}", summary(&retry));
+        } else {
+            assert_omitted(&retry, &what);
+        }
+        assert!(kept || len > budget - HEAD - 40, "{what}: well within the budget, kept whole");
+        assert!(!kept || len <= budget - HEAD, "{what}: over the budget, kept whole");
+        assert_eq!(runs.get(), before + 1, "{what}: the handler ran twice");
+        println!("body of {len} bytes (stored form {} of {budget}): kept whole {kept}", len + HEAD);
     }
+    server.stop().await;
 }
 
 fn summary(reply: &Reply) -> (u16, Option<&str>, Option<&str>, usize) {
-    (reply.status, reply.problem_type(), reply.header("idempotency-stored"), reply.body.len())
+    (reply.status, reply.header("idempotency-replay"), reply.header("idempotency-stored"), reply.body.len())
 }
 
 /// Answers 201 with an empty body and one header as long as the request
@@ -104,14 +139,15 @@ fn summary(reply: &Reply) -> (u16, Option<&str>, Option<&str>, usize) {
 async fn headers(State(runs): State<Counter>, body: String) -> impl IntoResponse {
     runs.bump();
     let len: usize = body.parse().expect("a length");
-    (StatusCode::CREATED, [("x-policy", "p".repeat(len))], "")
+    (StatusCode::CREATED, [("x-policy", "p".repeat(len))], "created")
 }
 
 /// Headers alone over the budget once saturated the body's budget to 0 and
 /// skipped the too-large path: the store refused the answer, the client got
 /// `Idempotency-Stored: false` and every retry after the lease ran the
-/// handler again. They take the too-large path like a long body does.
-pub async fn headers_alone_over_the_budget_are_kept_as_a_500<B: IdempotencyBackend + Clone>(
+/// handler again. The caller gets them whole; what is kept is the status
+/// alone, marked omitted, and no retry runs again, even past the lease.
+pub async fn headers_alone_over_the_budget_keep_the_status<B: IdempotencyBackend + Clone>(
     backend: &B,
     setting: &Setting,
 ) {
@@ -123,16 +159,19 @@ pub async fn headers_alone_over_the_budget_are_kept_as_a_500<B: IdempotencyBacke
     let client = client();
     let url = server.url("/policies");
     let over = budget(backend) + 904;
-    for (name, len) in [("headers-over", over), ("headers-far-over", 1_100_000)] {
+    for (name, len) in [("headers-over", over), ("headers-far-over", 200_000)] {
         let key = &key(setting, name);
         let before = runs.get();
         let first = send(post_to(&client, &url, key, &len.to_string())).await;
-        assert!(first.is_problem(500, "response-too-large"), "{len}: {:?}", summary(&first));
-        assert_eq!(first.header("idempotency-stored"), None, "{len}: the 500 was not kept");
+        assert_eq!((first.status, first.body.as_str()), (201, "created"), "{len}: {:?}", summary(&first));
+        assert_eq!(first.header("x-policy").map(str::len), Some(len), "{len}: the header reached the caller");
+        assert_eq!(first.header("idempotency-stored"), None, "{len}: its status was kept");
         // Past the lease: an answer left unstored would run again now.
         setting.pass(lease + lease / 2).await;
         let retry = send(post_to(&client, &url, key, &len.to_string())).await;
-        assert!(retry.is_problem(500, "response-too-large") && retry.replayed(), "{len}: {:?}", summary(&retry));
+        assert_omitted(&retry, &format!("headers of {len}"));
+        assert_eq!(retry.header("x-policy"), None, "{len}: the headers were not kept");
         assert_eq!(runs.get(), before + 1, "{len}: the handler ran twice");
     }
+    server.stop().await;
 }
