@@ -218,7 +218,7 @@ mod tests {
             (Problem::BodyTooLarge, "payload-too-large"),
             (Problem::StoreUnavailable, "store-unavailable"),
             (Problem::KeyRepeated, "key-repeated"),
-            (Problem::ResponseTooLarge, "response-too-large"),
+            (Problem::HandlerFailed, "handler-failed"),
         ];
         for (problem, code) in codes {
             assert!(problem.body().contains(&format!(r#""code":"{code}","#)), "{}", problem.body());
