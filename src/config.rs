@@ -64,7 +64,7 @@ pub enum Durability {
 /// | Setting | Embedded store | Redis, PostgreSQL |
 /// |---|---|---|
 /// | `default_lease`, `default_ttl`, `duration_max` | honoured | honoured, on the server's clock |
-/// | `key_bytes_max`, `scope_bytes_max` | honoured | honoured, checked before a call is sent; on PostgreSQL the two together at most 2,685 (the largest primary-key entry), else [`Error::InvalidConfig`] |
+/// | `key_bytes_max`, `scope_bytes_max` | honoured | honoured, checked before a call is sent; on PostgreSQL the two together at most 2,683 (the largest primary-key entry, less the two bytes a keyspace may take), else [`Error::InvalidConfig`] |
 /// | `response_bytes_max` | honoured | honoured, checked before a call is sent; not checked at connect against the server's own ceiling (Redis `proto-max-bulk-len`, 512 MB by default; PostgreSQL 1 GB a value), over which the server refuses the call |
 /// | `shards`, `segment_bytes` | honoured | refused: the server lays out its own data |
 /// | `durability` | honoured | refused: an answer is as durable as the server makes it (Redis `appendfsync`, PostgreSQL `synchronous_commit`) |

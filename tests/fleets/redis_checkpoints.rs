@@ -46,7 +46,7 @@ async fn a_recovery_point_survives_a_kill() {
 /// Drops field 13 (the checkpoint) of every record, keeping its
 /// expiry: the records as an earlier version wrote them.
 const WITHOUT_FIELD_13: &str = r"
-for _, name in ipairs(redis.call('KEYS', 'idemkv:*')) do
+for _, name in ipairs(redis.call('KEYS', 'idemkv:{*}:r')) do
   local r = cmsgpack.unpack(redis.call('GET', name))
   r[13] = nil
   redis.call('SET', name, cmsgpack.pack(r), 'PX', redis.call('PTTL', name))

@@ -140,7 +140,7 @@ pub use {deadpool_postgres, tokio_postgres};
 /// table's primary key, and a B-tree entry of 8 KiB pages holds at most
 /// 2,704 bytes: 8 of entry header, 4 of length before each of the two
 /// (over 126 bytes) and up to 3 of padding between them leave 2,685 for
-/// the two, however incompressible.
+/// the two, however incompressible, of which a keyspace takes up to 2.
 const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 - keyspace::OVERHEAD };
 /// How long a call waits for a connection and its answer before it is
 /// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
