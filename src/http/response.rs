@@ -30,6 +30,9 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
 
+/// The header that marks a replay of an answer kept without its body.
+const OMITTED_HEADER: HeaderName = HeaderName::from_static("idempotency-replay");
+
 /// The first bytes of every stored answer of version 1.
 const MAGIC: [u8; 2] = [0xFF, b'H'];
 /// The format version this layer writes.
@@ -202,8 +205,16 @@ pub(super) fn decode_response(stored: &[u8]) -> Result<Stored, Undecodable> {
 pub(super) fn replay(stored: &[u8], replay_header: &HeaderName) -> Response<Full<Bytes>> {
     match decode_response(stored) {
         Ok(Stored { mut response, omitted }) => {
-            let value = HeaderValue::from_static(if omitted { "omitted" } else { "true" });
-            response.headers_mut().insert(replay_header.clone(), value);
+            let headers = response.headers_mut();
+            // An answer kept without its body says so in
+            // `Idempotency-Replay: omitted`, whatever the replay header is
+            // called; a replay header of another name says `true` beside it.
+            if !omitted || replay_header != OMITTED_HEADER {
+                headers.insert(replay_header.clone(), HeaderValue::from_static("true"));
+            }
+            if omitted {
+                headers.insert(OMITTED_HEADER, HeaderValue::from_static("omitted"));
+            }
             response
         }
         Err(error) => {
