@@ -34,6 +34,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// A record's keyspace, scope and key.
+pub(crate) type Name = (Keyspace, Vec<u8>, Vec<u8>);
+
 /// Whose records a `(scope, key)` addresses (see the [module
 /// docs](crate::keyspace)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -23,7 +23,7 @@ use crate::keyspace::Keyspace;
 /// how many moved.
 pub(crate) fn keyspaces(engine: &Engine) -> Result<u64> {
     let mut moved = 0;
-    for shard in engine.shards.iter() {
+    for shard in &*engine.shards {
         for (scope, key) in shard.legacy_keys()? {
             let (keyspace, rest) = Keyspace::from_legacy_scope(&scope);
             let old = engine.key_ref(Keyspace::Caller, &scope, &key)?;

@@ -110,16 +110,19 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
         "store opened"
     );
     let opened = Opened { read_only: false, torn_tail_bytes, quota };
-    let engine = engine(dir, config, hasher, shards, Some(lock_file), opened);
+    migrated(engine(dir, config, hasher, shards, Some(lock_file), opened), manifest)
+}
+
+/// `engine`, its store brought to [`FormatVersion::CURRENT`] if `manifest`
+/// is of an earlier format (see [`migrate`]): its records moved, every
+/// shard made durable, then the manifest of the new format written.
+fn migrated(engine: Engine, manifest: Manifest) -> Result<Engine> {
     if manifest.version < FormatVersion::CURRENT {
         migrate_format(&engine, manifest)?;
     }
     Ok(engine)
 }
 
-/// Brings a store of an earlier format to [`FormatVersion::CURRENT`]
-/// (see [`migrate`]): its records moved, every shard made durable, then
-/// the manifest of the new format written.
 fn migrate_format(engine: &Engine, manifest: Manifest) -> Result<()> {
     #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
     let moved = migrate::keyspaces(engine)?;

@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 const LSN_AT: u64 = 16;
 
 /// A record that repair cannot keep: its frame is unreadable (or gone).
-/// A record's keyspace, scope and key.
-pub(crate) type Name = (Keyspace, Vec<u8>, Vec<u8>);
+pub(crate) use crate::keyspace::Name;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Lost {

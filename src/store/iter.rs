@@ -4,7 +4,7 @@
 use crate::engine::index::KeyHasher;
 use crate::engine::shard::{KeyRef, Shard};
 use crate::error::Result;
-use crate::keyspace::Keyspace;
+use crate::keyspace::{Keyspace, Name};
 use crate::record::Record;
 
 /// Iterator over live records, from [`crate::Store::iter`].
@@ -13,7 +13,7 @@ pub struct Iter<'a> {
     shards: &'a [Shard],
     hasher: KeyHasher,
     shard: usize,
-    keys: std::vec::IntoIter<(Keyspace, Vec<u8>, Vec<u8>)>,
+    keys: std::vec::IntoIter<Name>,
     started: bool,
 }
 

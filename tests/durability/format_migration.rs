@@ -26,9 +26,12 @@ fn config(clock: &ManualClock) -> Config {
         .clock(Arc::new(clock.clone()))
 }
 
-/// idemkv's own records in the fixture: keyspace, scope, key, what they
-/// answer (`None`: Processing).
-const OWN: [(Keyspace, &[u8], &[u8], Option<&[u8]>); 6] = [
+/// One of idemkv's own records in the fixture: keyspace, scope, key, what
+/// it answers (`None`: Processing).
+type Own = (Keyspace, &'static [u8], &'static [u8], Option<&'static [u8]>);
+
+/// idemkv's own records in the fixture.
+const OWN: [Own; 6] = [
     (Keyspace::Hold, b"acct-7", b"order-1", None),
     (Keyspace::Version, b"acct-7", b"order-1", Some(b"IDKVVER1\x03\x00\x00\x00\x00\x00\x00\x00")),
     (Keyspace::Inbox, b"ledger", b"msg-1", Some(b"P")),

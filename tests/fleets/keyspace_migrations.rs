@@ -12,9 +12,12 @@
 
 use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend, Keyspace, State};
 
-/// idemkv's own records as an earlier build kept them: keyspace, scope
-/// and key, answer.
-const OWN: [(Keyspace, &[u8], &[u8], &[u8]); 6] = [
+/// One of idemkv's own records as an earlier build kept it: keyspace,
+/// scope and key, answer.
+type Own = (Keyspace, &'static [u8], &'static [u8], &'static [u8]);
+
+/// idemkv's own records as an earlier build kept them.
+const OWN: [Own; 6] = [
     (Keyspace::Hold, b"idemkv.hold/acct-7", b"order-1", b"held"),
     (Keyspace::Version, b"idemkv.version/acct-7", b"order-1", b"IDKVVER1\x03\x00\x00\x00\x00\x00\x00\x00"),
     (Keyspace::Inbox, b"idemkv.inbox/ledger", b"msg-1", b"P"),

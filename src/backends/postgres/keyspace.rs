@@ -17,6 +17,7 @@
 
 use crate::Keyspace;
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 /// The byte that starts every stored scope but the caller's plain ones.
 const MARK: u8 = 0;
@@ -59,12 +60,13 @@ pub(super) fn migration(table: &str) -> String {
         let Some(prefix) = keyspace.legacy_prefix() else { continue };
         let prefix = String::from_utf8_lossy(prefix);
         let start = prefix.len() + 1;
-        sql.push_str(&format!(
+        let _ = writeln!(
+            sql,
             "UPDATE {table} SET scope = '\\x00{:02x}'::bytea || substr(scope, {start}) \
-             WHERE substr(scope, 1, {}) = convert_to('{prefix}', 'UTF8');\n",
+             WHERE substr(scope, 1, {}) = convert_to('{prefix}', 'UTF8');",
             keyspace.to_byte(),
             prefix.len(),
-        ));
+        );
     }
     sql
 }

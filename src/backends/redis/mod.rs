@@ -501,7 +501,8 @@ impl RedisBackend {
     /// idemkv's own moved to their keyspaces, once per backend and prefix
     /// (one `EXISTS` on a server already migrated).
     async fn ready(&self) -> Result<()> {
-        self.migrated.get_or_try_init(|| async { migrate::keyspaces(self).await.map(drop) }).await.map(|()| ())
+        self.migrated.get_or_try_init(|| async { migrate::keyspaces(self).await.map(drop) }).await?;
+        Ok(())
     }
 }
 

@@ -25,7 +25,7 @@ use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
-use crate::keyspace::Keyspace;
+use crate::keyspace::{Keyspace, Name};
 use crate::record::{self, Header, Record, RecordRef, State};
 use crate::stats::{bump, Census, Counters};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -399,7 +399,7 @@ impl Shard {
 
     /// The keyspace, scope and key of every record the index points at
     /// (for iteration, which then reads each through [`Shard::get`]).
-    pub(crate) fn keys(&self) -> Result<Vec<(Keyspace, Vec<u8>, Vec<u8>)>> {
+    pub(crate) fn keys(&self) -> Result<Vec<Name>> {
         let state = self.read()?;
         state
             .index
