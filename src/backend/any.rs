@@ -32,6 +32,7 @@ trait Erased: Send + Sync + 'static {
     fn replace<'a>(&'a self, scope: &'a [u8], key: &'a [u8], expected: &'a [u8], answer: &'a [u8]) -> Call<'a, bool>;
     fn scan<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
+    fn now_ms(&self) -> Call<'_, u64>;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -84,6 +85,10 @@ impl<B: IdempotencyBackend> Erased for B {
 
     fn limits(&self) -> BackendLimits {
         IdempotencyBackend::limits(self)
+    }
+
+    fn now_ms(&self) -> Call<'_, u64> {
+        Box::pin(IdempotencyBackend::now_ms(self))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -185,5 +190,9 @@ impl IdempotencyBackend for AnyBackend {
 
     fn limits(&self) -> BackendLimits {
         self.0.limits()
+    }
+
+    async fn now_ms(&self) -> Result<u64, Error> {
+        self.0.now_ms().await
     }
 }
