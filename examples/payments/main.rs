@@ -15,6 +15,11 @@
 //! curl -s localhost:3000/metrics | grep idempo_                                           # counters
 //! ```
 //!
+//! A payment may run as a long operation: `Prefer: respond-async` is
+//! answered `202 Accepted` with `Location: /operations/<id>`, where its
+//! answer is told once it is done — or `operation-abandoned` if the server
+//! died while it ran, until the payment is sent again with its key.
+//!
 //! Two instances behind a load balancer share one store on Redis (feature
 //! `redis`; `--redis-cluster URL,URL,...` for a Cluster). Given the same
 //! directory they also share the ledger, so a retry that reached the other
@@ -43,7 +48,7 @@
 
 use axum::routing::{get, post};
 use axum::{body::Bytes, extract::State, http::StatusCode, Extension, Router};
-use idemkv::http::{Attempt, Checkpoints, IdempotencyLayer, LayerConfig};
+use idemkv::http::{Attempt, Checkpoints, IdempotencyLayer, LayerConfig, NotSpent};
 use idemkv::{AnyBackend, Config, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::ffi::OsString;
@@ -131,6 +136,9 @@ struct Files {
     /// `PAYMENTS_CRASH_AFTER=charged`: the process aborts between the two
     /// steps, as a crash or a kill would stop it (for the tests).
     crash_after: Option<String>,
+    /// `PAYMENTS_HOLD_MS`: how long a payment waits between its two steps
+    /// (for the tests: a run to kill while it runs).
+    hold: Option<Duration>,
 }
 
 type Answer = (StatusCode, [(&'static str, &'static str); 1], String);
@@ -190,6 +198,9 @@ async fn pay(
         }
         charge
     };
+    if let Some(hold) = files.hold {
+        tokio::time::sleep(hold).await;
+    }
     if files.crash_after.as_deref() == Some("charged") {
         std::process::abort();
     }
@@ -219,21 +230,29 @@ fn app(backend: AnyBackend, dir: &Path, metrics: PrometheusHandle) -> Router {
         provider_calls: dir.join("provider_calls.txt"),
         orders: dir.join("orders.txt"),
         crash_after: std::env::var("PAYMENTS_CRASH_AFTER").ok(),
+        hold: milliseconds("PAYMENTS_HOLD_MS"),
     };
     // `PAYMENTS_LEASE_MS`: a shorter lease, so that a run that crashed is
     // taken over sooner (for the tests).
-    let lease = std::env::var("PAYMENTS_LEASE_MS").ok().and_then(|ms| ms.parse().ok()).map(Duration::from_millis);
-    let config = LayerConfig::scoped(account);
-    let config = match lease {
+    let config = LayerConfig::scoped(account).operations("/operations");
+    let config = match milliseconds("PAYMENTS_LEASE_MS") {
         Some(lease) => config.lease(lease),
         None => config,
     };
     let guarded = Router::new()
         .route("/payments", post(pay))
+        // The router's own 404 and 405: no handler ran, the key stays free.
+        .fallback(|| async { (StatusCode::NOT_FOUND, Extension(NotSpent)) })
+        .method_not_allowed_fallback(|| async { (StatusCode::METHOD_NOT_ALLOWED, Extension(NotSpent)) })
         .with_state(Arc::new(files))
         .layer(IdempotencyLayer::new(backend, config));
     // Added after the layer, so not guarded (a GET is not anyway).
     with_metrics(guarded, metrics)
+}
+
+/// The duration in ms the environment variable `name` gives, if any.
+fn milliseconds(name: &str) -> Option<Duration> {
+    std::env::var(name).ok().and_then(|ms| ms.parse().ok()).map(Duration::from_millis)
 }
 
 /// `GET /metrics`: the Prometheus scrape.

@@ -42,6 +42,7 @@ trait Erased: Send + Sync + 'static {
         limit: usize,
     ) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
+    fn now_ms(&self) -> Call<'_, u64>;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -101,6 +102,10 @@ impl<B: IdempotencyBackend> Erased for B {
 
     fn limits(&self) -> BackendLimits {
         IdempotencyBackend::limits(self)
+    }
+
+    fn now_ms(&self) -> Call<'_, u64> {
+        Box::pin(IdempotencyBackend::now_ms(self))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -216,5 +221,9 @@ impl IdempotencyBackend for AnyBackend {
 
     fn limits(&self) -> BackendLimits {
         self.0.limits()
+    }
+
+    async fn now_ms(&self) -> Result<u64, Error> {
+        self.0.now_ms().await
     }
 }

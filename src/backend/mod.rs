@@ -329,6 +329,22 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
 
     /// The sizes this backend accepts.
     fn limits(&self) -> BackendLimits;
+
+    /// The time now, in ms since the epoch, on the clock the backend's
+    /// record times are in ([`Record::deadline_ms`], [`Record::updated_ms`]):
+    /// to tell from a record read with [`get`](IdempotencyBackend::get)
+    /// whether its lease has ended (the HTTP layer's status resources say
+    /// so). It decides nothing: a takeover is decided by the claim alone.
+    ///
+    /// Provided: the system clock. The embedded store reads its
+    /// [`Clock`](crate::Clock); a networked backend whose record times are
+    /// its server's may ask the server.
+    ///
+    /// # Errors
+    /// The backend's error, for one that asks a server.
+    fn now_ms(&self) -> impl Future<Output = Result<u64, Error>> + Send {
+        std::future::ready(Ok(crate::Clock::now_ms(&crate::SystemClock)))
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -402,6 +418,10 @@ impl IdempotencyBackend for Store {
         answer: &[u8],
     ) -> Result<bool, Error> {
         self.write_replace(keyspace, scope, key, expected, answer)?.wait_async(self.engine()).await
+    }
+
+    async fn now_ms(&self) -> Result<u64, Error> {
+        Ok(self.engine().config.clock.now_ms())
     }
 
     async fn scan_in(

@@ -72,6 +72,31 @@ where
     }
 }
 
+/// Polls `future` to its end, a panic in it answered as [`Panicked`]
+/// (the future is then never polled again); the first time it waits on
+/// something (is pending), `started` is told: the run is a long one.
+pub(super) async fn watched<F: Future>(
+    future: F,
+    mut started: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<F::Output, Panicked> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
+        Ok(Poll::Pending) => {
+            if let Some(started) = started.take() {
+                // Nobody may wait for it any more: nothing to tell then.
+                let _told = started.send(());
+            }
+            Poll::Pending
+        }
+        Ok(Poll::Ready(output)) => {
+            drop(started.take());
+            Poll::Ready(Ok(output))
+        }
+        Err(_panic) => Poll::Ready(Err(Panicked)),
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +120,18 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         panic!("the dropped future never finished");
+    }
+
+    #[tokio::test]
+    async fn a_watched_future_says_when_it_first_waits() {
+        let (started, mut waited) = tokio::sync::oneshot::channel();
+        assert_eq!(watched(async { 7 }, Some(started)).await, Ok(7));
+        assert!(waited.try_recv().is_err(), "answered at once: never waited");
+        let (started, waited) = tokio::sync::oneshot::channel();
+        let slow = watched(tokio::time::sleep(Duration::from_millis(10)), Some(started));
+        let (slept, told) = tokio::join!(slow, waited);
+        assert_eq!((slept, told), (Ok(()), Ok(())));
+        assert_eq!(watched(async { panic!("handler bug") }, None).await, Err::<(), _>(Panicked));
     }
 
     #[tokio::test]

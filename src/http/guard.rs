@@ -4,10 +4,10 @@
 use super::body::{buffered, read_within, resumed, Within};
 use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
-use super::detached::Detached;
+use super::detached::{watched, Detached, Panicked};
 use super::keep::{keep_answer, release, Answer};
 use super::key::{prefer_wait, read_key, KeyError};
-use super::operations::prefers_async;
+use super::operations::{prefers_async, tell, Answering};
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart};
@@ -221,30 +221,53 @@ where
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
-    let backend = Arc::clone(&shared.backend);
-    let config = Arc::clone(&shared.config);
-    let mut run = Detached::new(run(inner, shared, request, token.clone(), held));
-    if let Some(operations) = &config.operations {
-        let retry_after = config.in_progress_retry_after;
-        // Answered at once, or past the configured time: the run goes on,
-        // detached, and keeps its answer for the status resource.
-        let accepted =
-            |preferred| Ok(counted("accepted", operations.accepted(&token.key, retry_after, preferred).map(buffered)));
-        if respond_async {
-            drop(run);
-            return accepted(true);
-        }
-        if let Some(after) = operations.after {
-            tokio::select! {
-                outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
-                () = tokio::time::sleep(after) => {
+    let (backend, config) = (Arc::clone(&shared.backend), Arc::clone(&shared.config));
+    let answering = config.operations.as_ref().map(|_| Arc::new(Answering::default()));
+    let (started, waited) = tokio::sync::oneshot::channel();
+    let started = respond_async.then_some(started);
+    let owned = Run { token: token.clone(), held, answering: answering.clone(), started, panicked: false };
+    let mut run = Detached::new(run(inner, shared, request, owned));
+    if let (Some(operations), Some(answering)) = (&config.operations, answering) {
+        // A long run — under respond-async one whose handler waits on
+        // something, or one past the configured time — is answered 202
+        // unless its handler answered first; it goes on, detached, and
+        // its answer is for the status resource.
+        tokio::select! {
+            biased;
+            outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
+            preferred = long(waited, operations.after) => {
+                if answering.accept() {
                     drop(run);
-                    return accepted(false);
+                    let accepted = operations.accepted(&token.key, config.in_progress_retry_after, preferred);
+                    return Ok(counted("accepted", accepted.map(buffered)));
                 }
             }
         }
     }
     finished(run.await, &config, &*backend, &token).await
+}
+
+/// Resolves once a run is long: when its handler first waits on
+/// something (it was asked to respond async: `true`, the preference
+/// applied), or `after` it started (`false`); never otherwise.
+async fn long(started: tokio::sync::oneshot::Receiver<()>, after: Option<Duration>) -> bool {
+    let waits = async {
+        match started.await {
+            Ok(()) => true,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let runs_on = async {
+        match after {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+        false
+    };
+    tokio::select! {
+        preferred = waits => preferred,
+        preferred = runs_on => preferred,
+    }
 }
 
 /// The answer of a run that ended.
@@ -324,6 +347,29 @@ fn waited(mut response: Response<Full<Bytes>>, wait: Option<Duration>) -> Respon
     response
 }
 
+/// One run of a handler under its key's lease.
+struct Run {
+    token: LeaseToken,
+    /// The resource it holds, if any.
+    held: Option<Held>,
+    /// For a long operation: who gets the answer, its caller or its status
+    /// resource.
+    answering: Option<Arc<Answering>>,
+    /// Told when the handler first waits on something, when the request
+    /// asked to respond async.
+    started: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Whether the handler panicked.
+    panicked: bool,
+}
+
+impl Run {
+    /// Whether the answer goes to the status resource rather than to the
+    /// caller (who was answered 202); decided from now on.
+    fn told_at_location(&self) -> bool {
+        self.answering.as_ref().is_some_and(|answering| !answering.answer())
+    }
+}
+
 /// Runs the handler under its lease and keeps (or releases) what it
 /// answered. The keeper renews the lease from its own thread from here
 /// until the answer is stored, the key released, or the run given up.
@@ -331,8 +377,7 @@ async fn run<S, K, B, R>(
     inner: S,
     shared: Shared<K>,
     request: Request<B>,
-    token: LeaseToken,
-    held: Option<Held>,
+    mut run: Run,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
     S: tower::Service<Request<B>, Response = Response<R>>,
@@ -340,10 +385,11 @@ where
     R: Body<Data = Bytes>,
     R::Error: Into<BoxError>,
 {
-    let answer = run_held(inner, &shared, request, token, held.as_ref()).await;
+    let answer = run_held(inner, &shared, request, &mut run).await;
     // The resource goes once the answer is kept (or refused); a handler
-    // that panicked, or a process that died, leaves it to lapse.
-    if let Some(held) = held {
+    // that panicked, or a process that died, leaves it to lapse, so that
+    // its next holder learns that it may have been half-written.
+    if let (Some(held), false) = (run.held, run.panicked) {
         held.release(&*shared.backend).await;
     }
     answer
@@ -353,8 +399,7 @@ async fn run_held<S, K, B, R>(
     mut inner: S,
     shared: &Shared<K>,
     request: Request<B>,
-    token: LeaseToken,
-    held: Option<&Held>,
+    run: &mut Run,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
     S: tower::Service<Request<B>, Response = Response<R>>,
@@ -362,30 +407,72 @@ where
     R: Body<Data = Bytes>,
     R::Error: Into<BoxError>,
 {
-    let (backend, config) = (&*shared.backend, &*shared.config);
-    let kept = shared.keeper.keep(Arc::clone(&shared.backend), token.clone(), config.lease);
+    let config = &*shared.config;
+    let kept = shared.keeper.keep(Arc::clone(&shared.backend), run.token.clone(), config.lease);
     let method = request.method().clone();
-    let response = match inner.call(request).await {
-        Ok(response) => response,
-        Err(error) => {
-            handler_failed(backend, config, &token, "the handler returned an error").await;
+    let response = match watched(inner.call(request), run.started.take()).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error").await;
             count("handler_failed", "error");
             return Err(error);
+        }
+        Err(Panicked) => {
+            run.panicked = true;
+            handler_failed(shared, run, Problem::HandlerFailed, "the handler panicked").await;
+            return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
         }
     };
     let (mut parts, body) = response.into_parts();
     if parts.extensions.get::<NotSpent>().is_some()
         || !config.policy.keeps(parts.status, config.keep_validation_failures)
     {
-        // Not kept: freed before the answer goes out, so that a retry that
-        // follows it runs.
-        release(backend, &token).await;
-        return Ok(counted("executed_not_kept", Response::from_parts(parts, Either::Left(body))));
+        return Ok(not_kept(shared, run, parts, body).await);
     }
-    if let Some(held) = held {
+    if let Some(held) = &run.held {
         held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
     }
-    Ok(keep_handlers_answer(shared, kept, &token, parts, body).await)
+    Ok(keep_handlers_answer(shared, kept, run, parts, body).await)
+}
+
+/// An answer that is not kept: the key is freed before the answer goes
+/// out, so that a retry that follows it runs. A long operation's caller,
+/// answered 202, is told it at the status resource, written first.
+async fn not_kept<K, R>(shared: &Shared<K>, run: &Run, parts: http::response::Parts, body: R) -> Response<LayerBody<R>>
+where
+    K: IdempotencyBackend,
+    R: Body<Data = Bytes>,
+    R::Error: Into<BoxError>,
+{
+    let (backend, config) = (&*shared.backend, &*shared.config);
+    if !run.told_at_location() {
+        release(backend, &run.token).await;
+        return counted("executed_not_kept", Response::from_parts(parts, Either::Left(body)));
+    }
+    let deny = &config.replay_deny;
+    let budget = backend.limits().response_bytes_max.checked_sub(encoded_head_bytes(&parts.headers, deny));
+    let read = match budget {
+        Some(budget) => read_within(body, budget).await.map_err(Into::<BoxError>::into),
+        None => Ok(Within::Over(Vec::new(), Box::pin(body))),
+    };
+    let (encoded, body) = match read {
+        Ok(Within::Whole(body)) => {
+            (encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body)), body)
+        }
+        Ok(Within::Over(..)) if budget.is_some() => {
+            (encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody), Bytes::new())
+        }
+        Ok(Within::Over(..)) => {
+            (encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly), Bytes::new())
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the handler's response body failed");
+            (encode_problem(Problem::ResponseUnreadable), Bytes::new())
+        }
+    };
+    tell(backend, config, &run.token.scope, &run.token.key, &encoded).await;
+    release(backend, &run.token).await;
+    counted("executed_not_kept", Response::from_parts(parts, buffered(Full::new(body))))
 }
 
 /// Keeps the handler's answer `parts` and `body` and gives it to its
@@ -397,7 +484,7 @@ where
 async fn keep_handlers_answer<K, R>(
     shared: &Shared<K>,
     kept: Kept,
-    token: &LeaseToken,
+    run: &Run,
     parts: http::response::Parts,
     body: R,
 ) -> Response<LayerBody<R>>
@@ -406,7 +493,7 @@ where
     R: Body<Data = Bytes>,
     R::Error: Into<BoxError>,
 {
-    let (backend, config) = (&*shared.backend, &*shared.config);
+    let (backend, config, token) = (&*shared.backend, &*shared.config, &run.token);
     let deny = &config.replay_deny;
     let limit = backend.limits().response_bytes_max;
     let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, deny)) else {
@@ -423,7 +510,7 @@ where
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
-            handler_failed(backend, config, token, "the handler's response body failed").await;
+            handler_failed(shared, run, Problem::ResponseUnreadable, "the handler's response body failed").await;
             return counted("handler_failed", answer(Problem::ResponseUnreadable));
         }
     };
@@ -467,14 +554,26 @@ fn not_stored<R>(mut response: Response<LayerBody<R>>) -> Response<LayerBody<R>>
     counted("executed_not_stored", response)
 }
 
-/// After the handler's error or panic: by default the key stays in
-/// progress until its lease ends (a retry then runs as a recovered
-/// attempt); [`FailurePolicy::ReleaseOnServerError`](super::FailurePolicy::ReleaseOnServerError)
-/// releases it.
-async fn handler_failed<K: IdempotencyBackend>(backend: &K, config: &LayerConfig, token: &LeaseToken, what: &str) {
-    if config.policy.releases_on_error() {
-        release(backend, token).await;
-    } else {
+/// After the handler's error or panic (or its body's error): by default
+/// the key stays in progress until its lease ends (a retry then runs as a
+/// recovered attempt; a long operation's status resource then says it was
+/// abandoned); [`FailurePolicy::ReleaseOnServerError`](super::FailurePolicy::ReleaseOnServerError)
+/// releases it, and a long operation's caller, answered 202, is told
+/// `problem` at the status resource.
+async fn handler_failed<K: IdempotencyBackend>(shared: &Shared<K>, run: &Run, problem: Problem, what: &str) {
+    let (backend, config) = (&*shared.backend, &*shared.config);
+    if !config.policy.releases_on_error() {
         tracing::warn!(what, "the key stays in progress until its lease ends; the next attempt runs recovered");
+        return;
     }
+    if run.told_at_location() {
+        tell(backend, config, &run.token.scope, &run.token.key, &encode_problem(problem)).await;
+    }
+    release(backend, &run.token).await;
+}
+
+/// The stored form of `problem`'s answer.
+fn encode_problem(problem: Problem) -> Vec<u8> {
+    let response = problem.response();
+    encode_response(response.status(), response.headers(), &[], StoredPart::Whole(problem.body().as_bytes()))
 }

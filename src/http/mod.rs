@@ -19,7 +19,7 @@
 //! | the resource the request names ([`LayerConfig::resource`]) held by another request | 409 `resource-locked` with `Retry-After`, or a wait under `Prefer: wait`; the key is not spent |
 //! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428 (decided before anything is held); the key is not spent |
 //! | a `GET` or `HEAD` of a versioned resource with `If-None-Match` naming its current tag | 304 with the `ETag`; the handler is not called |
-//! | `Prefer: respond-async`, or a run past [`LayerConfig::respond_async_after`] ([`LayerConfig::operations`]) | 202 with `Location` of a status resource; the handler runs on |
+//! | `Prefer: respond-async` and a handler that waits on something, or a run past [`LayerConfig::respond_async_after`] ([`LayerConfig::operations`]) | 202 with `Location` of a status resource, which tells the answer (kept or not), or `operation-abandoned` once a run that died has lost its lease; the handler runs on |
 //!
 //! **Never twice.** Once the handler has started, the key is spent: the
 //! handler runs to its end even when the client disconnects (its run then

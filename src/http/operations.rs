@@ -4,23 +4,37 @@
 //! [`LayerConfig::respond_async_after`], is answered `202 Accepted` with
 //! `Location:` of its status resource (and `Preference-Applied:
 //! respond-async` when it asked) while the handler runs on, detached, its
-//! lease kept alive and its answer kept as any other. `GET` of the status
-//! resource answers 202 with `Retry-After` while it runs and the kept
-//! answer once it is done; a retry of the request gets the same 202 while
-//! it runs and the replay after. The status resource lives in the
-//! request's scope: a `GET` from another scope finds nothing (404).
+//! lease kept alive and its answer kept as any other. A handler that
+//! answers at once — without waiting on anything, as a router's 404 does
+//! — is answered at once whatever the request prefers: a 202 is for a run
+//! still running. `GET` of the status resource answers 202 with
+//! `Retry-After` while it runs and the kept answer once it is done; a
+//! retry of the request gets the same 202 while it runs and the replay
+//! after. The status resource lives in the request's scope: a `GET` from
+//! another scope finds nothing (404).
+//!
+//! An operation always ends, for its status resource too:
+//!
+//! | the operation | its status resource |
+//! |---|---|
+//! | running, its lease held | 202 with `Retry-After` |
+//! | answered, the answer kept | the answer, with `Idempotency-Replay: true` |
+//! | answered after its 202, the answer not kept (the failure policy or [`NotSpent`](super::NotSpent) freed the key) | the answer, with `Idempotency-Stored: false`, for as long as a kept one would be told (the store's TTL) or until the key runs again |
+//! | its run ended without an answer (a panic, a killed process) and its lease lapsed | 500 `operation-abandoned`: send the request again with its key, to run it again as a recovered attempt |
+//! | unknown in this scope | 404 `operation-unknown` |
 
 use super::config::LayerConfig;
 use super::problem;
-use super::response::replay;
-use crate::backend::IdempotencyBackend;
-use crate::State;
+use super::response::{decode_response, replay, Stored};
+use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
+use crate::{Fingerprint, Record, State};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
 use http_body_util::Full;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 /// Where status resources live, and when a request is answered 202.
@@ -34,12 +48,18 @@ pub(super) struct Operations {
 }
 
 impl LayerConfig {
-    /// Long operations (see the module docs of `operations`): status
-    /// resources under `path` (`/operations`: `/operations/<id>`), and a
-    /// request with `Prefer: respond-async` answered 202 at once while its
-    /// handler runs on. The layer answers `GET <path>/<id>` itself; put it
-    /// on a router that routes that path to the layer (router-wide, as the
-    /// examples do).
+    /// Long operations: status resources under `path` (`/operations`:
+    /// `/operations/<id>`), and a request with `Prefer: respond-async`
+    /// answered 202 as soon as its handler waits on something, while the
+    /// handler runs on (a handler that answers without waiting is
+    /// answered at once). The layer answers `GET <path>/<id>` itself: 202
+    /// while the run holds its lease; its answer once done, kept or not
+    /// (an answer the key does not keep is told with
+    /// `Idempotency-Stored: false`, the key left free); 500
+    /// `operation-abandoned` once a run that died has lost its lease,
+    /// until the request is sent again with its key. Put the layer on a
+    /// router that routes that path to it (router-wide, as the examples
+    /// do).
     #[must_use]
     pub fn operations(mut self, path: &str) -> Self {
         let path = path.trim_end_matches('/').to_owned();
@@ -120,6 +140,80 @@ impl Operations {
     }
 }
 
+/// Who gets a long operation's answer: its caller, or — once it was
+/// answered 202 — its status resource. Decided once, by whichever comes
+/// first: the 202 ([`accept`](Answering::accept)) or the answer
+/// ([`answer`](Answering::answer)).
+#[derive(Debug, Default)]
+pub(super) struct Answering(AtomicU8);
+
+const RUNNING: u8 = 0;
+const ACCEPTED: u8 = 1;
+const ANSWERED: u8 = 2;
+
+impl Answering {
+    /// Whether the caller may be answered 202: the handler has not
+    /// answered yet, and from now on its answer is told at the status
+    /// resource.
+    pub(super) fn accept(&self) -> bool {
+        self.0.compare_exchange(RUNNING, ACCEPTED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Whether the caller gets the handler's answer itself (`false`: it
+    /// was answered 202, and the answer is for the status resource).
+    pub(super) fn answer(&self) -> bool {
+        match self.0.compare_exchange(RUNNING, ANSWERED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(now) => now == ANSWERED,
+        }
+    }
+}
+
+/// The fingerprint of a told answer's record: one part, where the
+/// fingerprint of every request the layer claims hashes four (method,
+/// path, query, body; length-prefixed), so no request of a tenant can
+/// write a record that reads back as a told answer.
+fn told_fingerprint() -> Fingerprint {
+    Fingerprint::of(b"idemkv.operation")
+}
+
+/// The scope of the told answers of `scope`'s operations: beside the
+/// layer's resource holds and versions, in idemkv's own namespace.
+fn told_scope(scope: &[u8]) -> Vec<u8> {
+    [b"idemkv.operation/", scope].concat()
+}
+
+/// Keeps `encoded`, the answer of the operation of `key` in `scope` that
+/// its key does not keep (the key is freed next), so that its status
+/// resource tells it for the store's TTL. An earlier told answer of the
+/// key is replaced. Logged, not returned, when it fails: the key is freed
+/// all the same, and the status resource then finds nothing.
+pub(super) async fn tell<K: IdempotencyBackend>(
+    backend: &K,
+    config: &LayerConfig,
+    scope: &[u8],
+    key: &[u8],
+    encoded: &[u8],
+) {
+    let told = told_scope(scope);
+    if told.len() > backend.limits().scope_bytes_max {
+        tracing::warn!("an operation's answer is not told: its scope is too long for the store");
+        return;
+    }
+    let options = ClaimOptions::new().lease(config.lease);
+    let written = match backend.claim(&told, key, told_fingerprint(), options).await {
+        Ok(BackendClaim::Acquired { token, .. }) => backend.complete(&token, encoded).await.map(|()| true),
+        Ok(BackendClaim::Replay(earlier)) => backend.replace(&told, key, &earlier, encoded).await,
+        Ok(BackendClaim::InProgress { .. } | BackendClaim::Mismatch) => Ok(false),
+        Err(error) => Err(error),
+    };
+    match written {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!("an operation's answer is not told: its record is held or is not the layer's"),
+        Err(error) => tracing::warn!(%error, "an operation's answer is not told"),
+    }
+}
+
 fn unknown() -> Response<Full<Bytes>> {
     problem::response(
         StatusCode::NOT_FOUND,
@@ -129,8 +223,18 @@ fn unknown() -> Response<Full<Bytes>> {
     )
 }
 
+fn abandoned() -> Response<Full<Bytes>> {
+    problem::response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "operation-abandoned",
+        "operation abandoned",
+        "The operation stopped before it answered and nothing runs it any more; it may have half-run. Send the \
+         request again with its Idempotency-Key: it runs again as a recovered attempt.",
+    )
+}
+
 /// The answer of `GET` of the status resource of `key` (empty: not an
-/// id): 202 while it runs, the kept answer once done, 404 otherwise.
+/// id): see the module docs.
 pub(super) async fn status<K: IdempotencyBackend>(
     backend: &K,
     config: &LayerConfig,
@@ -143,15 +247,85 @@ pub(super) async fn status<K: IdempotencyBackend>(
     if key.is_empty() || scope.len() > limits.scope_bytes_max || key.len() > limits.key_bytes_max {
         return unknown();
     }
-    match backend.get(&scope, &key).await {
-        Ok(Some(record)) if record.state == State::Processing => {
-            operations.accepted(&key, config.in_progress_retry_after, false)
+    let answer = match backend.get(&scope, &key).await {
+        Ok(Some(record)) => of_record(backend, config, operations, &key, &record).await,
+        Ok(None) => told(backend, &scope, &key).await,
+        Err(error) => Err(error),
+    };
+    answer.unwrap_or_else(|error| {
+        tracing::warn!(%error, "reading an operation's status failed");
+        problem::store_unavailable()
+    })
+}
+
+/// The status of the operation whose key's record is `record`.
+async fn of_record<K: IdempotencyBackend>(
+    backend: &K,
+    config: &LayerConfig,
+    operations: &Operations,
+    key: &[u8],
+    record: &Record,
+) -> Result<Response<Full<Bytes>>, crate::Error> {
+    if record.state != State::Processing {
+        return Ok(replay(&record.response, &config.replay_header));
+    }
+    let now_ms = backend.now_ms().await?;
+    let Some(left_ms) = record.deadline_ms.checked_sub(now_ms).filter(|left| *left > 0) else {
+        return Ok(abandoned());
+    };
+    let retry_after = config.in_progress_retry_after.min(Duration::from_millis(left_ms));
+    Ok(operations.accepted(key, retry_after, false))
+}
+
+/// The told answer of the operation of `key` in `scope` (see [`tell`]),
+/// with `Idempotency-Stored: false`; 404 without one.
+async fn told<K: IdempotencyBackend>(
+    backend: &K,
+    scope: &[u8],
+    key: &[u8],
+) -> Result<Response<Full<Bytes>>, crate::Error> {
+    let told = told_scope(scope);
+    if told.len() > backend.limits().scope_bytes_max {
+        return Ok(unknown());
+    }
+    let Some(record) = backend.get(&told, key).await? else { return Ok(unknown()) };
+    if record.state != State::Completed || record.fingerprint != told_fingerprint() {
+        return Ok(unknown());
+    }
+    Ok(match decode_response(&record.response) {
+        Ok(Stored { mut response, .. }) => {
+            response.headers_mut().insert(super::guard::NOT_STORED_HEADER, HeaderValue::from_static("false"));
+            response
         }
-        Ok(Some(record)) => replay(&record.response, &config.replay_header),
-        Ok(None) => unknown(),
         Err(error) => {
-            tracing::warn!(%error, "reading an operation's status failed");
-            problem::store_unavailable()
+            tracing::error!(%error, "an operation's told answer is not readable");
+            problem::Problem::StoredUnreadable.response()
         }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_goes_to_whichever_comes_first_the_202_or_the_answer() {
+        let accepted = Answering::default();
+        assert!(accepted.accept(), "no answer yet: 202");
+        assert!(!accepted.answer(), "the answer is for the status resource");
+        assert!(!accepted.accept());
+        let answered = Answering::default();
+        assert!(answered.answer(), "the caller gets it");
+        assert!(!answered.accept(), "no 202 after the answer");
+        assert!(answered.answer());
+    }
+
+    #[test]
+    fn ids_are_the_keys_in_hex() {
+        let operations = Operations { path: "/operations".into(), after: None };
+        assert_eq!(operations.location(b"k\x01"), "/operations/6b01");
+        assert_eq!(operations.key_of(&Method::GET, "/operations/6b01"), Some(b"k\x01".to_vec()));
+        assert_eq!(operations.key_of(&Method::GET, "/operations/6b0"), Some(Vec::new()), "not an id");
+        assert_eq!(operations.key_of(&Method::POST, "/operations/6b01"), None);
     }
 }

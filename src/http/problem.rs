@@ -91,8 +91,7 @@ impl Problem {
     }
 
     /// The `application/problem+json` body.
-    #[cfg(test)]
-    fn body(self) -> String {
+    pub(super) fn body(self) -> String {
         let (status, slug, title) = self.parts();
         body(status, slug, title, self.detail())
     }

@@ -6,6 +6,7 @@
 mod common;
 
 mod http_blocking_handler;
+mod http_payments_abandoned;
 mod http_payments_example;
 mod http_payments_postgres;
 mod http_payments_resume;

@@ -9,7 +9,8 @@
 //! tenants named like idemkv's own records) and 500 waiters; the draft's
 //! public conformance vectors; conditional writes (every method of a
 //! versioned resource checked, 304 on reads), one request at a time per
-//! resource, long operations and signed webhooks.
+//! resource, long operations (that always end: abandoned runs, answers
+//! not kept, no route) and signed webhooks.
 //!
 //! They live with the tests rather than in `idemkv::conformance`: they
 //! need a server and a client (axum, hyper, reqwest), which the library
@@ -235,6 +236,14 @@ async fn beyond_replay<B: IdempotencyBackend + Clone>(b: &B, run: &Setting) {
     )
     .await;
     scenario("async_after", operations::a_run_past_the_configured_time_is_answered_202(b, &on("async_after"))).await;
+    scenario(
+        "async_abandoned",
+        operations::an_abandoned_operation_says_so_and_its_retry_takes_it_over(b, &on("abandoned")),
+    )
+    .await;
+    scenario("async_not_kept", operations::an_answer_not_kept_is_told_at_its_location(b, &on("told"))).await;
+    scenario("async_no_route", operations::respond_async_to_no_route_is_answered_at_once(b, &on("no_route"))).await;
+    scenario("status_reads_answers", operations::the_status_resource_reads_answers_only(b, &on("unreadable"))).await;
     #[cfg(feature = "webhooks")]
     {
         let hooks = |name: &str| on(&format!("webhooks-{name}"));

@@ -3,17 +3,26 @@
 //! 202 with `Retry-After` while it runs, the kept answer once done; a
 //! retry of the request the same 202, then the replay; a handler past the
 //! configured time answered 202 without the preference; the status
-//! resource visible only in its scope.
+//! resource visible only in its scope. An operation always ends: a run
+//! that died (a panic) is told `operation-abandoned` once its lease
+//! lapsed, and its retry takes it over as recovered; an answer the key
+//! does not keep (a 422, a `NotSpent` 503) is told at its `Location`
+//! while the key stays free; a request to no route is answered at once,
+//! never 202; bytes that are no answer are never read as one.
 
 use super::{key, Served};
 use crate::common::http::{client, send, Counter, Reply};
 use axum::extract::Extension;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
+use idemkv::http::{Attempt, LayerConfig, NotSpent};
+use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend};
+use parking_lot::Mutex;
+use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Reports that take as many ms as their body says; 202 past a second.
@@ -110,5 +119,146 @@ pub async fn a_run_past_the_configured_time_is_answered_202<B: IdempotencyBacken
     let done = finished(&server, &location).await;
     assert_eq!((done.status, done.body.as_str()), (201, "report after 3000 ms"));
     assert_eq!(runs.get(), 2);
+    server.stop().await;
+}
+
+/// The attempts of the fragile handler, in order.
+type Seen = Arc<Mutex<Vec<(u32, bool)>>>;
+
+/// Dies half-way on its first run (after it waited on something, so that
+/// its caller was answered 202), answers 201 after.
+async fn fragile(Extension(seen): Extension<Seen>, Extension(attempt): Extension<Attempt>) -> (StatusCode, String) {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let run = {
+        let mut seen = seen.lock();
+        seen.push((attempt.attempt, attempt.recovered));
+        seen.len()
+    };
+    assert!(run > 1, "the first run dies half-way");
+    (StatusCode::CREATED, format!("report on attempt {}, recovered {}", attempt.attempt, attempt.recovered))
+}
+
+/// Checks that wait a little, then answer as their body says: `invalid`
+/// a 422 (not kept by default), `busy` a 503 marked `NotSpent`, else 201.
+async fn check(Extension(runs): Extension<Counter>, body: String) -> Response {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match body.as_str() {
+        "invalid" => (StatusCode::UNPROCESSABLE_ENTITY, "the amount is not a number").into_response(),
+        "busy" => (StatusCode::SERVICE_UNAVAILABLE, Extension(NotSpent), "try again").into_response(),
+        _ => (StatusCode::CREATED, format!("checked {body}")).into_response(),
+    }
+}
+
+fn account(parts: &http::request::Parts) -> Option<Vec<u8>> {
+    parts.headers.get("x-account").map(|account| account.as_bytes().to_vec())
+}
+
+/// A POST of `body` to `path` with `key`, asking to respond async.
+fn async_post(server: &Served, path: &str, key: &str, body: &str) -> reqwest::RequestBuilder {
+    client()
+        .post(server.url(path))
+        .header("x-account", "acct-1")
+        .header("idempotency-key", key.to_owned())
+        .header("prefer", "respond-async")
+        .body(body.to_owned())
+}
+
+pub async fn an_abandoned_operation_says_so_and_its_retry_takes_it_over<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    // On a movable clock the lease is 5 s, moved past at once; on real
+    // time 1 s, slept through.
+    let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
+    let seen = Seen::default();
+    let routes = Router::new().route("/fragile", post(fragile)).layer(Extension(Arc::clone(&seen)));
+    let layer = LayerConfig::scoped(account).lease(lease).operations("/operations");
+    let server = Served::start(backend, layer, routes).await;
+    let f1 = key(setting, "f1");
+
+    let accepted = send(async_post(&server, "/fragile", &f1, "")).await;
+    assert_eq!(accepted.status, 202, "{accepted:?}");
+    let location = accepted.header("location").expect("a status resource").to_owned();
+    for _ in 0..200 {
+        if !seen.lock().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*seen.lock(), [(1, false)], "the first run died");
+    // Its lease still runs: nobody may take it over yet.
+    assert_eq!(send(status(&server, &location, "acct-1")).await.status, 202);
+    setting.pass(lease + lease / 5).await;
+    let abandoned = send(status(&server, &location, "acct-1")).await;
+    assert!(abandoned.is_problem(500, "operation-abandoned"), "{abandoned:?}");
+    assert_eq!(send(status(&server, &location, "acct-1")).await.status, 500, "it stays so until the key runs");
+
+    let retried = send(async_post(&server, "/fragile", &f1, "")).await;
+    assert_eq!((retried.status, retried.header("location")), (202, Some(location.as_str())), "{retried:?}");
+    let done = finished(&server, &location).await;
+    assert_eq!((done.status, done.body.as_str()), (201, "report on attempt 2, recovered true"), "{done:?}");
+    assert_eq!(*seen.lock(), [(1, false), (2, true)], "taken over as a recovered second attempt");
+    server.stop().await;
+}
+
+pub async fn an_answer_not_kept_is_told_at_its_location<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let runs = Counter::default();
+    let routes = Router::new().route("/checks", post(check)).layer(Extension(runs.clone()));
+    let server = Served::start(backend, LayerConfig::scoped(account).operations("/operations"), routes).await;
+    let (c1, c2) = (key(setting, "c1"), key(setting, "c2"));
+
+    let accepted = send(async_post(&server, "/checks", &c1, "invalid")).await;
+    assert_eq!(accepted.status, 202, "{accepted:?}");
+    let location = accepted.header("location").expect("location").to_owned();
+    for _ in 0..2 {
+        let told = finished(&server, &location).await;
+        assert_eq!((told.status, told.body.as_str()), (422, "the amount is not a number"), "{told:?}");
+        assert_eq!((told.header("idempotency-stored"), told.replayed()), (Some("false"), false), "{told:?}");
+    }
+    // The key was not spent: the corrected request runs, and its Location
+    // tells it.
+    let corrected = send(async_post(&server, "/checks", &c1, "10")).await;
+    assert_eq!((corrected.status, corrected.header("location")), (202, Some(location.as_str())), "{corrected:?}");
+    let done = finished(&server, &location).await;
+    assert_eq!((done.status, done.body.as_str(), done.replayed()), (201, "checked 10", true), "{done:?}");
+
+    let busy = send(async_post(&server, "/checks", &c2, "busy")).await;
+    let location = busy.header("location").expect("location").to_owned();
+    let told = finished(&server, &location).await;
+    assert_eq!((told.status, told.body.as_str(), told.header("idempotency-stored")), (503, "try again", Some("false")));
+    assert_eq!(runs.get(), 3);
+    server.stop().await;
+}
+
+pub async fn respond_async_to_no_route_is_answered_at_once<B: IdempotencyBackend + Clone>(
+    backend: &B,
+    setting: &Setting,
+) {
+    let (server, runs) = reports(backend).await;
+    let missed = send(async_post(&server, "/reprots", &key(setting, "typo"), "2000")).await;
+    assert_eq!(missed.status, 404, "no 202 for a run that never ran: {missed:?}");
+    assert_eq!((missed.header("location"), missed.header("preference-applied")), (None, None));
+    assert_eq!(runs.get(), 0);
+    server.stop().await;
+}
+
+/// Bytes under a key that are no answer of the layer — another writer's
+/// in the same scope — are a 500 `stored-unreadable` at its status
+/// resource, never read as a status (`01 03` once read as "769").
+pub async fn the_status_resource_reads_answers_only<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let (server, _runs) = reports(backend).await;
+    for (name, bytes) in [("letter", &[0x01u8, 0x03, 0, 0][..]), ("progress", b"{\"sent\":3}"), ("empty", b"")] {
+        let key = key(setting, name);
+        let claimed = backend.claim(b"acct-1", key.as_bytes(), Fingerprint::of(b"other"), ClaimOptions::new()).await;
+        let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{name}: {claimed:?}") };
+        backend.complete(&token, bytes).await.expect("complete");
+        let hex = key.bytes().fold(String::new(), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        });
+        let read = send(status(&server, &format!("/operations/{hex}"), "acct-1")).await;
+        assert!(read.is_problem(500, "stored-unreadable"), "{name}: {read:?}");
+    }
     server.stop().await;
 }
