@@ -122,7 +122,7 @@ impl Run {
     /// The lease of the `slot`-th token handed out, and its key.
     fn lease(&self, slot: u8) -> Option<(Id, LeaseToken)> {
         let &(id, token) = self.tokens.get(usize::from(slot) % self.tokens.len().max(1))?;
-        Some((id, LeaseToken { scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token }))
+        Some((id, LeaseToken { keyspace: idemkv::Keyspace::Caller, scope: names(id).0.into_bytes(), key: names(id).1.into_bytes(), token }))
     }
 
     /// Whether the lease `token` holds `id` in the model.
