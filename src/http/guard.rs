@@ -10,7 +10,7 @@ use super::key::{prefer_wait, read_key, KeyError};
 use super::operations::{prefers_async, tell, Answering};
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
-use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart};
+use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart, NOT_STORED_HEADER};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::keeper::{Keeper, Kept};
@@ -22,11 +22,6 @@ use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A response header set when the handler's answer could not be kept (its
-/// lease was lost, or the store failed): the answer is true, but a retry
-/// will not replay it.
-pub(super) const NOT_STORED_HEADER: &str = "idempotency-stored";
 
 fn answer<R>(problem: Problem) -> Response<LayerBody<R>> {
     problem.response().map(buffered)
