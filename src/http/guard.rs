@@ -10,7 +10,7 @@ use super::key::{prefer_wait, read_key, KeyError};
 use super::operations::{prefers_async, tell, Answering};
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
-use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart};
+use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart, NOT_STORED_HEADER};
 use super::{BoxError, LayerBody};
 use crate::backend::{BackendClaim, IdempotencyBackend};
 use crate::keeper::{Keeper, Kept};
@@ -22,11 +22,6 @@ use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A response header set when the handler's answer could not be kept (its
-/// lease was lost, or the store failed): the answer is true, but a retry
-/// will not replay it.
-pub(super) const NOT_STORED_HEADER: &str = "idempotency-stored";
 
 fn answer<R>(problem: Problem) -> Response<LayerBody<R>> {
     problem.response().map(buffered)
@@ -449,30 +444,34 @@ where
         release(backend, &run.token).await;
         return counted("executed_not_kept", Response::from_parts(parts, Either::Left(body)));
     }
-    let deny = &config.replay_deny;
-    let budget = backend.limits().response_bytes_max.checked_sub(encoded_head_bytes(&parts.headers, deny));
-    let read = match budget {
-        Some(budget) => read_within(body, budget).await.map_err(Into::<BoxError>::into),
-        None => Ok(Within::Over(Vec::new(), Box::pin(body))),
-    };
-    let (encoded, body) = match read {
-        Ok(Within::Whole(body)) => {
-            (encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body)), body)
-        }
-        Ok(Within::Over(..)) if budget.is_some() => {
-            (encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody), Bytes::new())
-        }
-        Ok(Within::Over(..)) => {
-            (encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly), Bytes::new())
-        }
-        Err(error) => {
-            tracing::warn!(%error, "the handler's response body failed");
-            (encode_problem(Problem::ResponseUnreadable), Bytes::new())
-        }
-    };
+    let encoded = told_form(backend, config, &parts, body).await;
     tell(backend, config, &run.token.scope, &run.token.key, &encoded).await;
     release(backend, &run.token).await;
-    counted("executed_not_kept", Response::from_parts(parts, buffered(Full::new(body))))
+    // Nobody waits for it: its caller was answered 202.
+    counted("executed_not_kept", Response::from_parts(parts, buffered(Full::default())))
+}
+
+/// The stored form of an answer told at a status resource: whole within
+/// the budget, else without its body, else its status alone (its caller
+/// has gone: its body is read only for this).
+async fn told_form<K, R>(backend: &K, config: &LayerConfig, parts: &http::response::Parts, body: R) -> Vec<u8>
+where
+    K: IdempotencyBackend,
+    R: Body<Data = Bytes>,
+    R::Error: Into<BoxError>,
+{
+    let deny = &config.replay_deny;
+    let Some(budget) = backend.limits().response_bytes_max.checked_sub(encoded_head_bytes(&parts.headers, deny)) else {
+        return encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly);
+    };
+    match read_within(body, budget).await.map_err(Into::<BoxError>::into) {
+        Ok(Within::Whole(body)) => encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body)),
+        Ok(Within::Over(..)) => encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody),
+        Err(error) => {
+            tracing::warn!(%error, "the handler's response body failed");
+            encode_problem(Problem::ResponseUnreadable)
+        }
+    }
 }
 
 /// Keeps the handler's answer `parts` and `body` and gives it to its

@@ -25,7 +25,7 @@
 
 use super::config::LayerConfig;
 use super::problem;
-use super::response::{decode_response, replay, Stored};
+use super::response::{decode_response, replay, Stored, NOT_STORED_HEADER};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::{Fingerprint, Record, State};
 use bytes::Bytes;
@@ -294,7 +294,7 @@ async fn told<K: IdempotencyBackend>(
     }
     Ok(match decode_response(&record.response) {
         Ok(Stored { mut response, .. }) => {
-            response.headers_mut().insert(super::guard::NOT_STORED_HEADER, HeaderValue::from_static("false"));
+            response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
             response
         }
         Err(error) => {

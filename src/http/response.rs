@@ -50,6 +50,11 @@ const HEADERS_OMITTED: u8 = 2;
 const _: () = assert!(u16::from_le_bytes(MAGIC) > 999, "the magic is never a status");
 const _: () = assert!(PREFIX_BYTES + STATUS_BYTES == 8);
 
+/// A response header set when the handler's answer could not be kept (its
+/// lease was lost, or the store failed): the answer is true, but a retry
+/// will not replay it.
+pub(super) const NOT_STORED_HEADER: &str = "idempotency-stored";
+
 /// Headers that never go into a stored response.
 const NEVER_STORED: [HeaderName; 10] = [
     header::CONNECTION,
