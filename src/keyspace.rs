@@ -4,7 +4,7 @@
 //! HTTP layer and every `(scope, key)` a service passes address — live in
 //! [`Keyspace::Caller`]. The records idemkv keeps for itself (a resource's
 //! hold and version, an inbox's entries, dead letters and re-drive marks,
-//! the relay's progress) each live in a keyspace of their own. A scope is
+//! the relay's progress, a long operation's told answer) each live in a keyspace of their own. A scope is
 //! data in every keyspace, never a path into another: a tenant named
 //! `idemkv.hold/acct-7`, or anything else, addresses the caller's keyspace
 //! and nothing but it.
@@ -61,11 +61,15 @@ pub enum Keyspace {
     /// The relay's progress through a completion's messages: scope the
     /// completion's scope, key its key.
     Relay,
+    /// A long operation's answer told at its status resource after its key
+    /// was freed (`Idempotency-Stored: false`): scope the caller's scope,
+    /// key the request's key.
+    Operation,
 }
 
 impl Keyspace {
     /// Every keyspace, the caller's first.
-    pub const ALL: [Keyspace; 7] = [
+    pub const ALL: [Keyspace; 8] = [
         Keyspace::Caller,
         Keyspace::Hold,
         Keyspace::Version,
@@ -73,11 +77,12 @@ impl Keyspace {
         Keyspace::DeadLetter,
         Keyspace::Redrive,
         Keyspace::Relay,
+        Keyspace::Operation,
     ];
 
     /// The keyspace's name, as listings and the tool print it and
     /// [`FromStr`] reads it: `caller`, `hold`, `version`, `inbox`,
-    /// `dead-letter`, `redrive`, `relay`.
+    /// `dead-letter`, `redrive`, `relay`, `operation`.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -88,6 +93,7 @@ impl Keyspace {
             Keyspace::DeadLetter => "dead-letter",
             Keyspace::Redrive => "redrive",
             Keyspace::Relay => "relay",
+            Keyspace::Operation => "operation",
         }
     }
 
@@ -108,6 +114,7 @@ impl Keyspace {
             Keyspace::DeadLetter => 4,
             Keyspace::Redrive => 5,
             Keyspace::Relay => 6,
+            Keyspace::Operation => 7,
         }
     }
 
@@ -119,10 +126,10 @@ impl Keyspace {
     /// The scope prefix under which builds before keyspaces kept this
     /// keyspace's records among the caller's (format 2, and the remote
     /// backends' first schema), for their migration; `None` for the
-    /// caller's.
+    /// caller's, and for the operations' told answers, which came after.
     pub(crate) fn legacy_prefix(self) -> Option<&'static [u8]> {
         match self {
-            Keyspace::Caller => None,
+            Keyspace::Caller | Keyspace::Operation => None,
             Keyspace::Hold => Some(b"idemkv.hold/"),
             Keyspace::Version => Some(b"idemkv.version/"),
             Keyspace::Inbox => Some(b"idemkv.inbox/"),
@@ -163,7 +170,7 @@ impl fmt::Display for Keyspace {
 
 /// A name that is no keyspace's (see [`Keyspace::name`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown keyspace {0:?} (one of caller, hold, version, inbox, dead-letter, redrive, relay)")]
+#[error("unknown keyspace {0:?} (one of caller, hold, version, inbox, dead-letter, redrive, relay, operation)")]
 pub struct UnknownKeyspace(pub String);
 
 impl FromStr for Keyspace {
@@ -186,9 +193,10 @@ mod tests {
         for keyspace in Keyspace::ALL {
             assert_eq!(Keyspace::from_byte(keyspace.to_byte()), Some(keyspace));
             assert_eq!(keyspace.name().parse::<Keyspace>(), Ok(keyspace));
-            assert_eq!(keyspace.is_internal(), keyspace.legacy_prefix().is_some());
+            assert_eq!(keyspace.is_internal(), keyspace != Keyspace::Caller);
         }
-        assert_eq!(Keyspace::from_byte(7), None);
+        assert!(Keyspace::Caller.legacy_prefix().is_none() && Keyspace::Operation.legacy_prefix().is_none());
+        assert_eq!(Keyspace::from_byte(8), None);
         assert_eq!(Keyspace::from_byte(255), None);
         assert!("Hold".parse::<Keyspace>().is_err());
     }

@@ -8,7 +8,7 @@
 //!      8    . payload                                  2 completed, 3 failed)
 //!                                             2    1 flags (bit 0: recovered)
 //!                                             3    1 keyspace (0 the caller's,
-//!                                                    1..=6 idemkv's own; see
+//!                                                    1..=7 idemkv's own; see
 //!                                                    crate::keyspace)
 //!                                             4    4 attempt
 //!                                             8    8 lsn (shard log sequence number)

@@ -6,12 +6,15 @@ use crate::backend::{BackendClaim, ClaimOptions};
 use crate::{Fingerprint, IdempotencyBackend, Keyspace, LeaseToken, State};
 
 /// The scopes a hostile tenant might pick to reach the record of `own` in
-/// keyspace `keyspace`: the prefix the layout before keyspaces used, and
-/// near misses of it, and the bytes a backend might store the record
-/// under (a zero byte and the keyspace's number before it, the keyspace's
-/// name with a colon).
+/// keyspace `keyspace`: the prefix the layout before keyspaces used (or
+/// `idemkv.<name>/` for a keyspace that came after it), and near misses
+/// of it, and the bytes a backend might store the record under (a zero
+/// byte and the keyspace's number before it, the keyspace's name with a
+/// colon).
 fn hostile(keyspace: Keyspace, own: &[u8]) -> Vec<Vec<u8>> {
-    let prefix = keyspace.legacy_prefix().unwrap_or_default();
+    let prefix =
+        keyspace.legacy_prefix().map_or_else(|| format!("idemkv.{}/", keyspace.name()).into_bytes(), <[u8]>::to_vec);
+    let prefix = prefix.as_slice();
     let bare = prefix.strip_suffix(b"/").unwrap_or(prefix);
     vec![
         [prefix, own].concat(),

@@ -27,7 +27,7 @@ use super::config::LayerConfig;
 use super::problem;
 use super::response::{decode_response, replay, Stored, NOT_STORED_HEADER};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
-use crate::{Fingerprint, Record, State};
+use crate::{Fingerprint, Keyspace, Record, State};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use http::request::Parts;
@@ -177,12 +177,6 @@ fn told_fingerprint() -> Fingerprint {
     Fingerprint::of(b"idemkv.operation")
 }
 
-/// The scope of the told answers of `scope`'s operations: beside the
-/// layer's resource holds and versions, in idemkv's own namespace.
-fn told_scope(scope: &[u8]) -> Vec<u8> {
-    [b"idemkv.operation/", scope].concat()
-}
-
 /// Keeps `encoded`, the answer of the operation of `key` in `scope` that
 /// its key does not keep (the key is freed next), so that its status
 /// resource tells it for the store's TTL. An earlier told answer of the
@@ -195,15 +189,12 @@ pub(super) async fn tell<K: IdempotencyBackend>(
     key: &[u8],
     encoded: &[u8],
 ) {
-    let told = told_scope(scope);
-    if told.len() > backend.limits().scope_bytes_max {
-        tracing::warn!("an operation's answer is not told: its scope is too long for the store");
-        return;
-    }
     let options = ClaimOptions::new().lease(config.lease);
-    let written = match backend.claim(&told, key, told_fingerprint(), options).await {
+    let written = match backend.claim_in(Keyspace::Operation, scope, key, told_fingerprint(), options).await {
         Ok(BackendClaim::Acquired { token, .. }) => backend.complete(&token, encoded).await.map(|()| true),
-        Ok(BackendClaim::Replay(earlier)) => backend.replace(&told, key, &earlier, encoded).await,
+        Ok(BackendClaim::Replay(earlier)) => {
+            backend.replace_in(Keyspace::Operation, scope, key, &earlier, encoded).await
+        }
         Ok(BackendClaim::InProgress { .. } | BackendClaim::Mismatch) => Ok(false),
         Err(error) => Err(error),
     };
@@ -284,11 +275,7 @@ async fn told<K: IdempotencyBackend>(
     scope: &[u8],
     key: &[u8],
 ) -> Result<Response<Full<Bytes>>, crate::Error> {
-    let told = told_scope(scope);
-    if told.len() > backend.limits().scope_bytes_max {
-        return Ok(unknown());
-    }
-    let Some(record) = backend.get(&told, key).await? else { return Ok(unknown()) };
+    let Some(record) = backend.get_in(Keyspace::Operation, scope, key).await? else { return Ok(unknown()) };
     if record.state != State::Completed || record.fingerprint != told_fingerprint() {
         return Ok(unknown());
     }

@@ -67,7 +67,7 @@ enum Command {
         scope: String,
         /// The record's keyspace: caller (the default: a service's own
         /// keys), or one of idemkv's own: hold, version, inbox,
-        /// dead-letter, redrive, relay.
+        /// dead-letter, redrive, relay, operation.
         #[arg(long, default_value_t = Keyspace::Caller)]
         keyspace: Keyspace,
     },
@@ -80,7 +80,7 @@ enum Command {
         #[arg(long, value_enum)]
         state: Option<StateFilter>,
         /// Show only records of this keyspace (caller, hold, version,
-        /// inbox, dead-letter, redrive, relay).
+        /// inbox, dead-letter, redrive, relay, operation).
         #[arg(long)]
         keyspace: Option<Keyspace>,
         /// Show at most this many records.

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | the caller's, scope not starting with a zero byte | the scope as it is |
 //! | the caller's, scope starting with a zero byte | `0x00` then the scope |
-//! | idemkv's own keyspace `k` (1..=6, see [`Keyspace`]) | `0x00`, `k`, then the scope |
+//! | idemkv's own keyspace `k` (1..=7, see [`Keyspace`]) | `0x00`, `k`, then the scope |
 //!
 //! The mapping is one-to-one: a stored scope that starts with `0x00` is
 //! the caller's when its second byte is `0x00` too, and keyspace `k`'s
@@ -88,7 +88,7 @@ mod tests {
             }
         }
         assert_eq!(stored(Keyspace::Caller, b"acct-7"), Cow::Borrowed(&b"acct-7"[..]));
-        assert_eq!(read(b"\x00\x07T"), None);
+        assert_eq!(read(b"\x00\x08T"), None);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! into idemkv's records. Tenants named `idemkv.hold/<account>`,
 //! `idemkv.version/<account>`, `idemkv.relay/<account>`,
 //! `idemkv.inbox/<consumer>`, `idemkv.dead/<consumer>`,
-//! `idemkv.redrive/<consumer>` (the scopes under which idemkv once kept its
-//! own records) and near misses of them send keyed requests with the
+//! `idemkv.redrive/<consumer>`, `idemkv.operation/<account>` (the scopes
+//! under which idemkv once kept its own records) and near misses of them send keyed requests with the
 //! names of another tenant's resources and of a consumer's messages as
 //! their keys. The other tenant still holds, versions and writes its
 //! resource (no 409, no 412); the status resource of a version is no
@@ -64,6 +64,7 @@ fn hostile_names(owner: &str, consumer: &str) -> Vec<String> {
         ("idemkv.inbox/", consumer),
         ("idemkv.dead/", consumer),
         ("idemkv.redrive/", consumer),
+        ("idemkv.operation/", owner),
     ] {
         let bare = prefix.trim_end_matches('/');
         names.extend([

@@ -7,7 +7,7 @@
 //! that died (a panic) is told `operation-abandoned` once its lease
 //! lapsed, and its retry takes it over as recovered; an answer the key
 //! does not keep (a 422, a `NotSpent` 503) is told at its `Location`
-//! while the key stays free; a request to no route is answered at once,
+//! while the key stays free, to its scope alone; a request to no route is answered at once,
 //! never 202; bytes that are no answer are never read as one.
 
 use super::{key, Served};
@@ -216,6 +216,16 @@ pub async fn an_answer_not_kept_is_told_at_its_location<B: IdempotencyBackend + 
         assert_eq!((told.status, told.body.as_str()), (422, "the amount is not a number"), "{told:?}");
         assert_eq!((told.header("idempotency-stored"), told.replayed()), (Some("false"), false), "{told:?}");
     }
+    // A tenant named like the told answers' old scope neither reads the
+    // told answer nor finds its own key taken by it.
+    let hostile = "idemkv.operation/acct-1";
+    let peek = send(client().get(server.url(&location)).header("x-account", hostile)).await;
+    assert!(peek.is_problem(404, "operation-unknown"), "another tenant reads nothing: {peek:?}");
+    let own =
+        || client().post(server.url("/checks")).header("x-account", hostile).header("idempotency-key", c1.clone());
+    let ran = send(own().body("7")).await;
+    assert_eq!((ran.status, ran.body.as_str()), (201, "checked 7"), "the tenant's own key: {ran:?}");
+    assert!(send(own().body("7")).await.replayed(), "and its own replay");
     // The key was not spent: the corrected request runs, and its Location
     // tells it.
     let corrected = send(async_post(&server, "/checks", &c1, "10")).await;
@@ -227,7 +237,7 @@ pub async fn an_answer_not_kept_is_told_at_its_location<B: IdempotencyBackend + 
     let location = busy.header("location").expect("location").to_owned();
     let told = finished(&server, &location).await;
     assert_eq!((told.status, told.body.as_str(), told.header("idempotency-stored")), (503, "try again", Some("false")));
-    assert_eq!(runs.get(), 3);
+    assert_eq!(runs.get(), 4);
     server.stop().await;
 }
 
