@@ -337,8 +337,10 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// so). It decides nothing: a takeover is decided by the claim alone.
     ///
     /// Provided: the system clock. The embedded store reads its
-    /// [`Clock`](crate::Clock); a networked backend whose record times are
-    /// its server's may ask the server.
+    /// [`Clock`](crate::Clock); Redis answers its `TIME` and PostgreSQL its
+    /// `clock_timestamp()`, the clocks their records' times are in, so
+    /// that a service whose clock is off still tells a running lease from
+    /// an ended one.
     ///
     /// # Errors
     /// The backend's error, for one that asks a server.

@@ -184,6 +184,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
         answer: &[u8],
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// The server's time now, in ms since the epoch: the clock its
+    /// records' times are in.
+    fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
+
     /// A page of the live records of `scope` of `keyspace` after `after`,
     /// in key order.
     fn scan(
@@ -441,6 +445,10 @@ macro_rules! remote_backend {
 
             fn limits(&self) -> $crate::backend::BackendLimits {
                 $crate::backends::remote::Transport::settings(self).limits()
+            }
+
+            async fn now_ms(&self) -> $crate::error::Result<u64> {
+                $crate::backends::remote::Transport::now_ms(self).await
             }
         }
     };

@@ -249,7 +249,8 @@ pub async fn limits<B: IdempotencyBackend>(backend: &B, setting: &Setting) {
 }
 
 /// `get` shows a held record; a renewal keeps the key past its first
-/// lease; `remove` takes it away under its holder (who then gets
+/// lease, and the backend's `now_ms` falls between the record's times and
+/// its new lease end; `remove` takes it away under its holder (who then gets
 /// `LeaseLost`) and says whether anything was removed; the next claim
 /// starts afresh with a greater token.
 ///
@@ -263,6 +264,12 @@ pub async fn renew_get_remove<B: IdempotencyBackend>(backend: &B, setting: &Sett
     assert_eq!((record.state, record.token, record.attempt), (State::Processing, token.token, 1));
     assert!(record.response.is_empty());
     backend.renew(&token, Duration::from_secs(5)).await.expect("renew");
+    // The backend's now is on the clock of its records' times.
+    let renewed = backend.get(b"", &key).await.expect("get").expect("present");
+    let now = backend.now_ms().await.expect("now_ms");
+    assert!(renewed.created_ms <= now && renewed.updated_ms <= now, "{renewed:?} written by {now}");
+    let left = renewed.deadline_ms.checked_sub(now).expect("the renewed lease runs");
+    assert!(left > 0 && left <= 5_001, "{left} ms of a 5 s lease left at {now}");
     setting.pass(LEASE + Duration::from_millis(150)).await;
     assert!(
         matches!(backend.claim(b"", &key, fp("body"), options()).await, Ok(BackendClaim::InProgress { .. })),

@@ -594,6 +594,12 @@ impl Transport for PostgresBackend {
         }
     }
 
+    async fn now_ms(&self) -> Result<u64> {
+        let row = self.call("now", &self.sql.now, &[]).await?;
+        let now: i64 = row.try_get(0).map_err(|_| protocol("now: not a number"))?;
+        u64::try_from(now).map_err(|_| protocol("now: before the epoch"))
+    }
+
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
         let (scope, key) = (keyspace::stored(address.keyspace, address.scope), address.key);
         let row = self.call("remove", &self.sql.remove, &[&scope.as_ref(), &key]).await?;

@@ -32,6 +32,9 @@ pub(super) struct Statements {
     /// A page of a scope's live records after a key (`NULL`: from the
     /// first), in key order: `get`'s columns, then the key.
     pub(super) scan: String,
+    /// The server's time now, in ms since the epoch, as records' times
+    /// are read.
+    pub(super) now: String,
 }
 
 impl Statements {
@@ -102,6 +105,7 @@ impl Statements {
                  AND expires_at > clock_timestamp() ORDER BY key LIMIT $3",
                 schema.object("idempo_store")
             ),
+            now: format!("SELECT {ms}(clock_timestamp())"),
         }
     }
 }

@@ -278,6 +278,18 @@ impl Connection {
         }
     }
 
+    /// The server's `TIME`, in ms since the epoch (on a cluster, the time
+    /// of the node the command is sent to).
+    pub(super) async fn time_ms(&self) -> Result<u64> {
+        match self.command(&::redis::cmd("TIME")).await? {
+            Value::Array(time) => match time.as_slice() {
+                [seconds, micros] => Ok(number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000)),
+                _ => Err(protocol("TIME: not two numbers")),
+            },
+            _ => Err(protocol("TIME: not an array")),
+        }
+    }
+
     /// The answer of one plain command.
     pub(super) async fn command(&self, command: &Cmd) -> Result<Value> {
         self.query(command).await.map_err(backend_error)

@@ -627,6 +627,10 @@ impl Transport for RedisBackend {
         }
     }
 
+    async fn now_ms(&self) -> Result<u64> {
+        self.connection.time_ms().await
+    }
+
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
         scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await
