@@ -41,9 +41,9 @@ LAYERS = [
     ]),
     ("engine internals, pure parts", [
         # The index table knows tags and addresses only.
-        "engine::table",
         "engine::index",
-        "engine::compaction",
+        "engine::entry",
+        "engine::compaction_policy",
         "engine::transition",
         "engine::segment",
         "engine::ledger",
@@ -81,12 +81,12 @@ LAYERS = [
     ("backends and layers over any backend", [
         # Renews the leases of running requests and closures.
         "keeper",
-        "backends::tls",
-        "backends::wake",
-        "backends::counters",
-        "backends::remote",
-        "backends::redis",
-        "backends::postgres",
+        "backend::remote::tls",
+        "backend::remote::wake",
+        "backend::remote::counters",
+        "backend::remote",
+        "backend::redis",
+        "backend::postgres",
         "backends",
         # Webhook signatures: what the HTTP sink signs and the layer checks.
         "webhook",

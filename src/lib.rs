@@ -72,8 +72,6 @@
 // in .ci/layers.py, which CI runs: no module imports one above it.
 
 mod backend;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-mod backends;
 mod checkpoint;
 mod claim;
 #[cfg(feature = "client")]
@@ -88,52 +86,50 @@ mod engine;
 mod error;
 mod fingerprint;
 mod format;
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod fuzzing;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 pub mod io;
-#[cfg(feature = "tokio")]
-mod keeper;
 pub mod keyspace;
 mod lease;
-#[cfg(feature = "tokio")]
-mod once;
+#[cfg(feature = "messaging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
+pub mod messaging;
 mod quota;
 mod record;
-mod repair;
 mod stats;
 mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod verify;
-#[cfg(feature = "tokio")]
-mod versions;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use backend::postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use backend::redis;
+#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))))]
+pub use backend::remote::tls::Tls;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use backend::run_once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use backend::versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use backend::AnyBackend;
 pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use backends::postgres;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use backends::redis;
-#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))))]
-pub use backends::tls::Tls;
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, Durability};
-pub use engine::compaction::CompactionReport;
+pub use engine::compaction_policy::CompactionReport;
 pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use engine::transition::ReusePolicy;
 pub use error::{BackendFailure, Error, Result};
@@ -141,44 +137,38 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use keyspace::Keyspace;
 pub use lease::{FinishError, Lease, LeaseToken};
-#[cfg(all(feature = "messaging", feature = "redis"))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "redis"))))]
-pub use once::sinks::RedisStreamSink;
 #[cfg(all(feature = "messaging", feature = "client"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "client"))))]
-pub use once::HttpSink;
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
+pub use messaging::HttpSink;
+#[cfg(all(feature = "messaging", feature = "redis"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "redis"))))]
+pub use messaging::RedisStreamSink;
 #[cfg(feature = "messaging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
-pub use once::{
+pub use messaging::{
     DeadLetter, Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_ERROR_BYTES_MAX,
     DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT, INBOX_RETENTION_DEFAULT,
 };
 #[cfg(feature = "messaging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
-pub use once::{
+pub use messaging::{
     KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
 };
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
 /// The outbox's envelope, for a caller that completes a key itself
 /// (PostgreSQL's `complete_in`, in its own transaction), and where each
 /// key's staged messages stand (`idemkv outbox`).
 #[cfg(feature = "messaging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
 pub mod outbox {
-    pub use crate::once::outbox::{envelope, is_envelope, messages_of, response_of, RETENTION};
-    pub use crate::once::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
+    pub use crate::messaging::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
+    pub use crate::messaging::{envelope, is_envelope, messages_of, response_of, RETENTION};
 }
+pub use engine::repair::{repair, DroppedRecord, Evidence, RepairReport};
+pub use engine::verify::{verify, Damage, IgnoredHint, VerifyReport};
 pub use quota::{Quota, QuotaLimit, ScopeUsage};
 pub use record::{Record, RecordRef, State};
-pub use repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Once, Outcome, Store};
-pub use verify::{verify, Damage, IgnoredHint, VerifyReport};
 
 /// The README's code blocks, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

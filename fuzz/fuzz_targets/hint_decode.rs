@@ -23,7 +23,7 @@ struct Input {
 
 fuzz_target!(|input: Input| {
     let hint = if input.edit_sample {
-        let mut hint = idemkv::fuzzing::sample_hint();
+        let mut hint = idemkv::testing::fuzzing::sample_hint();
         for (at, value) in &input.edits {
             let len = hint.len();
             if len > 0 {
@@ -36,7 +36,7 @@ fuzz_target!(|input: Input| {
     } else {
         input.raw
     };
-    if let Some(entries) = idemkv::fuzzing::read_hint(&hint, input.fix_crcs) {
+    if let Some(entries) = idemkv::testing::fuzzing::read_hint(&hint, input.fix_crcs) {
         assert!(entries <= 12, "the segment has 12 frames");
     }
 });

@@ -5,9 +5,9 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(length) = idemkv::fuzzing::decode_record(data) {
+    if let Some(length) = idemkv::testing::fuzzing::decode_record(data) {
         assert!(length <= data.len());
     }
-    let _ = idemkv::fuzzing::decode_segment_header(data);
-    let _ = idemkv::fuzzing::decode_manifest(data);
+    let _ = idemkv::testing::fuzzing::decode_segment_header(data);
+    let _ = idemkv::testing::fuzzing::decode_manifest(data);
 });

@@ -26,16 +26,16 @@ fuzz_target!(|input: Input| {
     // The files live in memory (a power-cut disk that is never cut).
     let dir = scratch::directory();
     let storage = scratch::disk(dir);
-    let manifest = if input.valid_manifest { idemkv::fuzzing::manifest(1) } else { input.raw_manifest };
+    let manifest = if input.valid_manifest { idemkv::testing::fuzzing::manifest(1) } else { input.raw_manifest };
     scratch::write(&storage, &dir.join("MANIFEST"), &manifest);
     let shard = dir.join("shard-0000");
     storage.create_dir_all(&shard).expect("mkdir");
     let count = u32::try_from(input.segments.len().clamp(1, 4)).expect("small");
-    scratch::write(&storage, &shard.join("CATALOG"), &idemkv::fuzzing::catalog(0, 1, count));
+    scratch::write(&storage, &shard.join("CATALOG"), &idemkv::testing::fuzzing::catalog(0, 1, count));
     storage.sync_dir(dir).expect("sync dir");
     for (index, (valid_header, body)) in input.segments.iter().take(4).enumerate() {
         let id = u32::try_from(index + 1).expect("small");
-        let mut bytes = if *valid_header { idemkv::fuzzing::segment_header(0, id, 1) } else { Vec::new() };
+        let mut bytes = if *valid_header { idemkv::testing::fuzzing::segment_header(0, id, 1) } else { Vec::new() };
         bytes.extend_from_slice(body);
         scratch::write(&storage, &shard.join(format!("{id:010}.seg")), &bytes);
     }

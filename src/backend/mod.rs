@@ -2,6 +2,12 @@
 //! Redis / Valkey (`redis`) and PostgreSQL (`postgres`) — for the HTTP
 //! layer and the tools built on it.
 //!
+//! The networked backends keep only their transport (Lua scripts, SQL
+//! functions) and how their wake-ups arrive; the contract's edges they
+//! share are written once in `remote` (settings, the claim prologue, the
+//! finish dispatch, the `IdempotencyBackend` impl, the claim-and-park loop,
+//! their counters, TLS).
+//!
 //! Every call is a future that never blocks its runtime. It speaks in owned
 //! parts ([`BackendClaim`], [`LeaseToken`]) so that a backend need not hand
 //! out borrows of its own state, and it knows nothing of HTTP or tower.
@@ -16,6 +22,18 @@ use std::time::Duration;
 
 #[cfg(feature = "tokio")]
 mod any;
+#[cfg(feature = "tokio")]
+pub(crate) mod keeper;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) mod remote;
+#[cfg(feature = "tokio")]
+pub(crate) mod run_once;
+#[cfg(feature = "tokio")]
+pub(crate) mod versions;
 
 #[cfg(feature = "tokio")]
 pub use any::AnyBackend;

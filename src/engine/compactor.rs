@@ -1,5 +1,5 @@
 //! The compaction driver: one pass over every shard, executing what the
-//! pure policy ([`crate::engine::compaction`]) chooses, under a byte-rate pacer;
+//! pure policy ([`crate::engine::compaction_policy`]) chooses, under a byte-rate pacer;
 //! and the background compactor that runs a pass at an interval.
 //!
 //! A pass is a sequence of steps (choose a shard's plan, compact one
@@ -12,7 +12,7 @@
 //! pass made stale is harmless, since each step looks at the segment anew.
 
 use crate::engine::background::{Stop, Worker};
-use crate::engine::compaction::{choose, Action, CompactionReport, Policy};
+use crate::engine::compaction_policy::{choose, Action, CompactionReport, Policy};
 use crate::engine::telemetry::event;
 use crate::engine::Engine;
 use crate::error::{Error, Result};

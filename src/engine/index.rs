@@ -1,255 +1,450 @@
-//! What the index knows of a record, the lease table of a shard's
-//! Processing keys, and the keyed hash of `(scope, key)`.
+//! The compact index table of a shard: where the newest record of each key
+//! is, and nothing else.
 //!
-//! A shard's index proper is the compact [`crate::engine::table::Table`]:
-//! a tag and an address per key. An [`Entry`] is what a record says of
-//! itself and where it is, read back from the log (or, for a Processing
-//! key, kept in the shard's [`Leases`]). Recovery rebuilds the full entry
-//! of every key in a [`FullIndex`] first, which open turns into the table.
+//! An entry is 16 bytes: a 32-bit tag of the key's index hash, the frame's
+//! length, and its address (segment, offset). Four entries fill a 64-byte,
+//! cache-line-aligned bucket. A lookup reads the key's bucket, and a tag
+//! that matches is a *candidate*: the caller reads its record and compares
+//! the key, so two keys with the same tag simply both stay indexed.
+//!
+//! Buckets are addressed by linear hashing (Litwin, 1980): `2^level +
+//! split` buckets, bucket `tag mod 2^level`, or `tag mod 2^(level+1)` below
+//! the split pointer. When the table passes [`LOAD_NUM`]/[`LOAD_DEN`] of
+//! its slots, one bucket splits into itself and one new bucket: the table
+//! grows a bucket at a time, never by a rehash of the whole, and its memory
+//! grows with it (buckets live in fixed chunks, so nothing is copied). A
+//! bucket that overflows keeps three entries and links its fourth slot to
+//! an overflow bucket, from a second chunked arena with a free list. A
+//! chain is packed: every bucket of it but the last is full, and the last
+//! holds its entries from slot 0 on.
+//!
+//! At 0.8 of the slots in use the table spends under 30 bytes per entry,
+//! overflow buckets included (the unit test's bound at 100,000 entries;
+//! `docs/architecture.md` has the measured figures).
 
-use crate::engine::table::Address;
-use crate::keyspace::Keyspace;
-use crate::record::State;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+/// Slots per bucket.
+const SLOTS: usize = 4;
+/// Buckets per chunk: 16 KiB.
+const CHUNK: usize = 256;
+/// Buckets of an empty table.
+const LEVEL_MIN: u32 = 3;
+/// Splits happen above this fill of the primary slots...
+const LOAD_NUM: usize = 4;
+const LOAD_DEN: usize = 5;
+/// ...and merges below half of it.
+const EMPTY_ADDR: u64 = 0;
+/// The address of a link slot: offset 1 of segment 0 holds no record (a
+/// segment's header comes first).
+const LINK_ADDR: u64 = 1;
 
-/// Where the newest record of a live key is, and what a claim decides on:
-/// read back from the record's header, or kept for a Processing key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Entry {
-    /// LSN of the newest record (durability waits compare against it).
-    pub lsn: u64,
-    /// Fencing token of the current or last holder.
-    pub token: u64,
-    /// Wall-clock ms from which the record reads absent: expiry (Completed /
-    /// Failed), or written lease end + TTL (Processing, an abandoned lease;
-    /// its lease end proper is in the shard's [`LeaseEnds`]), as the
-    /// transition module's `gone_ms` computes it.
-    pub deadline_ms: u64,
+/// Where a record is: the table's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Address {
     pub segment: u32,
     pub offset: u32,
-    pub frame_len: u32,
-    pub state: State,
+    pub len: u32,
 }
 
-impl Entry {
-    /// Where the record is, as the table holds it.
-    pub(crate) fn address(&self) -> Address {
-        Address { segment: self.segment, offset: self.offset, len: self.frame_len }
-    }
-
-    /// A Completed or Failed record whose TTL has passed reads as absent.
-    /// (A Processing record's expiry also depends on its lease end: see
-    /// `is_gone` in the transition module.)
-    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
-        self.state.is_expired(self.deadline_ms, now_ms)
+impl Address {
+    fn packed(self) -> u64 {
+        (u64::from(self.segment) << 32) | u64::from(self.offset)
     }
 }
 
-/// The keys are already uniform hashes; hashing them again is waste.
-#[derive(Default)]
-pub(crate) struct PassThroughHasher(u64);
-
-impl Hasher for PassThroughHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only index keys are hashed here, through `write_u64`; this path
-        // folds arbitrary input for completeness.
-        for chunk in bytes.chunks(8) {
-            let mut raw = [0u8; 8];
-            raw[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(raw);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
+/// The tag of an index hash: its low 32 bits (the shard was chosen from
+/// the top bits of the high word, so the two are independent).
+pub(crate) fn tag(hash: u128) -> u32 {
+    #[expect(clippy::cast_possible_truncation, reason = "the tag is the low 32 bits")]
+    let tag = hash as u32;
+    tag
 }
 
-/// The 128-bit index hash as two words: a `u128` would align buckets to
-/// 16 bytes and waste 8 of every 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IndexKey([u64; 2]);
+struct Slot {
+    tag: u32,
+    len: u32,
+    addr: u64,
+}
 
-impl std::hash::Hash for IndexKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // The low word of a uniform hash is hash enough; the shard was
-        // chosen from the top bits of the high word, so the two are
-        // independent.
-        state.write_u64(self.0[0]);
+impl Slot {
+    const EMPTY: Slot = Slot { tag: 0, len: 0, addr: EMPTY_ADDR };
+
+    fn of(tag: u32, at: Address) -> Slot {
+        debug_assert!(at.packed() > LINK_ADDR, "no record sits at offset 0 or 1");
+        Slot { tag, len: at.len, addr: at.packed() }
+    }
+
+    fn link(to: u32) -> Slot {
+        Slot { tag: 0, len: to, addr: LINK_ADDR }
+    }
+
+    fn is_empty(self) -> bool {
+        self.addr == EMPTY_ADDR
+    }
+
+    fn is_link(self) -> bool {
+        self.addr == LINK_ADDR
+    }
+
+    fn address(self) -> Address {
+        #[expect(clippy::cast_possible_truncation, reason = "unpacking the two halves")]
+        Address { segment: (self.addr >> 32) as u32, offset: self.addr as u32, len: self.len }
+    }
+
+    fn is_at(self, tag: u32, segment: u32, offset: u32) -> bool {
+        self.tag == tag && self.addr == Address { segment, offset, len: 0 }.packed()
     }
 }
 
-impl From<u128> for IndexKey {
-    fn from(hash: u128) -> Self {
-        #[expect(clippy::cast_possible_truncation, reason = "splitting into the two halves")]
-        IndexKey([hash as u64, (hash >> 64) as u64])
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Bucket([Slot; SLOTS]);
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+impl Bucket {
+    const EMPTY: Bucket = Bucket([Slot::EMPTY; SLOTS]);
+
+    /// The overflow bucket this one links to.
+    fn next(&self) -> Option<u32> {
+        let last = self.0[SLOTS - 1];
+        last.is_link().then_some(last.len)
     }
 }
 
-impl From<IndexKey> for u128 {
-    fn from(key: IndexKey) -> u128 {
-        u128::from(key.0[0]) | (u128::from(key.0[1]) << 64)
-    }
-}
-
-/// The index recovery rebuilds, keyed by the 128-bit hash of `(scope, key)`
-/// with the whole entry of each key: what open needs to apply records
-/// newest-LSN-wins, and to count and set up what it then puts in the table.
+/// Buckets in fixed chunks: growing never moves one.
 #[derive(Debug, Default)]
-pub(crate) struct FullIndex(HashMap<IndexKey, Entry, BuildHasherDefault<PassThroughHasher>>);
+struct Arena {
+    chunks: Vec<Box<[Bucket]>>,
+    len: usize,
+}
 
-impl FullIndex {
-    pub(crate) fn get(&self, hash: &u128) -> Option<&Entry> {
-        self.0.get(&IndexKey::from(*hash))
+impl Arena {
+    fn get(&self, index: usize) -> &Bucket {
+        &self.chunks[index / CHUNK][index % CHUNK]
     }
 
-    /// Inserts `entry` unless the key's entry is as new or newer (by LSN);
-    /// returns whether it did. One probe of the table.
-    pub(crate) fn insert_newer(&mut self, hash: u128, entry: Entry) -> bool {
-        match self.0.entry(IndexKey::from(hash)) {
-            std::collections::hash_map::Entry::Occupied(mut present) => {
-                if present.get().lsn >= entry.lsn {
-                    return false;
-                }
-                present.insert(entry);
-            }
-            std::collections::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert(entry);
-            }
+    fn get_mut(&mut self, index: usize) -> &mut Bucket {
+        &mut self.chunks[index / CHUNK][index % CHUNK]
+    }
+
+    fn push(&mut self) -> usize {
+        if self.len == self.chunks.len() * CHUNK {
+            self.chunks.push(vec![Bucket::EMPTY; CHUNK].into_boxed_slice());
         }
-        true
+        self.len += 1;
+        self.len - 1
     }
 
-    /// Makes room for `additional` more keys.
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        self.0.reserve(additional);
+    /// Drops the last bucket (which must be empty), and its chunk once
+    /// that is empty.
+    fn pop(&mut self) {
+        self.len -= 1;
+        if self.len.is_multiple_of(CHUNK) {
+            self.chunks.pop();
+        }
     }
 
-    pub(crate) fn remove(&mut self, hash: &u128) -> Option<Entry> {
-        self.0.remove(&IndexKey::from(*hash))
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.chunks.len() * CHUNK * std::mem::size_of::<Bucket>() + self.chunks.capacity() * 16
+    }
+}
+
+/// Where a slot is: a primary bucket, or an overflow bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Primary(usize),
+    Overflow(usize),
+}
+
+/// A shard's index table (see the module's documentation).
+#[derive(Debug)]
+pub(crate) struct Table {
+    primary: Arena,
+    overflow: Arena,
+    free: Vec<u32>,
+    level: u32,
+    split: usize,
+    len: usize,
+    scratch: Vec<Slot>,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::with_capacity(0)
+    }
+}
+
+impl Table {
+    /// A table that holds `entries` without a split.
+    pub(crate) fn with_capacity(entries: usize) -> Table {
+        let buckets = (entries * LOAD_DEN).div_ceil(SLOTS * LOAD_NUM).max(1 << LEVEL_MIN);
+        let level = (usize::BITS - 1 - buckets.leading_zeros()).max(LEVEL_MIN);
+        let mut table = Table {
+            primary: Arena::default(),
+            overflow: Arena::default(),
+            free: Vec::new(),
+            level,
+            split: buckets - (1 << level),
+            len: 0,
+            scratch: Vec::new(),
+        };
+        for _ in 0..buckets {
+            table.primary.push();
+        }
+        table
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.len
     }
 
-    /// Every `(hash, entry)`, consuming the index.
-    pub(crate) fn into_entries(self) -> impl Iterator<Item = (u128, Entry)> {
-        self.0.into_iter().map(|(key, entry)| (u128::from(key), entry))
-    }
-}
-
-/// A Processing key's entry and its lease end on the monotonic scale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lease {
-    pub entry: Entry,
-    pub end_ms: u64,
-}
-
-/// The entry and lease end of every Processing key of a shard, beside the
-/// table, by the key's 128-bit hash: what a lease holder's calls (finish,
-/// renew, checkpoint) check the token against without reading the log,
-/// and what expiry of abandoned leases walks. Only keys in flight are here.
-#[derive(Debug, Default)]
-pub(crate) struct Leases(HashMap<IndexKey, Lease, BuildHasherDefault<PassThroughHasher>>);
-
-impl Leases {
-    pub(crate) fn get(&self, hash: u128) -> Option<&Lease> {
-        self.0.get(&IndexKey::from(hash))
+    /// Bytes of memory the table holds.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.primary.bytes() + self.overflow.bytes() + self.free.capacity() * 4
     }
 
-    pub(crate) fn get_mut(&mut self, hash: u128) -> Option<&mut Lease> {
-        self.0.get_mut(&IndexKey::from(hash))
+    fn buckets(&self) -> usize {
+        (1 << self.level) + self.split
     }
 
-    pub(crate) fn insert(&mut self, hash: u128, lease: Lease) {
-        self.0.insert(IndexKey::from(hash), lease);
-    }
-
-    pub(crate) fn remove(&mut self, hash: u128) {
-        self.0.remove(&IndexKey::from(hash));
-    }
-
-    /// Every `(hash, lease)`.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u128, &Lease)> + '_ {
-        self.0.iter().map(|(key, lease)| (u128::from(*key), lease))
-    }
-}
-
-/// The keyed hash that places `(scope, key)` in a shard and in the index.
-/// SipHash-1-3 with the store's random 128-bit key (from the manifest), so
-/// clients cannot choose keys that collide.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KeyHasher {
-    key: [u64; 2],
-}
-
-impl KeyHasher {
-    pub(crate) fn new(key: [u64; 2]) -> Self {
-        KeyHasher { key }
-    }
-
-    /// The 128-bit index key; the scope's length goes first so that
-    /// `("ab", "c")` and `("a", "bc")` differ. A record of idemkv's own
-    /// keyspaces starts with a word no scope's length can be (`u64::MAX`
-    /// less the keyspace's byte), so that it never meets a caller's; a
-    /// caller's hashes as it did before keyspaces.
-    pub(crate) fn hash(&self, keyspace: Keyspace, scope: &[u8], key: &[u8]) -> u128 {
-        use siphasher::sip128::{Hasher128, SipHasher13};
-        let mut hasher = SipHasher13::new_with_keys(self.key[0], self.key[1]);
-        if keyspace.is_internal() {
-            hasher.write(&(u64::MAX - u64::from(keyspace.to_byte())).to_le_bytes());
+    fn home(&self, tag: u32) -> usize {
+        let tag = tag as usize;
+        let low = tag & ((1 << self.level) - 1);
+        if low < self.split {
+            tag & ((1 << (self.level + 1)) - 1)
+        } else {
+            low
         }
-        hasher.write(&(scope.len() as u64).to_le_bytes());
-        hasher.write(scope);
-        hasher.write(key);
-        hasher.finish128().as_u128()
+    }
+
+    fn bucket(&self, at: At) -> &Bucket {
+        match at {
+            At::Primary(index) => self.primary.get(index),
+            At::Overflow(index) => self.overflow.get(index),
+        }
+    }
+
+    fn bucket_mut(&mut self, at: At) -> &mut Bucket {
+        match at {
+            At::Primary(index) => self.primary.get_mut(index),
+            At::Overflow(index) => self.overflow.get_mut(index),
+        }
+    }
+
+    /// The addresses of every entry with `tag`.
+    pub(crate) fn candidates(&self, tag: u32) -> Candidates<'_> {
+        Candidates { table: self, bucket: self.primary.get(self.home(tag)), slot: 0, tag }
+    }
+
+    /// Whether the entry `(tag, segment, offset)` is in the table.
+    pub(crate) fn contains(&self, tag: u32, segment: u32, offset: u32) -> bool {
+        self.candidates(tag).any(|at| at.segment == segment && at.offset == offset)
+    }
+
+    /// Adds an entry. The caller knows the key has no entry yet (an entry
+    /// that moves goes through [`Table::replace`]).
+    pub(crate) fn insert(&mut self, tag: u32, at: Address) {
+        self.place(Slot::of(tag, at));
+        self.len += 1;
+        while self.len * LOAD_DEN > self.buckets() * SLOTS * LOAD_NUM {
+            self.split_one();
+        }
+    }
+
+    /// Points the entry `(tag, segment, offset)` at `to`; returns whether
+    /// it was there.
+    pub(crate) fn replace(&mut self, tag: u32, segment: u32, offset: u32, to: Address) -> bool {
+        let Some((at, slot)) = self.position(tag, segment, offset) else {
+            return false;
+        };
+        self.bucket_mut(at).0[slot] = Slot::of(tag, to);
+        true
+    }
+
+    /// Removes the entry `(tag, segment, offset)`; returns whether it was
+    /// there.
+    pub(crate) fn remove(&mut self, tag: u32, segment: u32, offset: u32) -> bool {
+        let Some((at, slot)) = self.position(tag, segment, offset) else {
+            return false;
+        };
+        self.take(self.home(tag), at, slot);
+        self.len -= 1;
+        true
+    }
+
+    /// Every entry, as `(tag, address)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, Address)> + '_ {
+        (0..self.buckets()).flat_map(move |home| {
+            let mut at = Some(At::Primary(home));
+            std::iter::from_fn(move || {
+                let bucket = self.bucket(at?);
+                at = bucket.next().map(|next| At::Overflow(next as usize));
+                Some(bucket.0.iter().filter(|slot| !slot.is_empty() && !slot.is_link()).map(|s| (s.tag, s.address())))
+            })
+            .flatten()
+        })
+    }
+
+    /// Merges buckets back while under half the load that splits them.
+    pub(crate) fn shrink(&mut self) {
+        while self.buckets() > 1 << LEVEL_MIN && self.len * LOAD_DEN * 2 < self.buckets() * SLOTS * LOAD_NUM {
+            self.merge_one();
+        }
+        if self.free.len() == self.overflow.len {
+            self.free.clear();
+            self.overflow = Arena::default();
+        }
+        self.free.shrink_to_fit();
+    }
+
+    /// The bucket and slot of `(tag, segment, offset)`.
+    fn position(&self, tag: u32, segment: u32, offset: u32) -> Option<(At, usize)> {
+        let mut at = At::Primary(self.home(tag));
+        loop {
+            let bucket = self.bucket(at);
+            for (index, slot) in bucket.0.iter().enumerate() {
+                if slot.is_empty() {
+                    return None;
+                }
+                if slot.is_at(tag, segment, offset) {
+                    return Some((at, index));
+                }
+            }
+            at = At::Overflow(bucket.next()? as usize);
+        }
+    }
+
+    /// Appends `slot` to the chain of its home bucket.
+    fn place(&mut self, slot: Slot) {
+        let mut at = At::Primary(self.home(slot.tag));
+        while let Some(next) = self.bucket(at).next() {
+            at = At::Overflow(next as usize);
+        }
+        let bucket = self.bucket_mut(at);
+        if let Some(free) = bucket.0.iter_mut().find(|slot| slot.is_empty()) {
+            *free = slot;
+            return;
+        }
+        // Full: the last slot's entry and the new one go to a new overflow
+        // bucket, and the last slot links to it.
+        let moved = bucket.0[SLOTS - 1];
+        let next = match self.free.pop() {
+            Some(index) => index as usize,
+            None => self.overflow.push(),
+        };
+        let overflow = self.overflow.get_mut(next);
+        overflow.0 = [moved, slot, Slot::EMPTY, Slot::EMPTY];
+        let link = u32::try_from(next).expect("fewer than 2^32 overflow buckets");
+        self.bucket_mut(at).0[SLOTS - 1] = Slot::link(link);
+    }
+
+    /// Removes the slot `slot` of `at` in the chain of `home`, keeping the
+    /// chain packed: the chain's last entry moves into the hole.
+    fn take(&mut self, home: usize, at: At, slot: usize) {
+        let mut previous = None;
+        let mut last = At::Primary(home);
+        while let Some(next) = self.bucket(last).next() {
+            previous = Some(last);
+            last = At::Overflow(next as usize);
+        }
+        let bucket = self.bucket(last);
+        let end = bucket.0.iter().position(|slot| slot.is_empty()).unwrap_or(SLOTS) - 1;
+        let moved = bucket.0[end];
+        self.bucket_mut(last).0[end] = Slot::EMPTY;
+        if (last, end) != (at, slot) {
+            self.bucket_mut(at).0[slot] = moved;
+        }
+        if end == 0 {
+            if let (Some(previous), At::Overflow(index)) = (previous, last) {
+                // The last overflow bucket is empty: unlink and free it.
+                self.bucket_mut(previous).0[SLOTS - 1] = Slot::EMPTY;
+                self.free.push(u32::try_from(index).expect("fewer than 2^32 overflow buckets"));
+            }
+        }
+    }
+
+    /// Takes every entry of the chain of `home` out into the scratch list,
+    /// freeing its overflow buckets.
+    fn drain(&mut self, home: usize) {
+        let mut at = Some(At::Primary(home));
+        while let Some(here) = at {
+            let bucket = std::mem::replace(self.bucket_mut(here), Bucket::EMPTY);
+            at = bucket.next().map(|next| At::Overflow(next as usize));
+            if let At::Overflow(index) = here {
+                self.free.push(u32::try_from(index).expect("fewer than 2^32 overflow buckets"));
+            }
+            self.scratch.extend(bucket.0.iter().filter(|slot| !slot.is_empty() && !slot.is_link()));
+        }
+    }
+
+    fn split_one(&mut self) {
+        let from = self.split;
+        self.drain(from);
+        self.primary.push();
+        self.split += 1;
+        if self.split == 1 << self.level {
+            self.level += 1;
+            self.split = 0;
+        }
+        self.replace_scratch();
+    }
+
+    fn merge_one(&mut self) {
+        if self.split == 0 {
+            self.level -= 1;
+            self.split = 1 << self.level;
+        }
+        self.split -= 1;
+        let last = self.buckets();
+        self.drain(last);
+        self.primary.pop();
+        self.replace_scratch();
+    }
+
+    fn replace_scratch(&mut self) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for slot in scratch.drain(..) {
+            self.place(slot);
+        }
+        self.scratch = scratch;
+    }
+}
+
+/// The addresses of the entries with one tag ([`Table::candidates`]).
+pub(crate) struct Candidates<'a> {
+    table: &'a Table,
+    bucket: &'a Bucket,
+    slot: usize,
+    tag: u32,
+}
+
+impl Iterator for Candidates<'_> {
+    type Item = Address;
+
+    fn next(&mut self) -> Option<Address> {
+        loop {
+            if self.slot == SLOTS {
+                return None;
+            }
+            let slot = self.bucket.0[self.slot];
+            self.slot += 1;
+            if slot.is_empty() {
+                return None;
+            }
+            if slot.is_link() {
+                self.bucket = self.table.overflow.get(slot.len as usize);
+                self.slot = 0;
+                continue;
+            }
+            if slot.tag == self.tag {
+                return Some(slot.address());
+            }
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scope_boundary_matters() {
-        let hasher = KeyHasher::new([1, 2]);
-        let caller = Keyspace::Caller;
-        assert_ne!(hasher.hash(caller, b"ab", b"c"), hasher.hash(caller, b"a", b"bc"));
-        assert_eq!(hasher.hash(caller, b"a", b"bc"), hasher.hash(caller, b"a", b"bc"));
-        assert_ne!(KeyHasher::new([1, 3]).hash(caller, b"a", b"bc"), hasher.hash(caller, b"a", b"bc"));
-    }
-
-    #[test]
-    fn keyspaces_never_meet() {
-        let hasher = KeyHasher::new([1, 2]);
-        let mut seen = std::collections::HashSet::new();
-        for keyspace in Keyspace::ALL {
-            assert!(seen.insert(hasher.hash(keyspace, b"T", b"acct-7")), "{keyspace} met another keyspace");
-        }
-        // The earlier layout's prefixed scope is the caller's, and nobody else's.
-        assert!(seen.insert(hasher.hash(Keyspace::Caller, b"idemkv.hold/T", b"acct-7")));
-    }
-
-    #[test]
-    fn expiry_only_for_terminal_states() {
-        let mut entry = Entry {
-            lsn: 1,
-            token: 1,
-            deadline_ms: 10,
-            segment: 1,
-            offset: 32,
-            frame_len: 100,
-            state: State::Processing,
-        };
-        assert!(!entry.is_expired(20));
-        entry.state = State::Completed;
-        assert!(!entry.is_expired(9));
-        assert!(entry.is_expired(10));
-    }
-}
+mod tests;

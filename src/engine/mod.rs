@@ -8,26 +8,28 @@
 //! thread).
 
 pub(crate) mod background;
-pub(crate) mod compaction;
+pub(crate) mod compaction_policy;
 pub(crate) mod compactor;
+pub(crate) mod entry;
 pub(crate) mod index;
 pub(crate) mod ledger;
 pub(crate) mod manifest;
 pub(crate) mod migrate;
 pub(crate) mod open;
 pub(crate) mod recovery;
+pub(crate) mod repair;
 pub(crate) mod segment;
 pub(crate) mod shard;
 pub(crate) mod sync;
-pub(crate) mod table;
 pub(crate) mod telemetry;
 pub(crate) mod transition;
+pub(crate) mod verify;
 pub(crate) mod waiters;
 
 use crate::checkpoint;
 use crate::config::{Config, Durability};
 use crate::engine::background::{Stop, Worker};
-use crate::engine::index::KeyHasher;
+use crate::engine::entry::KeyHasher;
 use crate::engine::ledger::Ledger;
 use crate::engine::shard::{KeyRef, Outcome, Shard, Tally};
 use crate::engine::transition::{ClaimParams, Finish, Held, ReusePolicy};

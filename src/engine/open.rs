@@ -5,7 +5,7 @@
 
 use crate::clock::Now;
 use crate::config::Config;
-use crate::engine::index::KeyHasher;
+use crate::engine::entry::KeyHasher;
 use crate::engine::ledger::Ledger;
 use crate::engine::manifest::{self, Manifest};
 use crate::engine::migrate;

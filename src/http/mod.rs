@@ -96,12 +96,12 @@ mod checkpoints;
 mod config;
 mod detached;
 mod guard;
-mod keep;
 mod key;
 mod operations;
 mod problem;
 mod resource;
 mod response;
+mod store_answer;
 #[cfg(feature = "webhooks")]
 mod webhook;
 
@@ -114,7 +114,7 @@ pub use resource::{IfMatch, ResourceHold};
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
 
-use crate::keeper::Keeper;
+use crate::backend::keeper::Keeper;
 use body::buffered;
 use bytes::Bytes;
 use http::{Request, Response};

@@ -10,11 +10,11 @@
 
 use super::config::LayerConfig;
 use super::guard::Shared;
-use super::keep::release;
 use super::problem;
+use super::store_answer::release;
+use crate::backend::keeper::Kept;
+use crate::backend::versions::{Step, Versions};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
-use crate::keeper::Kept;
-use crate::versions::{Step, Versions};
 use crate::{Fingerprint, Keyspace, LeaseToken};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, ETAG, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};

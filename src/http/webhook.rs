@@ -30,7 +30,7 @@ use super::{BoxError, LayerBody};
 use crate::backend::IdempotencyBackend;
 use crate::engine::telemetry::event;
 use crate::error::Result;
-use crate::once::{check_consumer, Delivery, Handled, Inbox};
+use crate::messaging::{check_consumer, Delivery, Handled, Inbox};
 use crate::webhook::{WebhookError, WebhookVerifier};
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};

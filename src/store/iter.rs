@@ -1,7 +1,7 @@
 //! Iteration over the live records of a store, shard by shard, for
 //! inspection ([`crate::Store::iter`]).
 
-use crate::engine::index::KeyHasher;
+use crate::engine::entry::KeyHasher;
 use crate::engine::shard::{KeyRef, Shard};
 use crate::error::Result;
 use crate::keyspace::{Keyspace, Name};

@@ -17,7 +17,7 @@ mod wait;
 
 use crate::claim::{Claim, ClaimRequest};
 use crate::config::{Config, Durability};
-use crate::engine::compaction::CompactionReport;
+use crate::engine::compaction_policy::CompactionReport;
 use crate::engine::compactor;
 use crate::engine::open;
 use crate::engine::shard::{self, Tally};
@@ -105,11 +105,11 @@ impl Store {
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail, in the frames
     /// this open reads (those a hint covers are checked when read, and by
-    /// [`crate::verify`]); I/O errors.
+    /// [`crate::engine::verify`]); I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let dir = dir.as_ref();
         // A refusal says what `idemkv repair` would do about it.
-        let engine = Arc::new(open::open(dir, config).map_err(|error| crate::repair::advise(error, dir))?);
+        let engine = Arc::new(open::open(dir, config).map_err(|error| crate::engine::repair::advise(error, dir))?);
         if let Durability::Interval(interval) = engine.config.durability {
             sync::start_flusher(&engine, interval)?;
         }

@@ -87,7 +87,7 @@ impl Store {
     /// not read.
     pub fn open_read_only(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let dir = dir.as_ref();
-        let engine = open::open_read_only(dir, config).map_err(|error| crate::repair::advise(error, dir))?;
+        let engine = open::open_read_only(dir, config).map_err(|error| crate::engine::repair::advise(error, dir))?;
         Ok(Store::from_engine(engine))
     }
 

@@ -10,3 +10,8 @@
 mod model;
 
 pub use model::{Expected, Model, ModelRecord, Refusal};
+
+/// Entry points of the fuzz targets (`fuzz/`): the frame decoder, the
+/// index table and the lease table driven by arbitrary bytes. Not an API.
+#[doc(hidden)]
+pub mod fuzzing;

@@ -6,7 +6,7 @@
 mod one_segment;
 mod replay;
 
-use crate::engine::index::{FullIndex, KeyHasher};
+use crate::engine::entry::{FullIndex, KeyHasher};
 use crate::engine::segment::catalog::{self, Catalog};
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::engine::segment::hint::{self, HintBuilder};

@@ -1,7 +1,7 @@
 //! The index being rebuilt at open, from hint entries and log frames
 //! alike: both arrive as [`HintEntry`]s and are applied by one rule.
 
-use crate::engine::index::{Entry, FullIndex, IndexKey, KeyHasher, PassThroughHasher};
+use crate::engine::entry::{Entry, FullIndex, IndexKey, KeyHasher, PassThroughHasher};
 use crate::engine::segment::hint::HintEntry;
 use crate::keyspace::Keyspace;
 use crate::record::Kind;

@@ -6,14 +6,14 @@
 
 use super::state::ShardState;
 use super::Shard;
-use crate::engine::compaction::{CompactionReport, SegmentUsage, SegmentView};
-use crate::engine::index::KeyHasher;
+use crate::engine::compaction_policy::{CompactionReport, SegmentUsage, SegmentView};
+use crate::engine::entry::KeyHasher;
+use crate::engine::index::{self, Address};
 use crate::engine::segment;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
 use crate::engine::segment::hint::{self, HintBuilder, HintEntry};
 use crate::engine::segment::scanner::{self, Expected, FrameCopier};
-use crate::engine::table::{self, Address};
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::io::StorageFile;
@@ -241,7 +241,7 @@ impl Shard {
     ) -> Result<Decision> {
         let dead = if context.oldest { Decision::Drop } else { Decision::Shadow };
         let (hash, record) = (plan.hash, &plan.header);
-        let tag = table::tag(hash);
+        let tag = index::tag(hash);
         let offset = u32::try_from(plan.offset).unwrap_or(u32::MAX);
         if state.index.contains(tag, context.segment, offset) {
             let len = u32::try_from(plan.len).unwrap_or(u32::MAX);
@@ -292,7 +292,7 @@ impl Shard {
         let mut state = self.state.write();
         for &(hash, from, to) in &rewritten.moved {
             let Ok(from) = u32::try_from(from) else { continue };
-            let tag = table::tag(hash);
+            let tag = index::tag(hash);
             let Some(len) =
                 state.index.candidates(tag).find(|at| at.segment == id && at.offset == from).map(|at| at.len)
             else {

@@ -5,7 +5,7 @@
 use super::{KeyRef, Shard, ShardState};
 use crate::checkpoint::{self, Checkpoint};
 use crate::clock::Now;
-use crate::engine::index::{Entry, Lease};
+use crate::engine::entry::{Entry, Lease};
 use crate::engine::telemetry::event;
 use crate::engine::transition::{self, Finish, Held};
 use crate::error::{Error, Result};

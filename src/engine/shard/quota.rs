@@ -14,7 +14,7 @@
 
 use super::state::ShardState;
 use super::{KeyRef, Shard};
-use crate::engine::index::Entry;
+use crate::engine::entry::Entry;
 use crate::engine::ledger::Ledger;
 use crate::engine::telemetry::event;
 use crate::engine::transition;

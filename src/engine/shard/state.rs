@@ -6,13 +6,13 @@
 
 use super::KeyRef;
 use crate::clock::{Clock, Now};
-use crate::engine::compaction::SegmentUsage;
-use crate::engine::index::{Entry, FullIndex, Lease, Leases};
+use crate::engine::compaction_policy::SegmentUsage;
+use crate::engine::entry::{Entry, FullIndex, Lease, Leases};
+use crate::engine::index::{tag, Address, Table};
 use crate::engine::ledger::Ledger;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::hint::HintEntry;
 use crate::engine::segment::writer::Writer;
-use crate::engine::table::{tag, Address, Table};
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::record::{self, Header, Kind, State};

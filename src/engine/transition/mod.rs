@@ -14,8 +14,8 @@
 //! record's own fields (see [`crate::clock`]).
 
 use crate::clock::Now;
-use crate::engine::index::Entry;
-use crate::engine::table::Address;
+use crate::engine::entry::Entry;
+use crate::engine::index::Address;
 use crate::fingerprint::Fingerprint;
 use crate::keyspace::Keyspace;
 use crate::record::{Header, Kind, State};

@@ -4,7 +4,7 @@
 
 use super::reader::{self, Described, HintReader, Opened};
 use super::HintEntry;
-use crate::engine::index::KeyHasher;
+use crate::engine::entry::KeyHasher;
 use crate::engine::segment::scanner::{self, Expected, Frame};
 use crate::io::{Storage, StorageFile};
 use std::path::Path;

@@ -1,0 +1,412 @@
+//! One handle over a standalone server (a reconnecting, multiplexed
+//! connection) or a Cluster (the client's slot-routing connection), both
+//! speaking RESP3 so that published messages arrive as pushes.
+
+use super::reply::{backend_error, bytes, number, protocol};
+use super::server::{Read, SETTINGS};
+use super::wait::Pushes;
+use crate::error::{Error, Result};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use ::redis::{
+    cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, Script, ServerErrorKind, ToRedisArgs, Value,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a TLS connection trusts; without the feature `tls` there is none.
+#[cfg(feature = "tls")]
+pub(super) use crate::Tls;
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+pub(super) enum Tls {}
+
+/// How long a call waits for its answer before it is
+/// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One run of a script by SHA (`EVALSHA`, one key: every script touches
+/// one record), with the script kept to load it on `NOSCRIPT`.
+pub(super) struct Call<'a> {
+    script: &'a Script,
+    command: Cmd,
+}
+
+impl<'a> Call<'a> {
+    pub(super) fn new(script: &'a Script, key: &[u8]) -> Call<'a> {
+        let mut command = cmd("EVALSHA");
+        command.arg(script.get_hash()).arg(1).arg(key);
+        Call { script, command }
+    }
+
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.command.arg(arg);
+        self
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Connection {
+    /// The server's address (`host:port`) beside its connection.
+    Single(ConnectionManager, Arc<str>),
+    Cluster(ClusterConnection),
+}
+
+/// The client of `info`, trusting `tls` when given.
+#[cfg(feature = "tls")]
+fn client(info: ::redis::ConnectionInfo, tls: Option<&Tls>) -> ::redis::RedisResult<Client> {
+    crate::backend::remote::tls::install_default_provider();
+    if let Some(tls) = tls {
+        let root_cert = tls.ca_pem_bytes().map(<[u8]>::to_vec);
+        Client::build_with_tls(info, ::redis::TlsCertificates { client_tls: None, root_cert })
+    } else {
+        Client::open(info)
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn client(info: ::redis::ConnectionInfo, _tls: Option<&Tls>) -> ::redis::RedisResult<Client> {
+    Client::open(info)
+}
+
+/// How many connections the transitions that wait for replicas share
+/// (opened at the first of them): a `WAIT` holds its connection until the
+/// replicas answer, so on one connection every task's transition would
+/// wait behind the others'.
+const LANES: usize = 16;
+
+/// Where a connection was opened, to open more like it.
+#[derive(Clone)]
+pub(super) enum Opener {
+    Single(String, Pushes, Option<Tls>),
+    Cluster(Vec<String>, Pushes),
+}
+
+impl Opener {
+    async fn open(&self) -> Result<Connection> {
+        match self {
+            Opener::Single(url, pushes, tls) => Connection::single(url, pushes.clone(), tls.as_ref()).await,
+            Opener::Cluster(nodes, pushes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Connection::cluster(&nodes, pushes.clone()).await
+            }
+        }
+    }
+}
+
+/// The connections of the transitions that wait for replicas, taken in
+/// turn.
+pub(super) struct Lanes {
+    opener: Opener,
+    open: tokio::sync::OnceCell<Vec<Connection>>,
+    next: AtomicUsize,
+}
+
+impl Lanes {
+    pub(super) fn new(opener: Opener) -> Lanes {
+        Lanes { opener, open: tokio::sync::OnceCell::new(), next: AtomicUsize::new(0) }
+    }
+
+    /// The next connection, opening them all at the first call.
+    pub(super) async fn next(&self) -> Result<&Connection> {
+        let lanes = self
+            .open
+            .get_or_try_init(|| async {
+                let mut lanes = Vec::with_capacity(LANES);
+                for _ in 0..LANES {
+                    lanes.push(self.opener.open().await?);
+                }
+                Ok::<_, Error>(lanes)
+            })
+            .await?;
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % lanes.len();
+        Ok(&lanes[turn])
+    }
+}
+
+fn invalid(error: &::redis::RedisError) -> Error {
+    Error::InvalidConfig(format!("redis: {error}"))
+}
+
+impl Connection {
+    /// A connection to `url`; over TLS with `tls` (then `url` must be
+    /// `rediss://`).
+    pub(super) async fn single(url: &str, pushes: Pushes, tls: Option<&Tls>) -> Result<Connection> {
+        let info = url.into_connection_info().map_err(|error| invalid(&error))?;
+        let is_tls = matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. });
+        if is_tls && !cfg!(feature = "tls") {
+            return Err(Error::InvalidConfig("redis: a rediss:// URL needs the feature `tls`".into()));
+        }
+        if tls.is_some() && !is_tls {
+            return Err(Error::InvalidConfig("redis: a TLS connection needs a rediss:// URL".into()));
+        }
+        let address = Arc::from(info.addr().to_string());
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let client = client(info, tls).map_err(|error| invalid(&error))?;
+        let config = ConnectionManagerConfig::new()
+            .set_push_sender(pushes)
+            .set_automatic_resubscription()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_number_of_retries(2);
+        let manager = ConnectionManager::new_with_config(client, config).await.map_err(backend_error)?;
+        Ok(Connection::Single(manager, address))
+    }
+
+    pub(super) async fn cluster(nodes: &[&str], pushes: Pushes) -> Result<Connection> {
+        let client = ClusterClientBuilder::new(nodes.iter().copied())
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|error| invalid(&error))?;
+        let connection = client.get_async_connection().await.map_err(backend_error)?;
+        Ok(Connection::Cluster(connection))
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
+    /// `SPUBLISH` on a Cluster (the message stays in the key's shard),
+    /// `PUBLISH` on a standalone server.
+    pub(super) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    /// Runs `call` (loading its script on `NOSCRIPT`, which ran nothing).
+    pub(super) async fn invoke(&self, call: &Call<'_>) -> Result<Value> {
+        match self.query::<Value>(&call.command).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(call.script).await?;
+                self.query(&call.command).await.map_err(backend_error)
+            }
+            answered => answered.map_err(backend_error),
+        }
+    }
+
+    /// Runs `call` and then `WAIT replicas timeout` in one pipeline, on
+    /// one connection (a `WAIT` on another connection, after a reconnect,
+    /// would wait for nothing of ours): the script's answer and how many
+    /// replicas acknowledged every write of the connection up to it.
+    pub(super) async fn invoke_then_wait(
+        &self,
+        call: &Call<'_>,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> Result<(Value, u64)> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.add_command(call.command.clone()).cmd("WAIT").arg(replicas).arg(timeout_ms);
+        let answered = match self.query_pipeline(&pipeline).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(call.script).await?;
+                self.query_pipeline(&pipeline).await
+            }
+            answered => answered,
+        };
+        match answered.map_err(backend_error)?.as_slice() {
+            [reply, acknowledged] => Ok((reply.clone(), number(acknowledged)?)),
+            _ => Err(protocol("WAIT: not two answers")),
+        }
+    }
+
+    /// The claim's fast path ([`super::fast`]) on `record`: one
+    /// transaction of `SET record fresh NX GET PX px`, `PEXPIRETIME
+    /// record` and `TIME`. Answers the record that was there (`None` when
+    /// `fresh` was written), the key's expiry and the server's time, both
+    /// in ms.
+    pub(super) async fn claim_fast(&self, record: &[u8], fresh: &[u8], px: u64) -> Result<(Option<Vec<u8>>, i64, i64)> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.atomic();
+        pipeline.cmd("SET").arg(record).arg(fresh).arg("NX").arg("GET").arg("PX").arg(px);
+        pipeline.cmd("PEXPIRETIME").arg(record);
+        pipeline.cmd("TIME");
+        match self.query_pipeline(&pipeline).await.map_err(backend_error)?.as_slice() {
+            [found, expiry, Value::Array(time)] => {
+                let found = match found {
+                    Value::Nil => None,
+                    found => Some(bytes(found)?),
+                };
+                let expiry = match expiry {
+                    Value::Int(expiry) => *expiry,
+                    _ => return Err(protocol("claim: PEXPIRETIME not a number")),
+                };
+                let [seconds, micros] = time.as_slice() else {
+                    return Err(protocol("claim: TIME not two numbers"));
+                };
+                let now = number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000);
+                Ok((found, expiry, i64::try_from(now).map_err(|_| protocol("claim: TIME out of range"))?))
+            }
+            _ => Err(protocol("claim: not three answers")),
+        }
+    }
+
+    /// Whether the server, or every master of a Cluster, runs Redis 7.0 or
+    /// later (`redis_version` of `INFO server`; Valkey says it too). A
+    /// server that refuses `INFO` or answers no version is not.
+    pub(super) async fn version_7(&self) -> Result<bool> {
+        let mut command = cmd("INFO");
+        command.arg("server");
+        let answers = self.each_master(&command).await?;
+        Ok(!answers.is_empty()
+            && answers.iter().all(|(_, answer)| {
+                let Ok(info) = answer else { return false };
+                let Ok(info) = bytes(info) else { return false };
+                String::from_utf8_lossy(&info).lines().any(|line| {
+                    line.strip_prefix("redis_version:")
+                        .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
+                        .is_some_and(|major| major >= 7)
+                })
+            }))
+    }
+
+    async fn query<T: ::redis::FromRedisValue>(&self, command: &Cmd) -> ::redis::RedisResult<T> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => command.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => command.query_async(&mut connection).await,
+        }
+    }
+
+    /// The server's `TIME`, in ms since the epoch (on a cluster, the time
+    /// of the node the command is sent to).
+    pub(super) async fn time_ms(&self) -> Result<u64> {
+        match self.command(&::redis::cmd("TIME")).await? {
+            Value::Array(time) => match time.as_slice() {
+                [seconds, micros] => Ok(number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000)),
+                _ => Err(protocol("TIME: not two numbers")),
+            },
+            _ => Err(protocol("TIME: not an array")),
+        }
+    }
+
+    /// The answer of one plain command.
+    pub(super) async fn command(&self, command: &Cmd) -> Result<Value> {
+        self.query(command).await.map_err(backend_error)
+    }
+
+    /// The answers of `pipeline`'s commands, in order.
+    pub(super) async fn pipeline(&self, pipeline: &::redis::Pipeline) -> Result<Vec<Value>> {
+        self.query_pipeline(pipeline).await.map_err(backend_error)
+    }
+
+    async fn query_pipeline(&self, pipeline: &::redis::Pipeline) -> ::redis::RedisResult<Vec<Value>> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => pipeline.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => pipeline.query_async(&mut connection).await,
+        }
+    }
+
+    async fn load(&self, script: &Script) -> Result<()> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => script.load_async(&mut connection).await,
+            Connection::Cluster(mut connection) => script.load_async(&mut connection).await,
+        }
+        .map(drop)
+        .map_err(backend_error)
+    }
+
+    pub(super) async fn subscribe(&self, channel: &[u8]) -> Result<()> {
+        match self.clone() {
+            Connection::Single(mut connection, _) => connection.subscribe(channel).await,
+            Connection::Cluster(mut connection) => connection.ssubscribe(channel).await,
+        }
+        .map_err(backend_error)
+    }
+
+    pub(super) async fn unsubscribe(&self, channel: &[u8]) {
+        let _best_effort = match self.clone() {
+            Connection::Single(mut connection, _) => connection.unsubscribe(channel).await,
+            Connection::Cluster(mut connection) => connection.sunsubscribe(channel).await,
+        };
+    }
+
+    /// [`SETTINGS`] of the server, or of every master of a Cluster; a
+    /// server that refuses `CONFIG GET` answers its refusal.
+    pub(super) async fn settings(&self) -> Result<Vec<Read>> {
+        let mut command = cmd("CONFIG");
+        command.arg("GET");
+        let mut reads: Vec<Read> = Vec::new();
+        for (index, setting) in SETTINGS.iter().enumerate() {
+            let mut command = command.clone();
+            command.arg(*setting);
+            for (server, answer) in self.each_master(&command).await? {
+                let at = reads.iter().position(|read| read.server == server).unwrap_or_else(|| {
+                    reads.push(Read { server, values: Ok(Default::default()) });
+                    reads.len() - 1
+                });
+                let outcome = match answer {
+                    Ok(reply) => {
+                        config_value(&reply, setting)?.ok_or_else(|| format!("CONFIG GET {setting} answered no value"))
+                    }
+                    Err(refusal) => Err(refusal),
+                };
+                match (outcome, &mut reads[at].values) {
+                    (Ok(value), Ok(values)) => values[index] = value,
+                    (Err(refusal), values @ Ok(_)) => *values = Err(refusal),
+                    (_, Err(_)) => {}
+                }
+            }
+        }
+        Ok(reads)
+    }
+
+    /// Sends `command` to the server, or to every master of a Cluster:
+    /// each one's answer, or its refusal (a server error) as text. A lost
+    /// connection is an error.
+    pub(super) async fn each_master(&self, command: &Cmd) -> Result<Vec<(String, std::result::Result<Value, String>)>> {
+        match self.clone() {
+            Connection::Single(mut connection, address) => match command.query_async::<Value>(&mut connection).await {
+                Ok(reply) => Ok(vec![(address.to_string(), Ok(reply))]),
+                Err(error) if matches!(error.kind(), ErrorKind::Server(_)) => {
+                    Ok(vec![(address.to_string(), Err(error.to_string()))])
+                }
+                Err(error) => Err(backend_error(error)),
+            },
+            Connection::Cluster(mut connection) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match connection.route_command(command.clone(), routing).await.map_err(backend_error)? {
+                    Value::Map(answers) => {
+                        answers.into_iter().map(|(server, answer)| per_node(&server, answer)).collect()
+                    }
+                    _ => Err(protocol("CONFIG GET: not one answer per master")),
+                }
+            }
+        }
+    }
+}
+
+/// One master's answer in a Cluster's map of answers.
+fn per_node(server: &Value, answer: Value) -> Result<(String, std::result::Result<Value, String>)> {
+    let server = String::from_utf8_lossy(&bytes(server)?).into_owned();
+    match answer {
+        Value::ServerError(refusal) => Ok((server, Err(refusal.to_string()))),
+        reply => Ok((server, Ok(reply))),
+    }
+}
+
+/// The value of `setting` in a `CONFIG GET` answer (a map in RESP3, a
+/// flat array of pairs in RESP2).
+fn config_value(reply: &Value, setting: &str) -> Result<Option<String>> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Map(pairs) => pairs.iter().map(|(name, value)| (name, value)).collect(),
+        Value::Array(flat) => flat.chunks_exact(2).map(|pair| (&pair[0], &pair[1])).collect(),
+        _ => return Err(protocol("CONFIG GET: not a map")),
+    };
+    for (name, value) in pairs {
+        if bytes(name)? == setting.as_bytes() {
+            return Ok(Some(String::from_utf8_lossy(&bytes(value)?).into_owned()));
+        }
+    }
+    Ok(None)
+}

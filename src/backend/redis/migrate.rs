@@ -1,0 +1,84 @@
+//! Keyspaces on a server of an earlier build: its records of idemkv's own
+//! (holds, versions, inbox entries, dead letters, re-drive marks, relay
+//! progress) are caller's records under `idemkv.hold/`-style scopes, named
+//! `{prefix}:{tag}:r`. The first connect of a build that knows keyspaces
+//! moves each to its keyspace's name (`{prefix}:{keyspace}:{tag}:r`) with
+//! the prefix taken off its scope and its expiry kept — written there
+//! unless a record is there already, then the old one deleted if it is
+//! still what was read — and then sets `{prefix}:keyspaces`, so that later
+//! connects read one key. Two instances migrating at once move each record
+//! once; one cut short leaves the rest to the next connect.
+
+use super::connection::{Call, Connection};
+use super::scan;
+use super::{Names, RedisBackend};
+use crate::backend::remote::Address;
+use crate::error::Result;
+use crate::Keyspace;
+use ::redis::{Script, Value};
+
+/// Writes a moved record: KEYS new name; ARGV the old value, the new
+/// scope, its time to live in ms (0: none). The record's scope (`[10]`)
+/// is the new one. Replies 1 when written, 0 when a record was there.
+const PUT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local r = cmsgpack.unpack(ARGV[1])
+r[10] = ARGV[2]
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], cmsgpack.pack(r))
+end
+return 1
+";
+
+/// Deletes a moved record's old name if it still holds ARGV[1].
+const DROP: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// Moves the records of idemkv's own to their keyspaces, once per server
+/// and prefix; returns how many moved.
+pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
+    let connection = &backend.connection;
+    let mark = format!("{}:keyspaces", backend.prefix);
+    if single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
+        return Ok(0);
+    }
+    let names = scan::record_names(connection, &backend.prefix, Keyspace::Caller).await?;
+    let values = scan::values(connection, &names).await?;
+    let (put, drop) = (Script::new(PUT), Script::new(DROP));
+    let mut moved = 0;
+    for (name, value) in names.iter().zip(values) {
+        let Some(value) = value else { continue };
+        let Some((scope, key)) = scan::scope_and_key(&value) else { continue };
+        let (keyspace, rest) = Keyspace::from_legacy_scope(scope);
+        if !keyspace.is_internal() {
+            continue;
+        }
+        let ttl = single(connection, ::redis::cmd("PTTL").arg(name)).await?;
+        if ttl == -2 {
+            continue;
+        }
+        let new = Names::of(&backend.prefix, Address { keyspace, scope: rest, key });
+        let mut call = Call::new(&put, &new.record);
+        call.arg(&value[..]).arg(rest).arg(ttl.max(0));
+        connection.invoke(&call).await?;
+        let mut call = Call::new(&drop, name);
+        call.arg(&value[..]);
+        connection.invoke(&call).await?;
+        moved += 1;
+    }
+    single(connection, ::redis::cmd("SET").arg(&mark).arg(1)).await?;
+    Ok(moved)
+}
+
+/// One command's integer answer (0 for any other, such as `OK`).
+async fn single(connection: &Connection, command: &::redis::Cmd) -> Result<i64> {
+    match connection.command(command).await? {
+        Value::Int(number) => Ok(number),
+        _ => Ok(0),
+    }
+}
