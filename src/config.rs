@@ -1,11 +1,10 @@
 //! Store configuration: a builder whose setters name their defaults.
 
 use crate::clock::{duration_ms, Clock, SystemClock};
-use crate::engine::segment::header::HEADER_BYTES;
 use crate::error::{Error, Result};
+use crate::format::{frame_bytes, SEGMENT_HEADER_BYTES};
 use crate::io::{StdStorage, Storage};
 use crate::quota::{Quota, Quotas};
-use crate::record;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -386,8 +385,8 @@ impl Config {
     /// A segment must hold one record of the largest scope, key and
     /// response, or such a record could never be written.
     fn validate_record_fits_segment(&self) -> Result<()> {
-        let record_max = record::frame_bytes(self.scope_bytes_max, self.key_bytes_max, self.response_bytes_max);
-        if HEADER_BYTES as u64 + record_max > self.segment_bytes {
+        let record_max = frame_bytes(self.scope_bytes_max, self.key_bytes_max, self.response_bytes_max);
+        if SEGMENT_HEADER_BYTES as u64 + record_max > self.segment_bytes {
             return Err(Error::InvalidConfig(format!(
                 "segment_bytes {} cannot hold one record of the largest scope, key and response ({record_max} bytes)",
                 self.segment_bytes

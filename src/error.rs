@@ -1,5 +1,6 @@
 //! The crate's one error type.
 
+use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
@@ -227,7 +228,7 @@ pub enum Error {
     #[error("the scope is at its {limit} quota: {used} used of {max}")]
     QuotaExceeded {
         /// The limit that refused the claim.
-        limit: crate::QuotaLimit,
+        limit: QuotaLimit,
         /// That limit: records, or bytes.
         max: u64,
         /// What the scope holds of it now.
@@ -359,5 +360,24 @@ impl Error {
 
     pub(crate) fn corruption(file: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
         Error::Corruption { file: file.into(), offset, reason: reason.into() }
+    }
+}
+
+/// Which limit of a [`Quota`](crate::Quota) refused a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuotaLimit {
+    /// The scope holds as many live records as [`Quota::records`](crate::Quota::records) allows.
+    Records,
+    /// The new record would take the scope over [`Quota::bytes`](crate::Quota::bytes).
+    Bytes,
+}
+
+impl fmt::Display for QuotaLimit {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            QuotaLimit::Records => "record",
+            QuotaLimit::Bytes => "byte",
+        })
     }
 }

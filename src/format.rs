@@ -5,6 +5,22 @@
 //! them opens as before, and a hint of a version this build does not know
 //! is ignored (the segment is replayed from the log), never an error.
 
+/// Bytes of a segment's header, before its first frame (its layout is
+/// the engine's `segment/header.rs`).
+pub(crate) const SEGMENT_HEADER_BYTES: usize = 64;
+/// Bytes of a frame's header: its CRC and its payload's length.
+pub(crate) const FRAME_HEADER_BYTES: usize = 8;
+/// Bytes of a frame payload's fixed part (its layout is the engine's
+/// `frame.rs`).
+pub(crate) const FRAME_FIXED_BYTES: usize = 96;
+/// Bytes of a frame before its scope, key and response.
+pub(crate) const FRAME_PREFIX_BYTES: usize = FRAME_HEADER_BYTES + FRAME_FIXED_BYTES;
+
+/// Bytes one frame takes on disk.
+pub(crate) fn frame_bytes(scope_len: usize, key_len: usize, response_len: usize) -> u64 {
+    FRAME_PREFIX_BYTES as u64 + scope_len as u64 + key_len as u64 + response_len as u64
+}
+
 /// A known on-disk format version. Later builds may know more versions,
 /// so a `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -2,12 +2,12 @@
 //! be turned into.
 
 use crate::checkpoint::Checkpoint;
-use crate::engine::telemetry::event;
+use crate::engine::telemetry::bump;
 use crate::engine::transition::{Finish, Held};
 use crate::engine::{Engine, TokenRef};
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::keyspace::Keyspace;
-use crate::stats::bump;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;

@@ -84,6 +84,7 @@ mod config;
 pub mod conformance;
 mod engine;
 mod error;
+mod events;
 mod fingerprint;
 mod format;
 #[cfg(feature = "tower")]
@@ -132,7 +133,7 @@ pub use config::{Config, Durability};
 pub use engine::compaction_policy::CompactionReport;
 pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
 pub use engine::transition::ReusePolicy;
-pub use error::{BackendFailure, Error, Result};
+pub use error::{BackendFailure, Error, QuotaLimit, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use format::FormatVersion;
 pub use keyspace::Keyspace;
@@ -165,7 +166,7 @@ pub mod outbox {
 }
 pub use engine::repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use engine::verify::{verify, Damage, IgnoredHint, VerifyReport};
-pub use quota::{Quota, QuotaLimit, ScopeUsage};
+pub use quota::{Quota, ScopeUsage};
 pub use record::{Record, RecordRef, State};
 pub use stats::{Census, Stats};
 pub use store::{Iter, Once, Outcome, Store};

@@ -5,9 +5,8 @@
 //! `engine::shard::quota`, the sweep before a refusal in `engine`,
 //! `Store::scope_usage` in `store::usage`.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, QuotaLimit, Result};
 use std::collections::HashMap;
-use std::fmt;
 use std::time::Duration;
 
 /// Limits on the live records and stored bytes of one scope, so that one
@@ -177,25 +176,6 @@ impl Quota {
             return Some(refused(QuotaLimit::Bytes, max, used.bytes));
         }
         None
-    }
-}
-
-/// Which limit of a [`Quota`] refused a claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QuotaLimit {
-    /// The scope holds as many live records as [`Quota::records`] allows.
-    Records,
-    /// The new record would take the scope over [`Quota::bytes`].
-    Bytes,
-}
-
-impl fmt::Display for QuotaLimit {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(match self {
-            QuotaLimit::Records => "record",
-            QuotaLimit::Bytes => "byte",
-        })
     }
 }
 

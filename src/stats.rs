@@ -1,7 +1,6 @@
-//! Counters, kept per shard (no shared cache line on the hot path) and
-//! summed by [`crate::Store::stats`]; the census of records by state.
-
-use crate::engine::telemetry::{self, names, ClaimTimes, Count, Observe};
+//! What [`crate::Store::stats`] and [`crate::Store::census`] answer: the
+//! store's counters since it opened, and its records by state. The engine
+//! keeps the counters per shard (`engine/telemetry.rs`).
 
 /// A snapshot of the store's counters since it was opened.
 ///
@@ -113,104 +112,4 @@ pub struct Census {
     /// Completed or Failed past their TTL, or Processing past lease end +
     /// TTL, still on disk until compaction.
     pub expired: u64,
-}
-
-macro_rules! counters {
-    ($($name:ident => $metric:literal, $help:literal;)*) => {
-        /// Counters of one shard, each also exported through `metrics`
-        /// under its name (see [`crate::engine::telemetry`]).
-        #[derive(Debug)]
-        pub(crate) struct Counters {
-            $(pub $name: Count,)*
-            /// Claims that found their key claimed (replays, in-progress
-            /// answers, mismatches); exported only.
-            pub duplicates: Count,
-            /// Records made durable by each fsync; exported only.
-            pub fsync_batch: Observe,
-            /// Claim latencies by outcome; exported only.
-            pub claim_times: ClaimTimes,
-        }
-
-        impl Counters {
-            /// Zero counters of shard `shard`.
-            pub(crate) fn new(shard: u32) -> Self {
-                let label = telemetry::Shard::new(shard);
-                Counters {
-                    $($name: Count::new($metric, &label),)*
-                    duplicates: Count::new(names::DUPLICATE_DETECTED, &label),
-                    fsync_batch: Observe::for_shard(names::FSYNC_BATCH_RECORDS, &label),
-                    claim_times: ClaimTimes::new(&label),
-                }
-            }
-
-            pub(crate) fn add_to(&self, stats: &mut Stats) {
-                $(stats.$name += self.$name.get();)*
-            }
-        }
-
-        /// Every counter's exported name and help text.
-        #[cfg_attr(not(feature = "metrics"), expect(dead_code, reason = "read by the exporter"))]
-        pub(crate) const COUNTER_HELP: &[(&str, &str)] = &[$(($metric, $help),)*];
-    };
-}
-
-counters! {
-    claims => "idempo_claims_total", "Calls of claim (a claim_wait counts once, however long it waits)";
-    acquired => "idempo_acquired_total", "Claims answered Acquired (fresh and recovered)";
-    replays => "idempo_replay_total", "Claims answered Replay (a stored Completed or Failed answer)";
-    in_progress => "idempo_conflict_total", "Claims answered InProgress: another holder's lease is live (HTTP 409)";
-    wait_looks => "idempo_wait_looks_total", "Looks again at a key by waiting claims (claim_wait), not counted in claims";
-    mismatches => "idempo_mismatch_total", "Claims answered Mismatch: same key, other request fingerprint (HTTP 422)";
-    recovered => "idempo_recovered_total", "Claims that took over a Processing record whose lease had expired";
-    lease_lost => "idempo_lease_lost_total", "Finishing or renewing calls refused with LeaseLost";
-    completions => "idempo_completed_total", "Leases completed";
-    failures => "idempo_failed_total", "Leases failed";
-    releases => "idempo_released_total", "Leases released";
-    renewals => "idempo_renewed_total", "Leases renewed";
-    checkpoints => "idempo_checkpoints_total", "Checkpoints stored by lease holders";
-    abandoned_leases => "idempo_abandoned_total", "Leases dropped without being finished";
-    removes => "idempo_removed_total", "Records removed";
-    replacements => "idempo_replaced_total", "Completed answers replaced by a compare-and-set (replace)";
-    expirations => "idempo_expired_total", "Completed or Failed records found past their TTL";
-    abandoned_expired => "idempo_abandoned_expired_total", "Processing records found past lease end + TTL";
-    compaction_runs => "idempo_compaction_runs_total", "Compaction passes run";
-    compaction_bytes_reclaimed => "idempo_compaction_reclaimed_bytes_total", "Bytes reclaimed by compaction";
-    records_written => "idempo_records_written_total", "Records appended to the log";
-    bytes_written => "idempo_written_bytes_total", "Bytes appended to the log";
-    fsyncs => "idempo_fsync_total", "fsync calls on segment files";
-    records_synced => "idempo_fsync_records_total", "Records made durable by fsyncs";
-    torn_tail_bytes_cut => "idempo_torn_tail_cut_bytes_total", "Bytes of torn tail cut from active segments at open";
-    hints_loaded => "idempo_hints_loaded_total", "Segments rebuilt at open from their hint files";
-    hints_ignored => "idempo_hints_ignored_total", "Hint files found at open but not used (damaged or stale): replayed from the log";
-    quota_refusals => "idempo_quota_exceeded_total", "Claims refused with QuotaExceeded: the scope is at its quota (HTTP 429)";
-}
-
-/// Describes every metric to the installed recorder (its help text), once
-/// per open.
-pub(crate) fn describe() {
-    #[cfg(feature = "metrics")]
-    {
-        for (name, help) in COUNTER_HELP {
-            metrics::describe_counter!(*name, *help);
-        }
-        metrics::describe_counter!(
-            telemetry::names::DUPLICATE_DETECTED,
-            "Claims that found their key already claimed (replays, in-progress answers and mismatches)"
-        );
-        metrics::describe_histogram!(
-            telemetry::names::CLAIM_SECONDS,
-            metrics::Unit::Seconds,
-            "Claim latency, call to answer (durable under Sync), by outcome"
-        );
-        metrics::describe_histogram!(
-            telemetry::names::FSYNC_BATCH_RECORDS,
-            metrics::Unit::Count,
-            "Records made durable by one fsync (group-commit batch size)"
-        );
-    }
-}
-
-/// Adds one to a counter.
-pub(crate) fn bump(counter: &Count) {
-    counter.add(1);
 }

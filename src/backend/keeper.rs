@@ -29,7 +29,7 @@
 //! service's runtime.
 
 use crate::backend::IdempotencyBackend;
-use crate::engine::telemetry::event;
+use crate::events::event;
 use crate::store::renewal_period as period;
 use crate::{Error, LeaseToken};
 use parking_lot::Mutex;

@@ -13,9 +13,9 @@
 
 use crate::engine::background::{Stop, Worker};
 use crate::engine::compaction_policy::{choose, Action, CompactionReport, Policy};
-use crate::engine::telemetry::event;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::events::event;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

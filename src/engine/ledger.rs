@@ -4,7 +4,6 @@
 
 use crate::error::Result;
 use crate::quota::{Quota, Quotas, ScopeUsage};
-use crate::record;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -48,7 +47,7 @@ impl Ledger {
                 stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
                 stripe_seed: RandomState::new().hash_one(0u8) | 1,
                 near_limit: AtomicU64::new(0),
-                new_frame_max: record::frame_bytes(0, key_bytes_max, 0),
+                new_frame_max: crate::format::frame_bytes(0, key_bytes_max, 0),
                 next_sweep_ms: AtomicU64::new(0),
             })
         })

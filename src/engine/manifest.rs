@@ -16,10 +16,10 @@
 //! as new.
 
 use crate::config::SHARDS_MAX;
+use crate::engine::frame::{read_u32, read_u64};
 use crate::error::{Error, Result};
 use crate::format::FormatVersion;
 use crate::io::Storage;
-use crate::record::{read_u32, read_u64};
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 

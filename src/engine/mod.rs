@@ -11,6 +11,7 @@ pub(crate) mod background;
 pub(crate) mod compaction_policy;
 pub(crate) mod compactor;
 pub(crate) mod entry;
+pub(crate) mod frame;
 pub(crate) mod index;
 pub(crate) mod ledger;
 pub(crate) mod manifest;
@@ -37,7 +38,7 @@ use crate::engine::waiters::{WaitLimits, Waiter};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::keyspace::Keyspace;
-use crate::record::{self, RecordRef};
+use crate::record::RecordRef;
 use parking_lot::Mutex;
 
 use std::path::PathBuf;
@@ -216,7 +217,7 @@ impl Engine {
     /// slots until found otherwise, which refuses early, never late.
     fn make_room(&self, scope: &[u8], key: &[u8]) {
         let Some(ledger) = &self.quota else { return };
-        if !ledger.would_refuse(scope, record::frame_bytes(scope.len(), key.len(), 0)) {
+        if !ledger.would_refuse(scope, crate::format::frame_bytes(scope.len(), key.len(), 0)) {
             return;
         }
         let now_ms = self.config.clock.monotonic_ms();

@@ -15,14 +15,14 @@ use crate::engine::segment::catalog;
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::engine::shard::Shard;
 use crate::engine::sync::sync_dirty;
-use crate::engine::telemetry::{event, info_span};
+use crate::engine::telemetry;
 use crate::engine::waiters::WaitLimits;
 use crate::engine::DirLock;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::events::{event, info_span};
 use crate::format::FormatVersion;
 use crate::io::Storage;
-use crate::stats;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     let _span = info_span!("open", path = %dir.display());
     #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
     let started = std::time::Instant::now();
-    stats::describe();
+    telemetry::describe();
     let storage = Arc::clone(&config.storage);
     storage.create_dir_all(&dir).map_err(|error| Error::io("create", &dir, error))?;
     refuse_foreign_directory(&*storage, &dir)?;
@@ -139,7 +139,7 @@ pub(crate) fn open_read_only(dir: &Path, config: Config) -> Result<Engine> {
     config.validate()?;
     let dir = dir.to_path_buf();
     let _span = info_span!("open_read_only", path = %dir.display());
-    stats::describe();
+    telemetry::describe();
     let storage = Arc::clone(&config.storage);
     check_directory(&*storage, &dir)?;
     // The shared lock before the manifest: no writer is creating the store

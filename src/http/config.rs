@@ -4,6 +4,7 @@
 use crate::backend::ClaimOptions;
 use crate::Checkpoint;
 use http::header::HeaderName;
+use http::request::Parts;
 use http::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,8 +128,8 @@ pub struct LayerConfig {
     pub(super) replay_deny: Vec<HeaderName>,
     pub(super) policy: FailurePolicy,
     pub(super) keep_validation_failures: bool,
-    pub(super) resource: Option<super::resource::ResourceRule>,
-    pub(super) operations: Option<super::operations::Operations>,
+    pub(super) resource: Option<ResourceRule>,
+    pub(super) operations: Option<Operations>,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -326,6 +327,111 @@ impl LayerConfig {
     #[must_use]
     pub fn keep_validation_failures(mut self, keep: bool) -> Self {
         self.keep_validation_failures = keep;
+        self
+    }
+}
+
+/// Names the resource a request acts on.
+pub(super) type ResourceFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// Whether a versioned route requires `If-Match` on every unsafe method
+/// but `POST` (`PUT`, `PATCH`, `DELETE` and any other that is not `GET`,
+/// `HEAD`, `OPTIONS` or `TRACE`); a `POST` may create the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMatch {
+    /// Without it such a request is refused with 428, before anything is
+    /// held or claimed.
+    Required,
+    /// Without it such a request runs unconditionally (and still steps
+    /// the version).
+    Optional,
+}
+
+/// The resource rule of a layer.
+#[derive(Clone)]
+pub(super) struct ResourceRule {
+    pub(super) name: Arc<ResourceFn>,
+    pub(super) versioned: Option<IfMatch>,
+}
+
+impl LayerConfig {
+    /// One request at a time per resource: `resource` names what a
+    /// request acts on (an account, an order; a function of the request,
+    /// like the scope; `None`: nothing to hold). While a request holds it,
+    /// another gets 409 `resource-locked` with `Retry-After`, or waits
+    /// under `Prefer: wait`. Keys of different requests on one resource
+    /// never run at once. Every unsafe method (all but `GET`, `HEAD`,
+    /// `OPTIONS`, `TRACE`) on a resource is held, whatever
+    /// [`methods`](LayerConfig::methods) says: a method the layer does not
+    /// guard with keys runs held, its answer not kept, as a request
+    /// without a key under [`require_key(false)`](LayerConfig::require_key).
+    #[must_use]
+    pub fn resource(mut self, resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: None });
+        self
+    }
+
+    /// As [`resource`](LayerConfig::resource), and the resource has a
+    /// version ([`Versions`](crate::Versions)): responses carry a strong
+    /// `ETag` (`"<resource>-v<version>"`); `If-Match` and `If-None-Match`
+    /// are checked under the hold (412 when they fail); with
+    /// [`IfMatch::Required`] an unsafe method but `POST` without
+    /// `If-Match` is 428 before anything is held. Every unsafe method is
+    /// held and checked, whatever [`methods`](LayerConfig::methods) says.
+    /// A 2xx steps the version (a `DELETE`'s too, so that no tag of the
+    /// deleted resource matches again). `GET` and `HEAD` run with the
+    /// current `ETag` added, or are answered 304 Not Modified (with the
+    /// `ETag`, the handler not run) when `If-None-Match` names it, 412 when
+    /// an `If-Match` does not.
+    #[must_use]
+    pub fn versioned_resource(
+        mut self,
+        resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static,
+        if_match: IfMatch,
+    ) -> Self {
+        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: Some(if_match) });
+        self
+    }
+}
+
+/// Where status resources live, and when a request is answered 202.
+#[derive(Debug, Clone)]
+pub(super) struct Operations {
+    /// The path the status resources live under, without a trailing `/`.
+    pub(super) path: String,
+    /// Past this long a running handler is answered 202; `None`: only on
+    /// `Prefer: respond-async`.
+    pub(super) after: Option<Duration>,
+}
+
+impl LayerConfig {
+    /// Long operations: status resources under `path` (`/operations`:
+    /// `/operations/<id>`), and a request with `Prefer: respond-async`
+    /// answered 202 as soon as its handler waits on something, while the
+    /// handler runs on (a handler that answers without waiting is
+    /// answered at once). The layer answers `GET <path>/<id>` itself: 202
+    /// while the run holds its lease; its answer once done, kept or not
+    /// (an answer the key does not keep is told with
+    /// `Idempotency-Stored: false`, the key left free); 500
+    /// `operation-abandoned` once a run that died has lost its lease,
+    /// until the request is sent again with its key. Put the layer on a
+    /// router that routes that path to it (router-wide, as the examples
+    /// do).
+    #[must_use]
+    pub fn operations(mut self, path: &str) -> Self {
+        let path = path.trim_end_matches('/').to_owned();
+        let after = self.operations.as_ref().and_then(|operations| operations.after);
+        self.operations = Some(Operations { path, after });
+        self
+    }
+
+    /// With [`operations`](LayerConfig::operations): a handler still
+    /// running after `after` is answered 202 too, without the preference.
+    #[must_use]
+    pub fn respond_async_after(mut self, after: Duration) -> Self {
+        if let Some(operations) = self.operations.as_mut() {
+            operations.after = Some(after);
+        }
         self
     }
 }

@@ -10,9 +10,10 @@ use super::operations::{prefers_async, tell, Answering};
 use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart, NOT_STORED_HEADER};
+use super::shared::Shared;
 use super::store_answer::{keep_answer, release, Answer};
 use super::{BoxError, LayerBody};
-use crate::backend::keeper::{Keeper, Kept};
+use crate::backend::keeper::Kept;
 use crate::backend::{BackendClaim, IdempotencyBackend};
 use crate::{Error, Fingerprint, LeaseToken};
 use bytes::Bytes;
@@ -38,13 +39,6 @@ pub(super) const RESPONSES_TOTAL: &str = "idempo_http_responses_total";
 
 /// The response header that says a `Prefer` was honoured (RFC 7240 §3).
 const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
-
-/// What every guarded request of one layer shares.
-pub(super) struct Shared<K> {
-    pub(super) backend: Arc<K>,
-    pub(super) config: Arc<LayerConfig>,
-    pub(super) keeper: Arc<Keeper>,
-}
 
 /// Counts one answer of the layer under `outcome` (what the layer decided)
 /// and its status.

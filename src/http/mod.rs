@@ -101,6 +101,7 @@ mod operations;
 mod problem;
 mod resource;
 mod response;
+mod shared;
 mod store_answer;
 #[cfg(feature = "webhooks")]
 mod webhook;
@@ -108,8 +109,9 @@ mod webhook;
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
 pub use body::{Buffered, LayerBody};
 pub use checkpoints::Checkpoints;
+pub use config::IfMatch;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
-pub use resource::{IfMatch, ResourceHold};
+pub use resource::ResourceHold;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub use webhook::{WebhookAttempt, WebhookLayer, WebhookService, WEBHOOK_BODY_BYTES_MAX};
@@ -290,7 +292,7 @@ where
         // The ready inner service goes to this call; a clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = guard::Shared {
+        let shared = shared::Shared {
             backend: Arc::clone(&self.backend),
             config: Arc::clone(&self.config),
             keeper: Arc::clone(&self.keeper),

@@ -23,7 +23,7 @@
 //! | its run ended without an answer (a panic, a killed process) and its lease lapsed | 500 `operation-abandoned`: send the request again with its key, to run it again as a recovered attempt |
 //! | unknown in this scope | 404 `operation-unknown` |
 
-use super::config::LayerConfig;
+use super::config::{LayerConfig, Operations};
 use super::problem;
 use super::response::{decode_response, replay, Stored, NOT_STORED_HEADER};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -36,48 +36,6 @@ use http_body_util::Full;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
-
-/// Where status resources live, and when a request is answered 202.
-#[derive(Debug, Clone)]
-pub(super) struct Operations {
-    /// The path the status resources live under, without a trailing `/`.
-    path: String,
-    /// Past this long a running handler is answered 202; `None`: only on
-    /// `Prefer: respond-async`.
-    pub(super) after: Option<Duration>,
-}
-
-impl LayerConfig {
-    /// Long operations: status resources under `path` (`/operations`:
-    /// `/operations/<id>`), and a request with `Prefer: respond-async`
-    /// answered 202 as soon as its handler waits on something, while the
-    /// handler runs on (a handler that answers without waiting is
-    /// answered at once). The layer answers `GET <path>/<id>` itself: 202
-    /// while the run holds its lease; its answer once done, kept or not
-    /// (an answer the key does not keep is told with
-    /// `Idempotency-Stored: false`, the key left free); 500
-    /// `operation-abandoned` once a run that died has lost its lease,
-    /// until the request is sent again with its key. Put the layer on a
-    /// router that routes that path to it (router-wide, as the examples
-    /// do).
-    #[must_use]
-    pub fn operations(mut self, path: &str) -> Self {
-        let path = path.trim_end_matches('/').to_owned();
-        let after = self.operations.as_ref().and_then(|operations| operations.after);
-        self.operations = Some(Operations { path, after });
-        self
-    }
-
-    /// With [`operations`](LayerConfig::operations): a handler still
-    /// running after `after` is answered 202 too, without the preference.
-    #[must_use]
-    pub fn respond_async_after(mut self, after: Duration) -> Self {
-        if let Some(operations) = self.operations.as_mut() {
-            operations.after = Some(after);
-        }
-        self
-    }
-}
 
 /// Whether `Prefer` asks `respond-async`.
 pub(super) fn prefers_async(headers: &HeaderMap) -> bool {

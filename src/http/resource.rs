@@ -8,9 +8,9 @@
 //! the write and the step are one step: no other request of the resource
 //! runs between them.
 
-use super::config::LayerConfig;
-use super::guard::Shared;
+use super::config::{IfMatch, LayerConfig};
 use super::problem;
+use super::shared::Shared;
 use super::store_answer::release;
 use crate::backend::keeper::Kept;
 use crate::backend::versions::{Step, Versions};
@@ -25,29 +25,6 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Names the resource a request acts on.
-pub(super) type ResourceFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
-
-/// Whether a versioned route requires `If-Match` on every unsafe method
-/// but `POST` (`PUT`, `PATCH`, `DELETE` and any other that is not `GET`,
-/// `HEAD`, `OPTIONS` or `TRACE`); a `POST` may create the resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IfMatch {
-    /// Without it such a request is refused with 428, before anything is
-    /// held or claimed.
-    Required,
-    /// Without it such a request runs unconditionally (and still steps
-    /// the version).
-    Optional,
-}
-
-/// The resource rule of a layer.
-#[derive(Clone)]
-pub(super) struct ResourceRule {
-    name: Arc<ResourceFn>,
-    versioned: Option<IfMatch>,
-}
 
 /// What the handler of a request that holds its resource gets, as a
 /// request extension.
@@ -65,46 +42,6 @@ pub struct ResourceHold {
     /// A versioned resource's version as checked (`None`: it has none
     /// yet); `None` too for a resource that is not versioned.
     pub version: Option<u64>,
-}
-
-impl LayerConfig {
-    /// One request at a time per resource: `resource` names what a
-    /// request acts on (an account, an order; a function of the request,
-    /// like the scope; `None`: nothing to hold). While a request holds it,
-    /// another gets 409 `resource-locked` with `Retry-After`, or waits
-    /// under `Prefer: wait`. Keys of different requests on one resource
-    /// never run at once. Every unsafe method (all but `GET`, `HEAD`,
-    /// `OPTIONS`, `TRACE`) on a resource is held, whatever
-    /// [`methods`](LayerConfig::methods) says: a method the layer does not
-    /// guard with keys runs held, its answer not kept, as a request
-    /// without a key under [`require_key(false)`](LayerConfig::require_key).
-    #[must_use]
-    pub fn resource(mut self, resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
-        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: None });
-        self
-    }
-
-    /// As [`resource`](LayerConfig::resource), and the resource has a
-    /// version ([`Versions`](crate::Versions)): responses carry a strong
-    /// `ETag` (`"<resource>-v<version>"`); `If-Match` and `If-None-Match`
-    /// are checked under the hold (412 when they fail); with
-    /// [`IfMatch::Required`] an unsafe method but `POST` without
-    /// `If-Match` is 428 before anything is held. Every unsafe method is
-    /// held and checked, whatever [`methods`](LayerConfig::methods) says.
-    /// A 2xx steps the version (a `DELETE`'s too, so that no tag of the
-    /// deleted resource matches again). `GET` and `HEAD` run with the
-    /// current `ETag` added, or are answered 304 Not Modified (with the
-    /// `ETag`, the handler not run) when `If-None-Match` names it, 412 when
-    /// an `If-Match` does not.
-    #[must_use]
-    pub fn versioned_resource(
-        mut self,
-        resource: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static,
-        if_match: IfMatch,
-    ) -> Self {
-        self.resource = Some(ResourceRule { name: Arc::new(resource), versioned: Some(if_match) });
-        self
-    }
 }
 
 /// A resource held for one request.

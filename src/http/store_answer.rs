@@ -11,7 +11,7 @@
 //! While the write is being retried the key stays in progress: a retry of
 //! the request gets 409, never a second run.
 
-use super::guard::Shared;
+use super::shared::Shared;
 use crate::backend::keeper::Kept;
 use crate::backend::IdempotencyBackend;
 use crate::{Error, LeaseToken};

@@ -14,8 +14,8 @@
 use super::dead::{cut, DeadLetter, DEAD_LETTER_ERROR_BYTES_MAX};
 use crate::backend::run_once::RunOnce;
 use crate::backend::{ClaimOptions, IdempotencyBackend};
-use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::store::{Once, Outcome};
 use crate::{Fingerprint, Keyspace, ReusePolicy};
 use std::future::Future;

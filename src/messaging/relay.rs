@@ -22,8 +22,8 @@
 use super::envelope::{is_envelope, messages_of, response_of, Staged};
 use crate::backend::keeper::Keeper;
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
-use crate::engine::telemetry::event;
 use crate::error::Result;
+use crate::events::event;
 use crate::{Fingerprint, Keyspace, LeaseToken, Record, ReusePolicy, State};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;

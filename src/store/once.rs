@@ -4,8 +4,8 @@
 
 use super::Store;
 use crate::claim::{Claim, ClaimRequest};
-use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::lease::{Lease, LeaseToken};
 use std::sync::mpsc;
 use std::time::Duration;

@@ -5,13 +5,10 @@
 /// and valid. Never panics, whatever the bytes.
 #[must_use]
 pub fn decode_record(bytes: &[u8]) -> Option<usize> {
-    let (header, length) = crate::record::decode(bytes).ok()?;
+    let (header, length) = crate::engine::frame::decode(bytes).ok()?;
     // A decoded frame's parts lie inside it.
-    let (scope, key, response) = crate::record::body(&header, &bytes[..length]);
-    assert_eq!(
-        crate::record::FRAME_HEADER_BYTES + crate::record::FIXED_BYTES + scope.len() + key.len() + response.len(),
-        length
-    );
+    let (scope, key, response) = header.body(&bytes[..length]);
+    assert_eq!(crate::format::FRAME_PREFIX_BYTES + scope.len() + key.len() + response.len(), length);
     Some(length)
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 /// the frame header and the fixed fields (`docs/format.md`). A quota's
 /// byte limit counts whole frames.
 const FRAME_PREFIX_BYTES: u64 = 104;
-const _: () = assert!(FRAME_PREFIX_BYTES == crate::record::PREFIX_BYTES as u64);
+const _: () = assert!(FRAME_PREFIX_BYTES == crate::engine::frame::PREFIX_BYTES as u64);
 
 /// What the model holds for one live key: the parts of a [`Record`] that
 /// the contract decides.

@@ -5,8 +5,8 @@
 //! a warning (a `tracing` event and a [`Finding`] in the [`ServerReport`]),
 //! or only the finding.
 
-use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
+use crate::events::event;
 
 /// What to do when a server setting can break the promise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,13 +5,14 @@
 
 use super::Evidence;
 use crate::engine::entry::KeyHasher;
+use crate::engine::frame::{self, PREFIX_BYTES};
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
 use crate::engine::segment::hint::{self, Checker, HintEntry, Listed, Verdict};
 use crate::engine::segment::scanner::{self, Boundaries, Expected, Frame, Unreadable};
 use crate::error::Result;
 use crate::io::{Storage, StorageFile};
 use crate::keyspace::Keyspace;
-use crate::record::{self, Kind, PREFIX_BYTES};
+use crate::record::{self, Kind};
 use std::path::{Path, PathBuf};
 
 /// Where a frame's LSN is: after its CRC and length, and the kind, state,
@@ -298,7 +299,7 @@ fn unnamed_kind(segment: Segment<'_>, offset: u64, end: u64) -> Option<Lost> {
 fn raw_fields(file: &dyn StorageFile, offset: u64) -> Option<(record::Header, u64)> {
     let mut prefix = [0u8; PREFIX_BYTES];
     file.read_exact_at(&mut prefix, offset).ok()?;
-    record::decode_damaged(&prefix)
+    frame::decode_damaged(&prefix)
 }
 
 /// The keyspace, scope and key of the (damaged) frame of `len` bytes at
@@ -308,7 +309,7 @@ fn raw_fields(file: &dyn StorageFile, offset: u64) -> Option<(record::Header, u6
 /// the rest of it).
 fn raw_name(file: &dyn StorageFile, offset: u64, len: u64) -> Option<Name> {
     let mut keyspace = [0u8; 1];
-    file.read_exact_at(&mut keyspace, offset + record::KEYSPACE_AT).ok()?;
+    file.read_exact_at(&mut keyspace, offset + frame::KEYSPACE_AT).ok()?;
     let keyspace = Keyspace::from_byte(keyspace[0]).unwrap_or_default();
     let mut lengths = [0u8; 4];
     file.read_exact_at(&mut lengths, offset + PREFIX_BYTES as u64 - 8).ok()?;

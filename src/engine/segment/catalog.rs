@@ -23,10 +23,10 @@
 //! range and the files is corruption: a missing segment is lost data, never
 //! a smaller store.
 
+use crate::engine::frame::read_u32;
 use crate::error::{Error, Result};
 use crate::format::FormatVersion;
 use crate::io::Storage;
-use crate::record::read_u32;
 use std::path::{Path, PathBuf};
 
 /// File name of the catalog in a shard folder.

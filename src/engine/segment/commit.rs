@@ -4,10 +4,10 @@
 //! writers.
 
 use crate::engine::segment::header::Mark;
-use crate::engine::telemetry::event;
+use crate::engine::telemetry::{bump, Counters};
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::io::StorageFile;
-use crate::stats::{bump, Counters};
 use event_listener::{Event, EventListener, Listener};
 use parking_lot::Mutex;
 use std::path::PathBuf;
@@ -282,8 +282,8 @@ impl GroupCommit {
 #[cfg(test)]
 mod tests {
     use super::{ActiveSnapshot, GroupCommit};
+    use crate::engine::telemetry::Counters;
     use crate::io::StorageFile;
-    use crate::stats::Counters;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::Receiver;

@@ -25,8 +25,8 @@
 //! higher round; damage before the mark is corruption, damage at or after
 //! it is a torn tail.
 
+use crate::engine::frame::{read_u32, read_u64};
 use crate::format::FormatVersion;
-use crate::record::{read_u32, read_u64};
 
 pub(crate) const MAGIC: [u8; 8] = *b"IDEMKVSG";
 /// Bytes of the fixed header, without the mark slots.
@@ -41,7 +41,7 @@ const OFFSET_SEGMENT: usize = 16;
 const OFFSET_LSN_FLOOR: usize = 20;
 const OFFSET_CRC: usize = 28;
 const _: () = assert!(OFFSET_CRC + 4 == FIXED_BYTES);
-const _: () = assert!(HEADER_BYTES == 64);
+const _: () = assert!(HEADER_BYTES == crate::format::SEGMENT_HEADER_BYTES);
 
 /// A decoded segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,10 +22,11 @@
 //! damaged segment is found, and every span between them reported.
 
 use super::header::{HeaderError, Mark, SegmentHeader, HEADER_BYTES};
+use crate::engine::frame::{self, DecodeError, PREFIX_BYTES};
 use crate::error::{Error, Result};
 use crate::format::FormatVersion;
 use crate::io::StorageFile;
-use crate::record::{self, DecodeError, Header, PREFIX_BYTES};
+use crate::record::Header;
 use std::path::Path;
 
 /// Bytes read from the file at a time.
@@ -111,13 +112,13 @@ impl Reader<'_> {
             return Ok(None);
         }
         let prefix = self.get(offset, PREFIX_BYTES)?;
-        let Ok((header, frame_len, stored_crc)) = record::decode_prefix(prefix) else {
+        let Ok((header, frame_len, stored_crc)) = frame::decode_prefix(prefix) else {
             return Ok(None);
         };
         if frame_len > rest {
             return Ok(None);
         }
-        let mut hasher = record::crc_start(prefix);
+        let mut hasher = frame::crc_start(prefix);
         let mut at = offset + PREFIX_BYTES as u64;
         let end = offset + frame_len;
         while at < end {
@@ -162,7 +163,7 @@ impl Reader<'_> {
         if rest < PREFIX_BYTES as u64 {
             return Ok("frame runs past the end of the segment");
         }
-        Ok(match record::decode_prefix(self.get(offset, PREFIX_BYTES)?) {
+        Ok(match frame::decode_prefix(self.get(offset, PREFIX_BYTES)?) {
             Err(DecodeError::Invalid(reason)) => reason,
             Err(DecodeError::Truncated) => "frame runs past the end of the segment",
             Ok((_, frame_len, _)) if frame_len > rest => "frame runs past the end of the segment",
@@ -456,7 +457,7 @@ impl Salvage<'_> {
             return Ok(None);
         }
         let prefix = self.reader.get(offset, PREFIX_BYTES)?;
-        Ok(record::decode_prefix(prefix)
+        Ok(frame::decode_prefix(prefix)
             .ok()
             .map(|(_, frame_len, _)| offset + frame_len)
             .filter(|end| *end <= self.reader.len))

@@ -8,17 +8,18 @@ use super::state::ShardState;
 use super::Shard;
 use crate::engine::compaction_policy::{CompactionReport, SegmentUsage, SegmentView};
 use crate::engine::entry::KeyHasher;
+use crate::engine::frame::{self, PREFIX_BYTES};
 use crate::engine::index::{self, Address};
 use crate::engine::segment;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
 use crate::engine::segment::hint::{self, HintBuilder, HintEntry};
 use crate::engine::segment::scanner::{self, Expected, FrameCopier};
+use crate::engine::telemetry::bump;
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::io::StorageFile;
-use crate::record::{self, Header, Kind, PREFIX_BYTES};
-use crate::stats::bump;
+use crate::record::{Header, Kind};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -67,7 +68,7 @@ impl Planned {
         match (self.decision, self.header.kind) {
             (Decision::Keep | Decision::Retain, _) | (Decision::Shadow, Kind::Tombstone) => self.len,
             (Decision::Shadow, Kind::Put(_)) => {
-                record::frame_bytes(usize::from(self.header.scope_len), usize::from(self.header.key_len), 0)
+                crate::format::frame_bytes(usize::from(self.header.scope_len), usize::from(self.header.key_len), 0)
             }
             (Decision::Drop, _) => 0,
         }
@@ -261,7 +262,7 @@ impl Shard {
         let mut newest = None;
         for candidate in state.index.candidates(tag) {
             let (header, frame) = state.read_at(candidate)?;
-            let (scope, key, _) = record::body(&header, &frame);
+            let (scope, key, _) = header.body(&frame);
             if hasher.hash(header.keyspace, scope, key) == hash {
                 newest = Some(header.lsn);
                 break;
@@ -385,7 +386,7 @@ fn fill(
                 let (scope, rest) = prefix[PREFIX_BYTES..].split_at(usize::from(plan.header.scope_len));
                 let tombstone = Header { kind: Kind::Tombstone, response_len: 0, ..plan.header };
                 let mut frame = Vec::new();
-                record::encode(&tombstone, scope, rest, &[], &mut frame);
+                frame::encode(&tombstone, scope, rest, &[], &mut frame);
                 out.push(&frame)?;
                 let entry = HintEntry::of_frame(plan.hash, &tombstone, at, frame.len() as u64);
                 hint.push(&entry, tombstone.updated_ms, false);

@@ -6,11 +6,11 @@ use super::{KeyRef, Shard, ShardState};
 use crate::checkpoint::{self, Checkpoint};
 use crate::clock::Now;
 use crate::engine::entry::{Entry, Lease};
-use crate::engine::telemetry::event;
+use crate::engine::telemetry::bump;
 use crate::engine::transition::{self, Finish, Held};
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::record::Header;
-use crate::stats::bump;
 
 impl Shard {
     /// Finishes the lease `token` on `key`: complete, fail or release.

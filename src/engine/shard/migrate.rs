@@ -7,7 +7,7 @@ use super::{KeyRef, Shard};
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::keyspace::Keyspace;
-use crate::record::{self, Header};
+use crate::record::Header;
 
 /// A live record as it lies: its header and what it stores (a finished
 /// record's response, a Processing one's checkpoint).
@@ -30,7 +30,7 @@ impl Shard {
                 Err(Error::Corruption { .. }) => continue,
                 Err(error) => return Err(error),
             };
-            let (scope, key, _) = record::body(&header, &frame);
+            let (scope, key, _) = header.body(&frame);
             if header.keyspace == Keyspace::Caller && Keyspace::from_legacy_scope(scope).0.is_internal() {
                 found.push((scope.to_vec(), key.to_vec()));
             }
@@ -43,7 +43,7 @@ impl Shard {
         let mut state = self.lock()?;
         let now = state.now(&*self.clock);
         let Some(found) = state.live(key, now, &self.counters)? else { return Ok(None) };
-        Ok(Some(Lying { header: found.header, stored: record::body(&found.header, &found.frame).2.to_vec() }))
+        Ok(Some(Lying { header: found.header, stored: found.header.body(&found.frame).2.to_vec() }))
     }
 
     /// Takes the live record of `key` out of the index with a tombstone,

@@ -21,13 +21,14 @@ use crate::engine::recovery::Recovered;
 use crate::engine::segment::commit::Turn;
 use crate::engine::segment::commit::{ActiveSnapshot, GroupCommit};
 use crate::engine::segment::writer::Writer;
+use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::keyspace::{Keyspace, Name};
-use crate::record::{self, Header, Record, RecordRef, State};
-use crate::stats::{bump, Census, Counters};
+use crate::record::{Header, Record, RecordRef, State};
+use crate::stats::Census;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use state::{Lookup, ShardState};
 use std::path::PathBuf;
@@ -250,7 +251,7 @@ impl Shard {
                 // A takeover carries the last checkpoint over into the
                 // record it writes, so that it outlives this holder too.
                 let carried = match (&current, header.recovered) {
-                    (Some(found), true) => record::body(&found.header, &found.frame).2.to_vec(),
+                    (Some(found), true) => found.header.body(&found.frame).2.to_vec(),
                     _ => Vec::new(),
                 };
                 let old = current.map(|found| found.entry);
@@ -406,7 +407,7 @@ impl Shard {
             .iter()
             .map(|(_, at)| {
                 let (header, frame) = state.read_at(at)?;
-                let (scope, key, _) = record::body(&header, &frame);
+                let (scope, key, _) = header.body(&frame);
                 Ok((header.keyspace, scope.to_vec(), key.to_vec()))
             })
             .collect()

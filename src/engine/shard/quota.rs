@@ -15,15 +15,16 @@
 use super::state::ShardState;
 use super::{KeyRef, Shard};
 use crate::engine::entry::Entry;
+use crate::engine::frame::{self, PREFIX_BYTES};
 use crate::engine::ledger::Ledger;
-use crate::engine::telemetry::event;
+use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition;
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::keyspace::Keyspace;
 #[cfg(feature = "testing")]
 use crate::quota::ScopeUsage;
-use crate::record::{self, Header, Kind, PREFIX_BYTES};
-use crate::stats::{bump, Counters};
+use crate::record::{Header, Kind};
 use std::borrow::Cow;
 #[cfg(feature = "testing")]
 use std::collections::HashMap;
@@ -105,7 +106,7 @@ impl ShardState {
         let offset = u64::from(entry.offset);
         let corrupt = |reason: &str| Error::corruption(self.log.path(entry.segment), offset, reason);
         let prefix = self.log.read(entry.segment, offset, PREFIX_BYTES)?;
-        let (header, _, _) = record::decode_prefix(&prefix).map_err(|_| corrupt("record prefix unreadable"))?;
+        let (header, _, _) = frame::decode_prefix(&prefix).map_err(|_| corrupt("record prefix unreadable"))?;
         if header.lsn != entry.lsn {
             return Err(corrupt("record LSN differs from the index"));
         }
@@ -178,7 +179,7 @@ impl Shard {
 fn count(state: &ShardState, ledger: &Ledger, mut add: impl FnMut(&[u8], u64)) -> Result<()> {
     for (_, at) in state.index.iter() {
         let (header, frame) = state.read_at(at)?;
-        let (scope, _, _) = record::body(&header, &frame);
+        let (scope, _, _) = header.body(&frame);
         if header.keyspace == Keyspace::Caller && ledger.counts(scope) {
             add(scope, u64::from(at.len));
         }

@@ -8,15 +8,16 @@ use super::KeyRef;
 use crate::clock::{Clock, Now};
 use crate::engine::compaction_policy::SegmentUsage;
 use crate::engine::entry::{Entry, FullIndex, Lease, Leases};
+use crate::engine::frame;
 use crate::engine::index::{tag, Address, Table};
 use crate::engine::ledger::Ledger;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::hint::HintEntry;
 use crate::engine::segment::writer::Writer;
+use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition;
 use crate::error::{Error, Result};
-use crate::record::{self, Header, Kind, State};
-use crate::stats::{bump, Counters};
+use crate::record::{Header, Kind, State};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -208,7 +209,7 @@ impl ShardState {
     pub(crate) fn find(&self, key: &KeyRef<'_>) -> Result<Option<Found<'_>>> {
         for at in self.index.candidates(tag(key.hash)) {
             let (header, frame) = self.read_at(at)?;
-            let (scope, stored_key, _) = record::body(&header, &frame);
+            let (scope, stored_key, _) = header.body(&frame);
             if header.keyspace != key.keyspace || scope != key.scope || stored_key != key.key {
                 continue;
             }
@@ -302,11 +303,11 @@ impl ShardState {
             response_len: u32::try_from(response.len()).expect("response length checked against limits"),
             ..*header
         };
-        let bytes = record::frame_bytes(key.scope.len(), key.key.len(), response.len());
+        let bytes = crate::format::frame_bytes(key.scope.len(), key.key.len(), response.len());
         let admitted = self.quota_admit(key, old.is_some(), &header, bytes, counters)?;
         let mut buffer = std::mem::take(&mut self.encode_buffer);
         buffer.clear();
-        record::encode(&header, key.scope, key.key, response, &mut buffer);
+        frame::encode(&header, key.scope, key.key, response, &mut buffer);
         let appended = self.log.append(&buffer, header.lsn, commit, counters);
         self.encode_buffer = buffer;
         // Even a failed append may have rolled to a new segment.
@@ -342,11 +343,11 @@ impl ShardState {
     /// for `key` (none without reading the log when the frame has room for
     /// no more than scope and key).
     pub(crate) fn stored_checkpoint(&self, entry: &Entry, key: &KeyRef<'_>) -> Result<Vec<u8>> {
-        if u64::from(entry.frame_len) == record::frame_bytes(key.scope.len(), key.key.len(), 0) {
+        if u64::from(entry.frame_len) == crate::format::frame_bytes(key.scope.len(), key.key.len(), 0) {
             return Ok(Vec::new());
         }
         let (header, frame) = self.load(entry, Some(key))?;
-        Ok(record::body(&header, &frame).2.to_vec())
+        Ok(header.body(&frame).2.to_vec())
     }
 
     /// The record of `entry` (its header and its whole frame, borrowed from
@@ -363,7 +364,7 @@ impl ShardState {
             return Err(Error::corruption(path(), offset, "record state differs from the index"));
         }
         if let Some(key) = key {
-            let (scope, stored_key, _) = record::body(&header, &frame);
+            let (scope, stored_key, _) = header.body(&frame);
             if header.keyspace != key.keyspace || scope != key.scope || stored_key != key.key {
                 return Err(Error::KeyHashCollision);
             }
@@ -376,10 +377,10 @@ impl ShardState {
     pub(crate) fn read_at(&self, at: Address) -> Result<(Header, Cow<'_, [u8]>)> {
         let offset = u64::from(at.offset);
         let frame = self.log.read(at.segment, offset, at.len as usize)?;
-        let (header, _) = record::decode(&frame).map_err(|error| {
+        let (header, _) = frame::decode(&frame).map_err(|error| {
             let reason = match error {
-                record::DecodeError::Truncated => "record is shorter than indexed",
-                record::DecodeError::Invalid(reason) => reason,
+                frame::DecodeError::Truncated => "record is shorter than indexed",
+                frame::DecodeError::Invalid(reason) => reason,
             };
             Error::corruption(self.log.path(at.segment), offset, reason)
         })?;

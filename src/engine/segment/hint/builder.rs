@@ -7,11 +7,12 @@ use super::{
     block_crc, hint_path, temp_path, Deltas, HintEntry, HintHeader, BLOCK_HEADER_BYTES, BLOCK_PAYLOAD_MAX,
     ENTRY_BYTES_MAX,
 };
+use crate::engine::frame::read_u32;
 use crate::engine::segment::header::HEADER_BYTES;
-use crate::engine::telemetry::event;
 use crate::error::{Error, Result};
+use crate::events::event;
 use crate::io::{Storage, StorageFile};
-use crate::record::{read_u32, Kind};
+use crate::record::Kind;
 use std::path::Path;
 
 /// Encoded bytes a builder keeps at most (about 25 bytes a frame): a

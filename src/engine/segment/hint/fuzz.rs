@@ -4,10 +4,11 @@
 
 use super::reader::{self, Described, Opened};
 use super::{block_crc, HintBuilder, HintEntry, BLOCK_HEADER_BYTES, HEADER_BYTES, OFFSET_CRC};
+use crate::engine::frame::{self, read_u32};
 use crate::engine::segment::header::SegmentHeader;
 use crate::fingerprint::Fingerprint;
 use crate::io::{PowerCutStorage, Storage, StorageFile};
-use crate::record::{self, read_u32, Header, Kind, State};
+use crate::record::{Header, Kind, State};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ fn segment(storage: &PowerCutStorage) -> (Arc<dyn StorageFile>, Vec<HintEntry>) 
             response_len: 0,
         };
         let offset = bytes.len() as u64;
-        record::encode(&header, b"", &key, b"", &mut bytes);
+        frame::encode(&header, b"", &key, b"", &mut bytes);
         entries.push(HintEntry::of_frame(
             u128::from(n) << 70 | u128::from(n),
             &header,

@@ -86,7 +86,8 @@ pub(crate) use builder::HintBuilder;
 pub(crate) use check::{Checker, Verdict};
 pub(crate) use reader::{counts, listed, open, Described, HintReader, Listed, Opened};
 
-use crate::record::{read_u32, read_u64, Header, Kind, State, PREFIX_BYTES};
+use crate::engine::frame::{read_u32, read_u64, PREFIX_BYTES};
+use crate::record::{Header, Kind, State};
 use std::path::{Path, PathBuf};
 
 /// File-name suffix of a hint.

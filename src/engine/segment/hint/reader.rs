@@ -4,9 +4,9 @@
 //! and anything wrong is a reason to ignore the hint, never a panic.
 
 use super::{block_crc, hint_path, Deltas, HintEntry, HintHeader, BLOCK_HEADER_BYTES, BLOCK_PAYLOAD_MAX};
+use crate::engine::frame::{self, read_u32, PREFIX_BYTES};
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::io::{Storage, StorageFile};
-use crate::record::{self, read_u32, PREFIX_BYTES};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,11 +35,11 @@ pub(crate) fn read_frame_at(file: &dyn StorageFile, offset: u64, len: u64) -> Re
     let mut prefix = [0u8; PREFIX_BYTES];
     file.read_exact_at(&mut prefix, offset).map_err(|_| "the segment has no frame where the hint ends")?;
     let (header, frame_len, stored_crc) =
-        record::decode_prefix(&prefix).map_err(|_| "the segment has no frame where the hint ends")?;
+        frame::decode_prefix(&prefix).map_err(|_| "the segment has no frame where the hint ends")?;
     if frame_len != len {
         return Err("the frame where the hint ends has another length");
     }
-    let mut hasher = record::crc_start(&prefix);
+    let mut hasher = frame::crc_start(&prefix);
     let rest = len - PREFIX_BYTES as u64;
     let mut buffer = vec![0u8; usize::try_from(rest.min(PIECE_BYTES)).unwrap_or(0)];
     let mut at = offset + PREFIX_BYTES as u64;

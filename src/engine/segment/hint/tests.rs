@@ -1,9 +1,10 @@
 use super::*;
+use crate::engine::frame;
 use crate::engine::segment::header::SegmentHeader;
 use crate::engine::segment::hint::reader::Opened;
 use crate::fingerprint::Fingerprint;
 use crate::io::{StdStorage, Storage, StorageFile};
-use crate::record::{self, Header};
+use crate::record::Header;
 use std::sync::Arc;
 
 #[test]
@@ -62,7 +63,7 @@ fn segment(count: u64) -> (tempfile::TempDir, Arc<dyn StorageFile>, Vec<HintEntr
         let token = if n % 2 == 0 { lsn } else { lsn - 3 };
         let frame = header(kind, lsn, token, key.as_bytes());
         let offset = bytes.len() as u64;
-        record::encode(&frame, b"", key.as_bytes(), b"", &mut bytes);
+        frame::encode(&frame, b"", key.as_bytes(), b"", &mut bytes);
         let hash = u128::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
         entries.push(HintEntry::of_frame(hash, &frame, offset, bytes.len() as u64 - offset));
     }
