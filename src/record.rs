@@ -241,8 +241,6 @@ impl<'a> RecordRef<'a> {
     }
 }
 
-/// Why bytes did not decode as a frame.
-
 impl Header {
     /// The scope, key and response of `frame`, the frame this header was
     /// decoded from.

@@ -49,6 +49,8 @@ const OFFSET_KEY_LEN: usize = OFFSET_SCOPE_LEN + 2;
 const OFFSET_RESPONSE_LEN: usize = OFFSET_KEY_LEN + 2;
 const _: () = assert!(OFFSET_CREATED == 56);
 const _: () = assert!(OFFSET_RESPONSE_LEN + 4 == FIXED_BYTES);
+
+/// Why bytes did not decode as a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DecodeError {
     /// The frame runs past the end of the bytes given (a torn tail if at the
@@ -252,7 +254,7 @@ mod tests {
         let (decoded, len) = decode(&out).expect("decode");
         assert_eq!(decoded, header);
         assert_eq!(len, out.len());
-        assert_eq!(body(&decoded, &out), (&b"scope"[..], &b"key"[..], &b"body"[..]));
+        assert_eq!(decoded.body(&out), (&b"scope"[..], &b"key"[..], &b"body"[..]));
     }
 
     #[test]
