@@ -8,6 +8,9 @@ use crate::quota::{Quota, Quotas};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Shards of a new store when [`Config::shards`] is not set.
+pub const DEFAULT_SHARDS: u32 = 4;
+
 /// When a call that changed the store returns, relative to stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

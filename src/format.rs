@@ -5,6 +5,9 @@
 //! them opens as before, and a hint of a version this build does not know
 //! is ignored (the segment is replayed from the log), never an error.
 
+/// Name of the advisory lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
 /// Bytes of a segment's header, before its first frame (its layout is
 /// the engine's `segment/header.rs`).
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 64;

@@ -129,13 +129,10 @@ pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend}
 pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Config, Durability};
-pub use engine::compaction_policy::CompactionReport;
-pub use engine::open::{DEFAULT_SHARDS, LOCK_FILE_NAME};
-pub use engine::transition::ReusePolicy;
+pub use config::{Config, Durability, DEFAULT_SHARDS};
 pub use error::{BackendFailure, Error, QuotaLimit, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
-pub use format::FormatVersion;
+pub use format::{FormatVersion, LOCK_FILE_NAME};
 pub use keyspace::Keyspace;
 pub use lease::{FinishError, Lease, LeaseToken};
 #[cfg(all(feature = "messaging", feature = "client"))]
@@ -167,8 +164,8 @@ pub mod outbox {
 pub use engine::repair::{repair, DroppedRecord, Evidence, RepairReport};
 pub use engine::verify::{verify, Damage, IgnoredHint, VerifyReport};
 pub use quota::{Quota, ScopeUsage};
-pub use record::{Record, RecordRef, State};
-pub use stats::{Census, Stats};
+pub use record::{Record, RecordRef, ReusePolicy, State};
+pub use stats::{Census, CompactionReport, Stats};
 pub use store::{Iter, Once, Outcome, Store};
 
 /// The README's code blocks, compiled and run as doctests.

@@ -79,6 +79,27 @@ pub(crate) struct Header {
     pub response_len: u32,
 }
 
+/// What a claim of a key whose request failed ([`State::Failed`],
+/// same fingerprint) gets: the stored failure replayed, or a new attempt.
+/// Set per claim ([`crate::ClaimRequest::reuse`]).
+///
+/// A Failed record says the side effect did not happen and will not (a
+/// declined card): whether the same request may simply run again is the
+/// service's call, per route. A Completed key is always replayed, a
+/// Processing one never run twice, whatever the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReusePolicy {
+    /// Replay the stored failure, as every other finished answer (the
+    /// default).
+    #[default]
+    ReplayFailure,
+    /// Start a new attempt: the claim acquires a lease with a new token and
+    /// attempt + 1 (`recovered` stays false: nothing ran half-way), and the
+    /// failure is superseded.
+    RetryFailed,
+}
+
 /// A stored record, as read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -113,3 +113,30 @@ pub struct Census {
     /// TTL, still on disk until compaction.
     pub expired: u64,
 }
+
+/// What one compaction pass did.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), idemkv::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = idemkv::Store::open(dir.path(), idemkv::Config::new())?;
+/// let report = store.compact()?;
+/// assert_eq!(report.segments_dropped, 0); // nothing sealed yet
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionReport {
+    /// Sealed segments deleted whole.
+    pub segments_dropped: u64,
+    /// Sealed segments rewritten with only what must stay.
+    pub segments_rewritten: u64,
+    /// Bytes of segment files freed.
+    pub bytes_reclaimed: u64,
+    /// Records left out: expired, released, removed or superseded.
+    pub records_dropped: u64,
+    /// Index entries of expired records released from memory.
+    pub index_entries_released: u64,
+}

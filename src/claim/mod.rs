@@ -1,11 +1,11 @@
 //! What a caller asks ([`ClaimRequest`]) and what the store answers
 //! ([`Claim`]).
 
-use crate::engine::transition::ReusePolicy;
 use crate::fingerprint::Fingerprint;
 use crate::keyspace::Keyspace;
 use crate::lease::Lease;
 use crate::record::Record;
+use crate::record::ReusePolicy;
 use std::time::Duration;
 
 pub(crate) mod wait;

@@ -12,10 +12,11 @@
 //! pass made stale is harmless, since each step looks at the segment anew.
 
 use crate::engine::background::{Stop, Worker};
-use crate::engine::compaction_policy::{choose, Action, CompactionReport, Policy};
+use crate::engine::compaction_policy::{choose, Action, Policy};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::events::event;
+use crate::stats::CompactionReport;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

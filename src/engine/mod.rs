@@ -33,12 +33,13 @@ use crate::engine::background::{Stop, Worker};
 use crate::engine::entry::KeyHasher;
 use crate::engine::ledger::Ledger;
 use crate::engine::shard::{KeyRef, Outcome, Shard, Tally};
-use crate::engine::transition::{ClaimParams, Finish, Held, ReusePolicy};
+use crate::engine::transition::{ClaimParams, Finish, Held};
 use crate::engine::waiters::{WaitLimits, Waiter};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::keyspace::Keyspace;
 use crate::record::RecordRef;
+use crate::record::ReusePolicy;
 use parking_lot::Mutex;
 
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! read-only open takes the lock shared and changes nothing on disk.
 
 use crate::clock::Now;
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_SHARDS};
 use crate::engine::entry::KeyHasher;
 use crate::engine::ledger::Ledger;
 use crate::engine::manifest::{self, Manifest};
@@ -21,7 +21,7 @@ use crate::engine::DirLock;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::events::{event, info_span};
-use crate::format::FormatVersion;
+use crate::format::{FormatVersion, LOCK_FILE_NAME};
 use crate::io::Storage;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -29,12 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Shards of a new store when [`Config::shards`] is not set.
-pub const DEFAULT_SHARDS: u32 = 4;
-
-/// Name of the advisory lock file in a store directory.
-pub const LOCK_FILE_NAME: &str = "LOCK";
 
 /// Opens (or creates) the store in `dir`. See [`crate::Store::open`],
 /// which adds to an [`Error::Corruption`] what `idemkv repair` would do

@@ -70,7 +70,7 @@ fn put(bytes: &mut Vec<u8>, part: &[u8]) -> Result<()> {
 }
 
 /// The stored answer of a completion of `token` with `response` that
-/// stages `messages`: what [`Outbox::complete`] stores, for a caller that
+/// stages `messages`: what [`Outbox::complete`](super::Outbox::complete) stores, for a caller that
 /// completes the key itself (PostgreSQL's `complete_in`, in its own
 /// transaction).
 ///

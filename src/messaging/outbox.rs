@@ -157,7 +157,7 @@ impl<B: IdempotencyBackend> Outbox<B> {
     /// transition.
     ///
     /// # Errors
-    /// As [`IdempotencyBackend::complete`]: [`Error::ResponseTooLarge`]
+    /// As [`IdempotencyBackend::complete`]: [`Error::ResponseTooLarge`](crate::Error::ResponseTooLarge)
     /// counts the whole envelope.
     pub async fn complete(&self, token: &LeaseToken, response: &[u8], messages: &[OutboxMessage]) -> Result<()> {
         self.once.backend().complete(token, &envelope(token, response, messages)?).await?;

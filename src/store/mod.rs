@@ -17,7 +17,6 @@ mod wait;
 
 use crate::claim::{Claim, ClaimRequest};
 use crate::config::{Config, Durability};
-use crate::engine::compaction_policy::CompactionReport;
 use crate::engine::compactor;
 use crate::engine::open;
 use crate::engine::shard::{self, Tally};
@@ -31,6 +30,7 @@ use crate::error::Result;
 use crate::keyspace::Keyspace;
 use crate::lease::{Lease, LeaseToken};
 use crate::record::{Record, RecordRef};
+use crate::stats::CompactionReport;
 use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
 #[cfg(feature = "tokio")]
@@ -105,7 +105,7 @@ impl Store {
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail, in the frames
     /// this open reads (those a hint covers are checked when read, and by
-    /// [`crate::engine::verify`]); I/O errors.
+    /// [`crate::verify`]); I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let dir = dir.as_ref();
         // A refusal says what `idemkv repair` would do about it.

@@ -6,7 +6,7 @@
 
 use super::state::ShardState;
 use super::Shard;
-use crate::engine::compaction_policy::{CompactionReport, SegmentUsage, SegmentView};
+use crate::engine::compaction_policy::{SegmentUsage, SegmentView};
 use crate::engine::entry::KeyHasher;
 use crate::engine::frame::{self, PREFIX_BYTES};
 use crate::engine::index::{self, Address};
@@ -20,6 +20,7 @@ use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::io::StorageFile;
 use crate::record::{Header, Kind};
+use crate::stats::CompactionReport;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@ use crate::engine::entry::Entry;
 use crate::engine::index::Address;
 use crate::fingerprint::Fingerprint;
 use crate::keyspace::Keyspace;
-use crate::record::{Header, Kind, State};
+use crate::record::{Header, Kind, ReusePolicy, State};
 
 /// What a claim carries besides its key, already validated.
 #[derive(Debug, Clone, Copy)]
@@ -27,27 +27,6 @@ pub(crate) struct ClaimParams {
     pub lease_ms: u64,
     pub ttl_ms: u64,
     pub reuse: ReusePolicy,
-}
-
-/// What a claim of a key whose request failed ([`crate::State::Failed`],
-/// same fingerprint) gets: the stored failure replayed, or a new attempt.
-/// Set per claim ([`crate::ClaimRequest::reuse`]).
-///
-/// A Failed record says the side effect did not happen and will not (a
-/// declined card): whether the same request may simply run again is the
-/// service's call, per route. A Completed key is always replayed, a
-/// Processing one never run twice, whatever the policy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReusePolicy {
-    /// Replay the stored failure, as every other finished answer (the
-    /// default).
-    #[default]
-    ReplayFailure,
-    /// Start a new attempt: the claim acquires a lease with a new token and
-    /// attempt + 1 (`recovered` stays false: nothing ran half-way), and the
-    /// failure is superseded.
-    RetryFailed,
 }
 
 /// How a holder finishes.
