@@ -21,7 +21,7 @@ use axum::{body::Bytes, routing::post, Router};
 use hdrhistogram::Histogram;
 use idemkv::http::{IdempotencyLayer, LayerConfig, WebhookLayer};
 use idemkv::webhook::StandardWebhooks;
-use idemkv::{Config, Durability, Inbox, Store};
+use idemkv::{messaging::Inbox, Config, Durability, Store};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

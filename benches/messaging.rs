@@ -45,10 +45,11 @@ mod fixture;
 mod support;
 
 use hdrhistogram::Histogram;
-use idemkv::redis::RedisBackend;
+use idemkv::backend::redis::RedisBackend;
 use idemkv::{
-    Claim, ClaimOptions, ClaimRequest, Config, Delivery, Durability, Fingerprint, Handled, IdempotencyBackend, Inbox,
-    Once, Outbox, OutboxMessage, Produced, RedisStreamSink, Relay, RelayConfig, Store,
+    backend::{ClaimOptions, IdempotencyBackend},
+    messaging::{Delivery, Handled, Inbox, Outbox, OutboxMessage, Produced, RedisStreamSink, Relay, RelayConfig},
+    Claim, ClaimRequest, Config, Durability, Fingerprint, Once, Store,
 };
 use redis::Value;
 use std::future::Future;

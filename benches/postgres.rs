@@ -25,7 +25,7 @@ mod fixture;
 
 mod support;
 
-use idemkv::postgres::PostgresBackend;
+use idemkv::backend::postgres::PostgresBackend;
 use idemkv::Config;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -26,7 +26,7 @@
 
 mod support;
 
-use idemkv::{Claim, ClaimRequest, Config, Durability, Error, Fingerprint, Quota, Store};
+use idemkv::{store::Quota, Claim, ClaimRequest, Config, Durability, Error, Fingerprint, Store};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

@@ -26,7 +26,7 @@ mod fixture;
 
 mod support;
 
-use idemkv::redis::RedisBackend;
+use idemkv::backend::redis::RedisBackend;
 use idemkv::Config;
 use redis::aio::MultiplexedConnection;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -144,7 +144,7 @@ pub enum Error {
         max: usize,
     },
     /// A checkpoint's step name is empty or longer than
-    /// [`crate::STEP_BYTES_MAX`].
+    /// [`crate::store::STEP_BYTES_MAX`].
     #[error("invalid checkpoint: {reason}")]
     InvalidCheckpoint {
         /// Why it was refused.
@@ -208,10 +208,10 @@ pub enum Error {
     /// ([`crate::Config::quota`], [`crate::Config::scope_quota`]); nothing
     /// was written. Only new keys are refused: replays, in-progress answers,
     /// mismatches, takeovers and finishing a lease never are (see
-    /// [`crate::Quota`]). HTTP answers 429 with `Retry-After`.
+    /// [`crate::store::Quota`]). HTTP answers 429 with `Retry-After`.
     ///
     /// ```
-    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Quota, QuotaLimit, Store};
+    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Store, store::{Quota, QuotaLimit}};
     /// # let dir = tempfile::tempdir().unwrap();
     /// let store = Store::open(dir.path(), Config::new().quota(Quota::new().records(1)))?;
     /// let Claim::Acquired(lease) = store.claim(&ClaimRequest::new("a", Fingerprint::of(b"a")))? else { panic!() };
@@ -234,7 +234,7 @@ pub enum Error {
         /// What the scope holds of it now.
         used: u64,
         /// How long the caller should wait before trying again
-        /// ([`crate::Quota::retry_after`]).
+        /// ([`crate::store::Quota::retry_after`]).
         retry_after: std::time::Duration,
     },
     /// The PostgreSQL schema holds no store (`found` 0), or one at another
@@ -300,7 +300,7 @@ pub enum Error {
         required: u32,
     },
     /// A server's setting can break the promise and the backend's checks
-    /// refuse it (`idemkv::redis::ServerChecks`): an eviction policy that
+    /// refuse it (`idemkv::backend::redis::ServerChecks`): an eviction policy that
     /// can drop a live record, persistence that loses acknowledged answers
     /// at a crash, or settings that cannot be read. Nothing was written;
     /// change the setting, or relax the check knowingly.
@@ -363,13 +363,13 @@ impl Error {
     }
 }
 
-/// Which limit of a [`Quota`](crate::Quota) refused a claim.
+/// Which limit of a [`Quota`](crate::store::Quota) refused a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QuotaLimit {
-    /// The scope holds as many live records as [`Quota::records`](crate::Quota::records) allows.
+    /// The scope holds as many live records as [`Quota::records`](crate::store::Quota::records) allows.
     Records,
-    /// The new record would take the scope over [`Quota::bytes`](crate::Quota::bytes).
+    /// The new record would take the scope over [`Quota::bytes`](crate::store::Quota::bytes).
     Bytes,
 }
 

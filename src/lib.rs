@@ -22,25 +22,16 @@
 //! A holder whose lease ended but was not yet reclaimed may still finish,
 //! until lease end + TTL, when an abandoned Processing record expires.
 //!
-//! Between steps with outside effects a holder stores a checkpoint,
-//! [`Lease::checkpoint`]: durable, fenced by its token, kept by renewals,
-//! carried over by takeovers, dropped with the Processing record. A holder
-//! that takes the key over resumes after the step it names instead of
-//! running it again. Which claims of a Failed key run again is the claim's
-//! [`ReusePolicy`] (replay the failure by default).
+//! A holder stores [`Lease::checkpoint`]s between steps with outside
+//! effects; a takeover resumes after the last one. Per-scope quotas,
+//! iteration, stats, compaction, `verify` and `repair` are in [`store`].
 //!
-//! Optional per-scope [`Quota`]s limit the live records and stored bytes of
-//! each scope: a claim that would add a new record to a scope at its limit
-//! is answered [`Error::QuotaExceeded`]; nothing else is ever refused by a
-//! quota (see [`Quota`]).
-//!
-//! Records live in an append-only, CRC-framed log per shard (see
-//! `docs/format.md`); the in-memory index holds 16 bytes a key, where its
-//! record is, and a claim reads its decision and its response back from the
-//! record (a key in flight keeps its lease in memory). Time comes
-//! from a [`Clock`]: leases count elapsed (monotonic) time, so a jump of
-//! the wall clock neither shortens nor freezes one; TTLs count wall-clock
-//! time (the rules across a restart are on [`Clock`]).
+//! By task: [`backend`] (the contract on any backend: Redis, PostgreSQL,
+//! `RunOnce`, `Versions`), `http` (the tower layer), `client` (the
+//! calling side), `messaging` (inbox, outbox, relay), `webhook`,
+//! `conformance` (the contract's scenarios), `testing`; each a feature
+//! (see `Cargo.toml`). Records live in a CRC-framed log per shard
+//! (`docs/format.md`), time comes from a [`Clock`].
 //!
 //! ```
 //! use idemkv::{Claim, ClaimRequest, Config, Fingerprint, Store};
@@ -69,37 +60,36 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Module map: docs/architecture.md ("Module map"). The layers are declared
-// in .ci/layers.py, which CI runs: no module imports one above it.
+// in .ci/layers.py, which CI runs: no module imports one above it, and no
+// folder's modules import one another in a cycle.
 
-mod backend;
+// The store and its claim.
 mod checkpoint;
 mod claim;
+mod clock;
+mod config;
+mod error;
+mod fingerprint;
+pub mod keyspace;
+mod lease;
+mod record;
+pub mod store;
+
+// What each task needs, a module each.
+pub mod backend;
 #[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
-mod clock;
-mod config;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
-mod engine;
-mod error;
-mod events;
-mod fingerprint;
-mod format;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 pub mod io;
-pub mod keyspace;
-mod lease;
 #[cfg(feature = "messaging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
 pub mod messaging;
-mod quota;
-mod record;
-mod stats;
-mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -107,122 +97,23 @@ pub mod testing;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use backend::postgres;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use backend::redis;
-#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))))]
-pub use backend::remote::tls::Tls;
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use backend::run_once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use backend::versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use backend::AnyBackend;
-pub use backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
-pub use checkpoint::{Checkpoint, STEP_BYTES_MAX};
+// The engine's internals and the crate's own plumbing.
+mod engine;
+mod events;
+mod format;
+mod quota;
+mod stats;
+
+#[cfg(doctest)]
+mod doctests;
+
+pub use checkpoint::Checkpoint;
 pub use claim::{Claim, ClaimRequest};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Config, Durability, DEFAULT_SHARDS};
-pub use error::{BackendFailure, Error, QuotaLimit, Result};
+pub use config::{Config, Durability};
+pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
-pub use format::{FormatVersion, LOCK_FILE_NAME};
 pub use keyspace::Keyspace;
 pub use lease::{FinishError, Lease, LeaseToken};
-#[cfg(all(feature = "messaging", feature = "client"))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "client"))))]
-pub use messaging::HttpSink;
-#[cfg(all(feature = "messaging", feature = "redis"))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "messaging", feature = "redis"))))]
-pub use messaging::RedisStreamSink;
-#[cfg(feature = "messaging")]
-#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
-pub use messaging::{
-    DeadLetter, Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_ERROR_BYTES_MAX,
-    DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT, INBOX_RETENTION_DEFAULT,
-};
-#[cfg(feature = "messaging")]
-#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
-pub use messaging::{
-    KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, RelayHandle, Sink, SinkError, Staged, Sweep,
-};
-/// The outbox's envelope, for a caller that completes a key itself
-/// (PostgreSQL's `complete_in`, in its own transaction), and where each
-/// key's staged messages stand (`idemkv outbox`).
-#[cfg(feature = "messaging")]
-#[cfg_attr(docsrs, doc(cfg(feature = "messaging")))]
-pub mod outbox {
-    pub use crate::messaging::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
-    pub use crate::messaging::{envelope, is_envelope, messages_of, response_of, RETENTION};
-}
-pub use engine::repair::{repair, DroppedRecord, Evidence, RepairReport};
-pub use engine::verify::{verify, Damage, IgnoredHint, VerifyReport};
-pub use quota::{Quota, ScopeUsage};
 pub use record::{Record, RecordRef, ReusePolicy, State};
-pub use stats::{Census, CompactionReport, Stats};
-pub use store::{Iter, Once, Outcome, Store};
-
-/// The README's code blocks, compiled and run as doctests.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
-
-/// The code blocks of `docs/guide.md` (the embedded store alone).
-#[doc = include_str!("../docs/guide.md")]
-#[cfg(doctest)]
-pub struct GuideDoctests;
-
-/// The code blocks of `docs/http.md`, which need the `tower` feature.
-#[doc = include_str!("../docs/http.md")]
-#[cfg(all(doctest, feature = "tower"))]
-pub struct HttpDoctests;
-
-/// The code blocks of `docs/client.md`, which need the `client` feature.
-#[doc = include_str!("../docs/client.md")]
-#[cfg(all(doctest, feature = "client"))]
-pub struct ClientDoctests;
-
-/// The code blocks of `docs/fleets.md`, which need both networked backends
-/// and the `tower` layer.
-#[doc = include_str!("../docs/fleets.md")]
-#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "tower"))]
-pub struct FleetsDoctests;
-
-/// The code blocks of `docs/messaging.md`, which need the `messaging`
-/// feature.
-#[doc = include_str!("../docs/messaging.md")]
-#[cfg(all(doctest, feature = "messaging"))]
-pub struct MessagingDoctests;
-
-/// The code blocks of `docs/webhooks.md`, which need the `webhooks`
-/// feature.
-#[doc = include_str!("../docs/webhooks.md")]
-#[cfg(all(doctest, feature = "webhooks"))]
-pub struct WebhooksDoctests;
-
-/// The code blocks of `docs/operations.md`, which need the `metrics`
-/// feature.
-#[doc = include_str!("../docs/operations.md")]
-#[cfg(all(doctest, feature = "metrics"))]
-pub struct OperationsDoctests;
-
-/// The code blocks of `docs/architecture.md`.
-#[doc = include_str!("../docs/architecture.md")]
-#[cfg(doctest)]
-pub struct ArchitectureDoctests;
-
-/// The code blocks of `docs/benchmarks.md`.
-#[doc = include_str!("../docs/benchmarks.md")]
-#[cfg(doctest)]
-pub struct BenchmarksDoctests;
-
-/// The code blocks of `docs/testing.md`.
-#[doc = include_str!("../docs/testing.md")]
-#[cfg(doctest)]
-pub struct TestingDoctests;
+pub use store::{Once, Outcome, Store};

@@ -78,7 +78,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use idemkv::{Config, Quota};
+/// use idemkv::{Config, store::Quota};
 /// use std::time::Duration;
 ///
 /// let quota = Quota::new().records(10_000).bytes(64 << 20).retry_after(Duration::from_secs(30));

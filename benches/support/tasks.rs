@@ -3,7 +3,10 @@
 //! claim+complete both benches measure on any backend.
 
 use hdrhistogram::Histogram;
-use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Fingerprint,
+};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -35,10 +35,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use idemkv::redis::RedisBackend;
+use idemkv::backend::redis::RedisBackend;
 use idemkv::{
-    ClaimOptions, Config, Delivery, Fingerprint, Handled, Inbox, Message, Once, Outbox, OutboxMessage, Produced,
-    RedisStreamSink, Relay, RelayConfig,
+    backend::ClaimOptions,
+    messaging::{
+        Delivery, Handled, Inbox, Message, Outbox, OutboxMessage, Produced, RedisStreamSink, Relay, RelayConfig,
+    },
+    Config, Fingerprint, Once,
 };
 use redis::aio::ConnectionManager;
 use redis::Value;

@@ -49,7 +49,7 @@
 use axum::routing::{get, post};
 use axum::{body::Bytes, extract::State, http::StatusCode, Extension, Router};
 use idemkv::http::{Attempt, Checkpoints, IdempotencyLayer, LayerConfig, NotSpent};
-use idemkv::{AnyBackend, Config, Store};
+use idemkv::{backend::AnyBackend, Config, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::ffi::OsString;
 use std::io::Write;
@@ -267,8 +267,8 @@ fn with_metrics(router: Router, metrics: PrometheusHandle) -> Router {
 }
 
 #[cfg(feature = "redis")]
-async fn redis(records: &Records) -> Result<idemkv::redis::RedisBackend, String> {
-    use idemkv::redis::RedisBackend;
+async fn redis(records: &Records) -> Result<idemkv::backend::redis::RedisBackend, String> {
+    use idemkv::backend::redis::RedisBackend;
     let connected = match records {
         Records::Cluster(nodes) => {
             let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();

@@ -10,8 +10,11 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idemkv::postgres::{PostgresBackend, PostgresOptions};
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::backend::postgres::{PostgresBackend, PostgresOptions};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint, LeaseToken,
+};
 use std::sync::Arc;
 
 /// The charges table: the business rows the key's completion commits with.

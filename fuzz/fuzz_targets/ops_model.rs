@@ -19,10 +19,7 @@
 use arbitrary::Arbitrary;
 use idemkv::io::{Fault, FaultyStorage, PowerCutStorage};
 use idemkv::testing::{Model, ModelRecord};
-use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, ReusePolicy,
-    State, Store,
-};
+use idemkv::{Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, ReusePolicy, State, Store, store::Quota};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "scratch.rs"]

@@ -122,7 +122,7 @@ impl<B: IdempotencyBackend> Erased for B {
 /// (one allocation a call). Clones share the backend.
 ///
 /// ```
-/// use idemkv::{AnyBackend, Config, IdempotencyBackend, Store};
+/// use idemkv::{backend::{AnyBackend, IdempotencyBackend}, Config, Store};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let dir = tempfile::tempdir()?;

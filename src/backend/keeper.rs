@@ -1,6 +1,6 @@
 //! The lease keeper (feature `tokio`): one thread of its own, with a tokio
 //! runtime of its own, renews the lease of every guarded request (the HTTP
-//! layer's) and of every running [`RunOnce`](crate::RunOnce) closure from
+//! layer's) and of every running [`RunOnce`](crate::backend::RunOnce) closure from
 //! its claim until its answer is stored (or its key failed or was
 //! released).
 //!

@@ -25,8 +25,10 @@ mod any;
 #[cfg(feature = "tokio")]
 pub(crate) mod keeper;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod remote;
@@ -37,6 +39,15 @@ pub(crate) mod versions;
 
 #[cfg(feature = "tokio")]
 pub use any::AnyBackend;
+#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))))]
+pub use remote::tls::Tls;
+#[cfg(feature = "tokio")]
+pub use run_once::{Attempt, RunOnce, RUN_ONCE_LEASE_DEFAULT};
+#[cfg(feature = "tokio")]
+pub use versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
+
+pub use crate::error::BackendFailure;
 
 /// What a claim asks besides `(scope, key)` and the fingerprint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -47,7 +47,7 @@ pub struct Attempt {
 /// # Examples
 ///
 /// ```
-/// use idemkv::{ClaimOptions, Config, Fingerprint, Once, Outcome, RunOnce, Store};
+/// use idemkv::{backend::{ClaimOptions, RunOnce}, Config, Fingerprint, Once, Outcome, Store};
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let runtime = tokio::runtime::Runtime::new().unwrap();
 /// # runtime.block_on(async {

@@ -42,7 +42,7 @@ pub enum Step {
 /// # Examples
 ///
 /// ```
-/// use idemkv::{Config, Step, Store, Versions};
+/// use idemkv::{backend::{Step, Versions}, Config, Store};
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// # let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! What a backend offers besides the contract, and what a scenario is
 //! given to run in.
 
-use crate::{ManualClock, Quota};
+use crate::{store::Quota, ManualClock};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -3,7 +3,10 @@
 //! exact lease ends and expiries, and quotas.
 
 use super::{QuotaScope, Setting};
-use crate::{BackendClaim, Checkpoint, ClaimOptions, Error, Fingerprint, IdempotencyBackend, LeaseToken, State};
+use crate::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, Error, Fingerprint, LeaseToken, State,
+};
 use std::time::{Duration, Instant};
 
 /// The lease of most scenarios: short, so that a takeover comes soon.

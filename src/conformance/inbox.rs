@@ -3,7 +3,10 @@
 
 use super::contract::LEASE;
 use super::Setting;
-use crate::{Delivery, Handled, IdempotencyBackend, Inbox};
+use crate::{
+    backend::IdempotencyBackend,
+    messaging::{Delivery, Handled, Inbox},
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -57,7 +60,7 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     let released = inbox.handle(consumer, b"m-2", b"%%%", |_| async { Handled::NotProcessed }).await;
     assert!(released.expect("handle") == Delivery::NotProcessed);
     for attempt in 1..=2 {
-        let failing = |message: crate::Message| async move {
+        let failing = |message: crate::messaging::Message| async move {
             assert_eq!(message.attempt, attempt, "attempts count across deliveries");
             Handled::Failed(format!("unparsable, attempt {attempt}"))
         };
@@ -80,7 +83,7 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     assert!(inbox.retry_dead_letter(consumer, b"m-2").await.expect("retry"));
     assert!(!inbox.retry_dead_letter(consumer, b"m-2").await.expect("retry"), "no longer a letter");
     assert!(inbox.dead_letters(consumer, None, 10).await.expect("list").is_empty());
-    let fixed = |message: crate::Message| async move {
+    let fixed = |message: crate::messaging::Message| async move {
         assert_eq!((message.payload.as_slice(), message.attempt), (&b"%%%"[..], 1), "fresh attempts");
         Handled::Processed
     };

@@ -3,7 +3,7 @@
 
 use super::Setting;
 use crate::backend::{BackendClaim, ClaimOptions};
-use crate::{Fingerprint, IdempotencyBackend, Keyspace, LeaseToken, State};
+use crate::{backend::IdempotencyBackend, Fingerprint, Keyspace, LeaseToken, State};
 
 /// The scopes a hostile tenant might pick to reach the record of `own` in
 /// keyspace `keyspace`: the prefix the layout before keyspaces used (or

@@ -2,7 +2,7 @@
 
 use super::contract::{acquire, options};
 use super::Setting;
-use crate::{IdempotencyBackend, State};
+use crate::{backend::IdempotencyBackend, State};
 
 /// A scope's live records come back in key order, a page at a time, each
 /// page after the last key of the one before: released keys and other

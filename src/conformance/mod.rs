@@ -32,7 +32,7 @@
 //!
 //! ```
 //! use idemkv::conformance::{self, Capabilities, Capability};
-//! use idemkv::{Config, Durability, ManualClock, Quota, Store};
+//! use idemkv::{Config, Durability, ManualClock, Store, store::Quota};
 //! use std::sync::Arc;
 //!
 //! # fn main() {
@@ -92,9 +92,9 @@ pub use replace::replace;
 pub use restart::survives_restart;
 pub use versions::versions;
 
-use crate::IdempotencyBackend;
+use crate::backend::IdempotencyBackend;
 #[cfg(doc)]
-use crate::{ClaimOptions, ManualClock};
+use crate::{backend::ClaimOptions, ManualClock};
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

@@ -3,7 +3,10 @@
 
 use super::contract::{fp, LEASE};
 use super::Setting;
-use crate::{BackendClaim, ClaimOptions, IdempotencyBackend, Once, Outcome, ReusePolicy, RunOnce};
+use crate::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend, RunOnce},
+    Once, Outcome, ReusePolicy,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

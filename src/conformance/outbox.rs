@@ -6,8 +6,9 @@ use super::contract::{fp, LEASE};
 use super::Setting;
 use crate::messaging::{self as outbox, KeyState};
 use crate::{
-    ClaimOptions, IdempotencyBackend, KeyDelivery, Once, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink,
-    SinkError, Staged,
+    backend::{ClaimOptions, IdempotencyBackend},
+    messaging::{KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink, SinkError, Staged},
+    Once,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -100,7 +101,10 @@ pub async fn outbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Settin
     let a = backend.get(&scope, b"a").await.expect("get").expect("live");
     assert_eq!(a.response, b"201 orders", "compacted to the bare response");
     let lives = Duration::from_millis(a.deadline_ms.saturating_sub(a.created_ms));
-    assert!(lives + Duration::from_secs(60) >= crate::messaging::RETENTION, "kept {lives:?}, not the claim's second");
+    assert!(
+        lives + Duration::from_secs(60) >= crate::messaging::OUTBOX_RETENTION,
+        "kept {lives:?}, not the claim's second"
+    );
     let replayed = outbox.run(&scope, b"a", fp("orders"), ClaimOptions::new(), |_| async { unreachable!("replayed") });
     assert_eq!(replayed.await.expect("run"), Once::Replayed(b"201 orders".to_vec()));
 

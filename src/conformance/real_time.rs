@@ -12,7 +12,10 @@
 
 use super::contract::{acquire, fp};
 use super::Setting;
-use crate::{BackendClaim, ClaimOptions, IdempotencyBackend, State};
+use crate::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    State,
+};
 use std::time::{Duration, Instant};
 
 /// How far apart the backend's clock and the scenario's may be, and how

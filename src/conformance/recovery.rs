@@ -2,7 +2,10 @@
 
 use super::contract::{acquire_at, fp, options, LEASE};
 use super::Setting;
-use crate::{BackendClaim, Checkpoint, Error, IdempotencyBackend, ReusePolicy, State};
+use crate::{
+    backend::{BackendClaim, IdempotencyBackend},
+    Checkpoint, Error, ReusePolicy, State,
+};
 use std::time::Duration;
 
 fn point(step: &str, payload: &[u8]) -> Checkpoint {
@@ -81,7 +84,7 @@ pub async fn recovery_points_dropped<B: IdempotencyBackend>(backend: &B, setting
     assert_eq!(acquire_at(backend, &key, options()).await.3, None, "removed: a fresh start");
 
     let expiring = setting.key("expired");
-    let short = crate::ClaimOptions::new().lease(Duration::from_millis(200)).ttl(Duration::from_millis(300));
+    let short = crate::backend::ClaimOptions::new().lease(Duration::from_millis(200)).ttl(Duration::from_millis(300));
     let (token, _, _, _) = acquire_at(backend, &expiring, short).await;
     backend.checkpoint(&token, "charged", b"ch").await.expect("checkpoint");
     setting.pass(Duration::from_millis(800)).await;

@@ -2,7 +2,10 @@
 
 use super::contract::{acquire, fp, options};
 use super::Setting;
-use crate::{BackendClaim, Error, IdempotencyBackend, State};
+use crate::{
+    backend::{BackendClaim, IdempotencyBackend},
+    Error, State,
+};
 
 /// Only a live Completed record whose answer is the one expected has it
 /// replaced; everything else about the record stays, and a replay answers

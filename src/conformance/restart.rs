@@ -3,7 +3,10 @@
 
 use super::contract::{acquire, acquire_at, fp};
 use super::{Restart, Setting};
-use crate::{BackendClaim, Checkpoint, ClaimOptions, IdempotencyBackend, State};
+use crate::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, State,
+};
 use std::time::Duration;
 
 /// Every acknowledged call survives a restart ([`Restart`]): a completion

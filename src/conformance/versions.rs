@@ -1,7 +1,7 @@
 //! The versions' scenario: [`Versions`] over the backend.
 
 use super::Setting;
-use crate::{IdempotencyBackend, Step, Versions};
+use crate::backend::{IdempotencyBackend, Step, Versions};
 use std::sync::Arc;
 
 /// A resource's first version is 1, each step one more; a step from a

@@ -106,7 +106,7 @@ impl VerifyReport {
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// idemkv::Store::open(dir.path(), idemkv::Config::new())?.close()?;
-/// let report = idemkv::verify(dir.path())?;
+/// let report = idemkv::store::verify(dir.path())?;
 /// assert!(report.is_clean());
 /// # Ok(()) }
 /// ```

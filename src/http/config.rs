@@ -372,7 +372,7 @@ impl LayerConfig {
     }
 
     /// As [`resource`](LayerConfig::resource), and the resource has a
-    /// version ([`Versions`](crate::Versions)): responses carry a strong
+    /// version ([`Versions`](crate::backend::Versions)): responses carry a strong
     /// `ETag` (`"<resource>-v<version>"`); `If-Match` and `If-None-Match`
     /// are checked under the hold (412 when they fail); with
     /// [`IfMatch::Required`] an unsafe method but `POST` without

@@ -145,7 +145,7 @@ pub(super) fn in_progress(retry_after: Duration) -> Response<Full<Bytes>> {
 }
 
 /// 429 for a claim refused by the scope's quota, with `Retry-After` as
-/// [`crate::Quota::retry_after`] says.
+/// [`crate::store::Quota::retry_after`] says.
 pub(super) fn quota_exceeded(retry_after: Duration) -> Response<Full<Bytes>> {
     with_retry_after(Problem::QuotaExceeded, retry_after)
 }

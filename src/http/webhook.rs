@@ -20,7 +20,7 @@
 //! The handler gets the request as it came (the body buffered) with a
 //! [`WebhookAttempt`] extension. It runs on a task of its own: a sender
 //! that hangs up does not stop it half-way. Its lease is kept alive while
-//! it runs ([`RunOnce`](crate::RunOnce)); if its process dies, a
+//! it runs ([`RunOnce`](crate::backend::RunOnce)); if its process dies, a
 //! redelivery after the lease runs it again with
 //! [`WebhookAttempt::recovered`] set.
 
@@ -68,7 +68,7 @@ pub struct WebhookAttempt {
 /// use axum::{routing::post, Router};
 /// use idemkv::http::WebhookLayer;
 /// use idemkv::webhook::StandardWebhooks;
-/// use idemkv::{Config, Inbox, Store};
+/// use idemkv::{Config, messaging::Inbox, Store};
 ///
 /// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = Store::open("/var/lib/billing/idempotency", Config::new())?;

@@ -25,7 +25,7 @@ use tower::{Service, ServiceExt};
 /// ```no_run
 /// use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 /// use idemkv::client::{RetryLayer, RetryPolicy};
-/// use idemkv::{Config, HttpSink, Relay, RelayConfig, Store};
+/// use idemkv::{Config, messaging::{HttpSink, Relay, RelayConfig}, Store};
 /// use std::sync::Arc;
 /// use tower::Layer;
 ///

@@ -157,7 +157,7 @@ pub struct Redriven {
 /// # Examples
 ///
 /// ```
-/// use idemkv::{Config, Delivery, Handled, Inbox, Store};
+/// use idemkv::{Config, messaging::{Delivery, Handled, Inbox}, Store};
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let runtime = tokio::runtime::Runtime::new().unwrap();
 /// # runtime.block_on(async {

@@ -29,7 +29,7 @@ pub use inbox::{
     Delivery, Handled, Inbox, Message, Redriven, DEAD_LETTER_RETENTION_DEFAULT, INBOX_MAX_ATTEMPTS_DEFAULT,
     INBOX_RETENTION_DEFAULT,
 };
-pub use outbox::{Outbox, Produced, RETENTION};
+pub use outbox::{Outbox, Produced, RETENTION as OUTBOX_RETENTION};
 pub use relay::{KeyDelivery, Relay, RelayConfig, RelayHandle, Sink, SinkError, Sweep};
 #[cfg(feature = "redis")]
 pub use sinks::RedisStreamSink;

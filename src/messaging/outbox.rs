@@ -49,7 +49,7 @@ pub enum Produced {
 /// # Examples
 ///
 /// ```
-/// use idemkv::{ClaimOptions, Config, Fingerprint, Once, Outbox, OutboxMessage, Produced, Store};
+/// use idemkv::{backend::ClaimOptions, Config, Fingerprint, messaging::{Outbox, OutboxMessage, Produced}, Once, Store};
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let runtime = tokio::runtime::Runtime::new().unwrap();
 /// # runtime.block_on(async {

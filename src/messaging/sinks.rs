@@ -18,7 +18,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```no_run
-/// use idemkv::{Config, RedisStreamSink, Relay, RelayConfig, Store};
+/// use idemkv::{Config, messaging::{RedisStreamSink, Relay, RelayConfig}, Store};
 /// use std::sync::Arc;
 ///
 /// # async fn run() -> Result<(), idemkv::Error> {

@@ -1,11 +1,32 @@
-//! The store: a directory of shards behind one cheap, cloneable handle.
-//! This is the public API; opening lives in `engine::open`, the engine the
-//! handles share in `engine`, durability rounds in `engine::sync`,
-//! compaction passes in `engine::compactor`. The rest of `Store` is in this
-//! folder: `iter` (its records), `read_only` (read-only handles), `usage`
-//! (what a scope holds of its quota), `wait` (its side of the
-//! claim-and-wait loop), `asynchronous` (the async calls, feature
-//! `tokio`).
+//! The embedded store: a directory of shards behind one cheap, cloneable
+//! [`Store`] handle, and what a user reads from it or does to its
+//! directory — its records ([`Iter`]), its counters and census
+//! ([`Stats`], [`Census`]), quotas ([`Quota`], [`ScopeUsage`]),
+//! compaction ([`CompactionReport`]), and the offline tools, [`verify`]
+//! and [`repair`].
+//!
+//! ```
+//! use idemkv::store::{verify, Store};
+//! use idemkv::{Claim, ClaimRequest, Config, Fingerprint};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path(), Config::new())?;
+//! let Claim::Acquired(lease) = store.claim(&ClaimRequest::new("k-1", Fingerprint::of(b"POST /x")))? else {
+//!     unreachable!()
+//! };
+//! lease.complete(b"201")?;
+//! assert_eq!(store.stats().completions, 1);
+//! store.close()?;
+//! assert!(verify(dir.path())?.is_clean());
+//! # Ok(()) }
+//! ```
+//!
+//! Opening lives in `engine::open`, the engine the handles share in
+//! `engine`, durability rounds in `engine::sync`, compaction passes in
+//! `engine::compactor`. The rest of `Store` is in this folder: `iter` (its
+//! records), `read_only` (read-only handles), `usage` (what a scope holds
+//! of its quota), `wait` (its side of the claim-and-wait loop),
+//! `asynchronous` (the async calls, feature `tokio`).
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -30,12 +51,19 @@ use crate::error::Result;
 use crate::keyspace::Keyspace;
 use crate::lease::{Lease, LeaseToken};
 use crate::record::{Record, RecordRef};
-use crate::stats::CompactionReport;
-use crate::stats::{Census, Stats};
 pub use crate::store::iter::Iter;
 #[cfg(feature = "tokio")]
 pub(crate) use crate::store::once::renewal_period;
 pub use crate::store::once::{Once, Outcome};
+
+pub use crate::checkpoint::STEP_BYTES_MAX;
+pub use crate::config::DEFAULT_SHARDS;
+pub use crate::engine::repair::{repair, DroppedRecord, Evidence, RepairReport};
+pub use crate::engine::verify::{verify, Damage, IgnoredHint, VerifyReport};
+pub use crate::error::QuotaLimit;
+pub use crate::format::{FormatVersion, LOCK_FILE_NAME};
+pub use crate::quota::{Quota, ScopeUsage};
+pub use crate::stats::{Census, CompactionReport, Stats};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,7 +133,7 @@ impl Store {
     /// [`Error::UnsupportedFormatVersion`]; [`Error::Corruption`] naming
     /// file and offset of damage that is not a torn tail, in the frames
     /// this open reads (those a hint covers are checked when read, and by
-    /// [`crate::verify`]); I/O errors.
+    /// [`crate::store::verify`]); I/O errors.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Store> {
         let dir = dir.as_ref();
         // A refusal says what `idemkv repair` would do about it.
@@ -291,7 +319,7 @@ impl Store {
 
     /// Replaces the answer of `(scope, key)`'s Completed record with
     /// `answer` if it is `expected` (see
-    /// [`IdempotencyBackend::replace`](crate::IdempotencyBackend::replace)):
+    /// [`IdempotencyBackend::replace`](crate::backend::IdempotencyBackend::replace)):
     /// one record, as durable as any other under the store's
     /// [`Durability`]. Returns whether it replaced.
     ///

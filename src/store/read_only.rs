@@ -39,7 +39,7 @@ impl Store {
     ///   answers `Ok`.
     ///
     /// **Lock.** The handle takes the directory's lock (file
-    /// [`LOCK`](crate::LOCK_FILE_NAME)) *shared*: any number of read-only
+    /// [`LOCK`](crate::store::LOCK_FILE_NAME)) *shared*: any number of read-only
     /// handles may be open together, but not beside a writer. While a
     /// writer ([`Store::open`]) holds the store this open fails with
     /// [`Error::Locked`] naming the writer's process (a live writer's

@@ -12,13 +12,13 @@ impl Store {
     /// The live records and bytes `scope` holds against its quota, or
     /// `None` when it holds none, or when no quota applies to it (then
     /// nothing of it is counted). O(1): the counts as they stand, which
-    /// include records expired but not yet found (see [`Quota`](crate::Quota): a claim
+    /// include records expired but not yet found (see [`Quota`](crate::store::Quota): a claim
     /// that would be refused drops those first).
     ///
     /// # Examples
     ///
     /// ```
-    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Quota, QuotaLimit, Store};
+    /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Store, store::{Quota, QuotaLimit}};
     /// # fn main() -> Result<(), Error> {
     /// # let dir = tempfile::tempdir().unwrap();
     /// let store = Store::open(dir.path(), Config::new().quota(Quota::new().records(1)))?;

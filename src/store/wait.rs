@@ -32,9 +32,9 @@ impl Store {
     /// look reported (to take over if the lease has ended by the store's
     /// [`Clock`](crate::Clock): a renewed lease is waited for again) and at
     /// `timeout`, both measured in real time. The call counts once in
-    /// [`Stats::claims`](crate::Stats::claims) and once by its final answer,
+    /// [`Stats::claims`](crate::store::Stats::claims) and once by its final answer,
     /// however often it looked again
-    /// ([`Stats::wait_looks`](crate::Stats::wait_looks)).
+    /// ([`Stats::wait_looks`](crate::store::Stats::wait_looks)).
     ///
     /// # Errors
     /// As [`claim`](Store::claim).

@@ -19,8 +19,8 @@
 
 use crate::quota::Quotas;
 use crate::{
-    Checkpoint, ClaimRequest, Config, Error, Fingerprint, LeaseToken, QuotaLimit, Record, ReusePolicy, ScopeUsage,
-    State, STEP_BYTES_MAX,
+    store::{QuotaLimit, ScopeUsage, STEP_BYTES_MAX},
+    Checkpoint, ClaimRequest, Config, Error, Fingerprint, LeaseToken, Record, ReusePolicy, State,
 };
 use std::collections::HashMap;
 use std::time::Duration;

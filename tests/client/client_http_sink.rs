@@ -16,8 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemkv::client::{Backoff, RetryLayer, RetryPolicy};
 use idemkv::{
-    ClaimOptions, Config, Durability, Fingerprint, HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay,
-    RelayConfig, Store,
+    backend::ClaimOptions,
+    messaging::{HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig},
+    Config, Durability, Fingerprint, Store,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;

@@ -5,7 +5,10 @@
 //! handed out afresh (attempt 1). The server side — how it stops and
 //! restarts — is the caller's.
 
-use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Fingerprint,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -74,18 +74,18 @@ impl PostgresServer {
     /// root), started, the store migrated into schema `public`.
     pub fn start(dir: &Path) -> PostgresServer {
         let server = PostgresServer::start_empty(dir);
-        server.migrate(idemkv::postgres::SCHEMA_DEFAULT);
+        server.migrate(idemkv::backend::postgres::SCHEMA_DEFAULT);
         server
     }
 
     /// Migrates the store into `schema` as the superuser (on a thread of
     /// its own: callers may be inside a runtime already).
-    pub fn migrate(&self, schema: &str) -> idemkv::postgres::Migration {
+    pub fn migrate(&self, schema: &str) -> idemkv::backend::postgres::Migration {
         let (url, schema) = (self.url(), schema.to_owned());
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            let options = idemkv::postgres::PostgresOptions::new().schema(&schema);
-            runtime.block_on(idemkv::postgres::PostgresBackend::migrate(&url, &options)).expect("migrate")
+            let options = idemkv::backend::postgres::PostgresOptions::new().schema(&schema);
+            runtime.block_on(idemkv::backend::postgres::PostgresBackend::migrate(&url, &options)).expect("migrate")
         })
         .join()
         .expect("the migration thread")

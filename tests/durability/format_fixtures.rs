@@ -55,7 +55,7 @@ fn copy_of(name: &str) -> tempfile::TempDir {
 #[test]
 fn the_format_2_fixture_opens_verifies_and_answers_every_record() {
     let copy = copy_of("format-2");
-    let report = idemkv::verify(copy.path()).expect("verify");
+    let report = idemkv::store::verify(copy.path()).expect("verify");
     assert!(report.is_clean(), "{report:?}");
     assert!(report.segments > u64::from(report.shards), "sealed segments too: {report:?}");
     assert!(report.hints_checked > 0, "hint files too: {report:?}");
@@ -92,7 +92,7 @@ fn the_format_2_fixture_opens_verifies_and_answers_every_record() {
 #[test]
 fn the_damaged_fixture_is_reported_and_never_answers_wrong() {
     let copy = copy_of("format-2-damaged");
-    let report = idemkv::verify(copy.path()).expect("verify");
+    let report = idemkv::store::verify(copy.path()).expect("verify");
     assert_eq!(report.damage.len(), 1, "{report:?}");
     let damage = &report.damage[0];
     assert_eq!(damage.file, crate::common::segment_files(copy.path(), 0)[0], "{damage:?}");
@@ -127,13 +127,13 @@ fn the_damaged_fixture_is_reported_and_never_answers_wrong() {
 #[test]
 fn repair_of_the_damaged_fixture_drops_only_the_damaged_record() {
     let copy = copy_of("format-2-damaged");
-    let report = idemkv::repair(copy.path()).expect("repair");
+    let report = idemkv::store::repair(copy.path()).expect("repair");
     assert_eq!(report.records_dropped.len(), 1, "{report:?}");
     let dropped = &report.records_dropped[0];
     let key = String::from_utf8(dropped.key.clone()).expect("a key of the fixture");
     assert!(key.starts_with("completed-") && dropped.scope == b"fixture", "{dropped:?}");
-    assert!(idemkv::verify(copy.path()).expect("verify").is_clean());
-    assert!(idemkv::repair(copy.path()).expect("second repair").did_nothing());
+    assert!(idemkv::store::verify(copy.path()).expect("verify").is_clean());
+    assert!(idemkv::store::repair(copy.path()).expect("second repair").did_nothing());
     let clock = ManualClock::new(crate::common::START_MS + 3_600_000);
     let store = Store::open(copy.path(), config(&clock)).expect("open after repair");
     for number in 0..COMPLETED {
@@ -163,7 +163,7 @@ fn regenerate() {
     let store = Store::open(&clean, config(&clock)).expect("create");
     write_records(&store, &clock);
     store.close().expect("close");
-    std::fs::remove_file(clean.join(idemkv::LOCK_FILE_NAME)).expect("no lock file in the fixture");
+    std::fs::remove_file(clean.join(idemkv::store::LOCK_FILE_NAME)).expect("no lock file in the fixture");
     crate::common::copy_dir(&clean, &damaged);
     let sealed = crate::common::segment_files(&damaged, 0).remove(0);
     let mut bytes = std::fs::read(&sealed).expect("read");

@@ -78,7 +78,7 @@ fn assert_callers_records(store: &Store) {
 #[test]
 fn a_read_only_open_of_format_2_shows_it_as_it_is() {
     let copy = copy();
-    assert!(idemkv::verify(copy.path()).expect("verify").is_clean());
+    assert!(idemkv::store::verify(copy.path()).expect("verify").is_clean());
     let clock = ManualClock::new(crate::common::START_MS + 3_600_000);
     let store = Store::open_read_only(copy.path(), config(&clock)).expect("open read-only");
     for (keyspace, scope, key, _) in OWN {
@@ -118,7 +118,7 @@ fn the_first_writable_open_moves_each_of_idemkvs_records_to_its_keyspace() {
     }
     assert_callers_records(&store);
     store.close().expect("close");
-    let report = idemkv::verify(copy.path()).expect("verify");
+    let report = idemkv::store::verify(copy.path()).expect("verify");
     assert!(report.is_clean(), "{report:?}");
 }
 

@@ -4,7 +4,7 @@
 //! it, or a durable record cut away, is corruption.
 
 use crate::common::{acquire, fingerprint, START_MS};
-use idemkv::{verify, ClaimRequest, Config, Durability, Error, ManualClock, State, Store};
+use idemkv::{store::verify, ClaimRequest, Config, Durability, Error, ManualClock, State, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

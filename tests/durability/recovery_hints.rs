@@ -62,7 +62,7 @@ fn varied_store(dir: &Path, clock: &ManualClock) {
 }
 
 /// What the store answers for every key, and its census.
-fn answers(store: &Store) -> (BTreeMap<String, Option<Record>>, idemkv::Census) {
+fn answers(store: &Store) -> (BTreeMap<String, Option<Record>>, idemkv::store::Census) {
     let records =
         (0..KEYS + 10).map(|index| (key(index), store.get(b"", key(index).as_bytes()).expect("get"))).collect();
     (records, store.census().expect("census"))
@@ -71,7 +71,7 @@ fn answers(store: &Store) -> (BTreeMap<String, Option<Record>>, idemkv::Census) 
 fn open_answers(
     dir: &Path,
     clock: &ManualClock,
-) -> ((BTreeMap<String, Option<Record>>, idemkv::Census), idemkv::Stats) {
+) -> ((BTreeMap<String, Option<Record>>, idemkv::store::Census), idemkv::store::Stats) {
     let store = Store::open(dir, config(clock)).expect("open");
     let answers = answers(&store);
     let stats = store.stats();
@@ -108,7 +108,7 @@ fn an_open_from_hints_answers_every_key_as_an_open_from_the_log() {
     let (again, stats) = open_answers(dir.path(), &clock);
     assert_eq!(stats.hints_loaded, segments as u64);
     assert_eq!(again, with_hints);
-    let report = idemkv::verify(dir.path()).expect("verify");
+    let report = idemkv::store::verify(dir.path()).expect("verify");
     assert!(report.is_clean(), "{:?}", report.damage);
     assert_eq!(report.hints_checked, segments as u64);
 }
@@ -116,7 +116,7 @@ fn an_open_from_hints_answers_every_key_as_an_open_from_the_log() {
 /// Opens with hints that are damaged in some way and checks that every
 /// answer is the log's, and that the damaged hints were ignored, counted
 /// and written again.
-fn falls_back(dir: &Path, clock: &ManualClock, expected: &(BTreeMap<String, Option<Record>>, idemkv::Census)) {
+fn falls_back(dir: &Path, clock: &ManualClock, expected: &(BTreeMap<String, Option<Record>>, idemkv::store::Census)) {
     let (answers, stats) = open_answers(dir, clock);
     assert!(stats.hints_ignored >= 1, "{stats:?}");
     assert_eq!(&answers, expected);

@@ -4,7 +4,7 @@
 //! smaller store — and `verify` reports the same thing open refuses.
 
 use crate::common::{acquire, fingerprint, START_MS};
-use idemkv::{verify, ClaimRequest, Config, Durability, Error, ManualClock, Store};
+use idemkv::{store::verify, ClaimRequest, Config, Durability, Error, ManualClock, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

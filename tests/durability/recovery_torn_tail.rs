@@ -137,7 +137,7 @@ fn a_zero_filled_tail_is_space_never_written_and_is_written_next() {
     let store = Store::open(dir.path(), config(&clock)).expect("reopen");
     assert_eq!(store.stats().torn_tail_bytes_cut, 0);
     assert_eq!(replay(&store, &next).response, b"after the zeros");
-    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+    assert!(idemkv::store::verify(dir.path()).expect("verify").is_clean());
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //! and never hands out a token again.
 
 use crate::common::{acquire, fingerprint, replay, START_MS};
-use idemkv::{repair, verify, Claim, ClaimRequest, Config, Durability, Error, ManualClock, Store};
+use idemkv::{
+    store::{repair, verify},
+    Claim, ClaimRequest, Config, Durability, Error, ManualClock, Store,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

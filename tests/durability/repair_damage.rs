@@ -9,7 +9,10 @@
 //! token is handed out twice.
 
 use crate::common::{acquire, fingerprint, START_MS};
-use idemkv::{repair, verify, ClaimRequest, Config, Durability, Evidence, ManualClock, RepairReport, State, Store};
+use idemkv::{
+    store::{repair, verify, Evidence, RepairReport},
+    ClaimRequest, Config, Durability, ManualClock, State, Store,
+};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -46,11 +46,11 @@ fn damage_that_a_hint_hides_from_open_is_found_by_reads_verify_and_repair() {
         other => panic!("the damaged record must be refused, got {other:?}"),
     }
     store.close().expect("close");
-    let report = idemkv::verify(dir.path()).expect("verify");
+    let report = idemkv::store::verify(dir.path()).expect("verify");
     assert!(report.damage.iter().any(|damage| damage.file == sealed), "{:?}", report.damage);
-    let repaired = idemkv::repair(dir.path()).expect("repair");
+    let repaired = idemkv::store::repair(dir.path()).expect("repair");
     assert!(repaired.actions.iter().any(|action| action.contains(".hint: deleted")), "{:?}", repaired.actions);
-    let report = idemkv::verify(dir.path()).expect("verify");
+    let report = idemkv::store::verify(dir.path()).expect("verify");
     assert!(report.is_clean(), "{:?}", report.damage);
     let store = Store::open(dir.path(), cfg()).expect("open");
     // Repair dropped the damaged completion alone, named from the hint: the
@@ -58,7 +58,7 @@ fn damage_that_a_hint_hides_from_open_is_found_by_reads_verify_and_repair() {
     // is kept.
     assert_eq!(repaired.records_dropped.len(), 1, "{repaired:?}");
     assert_eq!(repaired.records_dropped[0].key, key(0).as_bytes());
-    assert_eq!(repaired.records_dropped[0].evidence, idemkv::Evidence::Hint);
+    assert_eq!(repaired.records_dropped[0].evidence, idemkv::store::Evidence::Hint);
     let left = store.get(b"", key(0).as_bytes()).expect("get").expect("the claim stays");
     assert_eq!(left.state, idemkv::State::Processing);
     for index in 1..60 {
@@ -98,12 +98,12 @@ fn a_hint_that_lies_about_its_segment_is_damage_to_verify_and_gone_after_repair(
     let crc = block_crc(&header[84..88], &block[..8], &block[12..12 + payload_len]);
     block[8..12].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&hint, &bytes).expect("write");
-    let report = idemkv::verify(dir.path()).expect("verify");
+    let report = idemkv::store::verify(dir.path()).expect("verify");
     assert!(report.damage.iter().any(|damage| damage.file == hint), "{:?}", report.damage);
-    let repaired = idemkv::repair(dir.path()).expect("repair");
+    let repaired = idemkv::store::repair(dir.path()).expect("repair");
     assert!(repaired.dropped_nothing(), "{repaired:?}");
     assert!(!hint.exists());
-    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+    assert!(idemkv::store::verify(dir.path()).expect("verify").is_clean());
     let store = Store::open(dir.path(), cfg()).expect("open");
     assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"done");
 }

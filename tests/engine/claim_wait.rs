@@ -5,7 +5,7 @@
 //! counts as one claim and one answer.
 
 use crate::common::{acquire, fingerprint, open, START_MS};
-use idemkv::{Claim, ClaimRequest, Error, ManualClock, State, Stats, Store};
+use idemkv::{store::Stats, Claim, ClaimRequest, Error, ManualClock, State, Store};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 

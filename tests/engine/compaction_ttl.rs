@@ -31,8 +31,8 @@ fn segment_count(dir: &Path) -> usize {
 }
 
 /// Passes are bounded; run them until one finds nothing to do.
-fn compact_fully(store: &Store) -> idemkv::CompactionReport {
-    let mut total = idemkv::CompactionReport::default();
+fn compact_fully(store: &Store) -> idemkv::store::CompactionReport {
+    let mut total = idemkv::store::CompactionReport::default();
     for _ in 0..100 {
         let report = store.compact().expect("compact");
         if report.bytes_reclaimed == 0 {

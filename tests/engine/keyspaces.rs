@@ -5,7 +5,7 @@
 //! only, never the records idemkv keeps under its name.
 
 use crate::common::{config, fingerprint, START_MS};
-use idemkv::{Claim, ClaimRequest, Error, Keyspace, ManualClock, Quota, Store};
+use idemkv::{store::Quota, Claim, ClaimRequest, Error, Keyspace, ManualClock, Store};
 use std::collections::BTreeSet;
 
 fn request(keyspace: Keyspace) -> ClaimRequest<'static> {
@@ -74,7 +74,7 @@ fn keyspaces_survive_reopening_from_hints_and_from_the_log_and_compaction() {
     let store = Store::open(dir.path(), config(&clock)).expect("reopen from the log");
     assert_apart(&store);
     drop(store);
-    assert!(idemkv::verify(dir.path()).expect("verify").is_clean());
+    assert!(idemkv::store::verify(dir.path()).expect("verify").is_clean());
 }
 
 #[test]

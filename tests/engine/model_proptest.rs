@@ -11,7 +11,7 @@
 use crate::common::START_MS;
 use idemkv::testing::{Expected, Model, ModelRecord, Refusal};
 use idemkv::{
-    Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Quota, Record,
+    store::Quota, Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Record,
     ReusePolicy, State, Store,
 };
 use proptest::prelude::*;

@@ -6,7 +6,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common::{fingerprint, START_MS};
-use idemkv::{Claim, ClaimRequest, Error, ManualClock, Quota, Store};
+use idemkv::{store::Quota, Claim, ClaimRequest, Error, ManualClock, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const THREADS: u64 = 8;

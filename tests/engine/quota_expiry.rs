@@ -7,7 +7,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common::{acquire, fingerprint, START_MS};
-use idemkv::{Claim, ClaimRequest, Config, Durability, Error, ManualClock, Quota, Store};
+use idemkv::{store::Quota, Claim, ClaimRequest, Config, Durability, Error, ManualClock, Store};
 use std::sync::Arc;
 use std::time::Duration;
 

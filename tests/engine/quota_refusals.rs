@@ -7,7 +7,10 @@
 #![cfg(feature = "testing")]
 
 use crate::common::{acquire, fingerprint, replay, START_MS};
-use idemkv::{Claim, ClaimRequest, Config, Error, ManualClock, Quota, QuotaLimit, ScopeUsage, Store};
+use idemkv::{
+    store::{Quota, QuotaLimit, ScopeUsage},
+    Claim, ClaimRequest, Config, Error, ManualClock, Store,
+};
 use std::time::Duration;
 
 /// Bytes of a Processing record of a 1-byte scope and a 3-byte key: the

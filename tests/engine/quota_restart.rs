@@ -6,7 +6,10 @@
 #![cfg(feature = "testing")]
 
 use crate::common::{acquire, fingerprint, replay, START_MS};
-use idemkv::{Claim, ClaimRequest, Config, Error, ManualClock, Quota, QuotaLimit, ScopeUsage, Store};
+use idemkv::{
+    store::{Quota, QuotaLimit, ScopeUsage},
+    Claim, ClaimRequest, Config, Error, ManualClock, Store,
+};
 use std::path::Path;
 use std::time::Duration;
 

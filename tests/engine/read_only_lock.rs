@@ -4,7 +4,7 @@
 //! never held by a writer; a read-only open then locks nothing and creates
 //! nothing.
 
-use idemkv::{Config, Error, Store, LOCK_FILE_NAME};
+use idemkv::{store::LOCK_FILE_NAME, Config, Error, Store};
 
 #[test]
 fn a_live_writer_keeps_read_only_opens_out_naming_its_process() {
@@ -29,7 +29,7 @@ fn readers_share_the_lock_and_keep_writers_out() {
     // is not named.
     assert!(matches!(error, Error::Locked { holder_pid: None, .. }), "{error:?}");
     assert!(error.to_string().contains("read-only"), "{error}");
-    let repair = idemkv::repair(dir.path()).expect_err("repair takes the lock too");
+    let repair = idemkv::store::repair(dir.path()).expect_err("repair takes the lock too");
     assert!(matches!(repair, Error::Locked { .. }), "{repair:?}");
     drop(first);
     assert!(matches!(Store::open(dir.path(), Config::new()), Err(Error::Locked { .. })));

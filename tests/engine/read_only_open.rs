@@ -228,7 +228,7 @@ fn a_torn_tail_stays_on_disk_through_read_only_opens() {
         let store = Store::open_read_only(&dir, config(&clock)).expect("read-only open");
         assert_eq!(store.torn_tail_bytes_found(), torn_bytes);
         assert_eq!(std::fs::metadata(&active).expect("stat").len(), len, "the tail was cut");
-        let torn_tails = idemkv::verify(&dir).expect("verify").torn_tails;
+        let torn_tails = idemkv::store::verify(&dir).expect("verify").torn_tails;
         assert!(torn_tails.iter().any(|span| span.file == active && span.length == torn_bytes), "{torn_tails:?}");
     }
 }

@@ -137,7 +137,7 @@ fn an_open_waits_out_a_lock_a_starting_child_still_shares() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(START_MS);
     open(dir.path(), &clock).close().expect("close");
-    let path = dir.path().join(idemkv::LOCK_FILE_NAME);
+    let path = dir.path().join(idemkv::store::LOCK_FILE_NAME);
     let lock = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("lock file");
     lock.try_lock().expect("free");
     std::fs::write(&path, std::process::id().to_string()).expect("holder pid");

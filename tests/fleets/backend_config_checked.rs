@@ -12,7 +12,9 @@
 
 use idemkv::io::StdStorage;
 use idemkv::{
-    BackendClaim, ClaimOptions, Config, Durability, Error, Fingerprint, IdempotencyBackend, ManualClock, Quota,
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    store::Quota,
+    Config, Durability, Error, Fingerprint, ManualClock,
 };
 use std::fmt::Debug;
 use std::future::Future;
@@ -231,7 +233,7 @@ where
 mod redis {
     use super::*;
     use crate::common::redis::{RedisCluster, RedisServer};
-    use idemkv::redis::RedisBackend;
+    use idemkv::backend::redis::RedisBackend;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_refuses_zero_lease() {
@@ -304,7 +306,7 @@ mod redis {
 mod postgres {
     use super::*;
     use crate::common::postgres::PostgresServer;
-    use idemkv::postgres::PostgresBackend;
+    use idemkv::backend::postgres::PostgresBackend;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_refuses_zero_lease() {
@@ -338,7 +340,7 @@ mod postgres {
         let server = PostgresServer::start(dir.path());
         let url = server.url();
         store_only_settings_refused(|config| PostgresBackend::connect(&url, config), "postgres").await;
-        let client: idemkv::postgres::tokio_postgres::Config = url.parse().expect("url");
+        let client: idemkv::backend::postgres::tokio_postgres::Config = url.parse().expect("url");
         store_only_settings_refused(|config| PostgresBackend::connect_with(client.clone(), 2, config), "postgres")
             .await;
     }

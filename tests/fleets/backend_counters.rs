@@ -6,7 +6,10 @@
 
 #![cfg(feature = "metrics")]
 
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint, LeaseToken,
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -142,7 +145,8 @@ fn redis_counts_every_call() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut server = crate::common::redis::RedisServer::start(dir.path());
         runtime().block_on(async {
-            let backend = idemkv::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+            let backend =
+                idemkv::backend::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
             every_call_is_counted(backend.clone(), "redis", &snapshotter).await;
             server.kill();
             an_unanswered_call_is_counted(&backend, "redis", &snapshotter).await;
@@ -161,7 +165,8 @@ fn postgres_counts_every_call() {
         let mut server = crate::common::postgres::PostgresServer::start(dir.path());
         runtime().block_on(async {
             let url = server.url();
-            let backend = idemkv::postgres::PostgresBackend::connect(&url, Config::new()).await.expect("connect");
+            let backend =
+                idemkv::backend::postgres::PostgresBackend::connect(&url, Config::new()).await.expect("connect");
             every_call_is_counted(backend.clone(), "postgres", &snapshotter).await;
             server.stop_immediate();
             an_unanswered_call_is_counted(&backend, "postgres", &snapshotter).await;

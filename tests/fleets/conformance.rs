@@ -21,8 +21,11 @@
 mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
-use idemkv::{AnyBackend, BackendClaim, BackendLimits, Config, Durability, Error, Fingerprint, IdempotencyBackend};
-use idemkv::{ClaimOptions, ManualClock, Quota, Record, Store};
+use idemkv::{backend::ClaimOptions, store::Quota, ManualClock, Record, Store};
+use idemkv::{
+    backend::{AnyBackend, BackendClaim, BackendLimits, IdempotencyBackend},
+    Config, Durability, Error, Fingerprint,
+};
 use idemkv::{Keyspace, LeaseToken};
 use std::path::Path;
 use std::sync::Arc;
@@ -219,7 +222,7 @@ async fn a_backend_that_breaks_the_contract_fails_the_suite_by_name() {
 mod redis {
     use super::{config, conformance, skipped, AnyBackend, Capabilities, Capability};
     use crate::common::redis::{RedisCluster, RedisServer};
-    use idemkv::redis::RedisBackend;
+    use idemkv::backend::redis::RedisBackend;
     use std::path::Path;
 
     /// A standalone server in `dir`, a backend on it, and its capabilities:
@@ -288,7 +291,7 @@ mod redis {
 mod postgres {
     use super::{config, conformance, skipped, AnyBackend, Capabilities, Capability};
     use crate::common::postgres::PostgresServer;
-    use idemkv::postgres::PostgresBackend;
+    use idemkv::backend::postgres::PostgresBackend;
     use std::path::Path;
 
     /// A server in `dir`, a backend on it, and its capabilities: a restart

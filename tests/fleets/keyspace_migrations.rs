@@ -10,7 +10,10 @@
 //! a server without the keyspaces mark moves each; a near miss stays the
 //! caller's.
 
-use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend, Keyspace, State};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Fingerprint, Keyspace, State,
+};
 
 /// One of idemkv's own records as an earlier build kept it: keyspace,
 /// scope and key, answer.
@@ -66,7 +69,7 @@ async fn assert_moved<B: IdempotencyBackend>(backend: &B) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_version_5_moves_idemkvs_records_to_their_keyspaces() {
     use crate::common::postgres::PostgresServer;
-    use idemkv::postgres::PostgresBackend;
+    use idemkv::backend::postgres::PostgresBackend;
     use idemkv::Config;
     let dir = tempfile::tempdir().expect("tempdir");
     let server = PostgresServer::start(dir.path());
@@ -74,10 +77,12 @@ async fn postgres_version_5_moves_idemkvs_records_to_their_keyspaces() {
     write_earlier_layout(&backend).await;
     // Rows of the caller's scope that starts with a zero byte, as version
     // 4 stored them: its scope as it is.
-    let (client, connection) =
-        idemkv::postgres::tokio_postgres::connect(&server.url(), idemkv::postgres::tokio_postgres::NoTls)
-            .await
-            .expect("admin");
+    let (client, connection) = idemkv::backend::postgres::tokio_postgres::connect(
+        &server.url(),
+        idemkv::backend::postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .expect("admin");
     tokio::spawn(connection);
     client
         .batch_execute(
@@ -86,7 +91,7 @@ async fn postgres_version_5_moves_idemkvs_records_to_their_keyspaces() {
         )
         .await
         .expect("back to version 4");
-    let migration = server.migrate(idemkv::postgres::SCHEMA_DEFAULT);
+    let migration = server.migrate(idemkv::backend::postgres::SCHEMA_DEFAULT);
     assert_eq!((migration.from, migration.to), (4, 5));
     assert_moved(&backend).await;
 }
@@ -95,7 +100,7 @@ async fn postgres_version_5_moves_idemkvs_records_to_their_keyspaces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_moves_idemkvs_records_to_their_keyspaces_before_its_first_call() {
     use crate::common::redis::RedisServer;
-    use idemkv::redis::RedisBackend;
+    use idemkv::backend::redis::RedisBackend;
     use idemkv::Config;
     let dir = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(dir.path());

@@ -10,8 +10,8 @@
 #![cfg(all(feature = "messaging", feature = "redis"))]
 
 use crate::common::redis::RedisServer;
-use idemkv::redis::RedisBackend;
-use idemkv::{Config, Inbox};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{messaging::Inbox, Config};
 use redis::Value;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};

@@ -9,8 +9,11 @@
 #![cfg(all(feature = "tokio", feature = "postgres"))]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
-use idemkv::{BackendClaim, Checkpoint, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken, State};
+use idemkv::backend::postgres::PostgresBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, Config, Fingerprint, LeaseToken, State,
+};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(300);

@@ -8,8 +8,11 @@
 #![cfg(feature = "postgres")]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
-use idemkv::{BackendClaim, BackendFailure, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend};
+use idemkv::backend::postgres::PostgresBackend;
+use idemkv::{
+    backend::{BackendClaim, BackendFailure, ClaimOptions, IdempotencyBackend},
+    Config, Error, Fingerprint,
+};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(300);
@@ -20,10 +23,12 @@ const FUNCTIONS: &str = "FUNCTION idemkv_claim(bytea, bytea, bytea, bigint, bigi
 async fn the_calls_of_a_request_run_without_the_functions() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = PostgresServer::start(dir.path());
-    let (admin, connection) =
-        idemkv::postgres::tokio_postgres::connect(&server.url(), idemkv::postgres::tokio_postgres::NoTls)
-            .await
-            .expect("connect");
+    let (admin, connection) = idemkv::backend::postgres::tokio_postgres::connect(
+        &server.url(),
+        idemkv::backend::postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
     tokio::spawn(connection);
     admin
         .batch_execute(

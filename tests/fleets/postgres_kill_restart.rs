@@ -9,7 +9,7 @@
 
 use crate::common::crash_load::{check_after_restart, load_then_stop};
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
+use idemkv::backend::postgres::PostgresBackend;
 use idemkv::Config;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

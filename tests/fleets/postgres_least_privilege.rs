@@ -11,8 +11,11 @@
 #![cfg(feature = "postgres")]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
-use idemkv::{BackendClaim, BackendFailure, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::backend::postgres::{PostgresBackend, PostgresOptions, Reaping};
+use idemkv::{
+    backend::{BackendClaim, BackendFailure, ClaimOptions, IdempotencyBackend},
+    Config, Error, Fingerprint, LeaseToken,
+};
 use std::time::{Duration, Instant};
 
 /// The functions version 3 binds to their schema.
@@ -27,13 +30,15 @@ const BOUND: [&str; 7] = [
 ];
 
 /// A superuser session on the server.
-async fn admin(server: &PostgresServer) -> idemkv::postgres::tokio_postgres::Client {
+async fn admin(server: &PostgresServer) -> idemkv::backend::postgres::tokio_postgres::Client {
     session(&server.url()).await
 }
 
-async fn session(url: &str) -> idemkv::postgres::tokio_postgres::Client {
+async fn session(url: &str) -> idemkv::backend::postgres::tokio_postgres::Client {
     let (client, connection) =
-        idemkv::postgres::tokio_postgres::connect(url, idemkv::postgres::tokio_postgres::NoTls).await.expect("connect");
+        idemkv::backend::postgres::tokio_postgres::connect(url, idemkv::backend::postgres::tokio_postgres::NoTls)
+            .await
+            .expect("connect");
     tokio::spawn(connection);
     client
 }

@@ -6,10 +6,12 @@
 #![cfg(all(feature = "postgres", feature = "messaging"))]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
+use idemkv::backend::postgres::PostgresBackend;
 use idemkv::{
-    outbox, BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, KeyDelivery, LeaseToken,
-    OutboxMessage, Relay, RelayConfig, Sink, SinkError, Staged,
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    messaging,
+    messaging::{KeyDelivery, OutboxMessage, Relay, RelayConfig, Sink, SinkError, Staged},
+    Config, Fingerprint, LeaseToken,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,7 +41,7 @@ async fn place(backend: &PostgresBackend, token: &LeaseToken, order: &str, commi
     let transaction = client.transaction().await.expect("begin");
     transaction.execute("INSERT INTO orders (id) VALUES ($1)", &[&order]).await.expect("insert");
     let event = OutboxMessage::new("orders", format!("{order} placed").into_bytes());
-    let stored = outbox::envelope(token, b"201 placed", &[event]).expect("envelope");
+    let stored = messaging::envelope(token, b"201 placed", &[event]).expect("envelope");
     backend.complete_in(&transaction, token, &stored).await.expect("complete_in");
     if commit {
         transaction.commit().await.expect("commit");
@@ -74,7 +76,7 @@ async fn the_message_commits_and_rolls_back_with_the_business_rows() {
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].payload, b"order-1 placed");
     match backend.claim(b"shop", b"order-1", Fingerprint::of(b"order-1"), ClaimOptions::new()).await.expect("claim") {
-        BackendClaim::Replay(stored) => assert_eq!(outbox::response_of(&stored), b"201 placed"),
+        BackendClaim::Replay(stored) => assert_eq!(messaging::response_of(&stored), b"201 placed"),
         other => panic!("expected Replay, got {other:?}"),
     }
 }

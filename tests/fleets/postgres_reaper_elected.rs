@@ -9,8 +9,11 @@
 #![cfg(feature = "postgres")]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+use idemkv::backend::postgres::{PostgresBackend, PostgresOptions, Reaping};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint,
+};
 use std::time::{Duration, Instant};
 
 const INTERVAL: Duration = Duration::from_millis(100);

@@ -6,8 +6,11 @@
 #![cfg(feature = "postgres")]
 
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::PostgresBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, LeaseToken, State};
+use idemkv::backend::postgres::PostgresBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Error, Fingerprint, LeaseToken, State,
+};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(400);

@@ -7,8 +7,11 @@
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
 use crate::common::redis::RedisServer;
-use idemkv::redis::RedisBackend;
-use idemkv::{BackendClaim, Checkpoint, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken, State};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, Config, Fingerprint, LeaseToken, State,
+};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(300);

@@ -16,8 +16,11 @@
 
 use crate::common::crash_load::{check_after_restart, load_then_stop, Acknowledged};
 use crate::common::redis::{RedisCluster, RedisServer};
-use idemkv::redis::RedisBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, State};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Error, Fingerprint, State,
+};
 use std::time::Duration;
 
 /// How long the replica stays stalled before the primary dies: longer than

@@ -10,8 +10,11 @@
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
 use crate::common::redis::{RedisCluster, RedisServer};
-use idemkv::redis::RedisBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, ReusePolicy, State};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint, ReusePolicy, State,
+};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(300);

@@ -8,7 +8,7 @@
 
 use crate::common::crash_load::{check_after_restart, load_then_stop};
 use crate::common::redis::RedisServer;
-use idemkv::redis::RedisBackend;
+use idemkv::backend::redis::RedisBackend;
 use idemkv::Config;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@
 #![cfg(all(feature = "tokio", feature = "redis", feature = "tracing"))]
 
 use crate::common::redis::{free_port, RedisCluster, RedisServer};
-use idemkv::redis::{Check, RedisBackend, Risk, ServerChecks, ServerReport};
+use idemkv::backend::redis::{Check, RedisBackend, Risk, ServerChecks, ServerReport};
 use idemkv::{Config, Error};
 use std::sync::{Arc, Mutex};
 use tracing::{Event, Level, Subscriber};

@@ -7,8 +7,11 @@
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
 use crate::common::redis::RedisServer;
-use idemkv::redis::RedisBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend, LeaseToken};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint, LeaseToken,
+};
 use std::time::Duration;
 
 const KEEP: Duration = Duration::from_millis(1500);

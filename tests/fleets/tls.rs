@@ -8,7 +8,10 @@
 //! connect over TLS (the server takes nothing else).
 #![cfg(feature = "tls")]
 
-use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend, Tls};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend, Tls},
+    Config, Error, Fingerprint,
+};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -106,7 +109,7 @@ impl Drop for TlsRedis {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_with_a_private_ca() {
-    use idemkv::redis::RedisBackend;
+    use idemkv::backend::redis::RedisBackend;
     let dir = tempfile::tempdir().expect("tempdir");
     let certificates = certificates();
     let server = TlsRedis::start(dir.path(), &certificates);
@@ -128,7 +131,7 @@ async fn redis_over_tls_with_a_private_ca() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_over_tls_with_a_private_ca() {
-    use idemkv::postgres::PostgresBackend;
+    use idemkv::backend::postgres::PostgresBackend;
     let dir = tempfile::tempdir().expect("tempdir");
     let certificates = certificates();
     let server = tokio::task::spawn_blocking({

@@ -8,7 +8,7 @@
 
 use crate::common::payments::{client, pay, start, Instance};
 use crate::common::postgres::PostgresServer;
-use idemkv::postgres::tokio_postgres::NoTls;
+use idemkv::backend::postgres::tokio_postgres::NoTls;
 use std::path::Path;
 
 fn instance(dir: &Path, url: &str) -> Instance {
@@ -17,7 +17,7 @@ fn instance(dir: &Path, url: &str) -> Instance {
 
 /// The rows of `payments_charges` whose body names `order`.
 async fn charges(url: &str, order: &str) -> i64 {
-    let (client, connection) = idemkv::postgres::tokio_postgres::connect(url, NoTls).await.expect("connect");
+    let (client, connection) = idemkv::backend::postgres::tokio_postgres::connect(url, NoTls).await.expect("connect");
     tokio::spawn(connection);
     let pattern = format!("%\"order\":\"{order}\"%");
     let row =

@@ -4,7 +4,7 @@
 #![cfg(feature = "metrics")]
 
 use crate::common::{fingerprint, START_MS};
-use idemkv::{Claim, ClaimRequest, Error, ManualClock, Quota, Store};
+use idemkv::{store::Quota, Claim, ClaimRequest, Error, ManualClock, Store};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]

@@ -6,7 +6,10 @@
 use crate::output::{relative, text_or_hex, Failure, Out, EXIT_DAMAGE};
 use crate::target::{runtime, Where};
 use clap::{Args, Subcommand, ValueEnum};
-use idemkv::{DeadLetter, IdempotencyBackend, Inbox};
+use idemkv::{
+    backend::IdempotencyBackend,
+    messaging::{DeadLetter, Inbox},
+};
 use std::process::ExitCode;
 
 /// `dead-letters`' actions.

@@ -2,7 +2,10 @@
 
 use crate::output::{self, bytes, count, io_message, relative, text_or_hex, time, Failure, Out, EXIT_DAMAGE};
 use crate::StateFilter;
-use idemkv::{Config, DroppedRecord, Evidence, Keyspace, Record, State, Store};
+use idemkv::{
+    store::{DroppedRecord, Evidence},
+    Config, Keyspace, Record, State, Store,
+};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -142,7 +145,7 @@ pub fn list(
 }
 
 pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
-    let report = idemkv::verify(dir)?;
+    let report = idemkv::store::verify(dir)?;
     let mut out = Out::default();
     out.line(format_args!(
         "{} shards, {} segments, {} records, {} checked",
@@ -191,7 +194,7 @@ pub fn verify(dir: &Path) -> Result<ExitCode, Failure> {
 }
 
 pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
-    let report = idemkv::repair(dir)?;
+    let report = idemkv::store::repair(dir)?;
     let mut out = Out::default();
     for action in &report.actions {
         out.line(action)?;

@@ -1,5 +1,5 @@
 //! `load`: claims for a while — from threads on a store directory, or from
-//! tokio tasks through the [`idemkv::IdempotencyBackend`] trait on a Redis
+//! tokio tasks through the [`idemkv::backend::IdempotencyBackend`] trait on a Redis
 //! server or Cluster — then throughput, latency percentiles, the count of
 //! each answer and the fencing check (no key was ever held by two leases at
 //! once). Both paths share the workload (which key next, the holders of

@@ -1,5 +1,5 @@
 //! `migrate --postgres URL`: creates or upgrades the store's schema on a
-//! PostgreSQL server ([`idemkv::postgres::PostgresBackend::migrate`]), the
+//! PostgreSQL server ([`idemkv::backend::postgres::PostgresBackend::migrate`]), the
 //! one step that runs DDL. It is run by the role that is to own the
 //! objects, once per release, before the services connect with a role
 //! that holds only the privileges their calls need.
@@ -28,7 +28,7 @@ pub struct MigrateArgs {
 #[cfg(feature = "postgres")]
 pub fn migrate(args: &MigrateArgs) -> Result<ExitCode, Failure> {
     use crate::output::Out;
-    use idemkv::postgres::{PostgresBackend, PostgresOptions};
+    use idemkv::backend::postgres::{PostgresBackend, PostgresOptions};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -5,7 +5,7 @@
 use crate::output::{text_or_hex, Failure, Out, EXIT_DAMAGE};
 use crate::target::{runtime, Where};
 use clap::{Args, Subcommand, ValueEnum};
-use idemkv::outbox::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
+use idemkv::messaging::{drop_dead_key, outbox_status, retry_dead_key, KeyState, KeyStatus};
 use std::process::ExitCode;
 
 /// `outbox`'s actions.

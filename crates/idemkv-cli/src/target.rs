@@ -5,7 +5,7 @@
 use crate::inspect::{open_existing, open_read_only};
 use crate::output::Failure;
 use clap::Args;
-use idemkv::AnyBackend;
+use idemkv::backend::AnyBackend;
 use std::path::PathBuf;
 
 /// A networked backend's arguments.
@@ -36,7 +36,7 @@ impl Remote {
     pub async fn connect(&self) -> Result<Option<(AnyBackend, String)>, Failure> {
         #[cfg(feature = "redis")]
         if let Some(url) = &self.redis {
-            let mut backend = idemkv::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
+            let mut backend = idemkv::backend::redis::RedisBackend::connect(url, idemkv::Config::new()).await?;
             if let Some(prefix) = &self.prefix {
                 backend = backend.prefix(prefix);
             }
@@ -44,9 +44,9 @@ impl Remote {
         }
         #[cfg(feature = "postgres")]
         if let Some(url) = &self.postgres {
-            use idemkv::postgres::{PostgresBackend, PostgresOptions, Reaping};
+            use idemkv::backend::postgres::{PostgresBackend, PostgresOptions, Reaping};
             let client = url.parse().map_err(|error| Failure::other(format!("postgres: {error}")))?;
-            let schema = self.schema.as_deref().unwrap_or(idemkv::postgres::SCHEMA_DEFAULT);
+            let schema = self.schema.as_deref().unwrap_or(idemkv::backend::postgres::SCHEMA_DEFAULT);
             let options = PostgresOptions::new().schema(schema).reaping(Reaping::Off);
             let backend = PostgresBackend::connect_with_options(client, idemkv::Config::new(), options).await?;
             return Ok(Some((AnyBackend::new(backend), format!("PostgreSQL schema {schema}"))));

@@ -25,7 +25,10 @@
 //! afresh on the target: no holder of the old ones is left.
 
 use crate::output::{count, Failure, Out};
-use idemkv::{BackendClaim, Checkpoint, ClaimOptions, Fingerprint, IdempotencyBackend, Keyspace, Record, State, Store};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, Fingerprint, Keyspace, Record, State, Store,
+};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};

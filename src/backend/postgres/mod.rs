@@ -1,5 +1,5 @@
 //! The claim contract on PostgreSQL (feature `postgres`):
-//! [`PostgresBackend`] implements [`IdempotencyBackend`](crate::IdempotencyBackend), and a lease can
+//! [`PostgresBackend`] implements [`IdempotencyBackend`](crate::backend::IdempotencyBackend), and a lease can
 //! also be finished inside the caller's own transaction
 //! ([`PostgresBackend::complete_in`]), so that the business rows and the
 //! key's completion commit or roll back together: a crash can never leave
@@ -31,8 +31,8 @@
 //! [`PostgresBackend::reap`] does by hand.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
 //!
-//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
-//! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
+//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::backend::IdempotencyBackend::checkpoint)) and reuse policies
+//! ([`ClaimOptions::reuse`](crate::backend::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
 //! is a column of the key's row, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed, and as durable as any commit. A table of
@@ -62,10 +62,10 @@
 //! # Errors and retries
 //!
 //! A lost connection or a call without an answer in time is
-//! [`Error::Backend`] with [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or
+//! [`Error::Backend`] with [`BackendFailure::Unavailable`](crate::backend::BackendFailure::Unavailable): the call may or
 //! may not have taken effect, and nothing is guessed. A server's refusal (a
 //! serialization failure, a deadlock, a constraint violation, a read-only
-//! standby) is [`BackendFailure::Refused`](crate::BackendFailure::Refused): nothing was done. Retrying a
+//! standby) is [`BackendFailure::Refused`](crate::backend::BackendFailure::Refused): nothing was done. Retrying a
 //! claim is safe (the worst case is `InProgress` until the lost lease ends,
 //! then a recovered attempt); retrying a completion with the same token is
 //! safe (a second one answers `LeaseLost` when the first took effect: `get`
@@ -80,8 +80,8 @@
 //! # Examples
 //!
 //! ```no_run
-//! use idemkv::postgres::PostgresBackend;
-//! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+//! use idemkv::backend::postgres::PostgresBackend;
+//! use idemkv::{backend::{BackendClaim, ClaimOptions, IdempotencyBackend}, Config, Fingerprint};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! // The owner has run `idemkv migrate --postgres postgres://owner@127.0.0.1/shop`.
@@ -143,7 +143,7 @@ pub use {deadpool_postgres, tokio_postgres};
 /// the two, however incompressible, of which a keyspace takes up to 2.
 const BACKEND: Backend = Backend { name: "postgres", scope_and_key_bytes_max: 2685 - keyspace::OVERHEAD };
 /// How long a call waits for a connection and its answer before it is
-/// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
+/// [`BackendFailure::Unavailable`](crate::backend::BackendFailure::Unavailable).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -241,7 +241,7 @@ impl PostgresBackend {
     /// whether to migrate first, the reaper.
     ///
     /// ```no_run
-    /// use idemkv::postgres::{PostgresBackend, PostgresOptions};
+    /// use idemkv::{backend::{postgres::{PostgresBackend, PostgresOptions}}};
     /// use idemkv::Config;
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -295,8 +295,8 @@ impl PostgresBackend {
     ///
     /// ```no_run
     /// # async fn connect() -> Result<(), idemkv::Error> {
-    /// use idemkv::postgres::PostgresBackend;
-    /// use idemkv::{Config, Tls};
+    /// use idemkv::backend::postgres::PostgresBackend;
+    /// use idemkv::{backend::Tls, Config};
     ///
     /// let url = "postgres://payments@db.internal/payments?sslmode=require";
     /// let backend = PostgresBackend::connect_tls(url, Config::new(), &Tls::webpki_roots()).await?;
@@ -309,7 +309,7 @@ impl PostgresBackend {
     /// the handshake fails (a certificate that `tls` does not trust, or
     /// for another name) or the server takes no TLS under `sslmode=require`.
     #[cfg(feature = "tls")]
-    pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<PostgresBackend> {
+    pub async fn connect_tls(url: &str, config: Config, tls: &crate::backend::Tls) -> Result<PostgresBackend> {
         PostgresBackend::connect_with_options(parse(url)?, config, PostgresOptions::new().tls(tls.clone())).await
     }
 
@@ -322,7 +322,7 @@ impl PostgresBackend {
     /// Only [`PostgresOptions::schema`] is read of `options`.
     ///
     /// ```no_run
-    /// use idemkv::postgres::{PostgresBackend, PostgresOptions};
+    /// use idemkv::{backend::{postgres::{PostgresBackend, PostgresOptions}}};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let done = PostgresBackend::migrate("postgres://owner@db/shop", &PostgresOptions::new()).await?;

@@ -81,7 +81,7 @@ impl Schema {
 /// over within one interval.
 ///
 /// ```
-/// use idemkv::postgres::{PostgresOptions, Reaping};
+/// use idemkv::{backend::{postgres::{PostgresOptions, Reaping}}};
 /// use std::time::Duration;
 ///
 /// let options = PostgresOptions::new().reaping(Reaping::every(Duration::from_secs(10)).batch(500));
@@ -148,7 +148,7 @@ impl Default for Reaping {
 /// and [`PostgresBackend::migrate`](super::PostgresBackend::migrate).
 ///
 /// ```
-/// use idemkv::postgres::PostgresOptions;
+/// use idemkv::backend::postgres::PostgresOptions;
 ///
 /// // The store of the billing service, beside others in the same database.
 /// let options = PostgresOptions::new().schema("billing_idemkv").pool_size(8);
@@ -161,7 +161,7 @@ pub struct PostgresOptions {
     pub(super) migrate: bool,
     pub(super) reaping: Reaping,
     #[cfg(feature = "tls")]
-    pub(super) tls: Option<crate::Tls>,
+    pub(super) tls: Option<crate::backend::Tls>,
 }
 
 impl Default for PostgresOptions {
@@ -212,7 +212,7 @@ impl PostgresOptions {
     /// take TLS (`require`); the certificate is checked against the host.
     #[cfg(feature = "tls")]
     #[must_use]
-    pub fn tls(mut self, tls: crate::Tls) -> PostgresOptions {
+    pub fn tls(mut self, tls: crate::backend::Tls) -> PostgresOptions {
         self.tls = Some(tls);
         self
     }

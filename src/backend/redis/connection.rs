@@ -19,13 +19,13 @@ use std::time::Duration;
 
 /// What a TLS connection trusts; without the feature `tls` there is none.
 #[cfg(feature = "tls")]
-pub(super) use crate::Tls;
+pub(super) use crate::backend::Tls;
 #[cfg(not(feature = "tls"))]
 #[derive(Clone)]
 pub(super) enum Tls {}
 
 /// How long a call waits for its answer before it is
-/// [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable).
+/// [`BackendFailure::Unavailable`](crate::backend::BackendFailure::Unavailable).
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

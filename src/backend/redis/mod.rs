@@ -1,5 +1,5 @@
 //! The claim contract on Redis or Valkey, standalone or Cluster (feature
-//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`](crate::IdempotencyBackend), so the
+//! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`](crate::backend::IdempotencyBackend), so the
 //! HTTP layer runs on it unchanged and a fleet of service instances shares
 //! one store.
 //!
@@ -20,8 +20,8 @@
 //! publishes only when a waiting caller marked the record (the scripts'
 //! docs say why none is missed).
 //!
-//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint)) and reuse policies
-//! ([`ClaimOptions::reuse`](crate::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
+//! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::backend::IdempotencyBackend::checkpoint)) and reuse policies
+//! ([`ClaimOptions::reuse`](crate::backend::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
 //! is a field of the record, fenced like a renewal, handed to a
 //! takeover and kept for the one after it, dropped when the key is
 //! finished, released or removed; it lasts as long as the record does,
@@ -48,7 +48,7 @@
 //!   records when memory is full (`volatile-*` too: every record has a
 //!   TTL), and the retry of an evicted key runs twice, with no crash at
 //!   all. Under `noeviction` a full server refuses claims
-//!   ([`BackendFailure::Refused`](crate::BackendFailure::Refused)) instead.
+//!   ([`BackendFailure::Refused`](crate::backend::BackendFailure::Refused)) instead.
 //! - **Persistence**: `appendonly yes` with `appendfsync always` for no
 //!   loss of an acknowledged answer at a crash of the server;
 //!   `appendfsync everysec` may lose the last second at a crash of the
@@ -68,7 +68,7 @@
 //! # Errors and retries
 //!
 //! A lost connection or a timeout is [`Error::Backend`] with
-//! [`BackendFailure::Unavailable`](crate::BackendFailure::Unavailable): the call may or may not have taken
+//! [`BackendFailure::Unavailable`](crate::backend::BackendFailure::Unavailable): the call may or may not have taken
 //! effect, and nothing is guessed. Retrying a claim is safe (the worst
 //! case is `InProgress` until the lost lease ends, then a recovered
 //! attempt); retrying a completion with the same token is safe (a second
@@ -77,8 +77,8 @@
 //! # Examples
 //!
 //! ```no_run
-//! use idemkv::redis::RedisBackend;
-//! use idemkv::{BackendClaim, ClaimOptions, Config, Fingerprint, IdempotencyBackend};
+//! use idemkv::backend::redis::RedisBackend;
+//! use idemkv::{backend::{BackendClaim, ClaimOptions, IdempotencyBackend}, Config, Fingerprint};
 //!
 //! # async fn run() -> Result<(), idemkv::Error> {
 //! let backend = RedisBackend::connect("redis://127.0.0.1:6379", Config::new()).await?;
@@ -245,8 +245,8 @@ impl RedisBackend {
     ///
     /// ```no_run
     /// # async fn connect() -> Result<(), idemkv::Error> {
-    /// use idemkv::redis::RedisBackend;
-    /// use idemkv::{Config, Tls};
+    /// use idemkv::backend::redis::RedisBackend;
+    /// use idemkv::{backend::Tls, Config};
     ///
     /// let ca = std::fs::read("/etc/idemkv/redis-ca.pem").expect("the CA");
     /// let backend = RedisBackend::connect_tls("rediss://redis.internal:6380", Config::new(), &Tls::ca_pem(&ca)?).await?;
@@ -260,7 +260,7 @@ impl RedisBackend {
     /// fails (a certificate that `tls` does not trust, or for another
     /// name).
     #[cfg(feature = "tls")]
-    pub async fn connect_tls(url: &str, config: Config, tls: &crate::Tls) -> Result<RedisBackend> {
+    pub async fn connect_tls(url: &str, config: Config, tls: &crate::backend::Tls) -> Result<RedisBackend> {
         RedisBackend::connect_single(url, config, ServerChecks::new(), Some(tls)).await
     }
 
@@ -270,7 +270,7 @@ impl RedisBackend {
     /// [`server_report`](RedisBackend::server_report)).
     ///
     /// ```no_run
-    /// use idemkv::redis::{Check, RedisBackend, ServerChecks};
+    /// use idemkv::{backend::{redis::{Check, RedisBackend, ServerChecks}}};
     /// use idemkv::Config;
     ///
     /// # async fn run() -> Result<(), idemkv::Error> {
@@ -413,7 +413,7 @@ impl RedisBackend {
     /// `docs/fleets.md`.
     ///
     /// ```no_run
-    /// use idemkv::redis::RedisBackend;
+    /// use idemkv::backend::redis::RedisBackend;
     /// use idemkv::Config;
     /// use std::time::Duration;
     ///

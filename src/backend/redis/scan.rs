@@ -5,7 +5,7 @@
 //! value; the matches are then read through the `get` script, which
 //! settles and checks liveness as every read does.
 //!
-//! [`IdempotencyBackend::scan`]: crate::IdempotencyBackend::scan
+//! [`IdempotencyBackend::scan`]: crate::backend::IdempotencyBackend::scan
 
 use super::connection::Connection;
 use super::reply::{backend_error, bytes, number, protocol};

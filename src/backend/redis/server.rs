@@ -29,7 +29,7 @@ pub enum Check {
 /// backend unusable there).
 ///
 /// ```
-/// use idemkv::redis::{Check, ServerChecks};
+/// use idemkv::{backend::{redis::{Check, ServerChecks}}};
 ///
 /// let strict = ServerChecks::new().persistence(Check::Refuse).unreadable(Check::Refuse);
 /// assert_eq!(strict.eviction_check(), Check::Refuse);

@@ -6,7 +6,7 @@
 //! answers; the limits. A backend writes only its [`Transport`] — how a
 //! call reaches its server (a Lua script, a SQL function) and how its
 //! wake-ups arrive — and `remote_backend!` makes that an
-//! [`IdempotencyBackend`](crate::IdempotencyBackend).
+//! [`IdempotencyBackend`](crate::backend::IdempotencyBackend).
 
 pub(crate) mod counters;
 #[cfg(feature = "tls")]
@@ -204,7 +204,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 }
 
-/// [`IdempotencyBackend::claim_in`](crate::IdempotencyBackend::claim_in) on a transport.
+/// [`IdempotencyBackend::claim_in`](crate::backend::IdempotencyBackend::claim_in) on a transport.
 pub(crate) async fn claim<T: Transport>(
     transport: &T,
     address: Address<'_>,
@@ -277,7 +277,7 @@ pub(crate) async fn finish<T: Transport>(
     answer
 }
 
-/// [`IdempotencyBackend::renew`](crate::IdempotencyBackend::renew) on a transport.
+/// [`IdempotencyBackend::renew`](crate::backend::IdempotencyBackend::renew) on a transport.
 pub(crate) async fn renew<T: Transport>(transport: &T, token: &LeaseToken, extend: Duration) -> Result<()> {
     let config = &transport.settings().config;
     config.check_key(&token.scope, &token.key)?;
@@ -287,7 +287,7 @@ pub(crate) async fn renew<T: Transport>(transport: &T, token: &LeaseToken, exten
     answer
 }
 
-/// [`IdempotencyBackend::checkpoint`](crate::IdempotencyBackend::checkpoint) on a transport.
+/// [`IdempotencyBackend::checkpoint`](crate::backend::IdempotencyBackend::checkpoint) on a transport.
 pub(crate) async fn store_checkpoint<T: Transport>(
     transport: &T,
     token: &LeaseToken,
@@ -302,13 +302,13 @@ pub(crate) async fn store_checkpoint<T: Transport>(
     answer
 }
 
-/// [`IdempotencyBackend::get_in`](crate::IdempotencyBackend::get_in) on a transport.
+/// [`IdempotencyBackend::get_in`](crate::backend::IdempotencyBackend::get_in) on a transport.
 pub(crate) async fn get<T: Transport>(transport: &T, address: Address<'_>) -> Result<Option<Record>> {
     transport.settings().config.check_key(address.scope, address.key)?;
     transport.get(address).await
 }
 
-/// [`IdempotencyBackend::remove_in`](crate::IdempotencyBackend::remove_in) on a transport.
+/// [`IdempotencyBackend::remove_in`](crate::backend::IdempotencyBackend::remove_in) on a transport.
 pub(crate) async fn remove<T: Transport>(transport: &T, address: Address<'_>) -> Result<bool> {
     transport.settings().config.check_key(address.scope, address.key)?;
     let answer = transport.remove(address).await;
@@ -316,7 +316,7 @@ pub(crate) async fn remove<T: Transport>(transport: &T, address: Address<'_>) ->
     answer
 }
 
-/// [`IdempotencyBackend::replace_in`](crate::IdempotencyBackend::replace_in) on a transport.
+/// [`IdempotencyBackend::replace_in`](crate::backend::IdempotencyBackend::replace_in) on a transport.
 pub(crate) async fn replace<T: Transport>(
     transport: &T,
     address: Address<'_>,
@@ -331,7 +331,7 @@ pub(crate) async fn replace<T: Transport>(
     answered
 }
 
-/// [`IdempotencyBackend::scan_in`](crate::IdempotencyBackend::scan_in) on a transport.
+/// [`IdempotencyBackend::scan_in`](crate::backend::IdempotencyBackend::scan_in) on a transport.
 pub(crate) async fn scan<T: Transport>(
     transport: &T,
     keyspace: Keyspace,
@@ -361,7 +361,7 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Implements [`IdempotencyBackend`](crate::IdempotencyBackend) for a
+/// Implements [`IdempotencyBackend`](crate::backend::IdempotencyBackend) for a
 /// [`Transport`] through the shared functions above.
 macro_rules! remote_backend {
     ($backend:ty) => {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// # Examples
 ///
 /// ```
-/// use idemkv::Tls;
+/// use idemkv::backend::Tls;
 ///
 /// // A managed service with a public certificate:
 /// let public = Tls::webpki_roots();

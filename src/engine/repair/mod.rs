@@ -118,7 +118,7 @@ impl RepairReport {
 /// # fn main() -> Result<(), idemkv::Error> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// idemkv::Store::open(dir.path(), idemkv::Config::new())?.close()?;
-/// let report = idemkv::repair(dir.path())?;
+/// let report = idemkv::store::repair(dir.path())?;
 /// assert!(report.did_nothing());
 /// # Ok(()) }
 /// ```

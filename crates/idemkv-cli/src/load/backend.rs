@@ -12,8 +12,11 @@ use super::workload::{gather, latency_histogram, record, Progress, Workload};
 use super::{report, summary, Plan};
 use crate::output::{now_ms, Failure};
 use hdrhistogram::Histogram;
-use idemkv::redis::RedisBackend;
-use idemkv::{BackendClaim, ClaimOptions, Config, Error, Fingerprint, IdempotencyBackend};
+use idemkv::backend::redis::RedisBackend;
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Error, Fingerprint,
+};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -6,7 +6,11 @@
 //! directory and on a real Redis server.
 
 use crate::support::{assert_fails, idemkv, scratch, stdout};
-use idemkv::{Config, Delivery, Handled, IdempotencyBackend, Inbox, Store};
+use idemkv::{
+    backend::IdempotencyBackend,
+    messaging::{Delivery, Handled, Inbox},
+    Config, Store,
+};
 
 /// Quarantines messages `m-1` and `m-2` of consumer `billing` (one
 /// attempt each).
@@ -75,7 +79,7 @@ async fn on_a_redis_server() {
     use crate::common::redis::RedisServer;
     let dir = scratch();
     let server = RedisServer::start(dir.path());
-    let backend = idemkv::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let backend = idemkv::backend::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
     let inbox = Inbox::new(backend).max_attempts(1);
     quarantine(&inbox).await;
     operate(&["--redis", &server.url()], || inbox.clone()).await;

@@ -10,8 +10,8 @@
 
 use crate::support::{assert_fails, idemkv, scratch, stdout};
 use idemkv::{
-    BackendClaim, Checkpoint, Claim, ClaimOptions, ClaimRequest, Config, Fingerprint, IdempotencyBackend, Keyspace,
-    Store,
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Checkpoint, Claim, ClaimRequest, Config, Fingerprint, Keyspace, Store,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -126,7 +126,8 @@ fn into_redis() {
     let summary = import(&file, &["--redis", &server.url(), "--prefix", "moved"]);
     assert!(summary.contains("2 completed, 1 failed, 1 processing"), "{summary}");
     runtime().block_on(async {
-        let backend = idemkv::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+        let backend =
+            idemkv::backend::redis::RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
         moved(&backend.prefix("moved")).await;
     });
 }
@@ -140,7 +141,8 @@ fn into_postgres() {
     let summary = import(&file, &["--postgres", &server.url()]);
     assert!(summary.contains("2 completed, 1 failed, 1 processing"), "{summary}");
     runtime().block_on(async {
-        let backend = idemkv::postgres::PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect");
+        let backend =
+            idemkv::backend::postgres::PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect");
         moved(&backend).await;
     });
 }

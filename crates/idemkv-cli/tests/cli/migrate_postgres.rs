@@ -7,7 +7,7 @@
 
 use crate::common::postgres::{free_port, PostgresServer};
 use crate::support::{assert_fails, idemkv, scratch, stderr, stdout};
-use idemkv::postgres::{PostgresBackend, PostgresOptions};
+use idemkv::backend::postgres::{PostgresBackend, PostgresOptions};
 use idemkv::{Config, Error};
 
 /// What `connect` answers for `schema` of the server.
@@ -48,10 +48,12 @@ fn migrate_failures_are_one_line() {
     assert_fails(&bad_schema, 2, "reserved", "a reserved schema name");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let (client, connection) =
-            idemkv::postgres::tokio_postgres::connect(&server.url(), idemkv::postgres::tokio_postgres::NoTls)
-                .await
-                .expect("connect");
+        let (client, connection) = idemkv::backend::postgres::tokio_postgres::connect(
+            &server.url(),
+            idemkv::backend::postgres::tokio_postgres::NoTls,
+        )
+        .await
+        .expect("connect");
         tokio::spawn(connection);
         client.batch_execute("CREATE ROLE app LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC").await.expect("role");
     });

@@ -7,8 +7,9 @@
 
 use crate::support::{assert_fails, idemkv, scratch, stdout};
 use idemkv::{
-    ClaimOptions, Config, Fingerprint, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink,
-    SinkError, Staged, Store,
+    backend::ClaimOptions,
+    messaging::{KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig, Sink, SinkError, Staged},
+    Config, Fingerprint, Store,
 };
 use std::sync::{Arc, Mutex};
 

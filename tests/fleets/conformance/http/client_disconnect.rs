@@ -8,9 +8,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 use std::time::Duration;
 
 #[derive(Clone, Default)]

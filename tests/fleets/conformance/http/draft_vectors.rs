@@ -22,9 +22,9 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::{FailurePolicy, LayerConfig};
-use idemkv::IdempotencyBackend;
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Extension, Router};
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::{Attempt, LayerConfig, NotSpent};
-use idemkv::IdempotencyBackend;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -17,9 +17,9 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::{IfMatch, LayerConfig};
-use idemkv::IdempotencyBackend;
 use std::fmt::Write as _;
 
 fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
@@ -142,7 +142,7 @@ pub async fn tenants_named_like_idemkvs_records_reach_nothing_of_it<B: Idempoten
 /// listed and re-driven.
 #[cfg(feature = "messaging")]
 async fn messages_run_once<B: IdempotencyBackend + Clone>(backend: &B, consumer: &str, count: usize) {
-    use idemkv::{Delivery, Handled, Inbox};
+    use idemkv::messaging::{Delivery, Handled, Inbox};
     let inbox = Inbox::new(backend.clone()).max_attempts(1);
     for round in 0..count {
         let id = format!("msg-{round}");

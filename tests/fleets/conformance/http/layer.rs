@@ -6,9 +6,9 @@
 
 use super::{key, Served};
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::{Restart, Setting};
 use idemkv::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
-use idemkv::IdempotencyBackend;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

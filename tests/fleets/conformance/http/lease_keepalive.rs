@@ -12,9 +12,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 use std::time::Duration;
 
 /// Runs 2.2 s: more than twice the 1 s lease.

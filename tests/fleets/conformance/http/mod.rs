@@ -39,9 +39,9 @@ mod wait_many_waiters;
 mod webhooks;
 
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::{Capabilities, Capability, Setting};
 use idemkv::http::{IdempotencyLayer, LayerConfig};
-use idemkv::IdempotencyBackend;
 use std::future::Future;
 use std::time::Duration;
 

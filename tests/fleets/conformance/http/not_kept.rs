@@ -13,9 +13,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Extension, Router};
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::{LayerConfig, NotSpent};
-use idemkv::IdempotencyBackend;
 
 /// `bad` is a 400, `unprocessable` a 422, anything else a 201.
 async fn validate(State(runs): State<Counter>, body: String) -> (StatusCode, String) {

@@ -19,7 +19,10 @@ use axum::routing::post;
 use axum::Router;
 use idemkv::conformance::Setting;
 use idemkv::http::{Attempt, LayerConfig, NotSpent};
-use idemkv::{BackendClaim, ClaimOptions, Fingerprint, IdempotencyBackend};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Fingerprint,
+};
 use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -10,9 +10,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::{QuotaScope, Setting};
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 
 pub async fn a_tenant_at_its_quota_gets_429<B: IdempotencyBackend + Clone>(
     backend: &B,

@@ -10,9 +10,9 @@ use axum::http::header::{HeaderName, DATE, ETAG, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 
 /// A `Date` no server would send today, to tell the first answer's from a
 /// fresh one.

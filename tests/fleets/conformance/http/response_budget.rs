@@ -16,9 +16,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 
 /// What the stored form of the handler's answer takes besides its body:
 /// the format's prefix (4), status and header count (4), and

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use futures_util::stream;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use idemkv::backend::IdempotencyBackend;
 use idemkv::conformance::Setting;
 use idemkv::http::LayerConfig;
-use idemkv::IdempotencyBackend;
 
 async fn create(State(runs): State<Counter>) -> impl IntoResponse {
     let run = runs.bump();

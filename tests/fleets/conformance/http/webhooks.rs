@@ -18,7 +18,7 @@ use bytes::Bytes;
 use idemkv::conformance::Setting;
 use idemkv::http::{WebhookAttempt, WebhookLayer};
 use idemkv::webhook::{StandardWebhooks, StripeSignature, WebhookVerifier};
-use idemkv::{IdempotencyBackend, Inbox};
+use idemkv::{backend::IdempotencyBackend, messaging::Inbox};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -253,8 +253,8 @@ pub async fn a_stripe_event_runs_once_by_its_event_id<B: IdempotencyBackend + Cl
 struct Twice<S>(S);
 
 #[cfg(feature = "client")]
-impl<S: idemkv::Sink + Sync> idemkv::Sink for Twice<S> {
-    async fn deliver(&self, message: &idemkv::Staged) -> Result<(), idemkv::SinkError> {
+impl<S: idemkv::messaging::Sink + Sync> idemkv::messaging::Sink for Twice<S> {
+    async fn deliver(&self, message: &idemkv::messaging::Staged) -> Result<(), idemkv::messaging::SinkError> {
         self.0.deliver(message).await?;
         self.0.deliver(message).await
     }
@@ -272,7 +272,9 @@ pub async fn the_http_sink_signs_what_the_layer_verifies<B: IdempotencyBackend +
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     use idemkv::{
-        ClaimOptions, Fingerprint, HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig,
+        backend::ClaimOptions,
+        messaging::{HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig},
+        Fingerprint,
     };
 
     let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
