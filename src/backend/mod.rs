@@ -1,6 +1,34 @@
 //! The contract any idempotency backend implements — the embedded [`Store`],
 //! Redis / Valkey (`redis`) and PostgreSQL (`postgres`) — for the HTTP
-//! layer and the tools built on it.
+//! layer and the tools built on it, and what runs over any backend:
+//! `RunOnce` (a closure once per key) and `Versions` (a version per
+//! resource), with the `tokio` feature.
+//!
+//! ```
+//! use idemkv::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
+//! use idemkv::{Config, Fingerprint, Store};
+//! # fn main() -> Result<(), idemkv::Error> {
+//! # let runtime = tokio::runtime::Runtime::new().unwrap();
+//! # runtime.block_on(async {
+//! # let dir = tempfile::tempdir().unwrap();
+//! // Any backend: the embedded store here, Redis or PostgreSQL the same way.
+//! async fn charge<B: IdempotencyBackend>(backend: &B, key: &[u8]) -> Result<Vec<u8>, idemkv::Error> {
+//!     let fingerprint = Fingerprint::of(b"POST /charges amount=10");
+//!     match backend.claim(b"acct-7", key, fingerprint, ClaimOptions::new()).await? {
+//!         BackendClaim::Acquired { token, .. } => {
+//!             backend.complete(&token, b"201 charged").await?; // the side effect ran once
+//!             Ok(b"201 charged".to_vec())
+//!         }
+//!         BackendClaim::Replay(response) => Ok(response),
+//!         other => Ok(format!("409 {other:?}").into_bytes()),
+//!     }
+//! }
+//! let store = Store::open(dir.path(), Config::new())?;
+//! assert_eq!(charge(&store, b"k-1").await?, b"201 charged");
+//! assert_eq!(charge(&store, b"k-1").await?, b"201 charged"); // replayed
+//! # Ok(()) })
+//! # }
+//! ```
 //!
 //! The networked backends keep only their transport (Lua scripts, SQL
 //! functions) and how their wake-ups arrive; the contract's edges they

@@ -2,7 +2,29 @@
 //! [`Inbox`], the consumer side of an at-least-once queue, with its dead
 //! letters; [`Outbox`], messages staged atomically with the completion
 //! that produced them; [`Relay`], which delivers them to a [`Sink`]
-//! ([`RedisStreamSink`], [`HttpSink`], or a service's own).
+//! (`RedisStreamSink`, `HttpSink`, or a service's own).
+//!
+//! ```
+//! use idemkv::messaging::{Handled, Inbox};
+//! use idemkv::{Config, Store};
+//! # fn main() -> Result<(), idemkv::Error> {
+//! # let runtime = tokio::runtime::Runtime::new().unwrap();
+//! # runtime.block_on(async {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let inbox = Inbox::new(Store::open(dir.path(), Config::new())?);
+//! // The broker delivers message m-1 twice: one effect.
+//! let mut credited = 0;
+//! for _ in 0..2 {
+//!     let delivery = inbox.handle("ledger", b"m-1", b"credit 10", |_message| async {
+//!         credited += 10;
+//!         Handled::Processed
+//!     });
+//!     assert!(delivery.await?.ack());
+//! }
+//! assert_eq!(credited, 10);
+//! # Ok(()) })
+//! # }
+//! ```
 //!
 //! The modules depend one way: `envelope` (the stored form) ← `relay` ←
 //! `outbox`; `dead` ← `inbox`; `status` reads the envelope and the relay's
