@@ -7,10 +7,10 @@
 //! # Examples
 //!
 //! ```
-//! use axum::{extract::State, http::StatusCode, routing::post, Router};
-//! use crate::conformance::http::harness::{client, post, send, Counter, Served};
-//! use crate::http::LayerConfig;
-//! use crate::{Config, Durability, Store};
+//! use axum::{extract::State, http::StatusCode, Router};
+//! use idemkv::conformance::http::harness::{client, post, send, Counter, Served};
+//! use idemkv::http::LayerConfig;
+//! use idemkv::{Config, Durability, Store};
 //!
 //! # fn main() {
 //! # let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -19,7 +19,7 @@
 //! let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
 //! let runs = Counter::default();
 //! let charge = |State(runs): State<Counter>| async move { (StatusCode::CREATED, format!("payment {}", runs.bump())) };
-//! let routes = Router::new().route("/payments", post(charge)).with_state(runs.clone());
+//! let routes = Router::new().route("/payments", axum::routing::post(charge)).with_state(runs.clone());
 //! let server = Served::start(&store, LayerConfig::global(), routes).await;
 //!
 //! let client = client();

@@ -26,8 +26,8 @@
 //! (and its expiry after the restart [`Capability::MovableClock`]).
 //!
 //! The scenarios keep their keys under the run's prefix
-//! ([`Capabilities::key_prefix`]), bind free loopback ports, take a few
-//! minutes in all (they sleep through leases, and a backend on a
+//! ([`Capabilities::key_prefix`]), bind free loopback ports, take a
+//! minute or more in all (they sleep through leases, and a backend on a
 //! [`ManualClock`](crate::ManualClock) has its clock moved instead where
 //! the scenario allows), and want a multi-threaded runtime with four
 //! workers (one scenario blocks a worker for seconds, as a handler may).
@@ -37,7 +37,8 @@
 //! # Examples
 //!
 //! A third party's backend runs the suite from its own test; here the
-//! embedded store stands for it (`no_run`: the suite takes minutes):
+//! embedded store stands for it (`no_run`: the suite takes a minute or
+//! more; `tests/fleets/conformance.rs` runs it on every backend):
 //!
 //! ```no_run
 //! use idemkv::conformance::{self, Capabilities, Capability};
