@@ -1,6 +1,6 @@
 //! Checkpoints on real Redis and PostgreSQL servers, one body over both:
-//! one stored before the server stops hard (Redis killed with SIGKILL, AOF with
-//! `appendfsync always`; PostgreSQL `pg_ctl stop -m immediate`, no
+//! one stored before the server stops hard (Redis killed with SIGKILL, AOF
+//! with `appendfsync always`; PostgreSQL `pg_ctl stop -m immediate`, no
 //! checkpoint) is handed to the holder that takes the key over after the
 //! restart, and the stale holder's is refused; and a record written before
 //! records had a checkpoint (Redis: the record without its field 13;
