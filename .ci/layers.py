@@ -98,7 +98,7 @@ LAYERS = [
         ("webhook", "webhook signatures"),
         ("messaging", "inbox, outbox, relay, sinks"),
         ("http", "the tower layer for the Idempotency-Key contract"),
-        ("conformance", "the contract's scenarios over any backend"),
+        ("conformance", "the contract's scenarios over any backend, the HTTP layer's too"),
     ]),
 ]
 

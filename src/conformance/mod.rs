@@ -61,6 +61,9 @@
 
 mod capabilities;
 mod contract;
+#[cfg(feature = "conformance-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance-http")))]
+pub mod http;
 #[cfg(feature = "messaging")]
 mod inbox;
 mod keyspaces;

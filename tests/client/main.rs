@@ -5,6 +5,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod client_exactly_once;
-mod client_http_sink;
-mod client_retry_policy;
+mod exactly_once;
+mod http_sink;
+mod retry_policy;

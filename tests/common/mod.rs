@@ -35,8 +35,9 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
     }
 }
 
-/// A real axum server behind the idempotency layer and a real HTTP client.
-#[cfg(feature = "tower")]
+/// The public HTTP harness (a real axum server behind the idempotency
+/// layer) over a store in a fresh directory.
+#[cfg(feature = "conformance-http")]
 pub mod http;
 
 /// The files of a directory as they stand.

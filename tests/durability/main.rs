@@ -5,12 +5,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod absent_answers;
 mod crash_kill;
-mod durability_absent_answers;
-mod durability_interval;
 mod fault_sweep;
 mod format_fixtures;
 mod format_migration;
+mod interval;
 mod power_cut;
 mod recovery_corruption;
 mod recovery_durable_mark;

@@ -5,20 +5,16 @@
 //! the backend offers them exact lease ends on a movable clock, quotas and
 //! a restart — run against the embedded store (on real time and on a
 //! manual clock), a standalone Redis server, a three-master Redis Cluster
-//! and PostgreSQL (real servers, started here). With `tower`, the HTTP
-//! layer's scenarios (`tests/fleets/conformance/http/`) run over each of them too.
-//! Each target runs only with its own feature, and checks which scenarios
-//! its backend skipped. Every backend runs behind [`AnyBackend`], as a
+//! and PostgreSQL (real servers, started here). With `conformance-http`,
+//! the HTTP layer's public suite (`idemkv::conformance::http::run_all`)
+//! runs over each of them too, as a backend's own test runs it. Each
+//! target runs only with its own feature, and checks which scenarios its
+//! backend skipped. Every backend runs behind [`AnyBackend`], as a
 //! service that picks its backend at run time has it: each call goes to
 //! the backend unchanged, and the suites are compiled once rather than once
 //! a backend.
 
 #![cfg(feature = "conformance")]
-
-/// The HTTP layer's scenarios over any backend.
-#[cfg(feature = "tower")]
-#[path = "conformance/http/mod.rs"]
-mod http;
 
 use idemkv::conformance::{self, Capabilities, Capability, Report};
 use idemkv::{backend::ClaimOptions, store::Quota, ManualClock, Record, Store};
@@ -106,25 +102,25 @@ async fn embedded_store_on_a_movable_clock() {
     assert!(!report.passed.contains(&"lease_ends"), "to the millisecond instead: {report:?}");
 }
 
-#[cfg(feature = "tower")]
+#[cfg(feature = "conformance-http")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_store_http() {
     let (_dir, store, capabilities) = embedded(None);
     let probe = store.clone();
-    let skipped = self::http::run_all(AnyBackend::new(store), capabilities).await;
-    assert_eq!(skipped, [("restart_ttl", Capability::MovableClock)]);
+    let report = conformance::http::run_all(AnyBackend::new(store), capabilities).await;
+    assert_eq!(skipped(&report), [("restart_ttl", Capability::MovableClock)]);
     assert_eq!(probe.stats().quota_refusals, 1, "the quota scenario's one refusal");
 }
 
-#[cfg(feature = "tower")]
+#[cfg(feature = "conformance-http")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_store_http_on_a_movable_clock() {
     let clock = ManualClock::new(crate::common::START_MS);
     let (_dir, store, capabilities) = embedded(Some(&clock));
-    let skipped = self::http::run_all(AnyBackend::new(store), capabilities).await;
+    let report = conformance::http::run_all(AnyBackend::new(store), capabilities).await;
     let real_time = Capability::RealTime;
     assert_eq!(
-        skipped,
+        skipped(&report),
         [
             ("keepalive", real_time),
             ("keepalive_blocking", real_time),
@@ -268,22 +264,22 @@ mod redis {
         assert!(report.passed.contains(&"lease_ends"), "{report:?}");
     }
 
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "conformance-http")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn redis_standalone_http() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (backend, capabilities) = standalone(dir.path()).await;
-        let skipped = super::http::run_all(backend, capabilities).await;
-        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+        let report = conformance::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped(&report), [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
     }
 
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "conformance-http")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn redis_cluster_http() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_cluster, backend) = cluster(dir.path()).await;
-        let skipped = super::http::run_all(backend, Capabilities::new()).await;
-        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart", Capability::Persistence)]);
+        let report = conformance::http::run_all(backend, Capabilities::new()).await;
+        assert_eq!(skipped(&report), [("quota", Capability::Quotas), ("restart", Capability::Persistence)]);
     }
 }
 
@@ -319,12 +315,12 @@ mod postgres {
         assert!(report.passed.contains(&"lease_ends"), "{report:?}");
     }
 
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "conformance-http")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn postgres_http() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (backend, capabilities) = server(dir.path()).await;
-        let skipped = super::http::run_all(backend, capabilities).await;
-        assert_eq!(skipped, [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
+        let report = conformance::http::run_all(backend, capabilities).await;
+        assert_eq!(skipped(&report), [("quota", Capability::Quotas), ("restart_ttl", Capability::MovableClock)]);
     }
 }

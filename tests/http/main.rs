@@ -5,12 +5,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod http_blocking_handler;
-mod http_payments_abandoned;
-mod http_payments_example;
-mod http_payments_postgres;
-mod http_payments_resume;
-mod http_payments_two_instances;
-mod http_problem_details;
-mod http_store_failure;
-mod http_wait_many_waiters;
+mod blocking_handler;
+mod payments_abandoned;
+mod payments_example;
+mod payments_postgres;
+mod payments_resume;
+mod payments_two_instances;
+mod problem_details;
+mod store_failure;
+mod wait_counts;

@@ -5,7 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod counters;
+mod events;
 mod quota_metrics;
-mod telemetry_metrics;
-mod telemetry_tracing;
-mod telemetry_wait;
+mod wait;

@@ -9,8 +9,8 @@
 
 #![cfg(all(feature = "tower", feature = "metrics"))]
 
-use crate::common::http::{read, Reply};
 use crate::common::payments::{client, start_with};
+use idemkv::conformance::http::harness::{read, Reply};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

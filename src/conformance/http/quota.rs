@@ -4,21 +4,26 @@
 //! other tenants are not affected. Leaves the scope as empty as it found
 //! it.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Counter};
+use super::harness::{client, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::{QuotaScope, Setting};
+use crate::http::LayerConfig;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::{QuotaScope, Setting};
-use idemkv::http::LayerConfig;
 
-pub async fn a_tenant_at_its_quota_gets_429<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-    quota: &QuotaScope,
-) {
+/// A new key in a scope at its quota
+/// ([`Capabilities::quota`](crate::conformance::Capabilities::quota)) is
+/// 429 `quota-exceeded` with `Retry-After` from the quota, the handler not
+/// run; kept keys still replay, other tenants are not affected, and a key
+/// freed by an operator makes room. Leaves the scope as empty as it found
+/// it.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn quota<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting, quota: &QuotaScope) {
     let runs = Counter::default();
     let routes = Router::new()
         .route(

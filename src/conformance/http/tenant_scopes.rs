@@ -2,27 +2,30 @@
 //! tenant, so two tenants with the same key and body each get their own
 //! run and answer; a request that names no tenant is refused.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::LayerConfig;
 use axum::extract::State;
 use axum::http::header::LOCATION;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
 
 async fn create(State(runs): State<Counter>) -> impl IntoResponse {
     let run = runs.bump();
     (StatusCode::CREATED, [(LOCATION, format!("/payments/{run}"))], format!("payment {run}"))
 }
 
-pub async fn two_tenants_with_the_same_key_each_get_their_own_run<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Keys scoped by an `X-Account` header are per tenant: two tenants with
+/// one key and body each get their own run and answer, and their retries
+/// their own replay; a request that names no tenant is 400 `scope-missing`.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn tenant_scopes<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
     let layer =

@@ -12,11 +12,12 @@
 //! `block_in_place`, as tokio asks of blocking code.
 #![cfg(feature = "tower")]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use crate::common::http::Server;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::http::harness::{client, post as post_to, send, Counter};
 use idemkv::http::LayerConfig;
 use idemkv::{Claim, ClaimRequest, Config, State as RecordState};
 use std::time::{Duration, Instant};

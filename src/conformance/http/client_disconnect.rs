@@ -2,15 +2,15 @@
 //! is not cancelled, it finishes, its answer is kept, and the retry replays
 //! it without a second run.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::LayerConfig;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
 use std::time::Duration;
 
 #[derive(Clone, Default)]
@@ -27,10 +27,13 @@ async fn slow(State(runs): State<Runs>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-pub async fn a_client_that_hangs_up_gets_the_answer_on_retry<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A client that hangs up mid-handler does not cancel the handler: it
+/// finishes, its answer is kept, and the retry gets it replayed without a
+/// second run.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn client_disconnect<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Runs::default();
     let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
     let server = Served::start(backend, LayerConfig::global(), routes).await;

@@ -4,11 +4,11 @@
 //! `FailurePolicy::ReleaseOnServerError`, and a request dropped
 //! mid-handler whose handler still finishes.
 
-use super::{key, Served};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::{Restart, Setting};
+use crate::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::{Restart, Setting};
-use idemkv::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +79,12 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().expect("client")
 }
 
-pub async fn double_send_charges_once_and_replays<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A request sent twice with one key (the second as an sf-string) is
+/// charged once; the second gets the first answer, marked a replay.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn double_send<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let server = start(backend, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-1");
@@ -91,7 +96,13 @@ pub async fn double_send_charges_once_and_replays<B: IdempotencyBackend + Clone>
     server.stop().await;
 }
 
-pub async fn concurrent_sends_execute_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// Eight concurrent sends with one key are charged once: each is the answer
+/// or a 409 problem, and every one that asked to wait (`Prefer: wait`) gets
+/// the answer.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn concurrent_sends<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let server = start(backend, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-2");
@@ -121,10 +132,13 @@ pub async fn concurrent_sends_execute_once<B: IdempotencyBackend + Clone>(backen
     server.stop().await;
 }
 
-pub async fn reused_key_missing_key_and_bad_key_are_refused<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A reused key with another body is 422 and reveals nothing of the stored
+/// answer; a missing key is 400 `key-missing`; an over-long or unclosed key
+/// is 400; a body over 1 MiB is 413 and spends nothing.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn refused_keys<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let server = start(backend, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-3");
@@ -173,24 +187,25 @@ async fn restart_replays<B: IdempotencyBackend + Clone>(
     (backend, server, client, order)
 }
 
-/// A kept answer is replayed by a server on the restarted backend.
-pub async fn replay_survives_a_restart<B: IdempotencyBackend + Clone>(
-    backend: B,
-    restart: &mut Restart<B>,
-    setting: &Setting,
-) -> B {
+/// A kept answer is replayed, and nothing charged again, by a server on the
+/// backend after a restart
+/// ([`Capabilities::persistence`](crate::conformance::Capabilities::persistence));
+/// returns the restarted backend.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn restart<B: IdempotencyBackend + Clone>(backend: B, restart: &mut Restart<B>, setting: &Setting) -> B {
     let (backend, server, _, _) = restart_replays(backend, restart, setting).await;
     server.stop().await;
     backend
 }
 
-/// [`replay_survives_a_restart`], and after the backend's default TTL (a
-/// minute, moved on its clock) the key runs again.
-pub async fn replay_survives_a_restart_and_expires_by_ttl<B: IdempotencyBackend + Clone>(
-    backend: B,
-    restart: &mut Restart<B>,
-    setting: &Setting,
-) -> B {
+/// [`restart`], and after the backend's default TTL (a minute, moved on its
+/// clock) the key runs again; returns the restarted backend.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn restart_ttl<B: IdempotencyBackend + Clone>(backend: B, restart: &mut Restart<B>, setting: &Setting) -> B {
     let (backend, server, client, order) = restart_replays(backend, restart, setting).await;
     setting.pass(Duration::from_secs(61)).await;
     let expired = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
@@ -200,10 +215,12 @@ pub async fn replay_survives_a_restart_and_expires_by_ttl<B: IdempotencyBackend 
     backend
 }
 
-pub async fn a_5xx_releases_the_key_when_the_policy_says_so<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Under `FailurePolicy::ReleaseOnServerError` a 5xx frees the key before
+/// it goes out: the retry runs at once.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn release_5xx<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let ledger = Arc::new(Ledger::default());
     ledger.fail_first.store(1, Ordering::SeqCst);
     let layer = LayerConfig::global().failure_policy(FailurePolicy::ReleaseOnServerError);
@@ -243,10 +260,13 @@ impl tower::Service<axum::http::Request<axum::body::Body>> for Slow {
     }
 }
 
-pub async fn a_dropped_request_does_not_cancel_the_handler<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A request whose caller is dropped mid-handler (its future cancelled)
+/// does not cancel the handler: it runs to its end in a task of its own,
+/// its answer is kept, and the retry is a replay.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn dropped_request<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     use tower::{Layer, Service};
     let slow = Slow::default();
     let mut service = IdempotencyLayer::new(backend.clone(), LayerConfig::global()).layer(slow.clone());
@@ -271,7 +291,7 @@ pub async fn a_dropped_request_does_not_cancel_the_handler<B: IdempotencyBackend
         assert!(std::time::Instant::now() < deadline, "the handler's answer was never kept");
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    assert_eq!(stored.state, idemkv::State::Completed);
+    assert_eq!(stored.state, crate::State::Completed);
     std::future::poll_fn(|context| service.poll_ready(context)).await.expect("ready");
     let retried = service.call(request()).await.expect("infallible");
     assert_eq!(retried.headers().get("idempotency-replay").map(axum::http::HeaderValue::as_bytes), Some(&b"true"[..]));

@@ -4,7 +4,7 @@
 //! reaches the server and runs, the answer never comes back), and a real
 //! axum server behind `IdempotencyLayer` over a real store. N logical
 //! requests must run N side effects, each caller getting its own answer.
-#![cfg(all(feature = "client", feature = "tower"))]
+#![cfg(all(feature = "client", feature = "conformance-http"))]
 
 use crate::common::http::Server;
 use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};

@@ -6,11 +6,12 @@
 //! lapsed, and the next retry ran the handler a second time.
 #![cfg(all(feature = "tower", feature = "testing"))]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use crate::common::http::Server;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::http::harness::{client, post as post_to, send, Counter};
 use idemkv::http::LayerConfig;
 use idemkv::io::{Fault, FaultyStorage, StdStorage};
 use idemkv::{Config, Store};

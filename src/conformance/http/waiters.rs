@@ -1,19 +1,22 @@
 //! Guards the async `Prefer: wait`: 500 duplicates waiting on one key whose
 //! handler is still running park no thread, so a request with another key
 //! is answered at once; the handler runs once and every waiter gets its
-//! answer replayed. A waiting request counts as one claim answered by a
-//! replay, never as a conflict.
-#![cfg(feature = "tower")]
+//! answer replayed. A request that waits alone gets the replay too,
+//! however long it waited. (The embedded store's own test runs this
+//! scenario and then checks the store's counts: each waiting request one
+//! claim answered by a replay, never a conflict, and no waiter polling.)
 
-use crate::common::http::{client, open_store, post as post_to, send, Counter, Server};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{IdempotencyLayer, LayerConfig};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
-use idemkv::http::{IdempotencyLayer, LayerConfig};
-use idemkv::Config;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -44,31 +47,50 @@ async fn arrive(State(shared): State<Arc<Shared>>, request: Request, next: Next)
     next.run(request).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn five_hundred_waiters_share_one_run_while_another_key_is_answered_at_once() {
+/// 500 duplicates waiting (`Prefer: wait`) on one key whose handler still
+/// runs park no thread: a request with another key is answered at once, the
+/// handler runs once, and every waiter gets its answer replayed. Then one
+/// request that waits alone, a while, while the first runs: it gets the
+/// replay, and the handler runs once.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn waiters<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    crowd(backend, setting).await;
+    alone(backend, setting).await;
+}
+
+/// The slow handler at `/payments` and a quick one at `/quick` behind the
+/// layer over `backend`, arrivals counted outside the layer.
+async fn serve<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Arc<Shared>) {
     let shared = Arc::new(Shared::default());
-    let (dir, store) = open_store(Config::new());
     let app = Router::new()
         .route("/payments", post(slow))
         .route("/quick", post(|| async { (StatusCode::CREATED, "quick") }))
         .with_state(Arc::clone(&shared))
-        .layer(IdempotencyLayer::new(store.clone(), LayerConfig::global()))
+        .layer(IdempotencyLayer::new(backend.clone(), LayerConfig::global()))
         .layer(middleware::from_fn_with_state(Arc::clone(&shared), arrive));
-    let server = Server::serve(app, store, dir).await;
+    (Served::serve(app).await, shared)
+}
+
+/// The 500 waiters and the other key.
+async fn crowd<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let (server, shared) = serve(backend).await;
+    let (crowd, other_key) = (key(setting, "order-crowd"), key(setting, "order-other"));
     let client = client();
     let url = server.url("/payments");
 
-    let first = tokio::spawn(send(post_to(&client, &url, "order-crowd", "amount=1")));
+    let first = tokio::spawn(send(post_to(&client, &url, &crowd, "amount=1")));
     shared.started.reach(1, Duration::from_secs(10), "the first request's handler started").await;
     let waiters: Vec<_> = (0..WAITERS)
-        .map(|_| tokio::spawn(send(post_to(&client, &url, "order-crowd", "amount=1").header("Prefer", "wait=30"))))
+        .map(|_| tokio::spawn(send(post_to(&client, &url, &crowd, "amount=1").header("Prefer", "wait=30"))))
         .collect();
     shared.arrived.reach(WAITERS + 1, Duration::from_secs(20), "every waiter reached the server").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(shared.finished.get(), 0, "the handler is still running, the waiters are waiting");
 
     let started = Instant::now();
-    let other = send(post_to(&client, &server.url("/quick"), "order-other", "amount=2")).await;
+    let other = send(post_to(&client, &server.url("/quick"), &other_key, "amount=2")).await;
     let took = started.elapsed();
     assert_eq!((other.status, other.body.as_str(), other.replayed()), (201, "quick", false), "{other:?}");
     assert!(took < Duration::from_secs(1), "another key waited behind the crowd: {took:?}");
@@ -90,42 +112,20 @@ async fn five_hundred_waiters_share_one_run_while_another_key_is_answered_at_onc
     assert_eq!(shared.started.get(), 1, "the handler ran once");
     // The default cap is 1024 waiters per key: all 500 wait and get the answer.
     assert_eq!(replayed, WAITERS, "{} waiters did not get the replay, e.g. {:?}", refused.len(), refused.first());
-    // Each request is one claim (the first, the waiters, the other key),
-    // no 409 was sent, and no waiter polled: it looked again as it started
-    // to listen and once more when the finish woke it.
-    let stats = server.store.stats();
-    assert_eq!(
-        (stats.claims, stats.in_progress, stats.replays),
-        (u64::from(WAITERS) + 2, 0, u64::from(WAITERS)),
-        "{stats:?}"
-    );
-    assert!(stats.wait_looks <= 2 * u64::from(WAITERS), "{stats:?}");
+    server.stop().await;
 }
 
-/// One `Prefer: wait=10` request while the first runs: it is answered with
-/// the replay, and adds one claim, one replay and no conflict, however
-/// long it waited.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_waiting_request_counts_one_claim_and_no_conflict() {
-    let shared = Arc::new(Shared::default());
-    let (dir, store) = open_store(Config::new());
-    let app = Router::new()
-        .route("/payments", post(slow))
-        .with_state(Arc::clone(&shared))
-        .layer(IdempotencyLayer::new(store.clone(), LayerConfig::global()));
-    let server = Server::serve(app, store, dir).await;
+/// One request that waits (`Prefer: wait=10`) half a second while the
+/// first runs: the replay, and one run.
+async fn alone<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    let (server, shared) = serve(backend).await;
     let client = client();
-    let url = server.url("/payments");
-
-    let first = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1")));
+    let (url, order) = (server.url("/payments"), key(setting, "order-wait"));
+    let first = tokio::spawn(send(post_to(&client, &url, &order, "amount=1")));
     shared.started.reach(1, Duration::from_secs(10), "the first request's handler started").await;
-    let waiter = tokio::spawn(send(post_to(&client, &url, "order-wait", "amount=1").header("Prefer", "wait=10")));
-    // The waiter's claim found the key in progress; let it wait a while.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.store.stats().claims < 2 {
-        assert!(Instant::now() < deadline, "the waiting request never claimed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let waiter = tokio::spawn(send(post_to(&client, &url, &order, "amount=1").header("Prefer", "wait=10")));
+    shared.arrived.reach(2, Duration::from_secs(20), "the waiting request reached the server").await;
+    // Its claim found the key in progress; let it wait a while.
     tokio::time::sleep(Duration::from_millis(500)).await;
     shared.release.notify_one();
 
@@ -133,11 +133,6 @@ async fn one_waiting_request_counts_one_claim_and_no_conflict() {
     assert_eq!((first.status, first.replayed()), (201, false), "{first:?}");
     let second = waiter.await.expect("join");
     assert_eq!((second.status, second.replayed(), &second.body), (201, true, &first.body), "{second:?}");
-    let stats = server.store.stats();
-    assert_eq!(
-        (stats.claims, stats.acquired, stats.replays, stats.in_progress),
-        (2, 1, 1, 0),
-        "the first request and one waiting request: {stats:?}"
-    );
     assert_eq!(shared.started.get(), 1, "the handler ran once");
+    server.stop().await;
 }

@@ -3,15 +3,15 @@
 //! run), and after the lease ends the retry runs as a recovered second
 //! attempt. Also guards `NotSpent`: the handler's word frees the key.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send};
+use super::harness::{client, post as post_to, send};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{Attempt, LayerConfig, NotSpent};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Extension, Router};
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{Attempt, LayerConfig, NotSpent};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,10 +29,14 @@ async fn fragile(State(seen): State<Seen>, Extension(attempt): Extension<Attempt
     (StatusCode::CREATED, format!("payment on attempt {}", attempt.attempt))
 }
 
-pub async fn a_panicked_run_holds_its_key_then_runs_recovered<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A handler that panics is answered 500 `handler-failed` (the panic
+/// message not leaked), its key stays in progress (an immediate retry is
+/// 409, not a second run), and after the lease the retry runs as a
+/// recovered second attempt, then replays.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn handler_panic<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     // On a movable clock the lease is 5 s, moved past at once; on real
     // time 1 s, slept through.
     let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
@@ -76,7 +80,12 @@ async fn not_yet(State(seen): State<Seen>, Extension(attempt): Extension<Attempt
     }
 }
 
-pub async fn a_not_spent_answer_frees_the_key<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A handler's `NotSpent` answer frees the key: the retry runs the handler,
+/// and its answer is kept and replayed.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn not_spent<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let seen = Seen::default();
     let routes = Router::new().route("/payments", post(not_yet)).with_state(Arc::clone(&seen));
     let server = Served::start(backend, LayerConfig::global(), routes).await;

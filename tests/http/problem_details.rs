@@ -4,11 +4,12 @@
 //! not run.
 #![cfg(feature = "tower")]
 
-use crate::common::http::{client, post as post_to, send, Counter, Server};
+use crate::common::http::Server;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
+use idemkv::conformance::http::harness::{client, post as post_to, send, Counter};
 use idemkv::http::LayerConfig;
 use idemkv::Config;
 

@@ -8,17 +8,17 @@
 //! Stripe's scheme the same; and the outbox's HTTP sink signs what it
 //! sends, which the layer verifies and deduplicates.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Reply};
+use super::harness::{client, send, Reply};
+use super::harness::{key, Served};
+use crate::conformance::Setting;
+use crate::http::{WebhookAttempt, WebhookLayer};
+use crate::webhook::{StandardWebhooks, StripeSignature, WebhookVerifier};
+use crate::{backend::IdempotencyBackend, messaging::Inbox};
 use axum::extract::Extension;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use idemkv::conformance::Setting;
-use idemkv::http::{WebhookAttempt, WebhookLayer};
-use idemkv::webhook::{StandardWebhooks, StripeSignature, WebhookVerifier};
-use idemkv::{backend::IdempotencyBackend, messaging::Inbox};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -81,10 +81,13 @@ async fn deliver<B>(receiver: &Receiver<B>, headers: &axum::http::HeaderMap, bod
     send(request).await
 }
 
-pub async fn a_webhook_runs_once_however_often_and_in_whatever_order_it_comes<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A signed webhook (Standard Webhooks) runs once however often and in
+/// whatever order it comes — redelivered, re-signed, reordered, eight at
+/// once — and its id with another body is 422 `webhook-id-reused`.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
     let sender = StandardWebhooks::new([OLD]).expect("secret");
     let id = |name: &str| key(setting, name);
@@ -117,10 +120,13 @@ pub async fn a_webhook_runs_once_however_often_and_in_whatever_order_it_comes<B:
     receiver.server.stop().await;
 }
 
-pub async fn an_unverified_webhook_is_refused_and_runs_nothing<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// An unverified webhook — a tampered body, a stale or future timestamp, an
+/// unknown secret, a missing header, an over-long id — is a 400 or 401
+/// problem and runs nothing; a refusal spends nothing.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_refused<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
     let sender = StandardWebhooks::new([OLD]).expect("secret");
     let id = |name: &str| key(setting, name);
@@ -150,10 +156,12 @@ pub async fn an_unverified_webhook_is_refused_and_runs_nothing<B: IdempotencyBac
     receiver.server.stop().await;
 }
 
-pub async fn a_failing_webhook_is_retried_then_a_dead_letter<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A webhook whose handler fails is retried, then a dead letter (202) once
+/// its attempts are spent, listed by the inbox.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_dead<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
     let sender = StandardWebhooks::new([OLD]).expect("secret");
     let id = key(setting, "f");
@@ -169,10 +177,12 @@ pub async fn a_failing_webhook_is_retried_then_a_dead_letter<B: IdempotencyBacke
     receiver.server.stop().await;
 }
 
-pub async fn a_rotation_verifies_the_old_and_the_new_secret<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// During a secret rotation, webhooks signed with the old secret, the new
+/// one or both verify, each run once.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_rotation<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let receiver = receiver(backend, setting, StandardWebhooks::new([NEW, OLD]).expect("secrets")).await;
     let body = br#"{"type":"invoice.paid"}"#;
     let id = |name: &str| key(setting, name);
@@ -187,14 +197,14 @@ pub async fn a_rotation_verifies_the_old_and_the_new_secret<B: IdempotencyBacken
     receiver.server.stop().await;
 }
 
-/// Guards that a signature header with an entry the verifier cannot read
-/// (a version to come, bad base64 or hex, Stripe's `v0=`) beside a good
-/// signature is accepted and run once, not refused whole; with nothing
-/// readable in it, it is 400, and with only wrong signatures 401.
-pub async fn an_unreadable_signature_beside_a_good_one_runs_once<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A signature header with an entry the verifier cannot read (a version to
+/// come, bad base64 or hex, Stripe's `v0=`) beside a good signature is
+/// accepted and run once, not refused whole; with nothing readable in it,
+/// it is 400, and with only wrong signatures 401.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_mixed<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let standard = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
     let sender = StandardWebhooks::new([OLD]).expect("secret");
     let (id, body) = (key(setting, "mixed"), br#"{"type":"invoice.paid"}"#);
@@ -230,7 +240,12 @@ pub async fn an_unreadable_signature_beside_a_good_one_runs_once<B: IdempotencyB
     stripes.server.stop().await;
 }
 
-pub async fn a_stripe_event_runs_once_by_its_event_id<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A Stripe event runs once by its event id; a forged or stale signature is
+/// 401.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn webhooks_stripe<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let receiver = receiver(backend, setting, StripeSignature::new(["whsec_stripe"]).expect("secret")).await;
     let stripe = StripeSignature::new(["whsec_stripe"]).expect("secret");
     let event = key(setting, "evt");
@@ -253,29 +268,29 @@ pub async fn a_stripe_event_runs_once_by_its_event_id<B: IdempotencyBackend + Cl
 struct Twice<S>(S);
 
 #[cfg(feature = "client")]
-impl<S: idemkv::messaging::Sink + Sync> idemkv::messaging::Sink for Twice<S> {
-    async fn deliver(&self, message: &idemkv::messaging::Staged) -> Result<(), idemkv::messaging::SinkError> {
+impl<S: crate::messaging::Sink + Sync> crate::messaging::Sink for Twice<S> {
+    async fn deliver(&self, message: &crate::messaging::Staged) -> Result<(), crate::messaging::SinkError> {
         self.0.deliver(message).await?;
         self.0.deliver(message).await
     }
 }
 
-/// The relay's HTTP sink signs each message; the receiver verifies it and
-/// runs each message once, though it comes twice; unsigned, it is refused
-/// for good.
+/// The relay's HTTP sink signs each message; the layer verifies it and runs
+/// each message once, though it comes twice; unsigned, it is refused for
+/// good.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
 #[cfg(feature = "client")]
-pub async fn the_http_sink_signs_what_the_layer_verifies<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
-    use http_body_util::Full;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    use idemkv::{
+pub async fn webhooks_signed_sink<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    use crate::{
         backend::ClaimOptions,
         messaging::{HttpSink, KeyDelivery, Outbox, OutboxMessage, Produced, Relay, RelayConfig},
         Fingerprint,
     };
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
 
     let receiver = receiver(backend, setting, StandardWebhooks::new([OLD]).expect("secret")).await;
     let shop = key(setting, "shop").into_bytes();

@@ -7,8 +7,11 @@
 //! An answer at the edge of the budget is kept whole or without its body,
 //! and either way never runs twice.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter, Reply};
+use super::harness::{client, post as post_to, send, Counter, Reply};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::LayerConfig;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -16,9 +19,6 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
 
 /// What the stored form of the handler's answer takes besides its body:
 /// the format's prefix (4), status and header count (4), and
@@ -72,12 +72,14 @@ fn assert_omitted(retry: &Reply, what: &str) {
     );
 }
 
-pub async fn a_response_over_the_budget_reaches_its_caller_and_is_kept_without_its_body<
-    B: IdempotencyBackend + Clone,
->(
-    backend: &B,
-    setting: &Setting,
-) {
+/// An answer over the response budget (the backend's limit on a stored
+/// response), body streamed or not, reaches its caller whole and runs once;
+/// its retries get its status and headers, `Idempotency-Replay: omitted`,
+/// and no body.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn over_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let server = server(backend, &runs).await;
     let client = client();
@@ -99,10 +101,12 @@ pub async fn a_response_over_the_budget_reaches_its_caller_and_is_kept_without_i
     server.stop().await;
 }
 
-pub async fn responses_at_the_edge_of_the_budget_run_once<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Answers at the edge of the response budget (exactly it, a byte over, a
+/// little under) are kept whole or without their body, and never run twice.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn edge_of_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let server = server(backend, &runs).await;
     let client = client();
@@ -142,15 +146,13 @@ async fn headers(State(runs): State<Counter>, body: String) -> impl IntoResponse
     (StatusCode::CREATED, [("x-policy", "p".repeat(len))], "created")
 }
 
-/// Headers alone over the budget once saturated the body's budget to 0 and
-/// skipped the too-large path: the store refused the answer, the client got
-/// `Idempotency-Stored: false` and every retry after the lease ran the
-/// handler again. The caller gets them whole; what is kept is the status
-/// alone, marked omitted, and no retry runs again, even past the lease.
-pub async fn headers_alone_over_the_budget_keep_the_status<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Headers alone over the response budget reach the caller whole; what is
+/// kept is the status alone, marked omitted, and no retry runs again, even
+/// past the lease.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn headers_over_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/policies", post(headers)).with_state(runs.clone());
     let lease = std::time::Duration::from_secs(1);

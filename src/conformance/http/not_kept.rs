@@ -6,16 +6,16 @@
 //! three tries — while the router's own 404 and 405, marked `NotSpent` by
 //! its fallbacks, free the key for the corrected request.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{LayerConfig, NotSpent};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Extension, Router};
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{LayerConfig, NotSpent};
 
 /// `bad` is a 400, `unprocessable` a 422, anything else a 201.
 async fn validate(State(runs): State<Counter>, body: String) -> (StatusCode, String) {
@@ -49,10 +49,12 @@ async fn cancel(State(runs): State<Counter>) -> (StatusCode, String) {
     (StatusCode::NOT_FOUND, format!("no open order; refund {run} issued"))
 }
 
-pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// The router's own 404 and 405, marked `NotSpent` by its fallbacks, do not
+/// spend the key: the corrected request runs.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn not_kept_routing<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new()
         .route("/payments", post(validate))
@@ -76,7 +78,12 @@ pub async fn a_mistyped_path_or_method_does_not_spend_the_key<B: IdempotencyBack
     assert_eq!(runs.get(), 2, "only the corrected requests reached the handler");
 }
 
-pub async fn a_handlers_own_404_is_kept_and_runs_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A handler's own 404 is kept like any answer and runs once for three
+/// tries; without the router's `NotSpent`, its 404 is kept too.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn kept_handler_404<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new()
         .route("/orders/{id}/cancel", post(cancel))
@@ -113,10 +120,12 @@ pub async fn a_handlers_own_404_is_kept_and_runs_once<B: IdempotencyBackend + Cl
     server.stop().await;
 }
 
-pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// By default a handler's 400 or 422 frees the key: the retry runs again,
+/// and a corrected request may use the key.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn not_kept_validation<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let server = server(backend, &runs, LayerConfig::global()).await;
     let client = client();
@@ -136,7 +145,12 @@ pub async fn validation_failures_are_not_kept_by_default<B: IdempotencyBackend +
     }
 }
 
-pub async fn validation_failures_are_kept_on_request<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// With `keep_validation_failures(true)` a handler's 400 or 422 is kept and
+/// replayed, and the key is spent.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn kept_validation<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let server = server(backend, &runs, LayerConfig::global().keep_validation_failures(true)).await;
     let client = client();

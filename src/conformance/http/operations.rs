@@ -10,19 +10,19 @@
 //! while the key stays free, to its scope alone; a request to no route is answered at once,
 //! never 202; bytes that are no answer are never read as one.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Counter, Reply};
+use super::harness::{client, send, Counter, Reply};
+use super::harness::{key, Served};
+use crate::conformance::Setting;
+use crate::http::{Attempt, LayerConfig, NotSpent};
+use crate::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Fingerprint,
+};
 use axum::extract::Extension;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idemkv::conformance::Setting;
-use idemkv::http::{Attempt, LayerConfig, NotSpent};
-use idemkv::{
-    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
-    Fingerprint,
-};
 use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -73,10 +73,14 @@ async fn finished(server: &Served, location: &str) -> Reply {
     reply
 }
 
-pub async fn respond_async_answers_202_and_the_status_resource_follows_the_run<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// `Prefer: respond-async` is answered 202 with `Location` of a status
+/// resource while the handler runs on: the status resource is 202 with
+/// `Retry-After` while it runs and the kept answer once done, a retry the
+/// same 202 then the replay, and no other scope (nor a made-up id) sees it.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn respond_async<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, runs) = reports(backend).await;
     let r1 = key(setting, "r1");
     let accepted = send(report(&server, &r1, 2_000).header("prefer", "respond-async")).await;
@@ -105,10 +109,13 @@ pub async fn respond_async_answers_202_and_the_status_resource_follows_the_run<B
     server.stop().await;
 }
 
-pub async fn a_run_past_the_configured_time_is_answered_202<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A handler past `respond_async_after` is answered 202 without being
+/// asked, one in time with its own answer; the status resource follows the
+/// run.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn async_after<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, runs) = reports(backend).await;
     let quick = send(report(&server, &key(setting, "quick"), 0)).await;
     assert_eq!((quick.status, quick.body.as_str()), (201, "report after 0 ms"), "done in time: its own answer");
@@ -167,10 +174,13 @@ fn async_post(server: &Served, path: &str, key: &str, body: &str) -> reqwest::Re
         .body(body.to_owned())
 }
 
-pub async fn an_abandoned_operation_says_so_and_its_retry_takes_it_over<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A long operation whose run died (a panic) is told `operation-abandoned`
+/// at its status resource once its lease lapsed, and its retry takes it
+/// over as a recovered second attempt.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn async_abandoned<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     // On a movable clock the lease is 5 s, moved past at once; on real
     // time 1 s, slept through.
     let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
@@ -205,7 +215,13 @@ pub async fn an_abandoned_operation_says_so_and_its_retry_takes_it_over<B: Idemp
     server.stop().await;
 }
 
-pub async fn an_answer_not_kept_is_told_at_its_location<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// An answer the key does not keep (a 422, a `NotSpent` 503) is told at its
+/// `Location` to its scope alone while the key stays free: the corrected
+/// request runs under the same `Location`.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn async_not_kept<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/checks", post(check)).layer(Extension(runs.clone()));
     let server = Served::start(backend, LayerConfig::scoped(account).operations("/operations"), routes).await;
@@ -244,10 +260,12 @@ pub async fn an_answer_not_kept_is_told_at_its_location<B: IdempotencyBackend + 
     server.stop().await;
 }
 
-pub async fn respond_async_to_no_route_is_answered_at_once<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// `Prefer: respond-async` to no route is answered at once (404), never
+/// 202.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn async_no_route<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, runs) = reports(backend).await;
     let missed = send(async_post(&server, "/reprots", &key(setting, "typo"), "2000")).await;
     assert_eq!(missed.status, 404, "no 202 for a run that never ran: {missed:?}");
@@ -256,10 +274,13 @@ pub async fn respond_async_to_no_route_is_answered_at_once<B: IdempotencyBackend
     server.stop().await;
 }
 
-/// Bytes under a key that are no answer of the layer — another writer's
-/// in the same scope — are a 500 `stored-unreadable` at its status
-/// resource, never read as a status (`01 03` once read as "769").
-pub async fn the_status_resource_reads_answers_only<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// Bytes under a key that are no answer of the layer — another writer's in
+/// the same scope — are a 500 `stored-unreadable` at its status resource,
+/// never read as a status.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn status_reads_answers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, _runs) = reports(backend).await;
     for (name, bytes) in [("letter", &[0x01u8, 0x03, 0, 0][..]), ("progress", b"{\"sent\":3}"), ("empty", b"")] {
         let key = key(setting, name);

@@ -1,15 +1,15 @@
 //! Guards the pass-through of requests the layer does not guard: a
 //! streamed GET behind a router-wide layer reaches the client as it is
 //! produced, not buffered until its end.
-use super::Served;
-use crate::common::http::client;
+use super::harness::client;
+use super::harness::Served;
+use crate::backend::IdempotencyBackend;
+use crate::http::LayerConfig;
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use futures_util::stream;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::http::LayerConfig;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,12 @@ async fn ticker() -> Body {
     }))
 }
 
-pub async fn a_streamed_get_is_not_buffered<B: IdempotencyBackend + Clone>(backend: &B) {
+/// A streamed GET behind a router-wide layer (a request the layer does not
+/// guard) reaches the client as it is produced, not buffered until its end.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn streamed_get<B: IdempotencyBackend + Clone>(backend: &B) {
     let routes =
         Router::new().route("/ticks", get(ticker)).route("/payments", post(|| async { (StatusCode::CREATED, "ok") }));
     let server = Served::start(backend, LayerConfig::global(), routes).await;

@@ -6,15 +6,15 @@
 //! keep-alive once ran in the handler's task and stopped at the head).
 //! Renewals run in real time, so these need a backend on real time.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::LayerConfig;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
 use std::time::Duration;
 
 /// Runs 2.2 s: more than twice the 1 s lease.
@@ -24,10 +24,13 @@ async fn long(State(runs): State<Counter>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-pub async fn a_handler_twice_as_long_as_its_lease_runs_once<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A handler twice as long as its lease keeps its key (a duplicate mid-run
+/// gets 409, not a second run), its answer is kept and the retry replays
+/// it: the layer renews the lease, in real time.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn keepalive<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(long)).with_state(runs.clone());
     let server = Served::start(backend, LayerConfig::global().lease(Duration::from_secs(1)), routes).await;
@@ -58,7 +61,7 @@ pub async fn a_handler_twice_as_long_as_its_lease_runs_once<B: IdempotencyBacken
 /// It blocks inside `block_in_place`, as tokio asks: a worker blocked
 /// without it can stall the runtime's I/O driver, and then no duplicate
 /// (nor a networked backend's renewal) is served until it returns.
-/// `tests/http/http_blocking_handler.rs` blocks outright, on the embedded
+/// `tests/http/blocking_handler.rs` blocks outright, on the embedded
 /// store, and checks the lease from outside the runtime.
 async fn blocking(State(runs): State<Counter>) -> (StatusCode, String) {
     let run = runs.bump();
@@ -106,17 +109,25 @@ async fn runs_once_past_its_lease<B: IdempotencyBackend + Clone>(
     first.body
 }
 
-pub async fn a_handler_that_blocks_its_thread_runs_once<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A handler that blocks its thread (inside `block_in_place`) for three
+/// leases runs once: a duplicate past the lease is 409 and the retry after
+/// it a replay.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn keepalive_blocking<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(blocking)).with_state(runs.clone());
     let body = runs_once_past_its_lease(backend, routes, &runs, &key(setting, "order-blocking")).await;
     assert_eq!(body, "payment 1");
 }
 
-pub async fn a_body_that_streams_for_three_leases_runs_once<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A handler whose body streams for three leases after its head was
+/// answered runs once: the keep-alive outlives the head.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn keepalive_streaming<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(streaming)).with_state(runs.clone());
     let body = runs_once_past_its_lease(backend, routes, &runs, &key(setting, "order-streaming")).await;

@@ -2,15 +2,15 @@
 //! refused, an RFC 9651 sf-string with an escape is one key (run once,
 //! then replayed), and parameters are refused with a message that says so.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send};
+use super::harness::{client, post as post_to, send};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{Attempt, LayerConfig};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Extension, Router};
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{Attempt, LayerConfig};
 use std::sync::Arc;
 
 /// The keys the handler was run with.
@@ -27,7 +27,12 @@ async fn server<B: IdempotencyBackend + Clone>(backend: &B, seen: &Seen) -> Serv
     Served::start(backend, LayerConfig::global(), routes).await
 }
 
-pub async fn two_key_fields_are_refused<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// Two `Idempotency-Key` fields are refused (400 `key-repeated`), the
+/// handler not run.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn two_key_fields<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let seen = Seen::default();
     let server = server(backend, &seen).await;
     let client = client();
@@ -38,7 +43,12 @@ pub async fn two_key_fields_are_refused<B: IdempotencyBackend + Clone>(backend: 
     assert!(seen.lock().is_empty(), "the handler ran");
 }
 
-pub async fn an_sf_string_with_an_escape_is_one_key<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// An RFC 9651 sf-string key with an escape is one key, the unescaped
+/// string: run once, then replayed.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn sf_string<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let seen = Seen::default();
     let server = server(backend, &seen).await;
     let client = client();
@@ -53,7 +63,12 @@ pub async fn an_sf_string_with_an_escape_is_one_key<B: IdempotencyBackend + Clon
     assert_eq!(seen.lock().len(), 1, "the same key ran twice");
 }
 
-pub async fn parameters_on_the_key_are_refused<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// Parameters on the key are refused (400 `key-invalid`, saying so), the
+/// handler not run.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn key_parameters<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let seen = Seen::default();
     let server = server(backend, &seen).await;
     let client = client();

@@ -7,15 +7,15 @@
 //! off a writer that can. A `GET` or `HEAD` with `If-None-Match` naming
 //! the current tag is 304 with the `ETag`, the handler not run.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Counter, Reply};
+use super::harness::{client, send, Counter, Reply};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{IfMatch, LayerConfig};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{IfMatch, LayerConfig};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,10 +95,14 @@ fn request(
     request
 }
 
-pub async fn put_and_delete_are_checked_and_a_delete_steps_the_version<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Every method of a versioned resource is checked: a `PUT` or `DELETE`
+/// without `If-Match` is 428 and with a stale tag 412, nothing run; with
+/// the current tag they run and step the version, so a tag from before a
+/// `DELETE` is 412.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn every_method_checked<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, accounts) = accounts(backend).await;
     let (id, k) = (key(setting, "acct"), |name: &str| key(setting, name));
     let tag = |version: u32| format!("\"{id}-v{version}\"");
@@ -130,14 +134,14 @@ pub async fn put_and_delete_are_checked_and_a_delete_steps_the_version<B: Idempo
     server.stop().await;
 }
 
-/// While a writer with the current tag holds the account, requests
+/// While a writer with the current tag holds a versioned resource, requests
 /// without `If-Match` are 428 at once, not 409 `resource-locked`; and in
 /// rounds of sixteen of them sent with one valid writer, the valid writer
 /// is never held off.
-pub async fn writers_without_if_match_never_hold_off_a_valid_writer<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn unconditional_writers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, accounts) = accounts(backend).await;
     let server = Arc::new(server);
     let id = key(setting, "busy");
@@ -187,10 +191,13 @@ pub async fn writers_without_if_match_never_hold_off_a_valid_writer<B: Idempoten
     Arc::into_inner(server).expect("the writers are done").stop().await;
 }
 
-pub async fn a_read_with_the_current_tag_is_not_modified<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A `GET` or `HEAD` with `If-None-Match` naming the current tag (strong or
+/// weak) is 304 with the `ETag`, the handler not run; another tag reads,
+/// and a stale `If-Match` is 412.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn not_modified<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, accounts) = accounts(backend).await;
     let id = key(setting, "cached");
     let created =

@@ -11,15 +11,15 @@
 //! its dead letters are listed and re-driven; and every hostile tenant's
 //! own request replays as its own.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Reply};
+use super::harness::{client, send, Reply};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{IfMatch, LayerConfig};
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{IfMatch, LayerConfig};
 use std::fmt::Write as _;
 
 fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
@@ -109,11 +109,17 @@ async fn owner_writes(server: &Served, owner: &str, account: &str, setting: &Set
     matched
 }
 
-/// See the module docs.
-pub async fn tenants_named_like_idemkvs_records_reach_nothing_of_it<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// Tenants named like idemkv's own records (`idemkv.hold/<account>`,
+/// `idemkv.operation/<account>`, `idemkv.inbox/<consumer>`, ... and near
+/// misses) reach nothing of it: another tenant still holds, versions and
+/// writes its resource, the status resource of a version is no tenant's
+/// (404), each hostile tenant's request replays as its own, and (with
+/// `messaging`) a consumer's messages run once and its dead letters are
+/// listed and re-driven.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn hostile_tenants<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let server = service(backend).await;
     let (owner, account) = (key(setting, "owner"), key(setting, "acct"));
     let consumer: String =
@@ -142,7 +148,7 @@ pub async fn tenants_named_like_idemkvs_records_reach_nothing_of_it<B: Idempoten
 /// listed and re-driven.
 #[cfg(feature = "messaging")]
 async fn messages_run_once<B: IdempotencyBackend + Clone>(backend: &B, consumer: &str, count: usize) {
-    use idemkv::messaging::{Delivery, Handled, Inbox};
+    use crate::messaging::{Delivery, Handled, Inbox};
     let inbox = Inbox::new(backend.clone()).max_attempts(1);
     for round in 0..count {
         let id = format!("msg-{round}");

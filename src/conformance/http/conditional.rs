@@ -6,15 +6,15 @@
 //! `resource-locked`, or a wait under `Prefer: wait`); a holder that died
 //! is taken over with `recovered` after its lease.
 
-use super::{key, Served};
-use crate::common::http::{client, send, Reply};
+use super::harness::{client, send, Reply};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::{IfMatch, LayerConfig, ResourceHold};
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::{IfMatch, LayerConfig, ResourceHold};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -83,7 +83,14 @@ fn read(server: &Served, id: &str, account: &str) -> reqwest::RequestBuilder {
     client().get(server.url(&format!("/payments/{id}"))).header("x-account", account.to_owned())
 }
 
-pub async fn the_payment_flow_with_etags_and_keys<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// The payment flow with `ETag` / `If-Match` and `Idempotency-Key`
+/// together: a retried PATCH is a replay, not a 412; a stale or weak tag is
+/// a 412 and none at all a 428, nothing run and the key not spent; reads
+/// carry the current tag, and `If-None-Match: *` creates only.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn etags<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, payments) = payments(backend).await;
     let (id, k) = (key(setting, "p"), |name: &str| key(setting, name));
     let tag = |version: u32| format!("\"{id}-v{version}\"");
@@ -120,7 +127,10 @@ pub async fn the_payment_flow_with_etags_and_keys<B: IdempotencyBackend + Clone>
 /// value plus one with `If-Match` (a read-modify-write that loses updates
 /// without it), retrying on 412 and 409: the final value is the count of
 /// writes that succeeded.
-pub async fn racing_writers_lose_no_update<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn racing_writers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let (server, payments) = payments(backend).await;
     let id = key(setting, "counter");
     assert_eq!(
@@ -193,7 +203,14 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
     Some(path.split('/').next()?.as_bytes().to_vec())
 }
 
-pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// Two requests with different keys on one account never run at once: the
+/// second is 409 `resource-locked` with `Retry-After` (and runs when sent
+/// again), or under `Prefer: wait` waits its turn; another account never
+/// waits for it.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn one_per_resource<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let running = Arc::new(Running::default());
     let routes = Router::new()
         .route(
@@ -258,11 +275,13 @@ pub async fn one_request_at_a_time_per_account<B: IdempotencyBackend + Clone>(ba
     server.stop().await;
 }
 
-/// Real time: the hold of a handler that died lapses after its lease.
-pub async fn a_hold_whose_holder_died_is_taken_over_as_recovered<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// The hold of a handler that died (a panic) lapses after its lease, in
+/// real time: the next request on the account is taken over as `recovered`,
+/// the one after it not.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn hold_takeover<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let routes = Router::new().route(
         "/accounts/{id}/transfers",
         post(|Extension(hold): Extension<ResourceHold>, body: String| async move {

@@ -3,16 +3,16 @@
 //! first answer's `Date`, and no header on the `replay_deny` list; and what
 //! a waited replay says of its preference.
 
-use super::{key, Served};
-use crate::common::http::{client, post as post_to, send, Counter};
+use super::harness::{client, post as post_to, send, Counter};
+use super::harness::{key, Served};
+use crate::backend::IdempotencyBackend;
+use crate::conformance::Setting;
+use crate::http::LayerConfig;
 use axum::extract::State;
 use axum::http::header::{HeaderName, DATE, ETAG, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use idemkv::backend::IdempotencyBackend;
-use idemkv::conformance::Setting;
-use idemkv::http::LayerConfig;
 
 /// A `Date` no server would send today, to tell the first answer's from a
 /// fresh one.
@@ -31,7 +31,13 @@ async fn create(State(runs): State<Counter>) -> (StatusCode, HeaderMap, String) 
     (StatusCode::CREATED, headers, format!("payment {run}"))
 }
 
-pub async fn a_replay_carries_the_stored_headers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+/// A replay carries the stored headers (`ETag`, `x-request-id`, a custom
+/// header, both `set-cookie` fields) but not the first answer's `Date`, nor
+/// a header on the `replay_deny` list.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn replay_headers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
     let layer = LayerConfig::global().replay_deny(vec![HeaderName::from_static("x-internal-trace")]);
@@ -63,14 +69,13 @@ async fn slow(State(runs): State<Counter>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("payment {run}"))
 }
 
-/// A duplicate that waited (`Prefer: wait=N`) is told the wait was
-/// honoured, `Preference-Applied: wait=N` (RFC 7240), with N as capped by
-/// `wait_max`; one that did not wait is told to look again within a
-/// second, not when the 30 s lease would end.
-pub async fn a_waited_replay_says_its_preference_was_applied<B: IdempotencyBackend + Clone>(
-    backend: &B,
-    setting: &Setting,
-) {
+/// A duplicate that waited (`Prefer: wait=N`) is told `Preference-Applied:
+/// wait=N` (RFC 7240), N capped by `wait_max`; one that did not wait is
+/// told to look again within a second, not when the lease would end.
+///
+/// # Panics
+/// When the layer over the backend answers otherwise.
+pub async fn waited_replay<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
     let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
     let layer = LayerConfig::global().wait_max(std::time::Duration::from_secs(20));

@@ -1,0 +1,210 @@
+//! The HTTP layer's scenarios as functions over any [`IdempotencyBackend`]
+//! (feature `conformance-http`): each serves routes behind
+//! [`IdempotencyLayer`](crate::http::IdempotencyLayer) over the backend on
+//! a real axum server on 127.0.0.1 and drives them with a real HTTP client
+//! (reqwest), so that a backend — the embedded [`Store`](crate::Store),
+//! Redis, PostgreSQL, or one of your own — is held to what
+//! [the HTTP contract](crate::http) promises over it: double and
+//! concurrent sends, refused keys, a restart, a released 5xx, a dropped
+//! request, a client that hangs up, a panicking handler, `NotSpent`, key
+//! parsing, lease keep-alives, what is not kept (and a handler's own 404,
+//! which is), quotas, replayed headers, the response budget, streamed
+//! pass-through, tenant scopes (and tenants named like idemkv's own
+//! records), 500 waiters on one key, the draft's public conformance
+//! vectors, conditional writes, one request at a time per resource, long
+//! operations and, with `webhooks`, signed webhooks.
+//!
+//! It has the shape of the backend-level suite ([`conformance`](super)):
+//! each scenario is a `pub async fn` that panics, with a message naming
+//! what broke, when the backend breaks the contract; [`run_all`] runs
+//! them in turn, names the failing scenario in front of its message, and
+//! returns a [`Report`] of what ran and what was skipped, given the same
+//! [`Capabilities`]. A scenario that needs what the backend lacks is
+//! skipped, not passed: the lease keep-alives and a dead holder's takeover
+//! need [`Capability::RealTime`] (renewals run in real time), the quota
+//! scenario [`Capability::Quotas`], the restart [`Capability::Persistence`]
+//! (and its expiry after the restart [`Capability::MovableClock`]).
+//!
+//! The scenarios keep their keys under the run's prefix
+//! ([`Capabilities::key_prefix`]), bind free loopback ports, take a
+//! minute or more in all (they sleep through leases, and a backend on a
+//! [`ManualClock`](crate::ManualClock) has its clock moved instead where
+//! the scenario allows), and want a multi-threaded runtime with four
+//! workers (one scenario blocks a worker for seconds, as a handler may).
+//! The server and the client they run on are public in [`harness`], for
+//! tests of your own.
+//!
+//! # Examples
+//!
+//! A third party's backend runs the suite from its own test; here the
+//! embedded store stands for it (`no_run`: the suite takes a minute or
+//! more; `tests/fleets/conformance.rs` runs it on every backend):
+//!
+//! ```no_run
+//! use idemkv::conformance::{self, Capabilities, Capability};
+//! use idemkv::{Config, Durability, Store};
+//!
+//! # fn main() {
+//! # let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+//! # runtime.block_on(async {
+//! let dir = tempfile::tempdir().expect("tempdir");
+//! let config = Config::new().durability(Durability::Buffered).response_bytes_max(4096);
+//! let store = Store::open(dir.path(), config).expect("open");
+//!
+//! // On real time, without quotas, not restarted here: the scenarios that
+//! // need either are skipped, and say so.
+//! let report = conformance::http::run_all(store, Capabilities::new()).await;
+//! assert_eq!(report.skipped, [("quota", Capability::Quotas), ("restart", Capability::Persistence)]);
+//! assert!(report.passed.contains(&"draft_vectors"));
+//! # });
+//! # }
+//! ```
+
+mod client_disconnect;
+mod conditional;
+mod draft_vectors;
+mod handler_panic;
+pub mod harness;
+mod hostile_tenants;
+mod key_parsing;
+mod layer;
+mod lease_keepalive;
+mod not_kept;
+mod operations;
+mod quota;
+mod replay_headers;
+mod response_budget;
+mod streaming_passthrough;
+mod tenant_scopes;
+mod versioned_methods;
+mod waiters;
+#[cfg(feature = "webhooks")]
+mod webhooks;
+
+pub use client_disconnect::client_disconnect;
+pub use conditional::{etags, hold_takeover, one_per_resource, racing_writers};
+pub use draft_vectors::draft_vectors;
+pub use handler_panic::{handler_panic, not_spent};
+pub use hostile_tenants::hostile_tenants;
+pub use key_parsing::{key_parameters, sf_string, two_key_fields};
+pub use layer::{concurrent_sends, double_send, dropped_request, refused_keys, release_5xx, restart, restart_ttl};
+pub use lease_keepalive::{keepalive, keepalive_blocking, keepalive_streaming};
+pub use not_kept::{kept_handler_404, kept_validation, not_kept_routing, not_kept_validation};
+pub use operations::{
+    async_abandoned, async_after, async_no_route, async_not_kept, respond_async, status_reads_answers,
+};
+pub use quota::quota;
+pub use replay_headers::{replay_headers, waited_replay};
+pub use response_budget::{edge_of_budget, headers_over_budget, over_budget};
+pub use streaming_passthrough::streamed_get;
+pub use tenant_scopes::tenant_scopes;
+pub use versioned_methods::{every_method_checked, not_modified, unconditional_writers};
+pub use waiters::waiters;
+#[cfg(all(feature = "webhooks", feature = "client"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "webhooks", feature = "client"))))]
+pub use webhooks::webhooks_signed_sink;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+pub use webhooks::{
+    webhooks_dead, webhooks_mixed, webhooks_once, webhooks_refused, webhooks_rotation, webhooks_stripe,
+};
+
+use super::{scenario, skip, Capabilities, Capability, Report, Setting};
+use crate::backend::IdempotencyBackend;
+
+/// Runs each scenario named, in turn, on `$backend` with the setting of
+/// its name in `$run`, into `$report`.
+macro_rules! run {
+    ($report:expr, $backend:expr, $run:expr; $($name:ident),+ $(,)?) => {
+        $(scenario($report, stringify!($name), $name($backend, &$run.of(stringify!($name)))).await;)+
+    };
+}
+
+/// Runs every HTTP scenario on `backend`, in turn, with what
+/// `capabilities` says the backend offers; what ran and what was skipped.
+///
+/// The restart scenario runs last: it restarts the backend (through
+/// [`Capabilities::persistence`]) and drops the restarted one at its end.
+///
+/// # Panics
+/// When a scenario fails: the message names the scenario and what broke.
+/// The scenarios after a failed one do not run.
+pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities: Capabilities<B>) -> Report {
+    let mut report = Report::default();
+    let run = capabilities.setting();
+    let b = &backend;
+    run!(&mut report, b, run; double_send, concurrent_sends, refused_keys, release_5xx, dropped_request, client_disconnect);
+    failures_and_keys(&mut report, b, &run).await;
+    what_is_kept(&mut report, b, &run).await;
+    scenario(&mut report, "streamed_get", streamed_get(b)).await;
+    run!(&mut report, b, run; tenant_scopes, waiters, draft_vectors);
+    beyond_replay(&mut report, b, &run).await;
+    #[cfg(feature = "webhooks")]
+    signed_webhooks(&mut report, b, &run).await;
+    if run.clock().is_none() {
+        run!(&mut report, b, run; keepalive, hold_takeover, keepalive_blocking, keepalive_streaming);
+    } else {
+        for name in ["keepalive", "keepalive_blocking", "keepalive_streaming", "hold_takeover"] {
+            skip(&mut report, name, Capability::RealTime);
+        }
+    }
+    match capabilities.quota_scope().cloned() {
+        Some(limited) => scenario(&mut report, "quota", quota(b, &run.of("quota"), &limited)).await,
+        None => skip(&mut report, "quota", Capability::Quotas),
+    }
+    restarts(&mut report, backend, &mut capabilities, &run).await;
+    report
+}
+
+/// The restart scenario: on a movable clock with its expiry after the
+/// restart, else without it.
+async fn restarts<B: IdempotencyBackend + Clone>(
+    report: &mut Report,
+    backend: B,
+    capabilities: &mut Capabilities<B>,
+    run: &Setting,
+) {
+    match (capabilities.restarter(), run.clock()) {
+        (Some(restarter), Some(_)) => {
+            let setting = run.of("restart_ttl");
+            scenario(report, "restart_ttl", async { drop(restart_ttl(backend, restarter, &setting).await) }).await;
+        }
+        (Some(restarter), None) => {
+            skip(report, "restart_ttl", Capability::MovableClock);
+            let setting = run.of("restart");
+            scenario(report, "restart", async { drop(restart(backend, restarter, &setting).await) }).await;
+        }
+        (None, _) => skip(report, "restart", Capability::Persistence),
+    }
+}
+
+/// The scenarios of a handler that fails or says `NotSpent`, and of key
+/// parsing.
+async fn failures_and_keys<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
+    run!(report, b, run; handler_panic, not_spent, two_key_fields, sf_string, key_parameters);
+}
+
+/// The scenarios of what is kept and replayed: routing and validation
+/// failures, a handler's own 404, replayed headers, the response budget.
+async fn what_is_kept<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
+    run!(report, b, run; not_kept_routing, kept_handler_404, not_kept_validation, kept_validation);
+    run!(report, b, run; replay_headers, waited_replay, over_budget, edge_of_budget, headers_over_budget);
+}
+
+/// The scenarios of the layer's conditional writes, resource holds, tenants
+/// named like idemkv's records and long operations.
+async fn beyond_replay<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
+    run!(report, b, run; etags, hostile_tenants, racing_writers, one_per_resource);
+    run!(report, b, run; every_method_checked, unconditional_writers, not_modified);
+    run!(report, b, run; respond_async, async_after, async_abandoned, async_not_kept, async_no_route);
+    run!(report, b, run; status_reads_answers);
+}
+
+/// The scenarios of signed webhooks.
+#[cfg(feature = "webhooks")]
+async fn signed_webhooks<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
+    run!(report, b, run; webhooks_once, webhooks_refused, webhooks_dead, webhooks_rotation, webhooks_stripe);
+    run!(report, b, run; webhooks_mixed);
+    #[cfg(feature = "client")]
+    run!(report, b, run; webhooks_signed_sink);
+}
