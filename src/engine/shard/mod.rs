@@ -222,22 +222,8 @@ impl Shard {
                 Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
                 Tally::WaitAgain => bump(&self.counters.wait_looks),
             }
-            if let Some(found) = state.find(key)? {
-                // A replay reads only the wall clock: a finished record's
-                // answer depends on its TTL alone, and an answer that would
-                // write (a Failed key run again) is decided again below.
-                let now = if found.entry.state == State::Processing {
-                    state.now(&*self.clock)
-                } else {
-                    state.now_for_finished(&*self.clock)
-                };
-                if !transition::is_gone(&found.entry, found.lease_end_ms, now) {
-                    let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
-                    match transition::claim(Some(stored), params, state.log.next_lsn, now) {
-                        ClaimStep::Acquire(_) => {}
-                        step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay),
-                    }
-                }
+            if let Some((step, found)) = self.decided_shared(&state, key, params)? {
+                return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay);
             }
         }
         let mut state = self.lock()?;
@@ -262,18 +248,7 @@ impl Shard {
                 let checkpoint = self.checkpoint_of(&carried)?;
                 state.write(key, old.as_ref(), &header, &carried, &self.commit, &self.counters, now)?;
                 drop(state);
-                bump(&self.counters.acquired);
-                if header.recovered {
-                    bump(&self.counters.recovered);
-                }
-                self.waiters.wake(key.hash);
-                let outcome = Outcome::Acquired {
-                    token: header.token,
-                    lease_deadline_ms: header.deadline_ms,
-                    held: Held::of(&header),
-                    checkpoint,
-                };
-                Ok((outcome, header.lsn))
+                Ok(self.acquired(key, &header, checkpoint))
             }
             step => {
                 let found =
@@ -281,6 +256,59 @@ impl Shard {
                 self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay)
             }
         }
+    }
+
+    /// The stored record of `key` and the step it decides, when it decides
+    /// the claim without a write (replay, in progress, mismatch), looked up
+    /// under the shared lock. `None` when the key is absent or gone, or
+    /// the claim would acquire: that is decided again under the exclusive
+    /// lock.
+    #[inline]
+    fn decided_shared<'s>(
+        &self,
+        state: &'s ShardState,
+        key: &KeyRef<'_>,
+        params: &ClaimParams,
+    ) -> Result<Option<(ClaimStep, state::Found<'s>)>> {
+        let Some(found) = state.find(key)? else {
+            return Ok(None);
+        };
+        // A replay reads only the wall clock: a finished record's answer
+        // depends on its TTL alone, and an answer that would write (a
+        // Failed key run again) is decided again under the exclusive lock.
+        let now = if found.entry.state == State::Processing {
+            state.now(&*self.clock)
+        } else {
+            state.now_for_finished(&*self.clock)
+        };
+        if transition::is_gone(&found.entry, found.lease_end_ms, now) {
+            return Ok(None);
+        }
+        let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
+        match transition::claim(Some(stored), params, state.log.next_lsn, now) {
+            ClaimStep::Acquire(_) => Ok(None),
+            step => Ok(Some((step, found))),
+        }
+    }
+
+    /// The answer to a claim whose record (`header`) is written, the lock
+    /// released: counted, and the key's waiters woken, since a takeover (or
+    /// a fresh start over an expired record) gives them a new holder and
+    /// lease end to wait for.
+    #[inline]
+    fn acquired<R>(&self, key: &KeyRef<'_>, header: &Header, checkpoint: Option<Checkpoint>) -> (Outcome<R>, u64) {
+        bump(&self.counters.acquired);
+        if header.recovered {
+            bump(&self.counters.recovered);
+        }
+        self.waiters.wake(key.hash);
+        let outcome = Outcome::Acquired {
+            token: header.token,
+            lease_deadline_ms: header.deadline_ms,
+            held: Held::of(header),
+            checkpoint,
+        };
+        (outcome, header.lsn)
     }
 
     /// The answer to a claim that the stored record (`header`, `frame`, at
