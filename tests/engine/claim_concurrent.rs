@@ -70,7 +70,7 @@ fn claim_once(store: &Store, seen: &Seen, clock: Option<&ManualClock>, thread: u
         }
         Claim::InProgress { .. } => {
             if let Some(clock) = clock {
-                if round % 50 == 0 {
+                if round.is_multiple_of(50) {
                     clock.advance(Duration::from_millis(600));
                 }
             }

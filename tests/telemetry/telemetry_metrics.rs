@@ -87,7 +87,7 @@ fn every_outcome_moves_its_counter_and_claims_are_timed() {
 
 /// Every claim outcome and every way a lease ends, once: acquired,
 /// completed, replayed, in progress, mismatched, taken over (its first
-/// holder's finish refused with LeaseLost), failed, released, dropped.
+/// holder's finish refused with `LeaseLost`), failed, released, dropped.
 fn every_outcome_once(store: &Store, clock: &ManualClock) {
     // Acquired, completed, then replayed, in progress and mismatched.
     let Claim::Acquired(lease) = store.claim(&request("a", b"1")).expect("claim") else { panic!("not acquired") };
