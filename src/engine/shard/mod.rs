@@ -222,8 +222,22 @@ impl Shard {
                 Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
                 Tally::WaitAgain => bump(&self.counters.wait_looks),
             }
-            if let Some((step, found)) = self.decided_shared(&state, key, params)? {
-                return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay);
+            if let Some(found) = state.find(key)? {
+                // A replay reads only the wall clock: a finished record's
+                // answer depends on its TTL alone, and an answer that would
+                // write (a Failed key run again) is decided again below.
+                let now = if found.entry.state == State::Processing {
+                    state.now(&*self.clock)
+                } else {
+                    state.now_for_finished(&*self.clock)
+                };
+                if !transition::is_gone(&found.entry, found.lease_end_ms, now) {
+                    let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
+                    match transition::claim(Some(stored), params, state.log.next_lsn, now) {
+                        ClaimStep::Acquire(_) => {}
+                        step => return self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay),
+                    }
+                }
             }
         }
         let mut state = self.lock()?;
@@ -255,39 +269,6 @@ impl Shard {
                     current.ok_or_else(|| Error::corruption(&self.dir, 0, "a claim answered from no record"))?;
                 self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay)
             }
-        }
-    }
-
-    /// The stored record of `key` and the step it decides, when it decides
-    /// the claim without a write (replay, in progress, mismatch), looked up
-    /// under the shared lock. `None` when the key is absent or gone, or
-    /// the claim would acquire: that is decided again under the exclusive
-    /// lock.
-    #[inline]
-    fn decided_shared<'s>(
-        &self,
-        state: &'s ShardState,
-        key: &KeyRef<'_>,
-        params: &ClaimParams,
-    ) -> Result<Option<(ClaimStep, state::Found<'s>)>> {
-        let Some(found) = state.find(key)? else {
-            return Ok(None);
-        };
-        // A replay reads only the wall clock: a finished record's answer
-        // depends on its TTL alone, and an answer that would write (a
-        // Failed key run again) is decided again under the exclusive lock.
-        let now = if found.entry.state == State::Processing {
-            state.now(&*self.clock)
-        } else {
-            state.now_for_finished(&*self.clock)
-        };
-        if transition::is_gone(&found.entry, found.lease_end_ms, now) {
-            return Ok(None);
-        }
-        let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
-        match transition::claim(Some(stored), params, state.log.next_lsn, now) {
-            ClaimStep::Acquire(_) => Ok(None),
-            step => Ok(Some((step, found))),
         }
     }
 
