@@ -121,37 +121,39 @@ impl Bench {
     /// Replays (and the mixed load) on one preloaded store per engine.
     fn preloaded_groups(&mut self) -> Vec<Latency> {
         let keys = self.keys;
-        let preloaded: Vec<_> = Kind::ALL
-            .map(|kind| {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let engine = kind.open(dir.path(), false);
-                let started = Instant::now();
-                engine.preload(keys);
-                assert_eq!(engine.records(), keys, "{} preload", kind.name());
-                eprintln!("{}: {keys} keys preloaded in {:.1?}", kind.name(), started.elapsed());
-                (kind, dir, engine)
-            })
-            .into();
-        let replay = |engine: &dyn Engine, n: u64| {
-            assert_eq!(engine.claim(&key(PRELOADED, pick(n, keys)), &FINGERPRINT), Answer::Replay);
-        };
+        let preloaded: Vec<Preloaded> = Kind::ALL.map(|kind| preloaded(kind, keys)).into();
+        self.replay_groups(&preloaded);
+        // Per-call latencies, outside criterion, on the same stores.
+        let latencies = if self.quick { Vec::new() } else { replay_latencies(&preloaded, keys) };
+        for (_, dir, engine) in preloaded {
+            engine.close();
+            drop(dir);
+        }
+        latencies
+    }
 
+    /// The replay groups (one thread, two, and 9 replays to 1 fresh claim)
+    /// over the preloaded stores.
+    fn replay_groups(&mut self, preloaded: &[Preloaded]) {
+        let keys = self.keys;
         let mut group = self.group("replay_1t", &BUFFERED, 1, "ops/s");
-        for (kind, _, engine) in &preloaded {
+        for (kind, _, engine) in preloaded {
             let mut n = 0;
             group.bench_function(kind.name(), |bencher| {
                 bencher.iter(|| {
                     n += 1;
-                    replay(engine.as_ref(), n);
+                    replay(engine.as_ref(), keys, n);
                 });
             });
         }
         group.finish();
 
         let mut group = self.group("replay_2t", &BUFFERED, 1, "ops/s");
-        for (kind, _, engine) in &preloaded {
+        for (kind, _, engine) in preloaded {
             // Each thread walks its own sequence of picks.
-            let op = |thread: usize, n: u64| replay(engine.as_ref(), n ^ (u64::try_from(thread).expect("index") << 40));
+            let op = |thread: usize, n: u64| {
+                replay(engine.as_ref(), keys, n ^ (u64::try_from(thread).expect("index") << 40));
+            };
             with_pool(2, &op, |pool| {
                 group.bench_function(kind.name(), |bencher| bencher.iter_custom(|iters| pool.run(iters)));
             });
@@ -159,7 +161,7 @@ impl Bench {
         group.finish();
 
         let mut group = self.group("mixed_90_10_1t", &BUFFERED, 1, "ops/s");
-        for (kind, _, engine) in &preloaded {
+        for (kind, _, engine) in preloaded {
             let mut n = 0_u64;
             group.bench_function(kind.name(), |bencher| {
                 bencher.iter(|| {
@@ -167,41 +169,12 @@ impl Bench {
                     if n.is_multiple_of(10) {
                         engine.fresh(&key(0, n), &FINGERPRINT, &RESPONSE);
                     } else {
-                        replay(engine.as_ref(), n);
+                        replay(engine.as_ref(), keys, n);
                     }
                 });
             });
         }
         group.finish();
-
-        // Per-call latencies, outside criterion, on the same stores.
-        let mut latencies = Vec::new();
-        if !self.quick {
-            for (kind, _, engine) in preloaded.iter().filter(|(kind, ..)| matches!(kind, Kind::Idemkv | Kind::Naive)) {
-                let mut histogram = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
-                for n in 0..REPLAY_CALLS / 10 {
-                    replay(engine.as_ref(), n.wrapping_add(1 << 50));
-                }
-                for n in 0..REPLAY_CALLS {
-                    let started = Instant::now();
-                    replay(engine.as_ref(), n.wrapping_add(1 << 52));
-                    histogram.saturating_record(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
-                }
-                let at = |quantile| Duration::from_nanos(histogram.value_at_quantile(quantile));
-                latencies.push(Latency {
-                    engine: kind.name(),
-                    calls: REPLAY_CALLS,
-                    p50: at(0.50),
-                    p99: at(0.99),
-                    p999: at(0.999),
-                });
-            }
-        }
-        for (_, dir, engine) in preloaded {
-            engine.close();
-            drop(dir);
-        }
-        latencies
     }
 
     /// Time to reopen a store of `open_records` records (built once, outside
@@ -231,6 +204,53 @@ impl Bench {
         }
         group.finish();
     }
+}
+
+/// An engine's store preloaded with keys, and its directory.
+type Preloaded = (Kind, tempfile::TempDir, Box<dyn Engine>);
+
+/// A new store of `kind` with `keys` completed keys.
+fn preloaded(kind: Kind, keys: u64) -> Preloaded {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = kind.open(dir.path(), false);
+    let started = Instant::now();
+    engine.preload(keys);
+    assert_eq!(engine.records(), keys, "{} preload", kind.name());
+    eprintln!("{}: {keys} keys preloaded in {:.1?}", kind.name(), started.elapsed());
+    (kind, dir, engine)
+}
+
+/// A claim of the `n`-th pick of `keys` preloaded keys, answered with its
+/// stored response.
+#[inline]
+fn replay(engine: &dyn Engine, keys: u64, n: u64) {
+    assert_eq!(engine.claim(&key(PRELOADED, pick(n, keys)), &FINGERPRINT), Answer::Replay);
+}
+
+/// Single replay calls of idemkv and naive timed one by one, after a
+/// warm-up of a tenth as many.
+fn replay_latencies(preloaded: &[Preloaded], keys: u64) -> Vec<Latency> {
+    let mut latencies = Vec::new();
+    for (kind, _, engine) in preloaded.iter().filter(|(kind, ..)| matches!(kind, Kind::Idemkv | Kind::Naive)) {
+        let mut histogram = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
+        for n in 0..REPLAY_CALLS / 10 {
+            replay(engine.as_ref(), keys, n.wrapping_add(1 << 50));
+        }
+        for n in 0..REPLAY_CALLS {
+            let started = Instant::now();
+            replay(engine.as_ref(), keys, n.wrapping_add(1 << 52));
+            histogram.saturating_record(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        }
+        let at = |quantile| Duration::from_nanos(histogram.value_at_quantile(quantile));
+        latencies.push(Latency {
+            engine: kind.name(),
+            calls: REPLAY_CALLS,
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+        });
+    }
+    latencies
 }
 
 fn main() {

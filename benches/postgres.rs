@@ -67,16 +67,8 @@ async fn main() {
     let pool = pool_size();
     let connect = server.url().parse().expect("url");
     let backend = PostgresBackend::connect_with(connect, pool, Config::new()).await.expect("connect");
-    let client = backend.pool().get().await.expect("client");
-    client
-        .batch_execute("CREATE TABLE plain (key text PRIMARY KEY, state text NOT NULL, response bytea NOT NULL)")
-        .await
-        .expect("baseline table");
     let layout = std::env::var("IDEMKV_BENCH_PG_SQL").unwrap_or_default();
-    if !layout.is_empty() {
-        client.batch_execute(&layout).await.expect("IDEMKV_BENCH_PG_SQL");
-    }
-    drop(client);
+    prepare_tables(&backend, &layout).await;
     let preloading = backend.clone();
     support::tasks::preload(REPLAY_KEYS, move |n| {
         let backend = preloading.clone();
@@ -87,6 +79,38 @@ async fn main() {
     })
     .await;
     let slice = support::seconds(1.0);
+    let rows = measure(&backend, slice).await;
+    let hot = hot_updates(&backend).await;
+    println!(
+        "PostgreSQL 15 on loopback, synchronous_commit on, pool of {pool}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
+    );
+    if !layout.is_empty() {
+        println!("the store's table altered first: {layout}");
+    }
+    let pairs = [
+        (0, "claim+complete (baseline: INSERT ON CONFLICT + UPDATE)"),
+        (2, "replay (baseline: INSERT ON CONFLICT + SELECT)"),
+    ];
+    support::tasks::print_pairs(&rows, &pairs, 52);
+    println!("{hot}");
+}
+
+/// Creates the baseline's table, then runs `layout` (statements that
+/// change the store's table, if any) on the migrated store.
+async fn prepare_tables(backend: &PostgresBackend, layout: &str) {
+    let client = backend.pool().get().await.expect("client");
+    client
+        .batch_execute("CREATE TABLE plain (key text PRIMARY KEY, state text NOT NULL, response bytea NOT NULL)")
+        .await
+        .expect("baseline table");
+    if !layout.is_empty() {
+        client.batch_execute(layout).await.expect("IDEMKV_BENCH_PG_SQL");
+    }
+}
+
+/// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
+/// fresh keys, the baseline's, the backend's replays, the baseline's.
+async fn measure(backend: &PostgresBackend, slice: f64) -> Vec<Row> {
     let mut rows: Vec<Row> = (0..4).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {
@@ -116,31 +140,7 @@ async fn main() {
         })
         .await;
     }
-    let hot = hot_updates(&backend).await;
-    println!(
-        "PostgreSQL 15 on loopback, synchronous_commit on, pool of {pool}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
-    );
-    if !layout.is_empty() {
-        println!("the store's table altered first: {layout}");
-    }
-    println!("{:<52} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
-    for (pair, name) in [
-        (0, "claim+complete (baseline: INSERT ON CONFLICT + UPDATE)"),
-        (2, "replay (baseline: INSERT ON CONFLICT + SELECT)"),
-    ] {
-        let (ours, theirs) = (&rows[pair], &rows[pair + 1]);
-        let ratio = ours.rate() / theirs.rate().max(f64::MIN_POSITIVE);
-        for (label, row) in [(name, ours), ("  baseline", theirs)] {
-            let shown = if std::ptr::eq(row, ours) { format!("{ratio:.2}") } else { String::new() };
-            println!(
-                "{label:<52} {:>10.0} {:>10.1?} {:>10.1?} {shown:>8}",
-                row.rate(),
-                row.percentile(0.5),
-                row.percentile(0.99)
-            );
-        }
-    }
-    println!("{hot}");
+    rows
 }
 
 /// Of each table's updates, how many were HOT (no index entry written):

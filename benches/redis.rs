@@ -97,6 +97,37 @@ async fn main() {
     })
     .await;
     let slice = support::seconds(1.0);
+    let rows = measure(&backend, replica.is_some().then_some(&waiting), &connection, slice).await;
+    let commands = command_costs(&mut connection.clone()).await;
+    let replicas = if replica.is_some() { ", one replica" } else { "" };
+    println!(
+        "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
+    );
+    let pairs = [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")];
+    support::tasks::print_pairs(&rows, &pairs, 44);
+    if replica.is_some() {
+        let (waited, plain) = (&rows[4], &rows[0]);
+        let ratio = waited.rate() / plain.rate().max(f64::MIN_POSITIVE);
+        println!(
+            "{:<44} {:>10.0} {:>10.1?} {:>10.1?} {ratio:>8.2}",
+            "claim+complete, WAIT 1 (against the first)",
+            waited.rate(),
+            waited.percentile(0.5),
+            waited.percentile(0.99)
+        );
+    }
+    println!("{commands}");
+}
+
+/// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
+/// fresh keys, the baseline's, the backend's replays, the baseline's, and
+/// (with `waiting`, the backend waiting for a replica) its fresh keys.
+async fn measure(
+    backend: &RedisBackend,
+    waiting: Option<&RedisBackend>,
+    connection: &MultiplexedConnection,
+    slice: f64,
+) -> Vec<Row> {
     let mut rows: Vec<Row> = (0..5).map(|_| Row::new()).collect();
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {
@@ -125,7 +156,7 @@ async fn main() {
             async move { baseline_replay(&mut theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
         })
         .await;
-        if replica.is_some() {
+        if let Some(waiting) = waiting {
             let ours = waiting.clone();
             drive(&mut rows[4], slice, move |n| {
                 let ours = ours.clone();
@@ -134,37 +165,7 @@ async fn main() {
             .await;
         }
     }
-    let commands = command_costs(&mut connection.clone()).await;
-    let replicas = if replica.is_some() { ", one replica" } else { "" };
-    println!(
-        "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
-    );
-    println!("{:<44} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
-    for (pair, name) in [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")] {
-        let (ours, theirs) = (&rows[pair], &rows[pair + 1]);
-        let ratio = ours.rate() / theirs.rate().max(f64::MIN_POSITIVE);
-        for (label, row) in [(name, ours), ("  baseline", theirs)] {
-            let shown = if std::ptr::eq(row, ours) { format!("{ratio:.2}") } else { String::new() };
-            println!(
-                "{label:<44} {:>10.0} {:>10.1?} {:>10.1?} {shown:>8}",
-                row.rate(),
-                row.percentile(0.5),
-                row.percentile(0.99)
-            );
-        }
-    }
-    if replica.is_some() {
-        let (waited, plain) = (&rows[4], &rows[0]);
-        let ratio = waited.rate() / plain.rate().max(f64::MIN_POSITIVE);
-        println!(
-            "{:<44} {:>10.0} {:>10.1?} {:>10.1?} {ratio:>8.2}",
-            "claim+complete, WAIT 1 (against the first)",
-            waited.rate(),
-            waited.percentile(0.5),
-            waited.percentile(0.99)
-        );
-    }
-    println!("{commands}");
+    rows
 }
 
 /// The server's time per call of each command the rows sent (`INFO

@@ -62,6 +62,26 @@ impl Row {
     }
 }
 
+/// Prints a header, then for each `(index, name)` the row at `index` (the
+/// store's) and the one after it (its baseline's), the first with its rate's
+/// ratio to the baseline's; the first column is `width` wide.
+pub fn print_pairs(rows: &[Row], pairs: &[(usize, &str)], width: usize) {
+    println!("{:<width$} {:>10} {:>10} {:>10} {:>8}", "", "ops/s", "p50", "p99", "ratio");
+    for &(pair, name) in pairs {
+        let (ours, theirs) = (&rows[pair], &rows[pair + 1]);
+        let ratio = ours.rate() / theirs.rate().max(f64::MIN_POSITIVE);
+        for (label, row) in [(name, ours), ("  baseline", theirs)] {
+            let shown = if std::ptr::eq(row, ours) { format!("{ratio:.2}") } else { String::new() };
+            println!(
+                "{label:<width$} {:>10.0} {:>10.1?} {:>10.1?} {shown:>8}",
+                row.rate(),
+                row.percentile(0.5),
+                row.percentile(0.99)
+            );
+        }
+    }
+}
+
 /// Runs `operation(n)` from [`TASKS`] tasks for `slice` seconds and adds
 /// to `row`.
 pub async fn drive<F, Fut>(row: &mut Row, slice: f64, operation: F)

@@ -93,6 +93,16 @@ fn config(clock: &ManualClock, storage: Arc<dyn idemkv::io::Storage>) -> Config 
         .scope_quota("s0", Quota::new().records(QUOTA_RECORDS))
 }
 
+/// A claim as asked: its key, its fingerprint's variant, whether it runs a
+/// failure again, and when.
+#[derive(Clone, Copy)]
+struct Asked {
+    id: Id,
+    variant: bool,
+    retry_failed: bool,
+    now: u64,
+}
+
 /// Live records scope `s0` may hold.
 const QUOTA_RECORDS: u64 = 2;
 
@@ -206,9 +216,6 @@ impl Run {
             .ttl(Duration::from_millis(ttl_ms))
             .reuse(reuse);
         let before = self.live(id);
-        // A takeover carries the last checkpoint over.
-        let carried =
-            before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
         let full = (0..3).filter(|key| self.live((0, *key)).is_some()).count() as u64 >= QUOTA_RECORDS;
         let refused = id.0 == 0 && before.is_none() && full;
         // The model applies the claim to a copy: what it would leave.
@@ -224,6 +231,18 @@ impl Run {
             answer => answer.map_err(|_| (Some(id), would.clone()))?,
         };
         assert!(!refused || !matches!(answer, Claim::Acquired(_)), "a claim over the quota");
+        self.answered(answer, before, next, Asked { id, variant, retry_failed, now });
+        Ok(())
+    }
+
+    /// Checks a claim's answer against `before`, the model's record of the
+    /// key before it; an acquired lease is granted in `next`, the model
+    /// with the claim applied.
+    fn answered(&mut self, answer: Claim, before: Option<ModelRecord>, next: Model, asked: Asked) {
+        let Asked { id, variant, retry_failed, now } = asked;
+        // A takeover carries the last checkpoint over.
+        let carried =
+            before.as_ref().filter(|model| model.state == State::Processing).and_then(|model| model.checkpoint.clone());
         match (answer, before) {
             (Claim::Acquired(lease), None) => {
                 assert_eq!((lease.attempt(), lease.recovered()), (1, false));
@@ -264,7 +283,6 @@ impl Run {
             }
             (answer, model) => panic!("claim answered {answer:?}, model has {model:?}"),
         }
-        Ok(())
     }
 
     fn renew(&mut self, store: &Store, slot: u8, extend: u8) -> Result<(), Pending> {

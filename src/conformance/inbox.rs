@@ -27,9 +27,19 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
         .collect::<String>();
     let consumer = consumer.as_str();
     let inbox = Inbox::new(backend.clone()).max_attempts(3).lease(LEASE);
-    let runs = Arc::new(AtomicU32::new(0));
+    concurrent_deliveries_run_once(&inbox, consumer).await;
+    failures_are_quarantined(&inbox, consumer).await;
+    redrive_processes_once(&inbox, consumer).await;
+    dying_consumers_are_quarantined(&inbox, consumer, setting).await;
+    let never = |_message| async { unreachable!("the handler must not run") };
+    let refused = inbox.handle("no spaces", b"m", b"p", never).await;
+    assert!(matches!(refused, Err(crate::Error::InvalidConsumer { .. })), "{refused:?}");
+}
 
-    // Eight deliveries at once: one run, the rest in progress or duplicates.
+/// Eight deliveries at once: one run, the rest in progress or duplicates;
+/// then a duplicate, and the id with another payload a mismatch.
+async fn concurrent_deliveries_run_once<B: IdempotencyBackend + Clone>(inbox: &Inbox<B>, consumer: &str) {
+    let runs = Arc::new(AtomicU32::new(0));
     let mut deliveries = Vec::new();
     for _ in 0..8 {
         let (inbox, runs, consumer) = (inbox.clone(), Arc::clone(&runs), consumer.to_owned());
@@ -55,8 +65,11 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     assert_eq!(inbox.handle(consumer, b"m-1", b"credit 10", never).await.expect("handle"), Delivery::Duplicate);
     let mismatch = inbox.handle(consumer, b"m-1", b"credit 99", never).await.expect("handle");
     assert!(mismatch == Delivery::Mismatch && mismatch.ack(), "{mismatch:?}");
+}
 
-    // A release does not count; three failures quarantine.
+/// A release does not count; three failures quarantine the message, with
+/// its payload and last error, listed and not run again.
+async fn failures_are_quarantined<B: IdempotencyBackend + Clone>(inbox: &Inbox<B>, consumer: &str) {
     let released = inbox.handle(consumer, b"m-2", b"%%%", |_| async { Handled::NotProcessed }).await;
     assert!(released.expect("handle") == Delivery::NotProcessed);
     for attempt in 1..=2 {
@@ -72,14 +85,18 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     let last = last.await.expect("handle");
     assert_eq!(last, Delivery::DeadLettered { attempts: 3, error: "unparsable, at last".into() });
     assert!(last.ack());
+    let never = |_message| async { unreachable!("the handler must not run") };
     assert_eq!(inbox.handle(consumer, b"m-2", b"%%%", never).await.expect("handle"), Delivery::Quarantined);
     let letters = inbox.dead_letters(consumer, None, 10).await.expect("list");
     assert_eq!(letters.len(), 1, "{letters:?}");
     assert_eq!(letters[0].message_id, b"m-2");
     assert_eq!((letters[0].attempts, letters[0].error.as_str()), (3, "unparsable, at last"));
     assert_eq!(letters[0].payload.as_deref(), Some(&b"%%%"[..]));
+}
 
-    // Re-driven: processed once, and a redelivery is then a duplicate.
+/// The quarantined message re-driven: processed once, and a redelivery is
+/// then a duplicate.
+async fn redrive_processes_once<B: IdempotencyBackend + Clone>(inbox: &Inbox<B>, consumer: &str) {
     assert!(inbox.retry_dead_letter(consumer, b"m-2").await.expect("retry"));
     assert!(!inbox.retry_dead_letter(consumer, b"m-2").await.expect("retry"), "no longer a letter");
     assert!(inbox.dead_letters(consumer, None, 10).await.expect("list").is_empty());
@@ -89,11 +106,19 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     };
     let redriven = inbox.redrive(consumer, fixed).await.expect("redrive");
     assert_eq!((redriven.processed, redriven.dead_again, redriven.left), (1, 0, 0));
+    let never = |_message| async { unreachable!("the handler must not run") };
     assert_eq!(inbox.redrive(consumer, never).await.expect("redrive").processed, 0, "the queue is empty");
     assert_eq!(inbox.handle(consumer, b"m-2", b"%%%", never).await.expect("handle"), Delivery::Duplicate);
+}
 
-    // A consumer dies during each of three attempts (its task is dropped
-    // mid-handler): the next delivery quarantines without running.
+/// A consumer dies during each of three attempts (its task is dropped
+/// mid-handler): the next delivery quarantines without running; the
+/// letter is listed, then dropped.
+async fn dying_consumers_are_quarantined<B: IdempotencyBackend + Clone>(
+    inbox: &Inbox<B>,
+    consumer: &str,
+    setting: &Setting,
+) {
     for _ in 0..3 {
         let (dying, consumer_name) = (inbox.clone(), consumer.to_owned());
         let task = tokio::spawn(async move {
@@ -105,6 +130,7 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
         assert!(task.await.is_err(), "the consumer died");
         setting.pass(LEASE + LEASE / 2).await;
     }
+    let never = |_message| async { unreachable!("the handler must not run") };
     let poisoned = inbox.handle(consumer, b"m-3", b"crash me", never).await.expect("handle");
     assert!(matches!(poisoned, Delivery::DeadLettered { attempts: 3, .. }), "{poisoned:?}");
     let letters = inbox.dead_letters(consumer, Some(b"m-2"), 10).await.expect("list");
@@ -112,6 +138,4 @@ pub async fn inbox<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     assert!(inbox.drop_dead_letter(consumer, b"m-3").await.expect("drop"));
     assert!(inbox.dead_letters(consumer, None, 10).await.expect("list").is_empty());
     assert_eq!(inbox.handle(consumer, b"m-3", b"crash me", never).await.expect("handle"), Delivery::Quarantined);
-    let refused = inbox.handle("no spaces", b"m", b"p", never).await;
-    assert!(matches!(refused, Err(crate::Error::InvalidConsumer { .. })), "{refused:?}");
 }

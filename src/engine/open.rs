@@ -58,22 +58,46 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
     let recovered = if existing.is_some() {
         recover_shards(&*storage, &dir, manifest.shards, &hasher, Access::ReadWrite)?
     } else {
-        // A new store: every shard is made before the manifest names them,
-        // so a manifest never names a shard that was never made.
-        let created = (0..manifest.shards)
-            .map(|id| create_shard(&*storage, &segment::shard_dir(&dir, id), id))
-            .collect::<Result<Vec<_>>>()?;
-        // The shard folders' names, and the store directory's own name in
-        // its parent, are made durable before the manifest can be: a power
-        // cut must never keep a manifest whose shards it lost.
-        storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
-        let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        storage.sync_dir(parent).map_err(|error| Error::io("fsync", parent, error))?;
-        manifest.store(&*storage, &dir)?;
-        created
+        create_store(&*storage, &dir, &manifest)?
     };
     #[cfg(feature = "tracing")]
-    for (id, shard) in (0..).zip(&recovered) {
+    tell_recovered(&recovered);
+    let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
+    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
+    let shards = build_shards(&config, recovered, now, quota.as_ref())?;
+    storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
+    event!(
+        info,
+        shards = manifest.shards,
+        created = existing.is_none(),
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "store opened"
+    );
+    let opened = Opened { read_only: false, torn_tail_bytes, quota };
+    migrated(engine(dir, config, hasher, shards, Some(lock_file), opened), manifest)
+}
+
+/// A new store in `dir`: every shard is made before the manifest names
+/// them, so a manifest never names a shard that was never made. The shard
+/// folders' names, and the store directory's own name in its parent, are
+/// made durable before the manifest can be: a power cut must never keep a
+/// manifest whose shards it lost.
+fn create_store(storage: &dyn Storage, dir: &Path, manifest: &Manifest) -> Result<Vec<Recovered>> {
+    let created = (0..manifest.shards)
+        .map(|id| create_shard(storage, &segment::shard_dir(dir, id), id))
+        .collect::<Result<Vec<_>>>()?;
+    storage.sync_dir(dir).map_err(|error| Error::io("fsync", dir, error))?;
+    let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    storage.sync_dir(parent).map_err(|error| Error::io("fsync", parent, error))?;
+    manifest.store(storage, dir)?;
+    Ok(created)
+}
+
+/// What recovery found in each shard, told as events: a debug event per
+/// shard, and a warning for each torn tail cut.
+#[cfg(feature = "tracing")]
+fn tell_recovered(recovered: &[Recovered]) {
+    for (id, shard) in (0..).zip(recovered) {
         event!(
             debug,
             shard = id,
@@ -92,19 +116,6 @@ pub(crate) fn open(dir: &Path, config: Config) -> Result<Engine> {
             );
         }
     }
-    let torn_tail_bytes = recovered.iter().map(|shard| shard.torn_tail_bytes).sum();
-    let quota = Ledger::new(&config.quotas, config.key_bytes_max);
-    let shards = build_shards(&config, recovered, now, quota.as_ref())?;
-    storage.sync_dir(&dir).map_err(|error| Error::io("fsync", &dir, error))?;
-    event!(
-        info,
-        shards = manifest.shards,
-        created = existing.is_none(),
-        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        "store opened"
-    );
-    let opened = Opened { read_only: false, torn_tail_bytes, quota };
-    migrated(engine(dir, config, hasher, shards, Some(lock_file), opened), manifest)
 }
 
 /// `engine`, its store brought to [`FormatVersion::CURRENT`] if `manifest`

@@ -194,17 +194,10 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let Ok(body) =
-                Limited::new(body, shared.body_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
-            else {
-                refused("body_too_large");
-                return Ok(Problem::BodyTooLarge.response().map(buffered));
-            };
-            let verified = match shared.verifier.verify(&parts.headers, &body, SystemTime::now()) {
+            let (body, id) = match verified(&shared, &parts.headers, body).await {
                 Ok(verified) => verified,
-                Err(error) => return Ok(refusal(&error).map(buffered)),
+                Err(refusal) => return Ok(refusal.map(buffered)),
             };
-            let id = verified.id;
             // On a task of its own: a sender that hangs up does not stop
             // a handler half-way.
             let run = tokio::spawn(async move {
@@ -236,33 +229,65 @@ where
                 // its lease ends; a redelivery then runs it as recovered.
                 return Ok(Problem::HandlerFailed.response().map(buffered));
             };
-            Ok(match (delivery, answer) {
-                (Ok(Delivery::Processed | Delivery::Failed { .. } | Delivery::NotProcessed), Some(answer)) => {
-                    answer?.map(Either::Left)
-                }
-                (Ok(Delivery::DeadLettered { .. } | Delivery::Quarantined), _) => {
-                    outcome(StatusCode::ACCEPTED, "dead-lettered", false)
-                }
-                (Ok(Delivery::Duplicate), _) => outcome(StatusCode::OK, "duplicate", true),
-                (Ok(Delivery::InProgress { retry_after }), _) => in_progress(retry_after).map(buffered),
-                (Ok(Delivery::Mismatch), _) => id_reused().map(buffered),
-                // The handler ran and answered, but its outcome was not
-                // stored: the id stays in progress until its lease ends.
-                (Err(_), Some(Ok(answer))) => answer.map(Either::Left),
-                (Err(_), Some(Err(error))) => return Err(error),
-                (Err(crate::Error::KeyTooLong { .. } | crate::Error::KeyEmpty), None) => {
-                    refused("id_too_long");
-                    id_too_long().map(buffered)
-                }
-                #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
-                (Err(error), None) => {
-                    event!(warn, %error, "webhook: the store did not answer; nothing ran");
-                    store_unavailable().map(buffered)
-                }
-                (Ok(_), None) => Problem::HandlerFailed.response().map(buffered),
-            })
+            answer_of(delivery, answer)
         })
     }
+}
+
+/// The webhook's body, read up to the limit, and its id, once its
+/// signature is verified; else the problem answer that refuses it.
+async fn verified<V: WebhookVerifier, K, B>(
+    shared: &Shared<V, K>,
+    headers: &http::HeaderMap,
+    body: B,
+) -> std::result::Result<(Bytes, String), Response<Full<Bytes>>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let Ok(body) = Limited::new(body, shared.body_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
+    else {
+        refused("body_too_large");
+        return Err(Problem::BodyTooLarge.response());
+    };
+    match shared.verifier.verify(headers, &body, SystemTime::now()) {
+        Ok(verified) => Ok((body, verified.id)),
+        Err(error) => Err(refusal(&error)),
+    }
+}
+
+/// The answer to a verified webhook, from what the inbox did with it
+/// (`delivery`) and the handler's own answer, if it ran (see the module
+/// docs).
+fn answer_of<R, E>(
+    delivery: Result<Delivery>,
+    answer: Option<std::result::Result<Response<R>, E>>,
+) -> std::result::Result<Response<LayerBody<R>>, E> {
+    Ok(match (delivery, answer) {
+        (Ok(Delivery::Processed | Delivery::Failed { .. } | Delivery::NotProcessed), Some(answer)) => {
+            answer?.map(Either::Left)
+        }
+        (Ok(Delivery::DeadLettered { .. } | Delivery::Quarantined), _) => {
+            outcome(StatusCode::ACCEPTED, "dead-lettered", false)
+        }
+        (Ok(Delivery::Duplicate), _) => outcome(StatusCode::OK, "duplicate", true),
+        (Ok(Delivery::InProgress { retry_after }), _) => in_progress(retry_after).map(buffered),
+        (Ok(Delivery::Mismatch), _) => id_reused().map(buffered),
+        // The handler ran and answered, but its outcome was not stored:
+        // the id stays in progress until its lease ends.
+        (Err(_), Some(Ok(answer))) => answer.map(Either::Left),
+        (Err(_), Some(Err(error))) => return Err(error),
+        (Err(crate::Error::KeyTooLong { .. } | crate::Error::KeyEmpty), None) => {
+            refused("id_too_long");
+            id_too_long().map(buffered)
+        }
+        #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+        (Err(error), None) => {
+            event!(warn, %error, "webhook: the store did not answer; nothing ran");
+            store_unavailable().map(buffered)
+        }
+        (Ok(_), None) => Problem::HandlerFailed.response().map(buffered),
+    })
 }
 
 /// What a handler's status says of the webhook (see the module docs).

@@ -11,8 +11,8 @@
 use crate::common::START_MS;
 use idemkv::testing::{Expected, Model, ModelRecord, Refusal};
 use idemkv::{
-    store::Quota, Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken, ManualClock, Record,
-    ReusePolicy, State, Store,
+    store::Quota, Checkpoint, Claim, ClaimRequest, Clock, Config, Durability, Error, Fingerprint, LeaseToken,
+    ManualClock, Record, ReusePolicy, State, Store,
 };
 use proptest::prelude::*;
 use std::path::Path;
@@ -96,6 +96,32 @@ fn config(clock: &ManualClock) -> Config {
 
 fn open(dir: &Path, clock: &ManualClock) -> Store {
     Store::open(dir, config(clock)).expect("open")
+}
+
+/// The attempt, whether recovered, and the checkpoint seen of a claim
+/// that acquired over `previous` (the model's record of the key at `now`):
+/// a first attempt, a failure run again (only under `RetryFailed`), or an
+/// expired lease taken over, whose last checkpoint the new holder sees.
+fn acquired_over(
+    previous: Option<ModelRecord>,
+    fp: u8,
+    reuse: ReusePolicy,
+    now: u64,
+) -> (u32, bool, Option<Checkpoint>) {
+    match previous {
+        None => (1, false, None),
+        Some(record) if record.state == State::Failed => {
+            assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
+            assert_eq!(reuse, ReusePolicy::RetryFailed, "a failure run again by default");
+            (record.attempt + 1, false, None)
+        }
+        Some(record) => {
+            assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
+            assert_eq!(record.state, State::Processing, "Acquired over a finished record");
+            assert!(record.deadline_ms <= now, "Acquired while the lease is valid");
+            (record.attempt + 1, true, record.checkpoint)
+        }
+    }
 }
 
 fn check_record(actual: &Record, expected: &ModelRecord) {
@@ -205,20 +231,7 @@ impl Harness {
         let expected = expected.expect("the model refused a claim the store answered");
         match (answer, previous) {
             (Claim::Acquired(lease), previous) => {
-                let (attempt, recovered, checkpoint) = match previous {
-                    None => (1, false, None),
-                    Some(record) if record.state == State::Failed => {
-                        assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
-                        assert_eq!(reuse, ReusePolicy::RetryFailed, "a failure run again by default");
-                        (record.attempt + 1, false, None)
-                    }
-                    Some(record) => {
-                        assert_eq!(record.fingerprint, fingerprint(fp), "Acquired despite another fingerprint");
-                        assert_eq!(record.state, State::Processing, "Acquired over a finished record");
-                        assert!(record.deadline_ms <= now, "Acquired while the lease is valid");
-                        (record.attempt + 1, true, record.checkpoint)
-                    }
-                };
+                let (attempt, recovered, checkpoint) = acquired_over(previous, fp, reuse, now);
                 assert_eq!((lease.attempt(), lease.recovered()), (attempt, recovered));
                 assert_eq!(lease.last_checkpoint(), checkpoint.as_ref(), "the takeover sees the last checkpoint");
                 assert_eq!(lease.deadline_ms(), now + lease_ms);

@@ -206,32 +206,14 @@ async fn n_orders_make_n_ledger_entries_through_kills_and_a_redelivery_storm() {
             0 => {
                 // Mid-batch: once consumer a holds entries it has not
                 // acknowledged.
-                let held = until(Duration::from_secs(10), || async {
-                    let held: Value = redis::cmd("XPENDING")
-                        .arg("orders")
-                        .arg("ledger")
-                        .arg("-")
-                        .arg("+")
-                        .arg(10)
-                        .arg("a")
-                        .query_async(&mut redis.clone())
-                        .await
-                        .expect("XPENDING");
-                    matches!(held, Value::Array(entries) if !entries.is_empty())
-                });
-                assert!(held.await, "consumer a never held an entry");
+                assert!(holds_unacknowledged(&redis, "a").await, "consumer a never held an entry");
                 drop(first);
                 first = start(&["consumer", &url, "a"]);
             }
             1 => {
                 // Mid-delivery: once some of this wave's events are in the
                 // stream and not all.
-                let midway = until(Duration::from_secs(10), || async {
-                    let length: i64 =
-                        redis::cmd("XLEN").arg("orders").query_async(&mut redis.clone()).await.expect("XLEN");
-                    length > 20 && length < 40
-                });
-                assert!(midway.await, "the relay was never seen half-way through the wave");
+                assert!(stream_is_midway(&redis).await, "the relay was never seen half-way through the wave");
                 drop(relay);
                 relay = start(&["relay", &url]);
             }
@@ -242,18 +224,61 @@ async fn n_orders_make_n_ledger_entries_through_kills_and_a_redelivery_storm() {
     let expected: HashSet<String> =
         (0..ORDERS).filter(|index| index % 10 != 9).map(|index| format!("order {index}: {index} apples")).collect();
     let inbox = Inbox::new(RedisBackend::connect(&url, Config::new()).await.expect("backend"));
+    settle_through_a_redelivery_storm(&mut redis, &inbox, &expected, ORDERS).await;
+    drop((relay, first, producer));
+}
+
+/// Whether consumer `name` is seen holding entries it has not
+/// acknowledged within 10 s.
+async fn holds_unacknowledged(redis: &redis::aio::MultiplexedConnection, name: &str) -> bool {
+    until(Duration::from_secs(10), || async {
+        let held: Value = redis::cmd("XPENDING")
+            .arg("orders")
+            .arg("ledger")
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .arg(name)
+            .query_async(&mut redis.clone())
+            .await
+            .expect("XPENDING");
+        matches!(held, Value::Array(entries) if !entries.is_empty())
+    })
+    .await
+}
+
+/// Whether the stream is seen holding some of the second wave's events
+/// and not all within 10 s.
+async fn stream_is_midway(redis: &redis::aio::MultiplexedConnection) -> bool {
+    until(Duration::from_secs(10), || async {
+        let length: i64 = redis::cmd("XLEN").arg("orders").query_async(&mut redis.clone()).await.expect("XLEN");
+        length > 20 && length < 40
+    })
+    .await
+}
+
+/// Waits until the group read the whole stream, every order is applied or
+/// dead and nothing is pending; then adds every entry to the stream once
+/// more (a redelivery storm) and waits again: the ledger then holds every
+/// expected order exactly once.
+async fn settle_through_a_redelivery_storm(
+    redis: &mut redis::aio::MultiplexedConnection,
+    inbox: &Inbox<RedisBackend>,
+    expected: &HashSet<String>,
+    orders: usize,
+) {
     let mut stormed = false;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let now = look(&mut redis, &inbox).await;
-        if now.read_all && now.ledger.len() >= expected.len() && now.dead == ORDERS / 10 && now.pending == 0 {
+        let now = look(redis, inbox).await;
+        if now.read_all && now.ledger.len() >= expected.len() && now.dead == orders / 10 && now.pending == 0 {
             if stormed {
                 let unique: HashSet<String> = now.ledger.iter().cloned().collect();
                 assert_eq!(now.ledger.len(), unique.len(), "an order applied twice: {:?}", now.ledger);
-                assert_eq!(unique, expected, "every order applied once");
+                assert_eq!(&unique, expected, "every order applied once");
                 break;
             }
-            assert!(redeliver_all(&mut redis).await >= ORDERS, "every order's event is in the stream");
+            assert!(redeliver_all(redis).await >= orders, "every order's event is in the stream");
             stormed = true;
         }
         assert!(
@@ -267,5 +292,4 @@ async fn n_orders_make_n_ledger_entries_through_kills_and_a_redelivery_storm() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    drop((relay, first, producer));
 }

@@ -96,7 +96,26 @@ fn open_torn_tail_compaction_and_leases_are_told() {
     assert!(opened[0].fields.contains("created=true"), "{opened:?}");
     assert_eq!(opened[0].spans, ["open"], "inside the open span");
 
-    // A stale holder is refused, and says so.
+    leases_lost_and_dropped_are_told(&store, &clock);
+    compaction_pass_is_told(&store, &clock);
+    store.close().expect("close");
+
+    tear_the_active_segment(dir.path());
+    let store = Store::open(dir.path(), config()).expect("reopen");
+    let torn = find("torn tail cut");
+    assert_eq!(torn.len(), 1, "{torn:?}");
+    assert_eq!(torn[0].level, Level::WARN);
+    assert!(torn[0].fields.contains("bytes=37"), "{torn:?}");
+    assert_eq!(store.stats().torn_tail_bytes_cut, 37);
+    store.close().expect("close");
+
+    // In the same test: the events of this process are all kept together.
+    a_poisoned_shard_is_an_error_event();
+}
+
+/// A stale holder is refused, and says so; a lease dropped unfinished is
+/// told too.
+fn leases_lost_and_dropped_are_told(store: &Store, clock: &ManualClock) {
     let Claim::Acquired(first) = store.claim(&request("k")).expect("claim") else { panic!() };
     clock.advance(Duration::from_secs(6));
     let Claim::Acquired(second) = store.claim(&request("k")).expect("claim") else { panic!() };
@@ -110,8 +129,10 @@ fn open_torn_tail_compaction_and_leases_are_told() {
     let abandoned = find("lease dropped unfinished");
     assert_eq!(abandoned.len(), 1, "{abandoned:?}");
     assert_eq!(abandoned[0].level, Level::DEBUG);
+}
 
-    // A compaction pass reports what it reclaimed.
+/// A compaction pass reports what it reclaimed.
+fn compaction_pass_is_told(store: &Store, clock: &ManualClock) {
     for n in 0..40 {
         let key = format!("bulk-{n}");
         let Claim::Acquired(lease) = store.claim(&request(&key)).expect("claim") else { panic!() };
@@ -122,11 +143,12 @@ fn open_torn_tail_compaction_and_leases_are_told() {
     let passes = find("compaction pass");
     assert_eq!(passes.len(), 1);
     assert!(passes[0].fields.contains(&format!("bytes_reclaimed={}", report.bytes_reclaimed)), "{passes:?}");
-    store.close().expect("close");
+}
 
-    // Bytes of a write that never finished, at the end of the active
-    // segment: the next open cuts them and warns with their count.
-    let shard = dir.path().join("shard-0000");
+/// Bytes of a write that never finished, at the end of the active
+/// segment: the next open cuts them and warns with their count.
+fn tear_the_active_segment(dir: &std::path::Path) {
+    let shard = dir.join("shard-0000");
     let active = std::fs::read_dir(&shard)
         .expect("shard folder")
         .map(|entry| entry.expect("entry").path())
@@ -136,16 +158,6 @@ fn open_torn_tail_compaction_and_leases_are_told() {
     let mut bytes = std::fs::read(&active).expect("read");
     bytes.extend_from_slice(&[0xAB; 37]);
     std::fs::write(&active, bytes).expect("write");
-    let store = Store::open(dir.path(), config()).expect("reopen");
-    let torn = find("torn tail cut");
-    assert_eq!(torn.len(), 1, "{torn:?}");
-    assert_eq!(torn[0].level, Level::WARN);
-    assert!(torn[0].fields.contains("bytes=37"), "{torn:?}");
-    assert_eq!(store.stats().torn_tail_bytes_cut, 37);
-    store.close().expect("close");
-
-    // In the same test: the events of this process are all kept together.
-    a_poisoned_shard_is_an_error_event();
 }
 
 fn a_poisoned_shard_is_an_error_event() {

@@ -109,47 +109,93 @@ pub(crate) fn prepare(context: Context<'_>, id: u32, path: &Path, active: bool) 
 pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Replay<'_>) -> Result<Recovered> {
     let len = prepared.file.len().map_err(|error| Error::io("stat", &prepared.path, error))?;
     let hint = hint::open(context.storage, context.dir, &prepared.described(len));
-    let writable = context.access == Access::ReadWrite;
-    // The active segment's builder collects every frame (its hint is
-    // written at the next roll or close); a sealed segment's only when its
-    // hint does not cover it, for the hint written back after the scan.
-    let collect = |collect: bool| {
-        if writable && collect {
-            HintBuilder::new(context.shard, prepared.id, prepared.lsn_floor)
-        } else {
-            HintBuilder::off()
-        }
-    };
-    let mut builder = collect(prepared.expected.active || !matches!(hint, Opened::Usable(_)));
-    let (mut resume, mut hint_loaded, mut hint_ignored) = (None, false, false);
+    let FromHint { mut builder, resume, loaded: hint_loaded, ignored: hint_ignored } =
+        apply_hint(context, &prepared, hint, replay);
+    let scan = replay_log(context, &prepared, len, resume, replay, &mut builder)?;
+    let torn_tail_bytes = cut_torn_tail(context, &prepared, &scan)?;
+    let valid_end = scan.valid_end;
+    let rewritten = write_sealed_hint(context, &prepared, &mut builder, valid_end);
+    let mark = settle_hint_and_mark(context, &prepared, hint_ignored && !rewritten, valid_end)?;
+    Ok(Recovered {
+        file: prepared.file,
+        lsn_floor: prepared.lsn_floor,
+        valid_end,
+        torn_tail_bytes,
+        mark,
+        hint: builder,
+        hint_loaded,
+        hint_ignored,
+    })
+}
+
+/// What the hint brought into the index: where the log scan resumes, and
+/// the builder collecting the segment's hint.
+struct FromHint {
+    builder: HintBuilder,
+    resume: Option<Resume>,
+    loaded: bool,
+    ignored: bool,
+}
+
+/// A builder that collects the segment's frames when `collect` (and the
+/// open is writable), off otherwise. The active segment's builder collects
+/// every frame (its hint is written at the next roll or close); a sealed
+/// segment's only when its hint does not cover it, for the hint written
+/// back after the scan.
+fn collector(context: Context<'_>, prepared: &Prepared, collect: bool) -> HintBuilder {
+    if context.access == Access::ReadWrite && collect {
+        HintBuilder::new(context.shard, prepared.id, prepared.lsn_floor)
+    } else {
+        HintBuilder::off()
+    }
+}
+
+/// Applies the segment's hint, if usable, into `replay`; a missing one
+/// leaves the whole log to the scan, an ignored or damaged one is reported.
+fn apply_hint(context: Context<'_>, prepared: &Prepared, hint: Opened, replay: &mut Replay<'_>) -> FromHint {
+    let builder = collector(context, prepared, prepared.expected.active || !matches!(hint, Opened::Usable(_)));
+    let mut from = FromHint { builder, resume: None, loaded: false, ignored: false };
     match hint {
         Opened::Missing => {}
         Opened::Ignored(reason) => {
-            hint_ignored = true;
+            from.ignored = true;
             ignored(context.shard, prepared.id, reason);
         }
-        Opened::Usable(mut reader) => match load(&mut reader, prepared.id, replay, &mut builder) {
+        Opened::Usable(mut reader) => match load(&mut reader, prepared.id, replay, &mut from.builder) {
             Ok(()) => {
-                hint_loaded = true;
-                resume = Some(Resume { offset: reader.header.end, last_lsn: reader.header.last_lsn });
+                from.loaded = true;
+                from.resume = Some(Resume { offset: reader.header.end, last_lsn: reader.header.last_lsn });
             }
             Err(reason) => {
                 // What was applied came from blocks whose CRC checked, of a
                 // hint that matched this segment: the log replays the same
                 // frames again, which changes nothing.
-                hint_ignored = true;
+                from.ignored = true;
                 ignored(context.shard, prepared.id, reason);
-                builder = collect(true);
+                from.builder = collector(context, prepared, true);
             }
         },
     }
+    from
+}
+
+/// Replays the log from `resume` (or from the start) into `replay`,
+/// handing each frame to `builder`.
+fn replay_log(
+    context: Context<'_>,
+    prepared: &Prepared,
+    len: u64,
+    resume: Option<Resume>,
+    replay: &mut Replay<'_>,
+    builder: &mut HintBuilder,
+) -> Result<scanner::Scan> {
     // A sealed segment with frames after its hint (the hint of an older
     // prefix) gets a whole one: its prefix is read again from the hint.
-    let mut reload = writable && !prepared.expected.active && resume.is_some();
-    let Prepared { id, ref path, ref file, expected, .. } = prepared;
-    let scan = scanner::scan_from(&**file, path, expected, resume, |frame| {
+    let mut reload = context.access == Access::ReadWrite && !prepared.expected.active && resume.is_some();
+    let Prepared { id, ref path, ref file, expected, .. } = *prepared;
+    scanner::scan_from(&**file, path, expected, resume, |frame| {
         if std::mem::take(&mut reload) {
-            builder = reloaded(context, &prepared.described(len));
+            *builder = reloaded(context, &prepared.described(len));
         }
         let hash = replay.hash(frame.header.keyspace, frame.scope, frame.key);
         let entry = HintEntry::of_frame(hash, &frame.header, frame.offset, frame.len);
@@ -157,42 +203,51 @@ pub(crate) fn recover(context: Context<'_>, prepared: Prepared, replay: &mut Rep
         replay.max_updated_ms = replay.max_updated_ms.max(frame.header.updated_ms);
         builder.push(&entry, frame.header.updated_ms, entry.is_claim());
         Ok(())
-    })?;
-    let mut torn_tail_bytes = 0;
-    // Zeros the writer filled ahead of its records stay (it writes into
-    // them next); anything else after the last whole frame is torn.
-    if scan.valid_end + scan.unwritten < scan.len {
-        if writable {
-            file.set_len(scan.valid_end)
-                .and_then(|()| file.sync())
-                .map_err(|error| Error::io("truncate", path, error))?;
-        }
-        torn_tail_bytes = scan.len - scan.valid_end;
-    }
-    let mut rewritten = false;
-    if !expected.active && builder.is_collecting() {
-        rewritten = builder.write_logged(context.storage, context.dir, &**file, scan.valid_end);
-        builder = HintBuilder::off();
-    }
-    let mut mark = prepared.mark;
-    if writable {
-        if hint_ignored && !rewritten {
-            forget_hint(context, id);
-        }
-        if expected.active && scan.valid_end > mark.synced_end {
-            mark = mark_durable(&**file, path, mark, scan.valid_end)?;
-        }
-    }
-    Ok(Recovered {
-        file: prepared.file,
-        lsn_floor: prepared.lsn_floor,
-        valid_end: scan.valid_end,
-        torn_tail_bytes,
-        mark,
-        hint: builder,
-        hint_loaded,
-        hint_ignored,
     })
+}
+
+/// The bytes after the last whole frame, cut off by a writable open. Zeros
+/// the writer filled ahead of its records stay (it writes into them next);
+/// anything else after the last whole frame is torn.
+fn cut_torn_tail(context: Context<'_>, prepared: &Prepared, scan: &scanner::Scan) -> Result<u64> {
+    if scan.valid_end + scan.unwritten >= scan.len {
+        return Ok(0);
+    }
+    if context.access == Access::ReadWrite {
+        let file = &prepared.file;
+        file.set_len(scan.valid_end)
+            .and_then(|()| file.sync())
+            .map_err(|error| Error::io("truncate", &prepared.path, error))?;
+    }
+    Ok(scan.len - scan.valid_end)
+}
+
+/// Writes the hint a sealed segment's builder collected (whether it was
+/// written), and turns the builder off.
+fn write_sealed_hint(context: Context<'_>, prepared: &Prepared, builder: &mut HintBuilder, valid_end: u64) -> bool {
+    if prepared.expected.active || !builder.is_collecting() {
+        return false;
+    }
+    let rewritten = builder.write_logged(context.storage, context.dir, &*prepared.file, valid_end);
+    *builder = HintBuilder::off();
+    rewritten
+}
+
+/// For a writable open: deletes an ignored hint not written again
+/// (`forget`), and makes the active segment durable up to `valid_end`.
+/// The durable mark the segment has afterwards.
+fn settle_hint_and_mark(context: Context<'_>, prepared: &Prepared, forget: bool, valid_end: u64) -> Result<Mark> {
+    let mark = prepared.mark;
+    if context.access != Access::ReadWrite {
+        return Ok(mark);
+    }
+    if forget {
+        forget_hint(context, prepared.id);
+    }
+    if prepared.expected.active && valid_end > mark.synced_end {
+        return mark_durable(&*prepared.file, &prepared.path, mark, valid_end);
+    }
+    Ok(mark)
 }
 
 /// Deletes an ignored hint that a writable open does not write again (the

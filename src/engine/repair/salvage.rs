@@ -150,6 +150,67 @@ fn walk(segment: Segment<'_>, listed: Option<&Listed>) -> Result<Option<Analysis
     let boundaries = Boundaries { starts: &starts, end: hint_end };
     let mut checker =
         Checker::open(segment.storage, segment.dir, segment.file, segment.path, segment.expected, segment.hasher);
+    let Walked { salvaged, kept, unreadable, agrees, max_lsn, first_lsn } =
+        salvage_frames(segment, boundaries, hinted.as_mut(), &mut checker)?;
+    let (len, unwritten) = (salvaged.len, salvaged.unwritten);
+    let (header, cut_short) = header_of(segment, salvaged)?;
+    let floor_agrees = match (&header, listed) {
+        (Ok(header), Some(listed)) => header.lsn_floor == listed.header.lsn_floor,
+        _ => true,
+    };
+    if !(agrees && floor_agrees) {
+        return Ok(None);
+    }
+    let verdict = if unreadable.is_empty() { checker.finish(len - unwritten) } else { Verdict::Unchecked };
+    let mut analysis = Analysis {
+        id: segment.expected.segment,
+        path: segment.path.to_path_buf(),
+        expected: segment.expected,
+        header,
+        cut_short,
+        len,
+        unwritten,
+        kept,
+        unreadable,
+        lost: Vec::new(),
+        max_lsn,
+        first_lsn,
+        hint_floor: listed.map(|listed| listed.header.lsn_floor),
+        starts,
+        hint_end,
+        verdict,
+    };
+    if let Ok(header) = &analysis.header {
+        analysis.max_lsn = analysis.max_lsn.max(header.lsn_floor);
+    }
+    if let Some(hinted) = &hinted {
+        list_hinted(&mut analysis, hinted, segment);
+    }
+    list_unhinted(&mut analysis, segment);
+    Ok(Some(analysis))
+}
+
+/// What the scanner's salvage walk found in a segment.
+struct Walked {
+    salvaged: scanner::Salvaged,
+    /// Offset and length of every whole frame.
+    kept: Vec<(u64, u64)>,
+    unreadable: Vec<Unreadable>,
+    /// The hint (if any) agrees with every whole frame it covers.
+    agrees: bool,
+    max_lsn: u64,
+    first_lsn: Option<u64>,
+}
+
+/// Walks every whole frame and unreadable span of the segment within
+/// `boundaries`, checking each frame against `hinted` and handing it to
+/// `checker`.
+fn salvage_frames(
+    segment: Segment<'_>,
+    boundaries: Boundaries<'_>,
+    mut hinted: Option<&mut Hinted<'_>>,
+    checker: &mut Checker<'_>,
+) -> Result<Walked> {
     let (mut kept, mut unreadable, mut agrees) = (Vec::new(), Vec::new(), true);
     let (mut max_lsn, mut first_lsn) = (0, None);
     let salvaged = scanner::salvage(
@@ -176,49 +237,26 @@ fn walk(segment: Segment<'_>, listed: Option<&Listed>) -> Result<Option<Analysis
             Ok(())
         },
     )?;
-    let header = match salvaged.header {
+    Ok(Walked { salvaged, kept, unreadable, agrees, max_lsn, first_lsn })
+}
+
+/// The segment's header (or why it does not read) and whether its durable
+/// mark claims more than the file holds.
+///
+/// # Errors
+/// A header of a format version this build does not read; I/O errors.
+fn header_of(
+    segment: Segment<'_>,
+    salvaged: scanner::Salvaged,
+) -> Result<(std::result::Result<SegmentHeader, String>, bool)> {
+    match salvaged.header {
         Ok((header, mark)) => {
             let cut_short = segment.expected.active && mark.synced_end > salvaged.len;
-            (Ok(header), cut_short)
+            Ok((Ok(header), cut_short))
         }
-        Err(crate::Error::Corruption { reason, .. }) => (Err(reason), false),
-        Err(error) => return Err(error),
-    };
-    let floor_agrees = match (&header.0, listed) {
-        (Ok(header), Some(listed)) => header.lsn_floor == listed.header.lsn_floor,
-        _ => true,
-    };
-    if !(agrees && floor_agrees) {
-        return Ok(None);
+        Err(crate::Error::Corruption { reason, .. }) => Ok((Err(reason), false)),
+        Err(error) => Err(error),
     }
-    let valid_end = salvaged.len - salvaged.unwritten;
-    let verdict = if unreadable.is_empty() { checker.finish(valid_end) } else { Verdict::Unchecked };
-    let mut analysis = Analysis {
-        id: segment.expected.segment,
-        path: segment.path.to_path_buf(),
-        expected: segment.expected,
-        header: header.0,
-        cut_short: header.1,
-        len: salvaged.len,
-        unwritten: salvaged.unwritten,
-        kept,
-        unreadable,
-        lost: Vec::new(),
-        max_lsn,
-        first_lsn,
-        hint_floor: listed.map(|listed| listed.header.lsn_floor),
-        starts,
-        hint_end,
-        verdict,
-    };
-    if let Ok(header) = &analysis.header {
-        analysis.max_lsn = analysis.max_lsn.max(header.lsn_floor);
-    }
-    if let Some(hinted) = &hinted {
-        list_hinted(&mut analysis, hinted, segment);
-    }
-    list_unhinted(&mut analysis, segment);
-    Ok(Some(analysis))
 }
 
 /// The records the hint lists that the walk did not find whole.

@@ -263,18 +263,7 @@ impl Shard {
                 let checkpoint = self.checkpoint_of(&carried)?;
                 state.write(key, old.as_ref(), &header, &carried, &self.commit, &self.counters, now)?;
                 drop(state);
-                bump(&self.counters.acquired);
-                if header.recovered {
-                    bump(&self.counters.recovered);
-                }
-                self.waiters.wake(key.hash);
-                let outcome = Outcome::Acquired {
-                    token: header.token,
-                    lease_deadline_ms: header.deadline_ms,
-                    held: Held::of(&header),
-                    checkpoint,
-                };
-                Ok((outcome, header.lsn))
+                Ok(self.acquired(key, &header, checkpoint))
             }
             step => {
                 let found =
@@ -282,6 +271,26 @@ impl Shard {
                 self.answer(step, found.entry.lsn, &found.header, &found.frame, tally, replay)
             }
         }
+    }
+
+    /// The answer to a claim whose record (`header`) is written, the lock
+    /// released: counted, and the key's waiters woken, since a takeover (or
+    /// a fresh start over an expired record) gives them a new holder and
+    /// lease end to wait for.
+    #[inline]
+    fn acquired<R>(&self, key: &KeyRef<'_>, header: &Header, checkpoint: Option<Checkpoint>) -> (Outcome<R>, u64) {
+        bump(&self.counters.acquired);
+        if header.recovered {
+            bump(&self.counters.recovered);
+        }
+        self.waiters.wake(key.hash);
+        let outcome = Outcome::Acquired {
+            token: header.token,
+            lease_deadline_ms: header.deadline_ms,
+            held: Held::of(header),
+            checkpoint,
+        };
+        (outcome, header.lsn)
     }
 
     /// The answer to a claim that the stored record (`header`, `frame`, at
