@@ -16,7 +16,7 @@ use crate::record::{self, Kind};
 use std::path::{Path, PathBuf};
 
 /// Where a frame's LSN is: after its CRC and length, and the kind, state,
-/// flags, reserved byte and attempt of its payload (see `record.rs`).
+/// flags, reserved byte and attempt of its payload (see `engine/frame.rs`).
 const LSN_AT: u64 = 16;
 
 /// A record that repair cannot keep: its frame is unreadable (or gone).
