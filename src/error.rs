@@ -144,7 +144,7 @@ pub enum Error {
         max: usize,
     },
     /// A checkpoint's step name is empty or longer than
-    /// [`crate::store::STEP_BYTES_MAX`].
+    /// `store::STEP_BYTES_MAX`.
     #[error("invalid checkpoint: {reason}")]
     InvalidCheckpoint {
         /// Why it was refused.
@@ -208,7 +208,7 @@ pub enum Error {
     /// ([`crate::Config::quota`], [`crate::Config::scope_quota`]); nothing
     /// was written. Only new keys are refused: replays, in-progress answers,
     /// mismatches, takeovers and finishing a lease never are (see
-    /// [`crate::store::Quota`]). HTTP answers 429 with `Retry-After`.
+    /// `store::Quota`). HTTP answers 429 with `Retry-After`.
     ///
     /// ```
     /// use idemkv::{Claim, ClaimRequest, Config, Error, Fingerprint, Store, store::{Quota, QuotaLimit}};
@@ -234,7 +234,7 @@ pub enum Error {
         /// What the scope holds of it now.
         used: u64,
         /// How long the caller should wait before trying again
-        /// ([`crate::store::Quota::retry_after`]).
+        /// (`store::Quota::retry_after`).
         retry_after: std::time::Duration,
     },
     /// The PostgreSQL schema holds no store (`found` 0), or one at another
@@ -363,13 +363,13 @@ impl Error {
     }
 }
 
-/// Which limit of a [`Quota`](crate::store::Quota) refused a claim.
+/// Which limit of a `store::Quota` refused a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QuotaLimit {
-    /// The scope holds as many live records as [`Quota::records`](crate::store::Quota::records) allows.
+    /// The scope holds as many live records as `Quota::records` allows.
     Records,
-    /// The new record would take the scope over [`Quota::bytes`](crate::store::Quota::bytes).
+    /// The new record would take the scope over `Quota::bytes`.
     Bytes,
 }
 

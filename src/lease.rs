@@ -19,10 +19,10 @@ use std::time::Duration;
 /// hands the lease back ([`FinishError`]). A lease dropped unfinished leaves
 /// the record Processing until the lease ends — refusing retries is safer
 /// than running the side effect twice — and is counted in
-/// [`Stats::abandoned_leases`](crate::store::Stats::abandoned_leases); a claim
+/// [`Stats::abandoned_leases`](crate::stats::Stats::abandoned_leases); a claim
 /// then takes it over (`recovered`), and if none does, the record expires
 /// at lease end + its TTL
-/// ([`Stats::abandoned_expired`](crate::store::Stats::abandoned_expired)).
+/// ([`Stats::abandoned_expired`](crate::stats::Stats::abandoned_expired)).
 ///
 /// # Examples
 ///
@@ -116,7 +116,7 @@ impl Lease {
     ///
     /// # Errors
     /// [`Error::InvalidCheckpoint`] for an empty step or one over
-    /// [`crate::store::STEP_BYTES_MAX`] bytes; [`Error::CheckpointTooLarge`] past
+    /// [`crate::checkpoint::STEP_BYTES_MAX`] bytes; [`Error::CheckpointTooLarge`] past
     /// [`crate::Config::response_bytes_max`]; [`Error::LeaseLost`] if
     /// another holder took the key over (the point is not stored); the
     /// store's errors. Only `LeaseLost` ends the lease.

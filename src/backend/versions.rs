@@ -1,6 +1,6 @@
 //! [`Versions`]: a version number per resource, stepped by one atomic
 //! compare-and-set on any backend — what an HTTP `ETag` names and
-//! `If-Match` checks (see [`LayerConfig::versioned`](crate::http::LayerConfig::versioned)).
+//! `If-Match` checks (see the HTTP layer's `LayerConfig::versioned_resource`).
 //!
 //! A resource's version is a completed record `(scope, resource)` of
 //! [`Keyspace::Version`] — idemkv's own, where no caller's scope reaches —

@@ -2,7 +2,7 @@
 //! store's blocking [`Store::claim_wait`](crate::Store::claim_wait), its
 //! future [`Store::claim_wait_async`](crate::Store::claim_wait_async), and
 //! the networked backends' claims with
-//! [`ClaimOptions::wait`](crate::backend::ClaimOptions::wait). A backend says only
+//! `backend::ClaimOptions::wait`. A backend says only
 //! how it looks at the key, how a caller registers for the key's wake-up
 //! and how it parks ([`KeyWait`]).
 //!

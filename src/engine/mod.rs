@@ -212,7 +212,7 @@ impl Engine {
     /// Before a claim of `key` in `scope`: if the scope is at its quota,
     /// drops every expired record of the store first (when a sweep is due),
     /// so that a record whose time is up never holds a slot; the claim
-    /// itself then decides, exactly (see [`crate::store::Quota`]). While no scope
+    /// itself then decides, exactly (see [`crate::quota::Quota`]). While no scope
     /// is near its limit this is one atomic load. A shard that cannot be
     /// swept (closed, poisoned) is skipped: its expired records keep their
     /// slots until found otherwise, which refuses early, never late.

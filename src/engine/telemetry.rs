@@ -63,7 +63,7 @@ impl Shard {
     }
 }
 
-/// A histogram only the exporter sees (nothing of it is in [`crate::store::Stats`]).
+/// A histogram only the exporter sees (nothing of it is in [`crate::stats::Stats`]).
 #[derive(Clone)]
 pub(crate) struct Observe {
     #[cfg(feature = "metrics")]

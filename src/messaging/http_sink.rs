@@ -59,7 +59,7 @@ impl<S> HttpSink<S> {
     /// Signs every message as a Standard Webhook (feature `webhooks`):
     /// `webhook-id` its id, `webhook-timestamp` the time of the attempt,
     /// `webhook-signature` under each of `signer`'s secrets — what a
-    /// receiver's [`WebhookLayer`](crate::http::WebhookLayer) verifies,
+    /// receiver's `http::WebhookLayer` verifies,
     /// then deduplicates by the id.
     #[cfg(feature = "webhooks")]
     #[must_use]

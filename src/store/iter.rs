@@ -59,7 +59,7 @@ impl crate::Store {
     /// The live records of `scope` whose key sorts after `after` (from the
     /// first, for `None`), in key order (bytewise), at most `limit`: a page
     /// of an operator's listing (see
-    /// [`IdempotencyBackend::scan`](crate::backend::IdempotencyBackend::scan)). It
+    /// `IdempotencyBackend::scan`). It
     /// reads every record's scope and key, shard by shard, as
     /// [`iter`](crate::Store::iter) does, then the matching records.
     ///

@@ -319,7 +319,7 @@ impl Store {
 
     /// Replaces the answer of `(scope, key)`'s Completed record with
     /// `answer` if it is `expected` (see
-    /// [`IdempotencyBackend::replace`](crate::backend::IdempotencyBackend::replace)):
+    /// `IdempotencyBackend::replace`):
     /// one record, as durable as any other under the store's
     /// [`Durability`]. Returns whether it replaced.
     ///

@@ -1,7 +1,7 @@
 //! Signed webhooks (feature `webhooks`): the [Standard Webhooks] scheme,
 //! verified and signed, and Stripe's `Stripe-Signature`, verified — each a
 //! [`WebhookVerifier`] that
-//! [`http::WebhookLayer`](crate::http::WebhookLayer) runs before anything
+//! `http::WebhookLayer` runs before anything
 //! else, and whose id it deduplicates by.
 //!
 //! **Standard Webhooks.** Three headers: `webhook-id` (the message id,

@@ -1,7 +1,7 @@
 //! A shard's part in moving format 2's records of idemkv's own (scopes
 //! under `idemkv.hold/` and the like) into their keyspaces, once, at the
 //! first writable open of a format-2 store by a build that knows
-//! keyspaces (see [`crate::engine::migrate`]).
+//! keyspaces (see `engine::migrate`).
 
 use super::{KeyRef, Shard};
 use crate::engine::transition;

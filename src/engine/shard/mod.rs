@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// How much a shard holds, for [`crate::store::Stats`].
+/// How much a shard holds, for [`crate::stats::Stats`].
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Footprint {
     pub records: u64,
