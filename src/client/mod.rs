@@ -2,6 +2,28 @@
 //! requests that retries what is worth retrying, and makes the retries of
 //! a POST safe with one `Idempotency-Key` per logical request.
 //!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use idemkv::client::{Backoff, Jitter, RetryLayer, RetryPolicy};
+//! use std::time::Duration;
+//! use tower::{Layer, ServiceExt};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let policy = RetryPolicy::new()
+//!     .max_attempts(5)
+//!     .deadline(Duration::from_secs(10))
+//!     .backoff(Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).jitter(Jitter::Full));
+//! let client = RetryLayer::new(policy).layer(Client::builder(TokioExecutor::new()).build_http());
+//! let request = http::Request::post("http://127.0.0.1:3000/payments")
+//!     .header("x-account", "a1")
+//!     .body(Full::new(Bytes::from_static(br#"{"amount":10}"#)))?;
+//! let response = client.oneshot(request).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! [`RetryLayer`] wraps any `tower::Service<http::Request<Full<Bytes>>>`
 //! that answers `http::Response<_>`, such as hyper-util's legacy
 //! `Client`. For each request it:
@@ -36,27 +58,6 @@
 //! [`ClientError::Transport`]. Each response carries [`RetryInfo`] in its
 //! extensions: the attempts made and the key used.
 //!
-//! ```no_run
-//! use bytes::Bytes;
-//! use http_body_util::Full;
-//! use hyper_util::client::legacy::Client;
-//! use hyper_util::rt::TokioExecutor;
-//! use idemkv::client::{Backoff, Jitter, RetryLayer, RetryPolicy};
-//! use std::time::Duration;
-//! use tower::{Layer, ServiceExt};
-//!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let policy = RetryPolicy::new()
-//!     .max_attempts(5)
-//!     .deadline(Duration::from_secs(10))
-//!     .backoff(Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).jitter(Jitter::Full));
-//! let client = RetryLayer::new(policy).layer(Client::builder(TokioExecutor::new()).build_http());
-//! let request = http::Request::post("http://127.0.0.1:3000/payments")
-//!     .header("x-account", "a1")
-//!     .body(Full::new(Bytes::from_static(br#"{"amount":10}"#)))?;
-//! let response = client.oneshot(request).await?;
-//! # Ok(()) }
-//! ```
 
 // Module map: classify, backoff, retry_after, budget and breaker are pure
 // (told the time and the random numbers); key attaches the key; policy is

@@ -4,32 +4,6 @@
 //! to the same table of answers, fencing, TTLs, waits, checkpoints and
 //! reuse policies.
 //!
-//! Each scenario is a `pub async fn` that drives the backend and asserts
-//! what the contract says; a backend that breaks the contract makes it
-//! panic with a message naming what broke, as a test would. [`run_all`]
-//! runs every scenario in turn and panics with the failing scenario's name
-//! in front of that message; it returns a [`Report`] of what ran and what
-//! was skipped. A scenario that needs what a backend lacks (a clock the
-//! test can move, quotas, records that survive a restart) is skipped, not
-//! passed: the report lists it with the [`Capability`] it needed, and
-//! [`run_all`] prints it.
-//!
-//! The scenarios use keys that start with a prefix of their own run (see
-//! [`Capabilities::key_prefix`]), so that a backend shared with other runs
-//! or with earlier ones keeps them apart. Time passes for real unless the
-//! backend reads a [`ManualClock`] that the suite may move
-//! ([`Capabilities::movable_clock`]); leases and TTLs are then advanced
-//! instead of slept through. Waits ([`ClaimOptions::wait`]) are always
-//! real.
-//!
-//! These scenarios are for tests: they panic, they sleep, and they leave
-//! records behind (with TTLs of a minute or less where they can).
-//!
-//! # Examples
-//!
-//! A third party's backend runs the suite from its own test, on a
-//! multi-threaded runtime (the scenarios spawn tasks):
-//!
 //! ```
 //! use idemkv::conformance::{self, Capabilities, Capability};
 //! use idemkv::{Config, Durability, ManualClock, Store, store::Quota};
@@ -58,6 +32,33 @@
 //! # });
 //! # }
 //! ```
+//!
+//! Each scenario is a `pub async fn` that drives the backend and asserts
+//! what the contract says; a backend that breaks the contract makes it
+//! panic with a message naming what broke, as a test would. [`run_all`]
+//! runs every scenario in turn and panics with the failing scenario's name
+//! in front of that message; it returns a [`Report`] of what ran and what
+//! was skipped. A scenario that needs what a backend lacks (a clock the
+//! test can move, quotas, records that survive a restart) is skipped, not
+//! passed: the report lists it with the [`Capability`] it needed, and
+//! [`run_all`] prints it.
+//!
+//! The scenarios use keys that start with a prefix of their own run (see
+//! [`Capabilities::key_prefix`]), so that a backend shared with other runs
+//! or with earlier ones keeps them apart. Time passes for real unless the
+//! backend reads a [`ManualClock`] that the suite may move
+//! ([`Capabilities::movable_clock`]); leases and TTLs are then advanced
+//! instead of slept through. Waits ([`ClaimOptions::wait`]) are always
+//! real.
+//!
+//! These scenarios are for tests: they panic, they sleep, and they leave
+//! records behind (with TTLs of a minute or less where they can).
+//!
+//! # Examples
+//!
+//! A third party's backend runs the suite from its own test, on a
+//! multi-threaded runtime (the scenarios spawn tasks):
+//!
 
 mod capabilities;
 mod contract;

@@ -2,6 +2,27 @@
 //! draft, Stripe-style APIs), over any [`IdempotencyBackend`] — the
 //! embedded [`Store`](crate::Store) or a networked one.
 //!
+//! # Examples
+//!
+//! ```no_run
+//! use axum::{routing::post, Router};
+//! use idemkv::http::{IdempotencyLayer, LayerConfig};
+//! use idemkv::{Config, Store};
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open("/var/lib/payments/idempotency", Config::new())?;
+//! // Keys are per account: two accounts may use the same key.
+//! let config = LayerConfig::scoped(|request| {
+//!     request.headers.get("x-account").map(|account| account.as_bytes().to_vec())
+//! });
+//! let app: Router = Router::new()
+//!     .route("/payments", post(|| async { "charged" }))
+//!     .layer(IdempotencyLayer::new(store, config));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! For the configured methods (POST and PATCH by default) the layer reads
 //! the key header, finds the request's scope (see [`LayerConfig::scoped`]),
 //! buffers the request body (within a limit), fingerprints method, path,
@@ -70,26 +91,6 @@
 //! required: passed through), `resource_locked`, `precondition_failed` and
 //! `accepted` (a 202 of a long operation).
 //!
-//! # Examples
-//!
-//! ```no_run
-//! use axum::{routing::post, Router};
-//! use idemkv::http::{IdempotencyLayer, LayerConfig};
-//! use idemkv::{Config, Store};
-//!
-//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Store::open("/var/lib/payments/idempotency", Config::new())?;
-//! // Keys are per account: two accounts may use the same key.
-//! let config = LayerConfig::scoped(|request| {
-//!     request.headers.get("x-account").map(|account| account.as_bytes().to_vec())
-//! });
-//! let app: Router = Router::new()
-//!     .route("/payments", post(|| async { "charged" }))
-//!     .layer(IdempotencyLayer::new(store, config));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-//! axum::serve(listener, app).await?;
-//! # Ok(()) }
-//! ```
 
 mod body;
 mod checkpoints;

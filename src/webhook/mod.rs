@@ -4,6 +4,26 @@
 //! `http::WebhookLayer` runs before anything
 //! else, and whose id it deduplicates by.
 //!
+//! # Examples
+//!
+//! ```
+//! use idemkv::webhook::{StandardWebhooks, WebhookError, WebhookVerifier};
+//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//!
+//! # fn main() -> Result<(), idemkv::Error> {
+//! let webhooks = StandardWebhooks::new(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"])?;
+//! let now = SystemTime::now();
+//! let timestamp = now.duration_since(UNIX_EPOCH).unwrap().as_secs();
+//! let body = br#"{"type":"invoice.paid"}"#;
+//! let headers = webhooks.headers("msg_1", timestamp, body);
+//! assert_eq!(webhooks.verify(&headers, body, now).unwrap().id, "msg_1");
+//! // A body changed on the way, or a capture replayed an hour later: refused.
+//! assert_eq!(webhooks.verify(&headers, b"{}", now), Err(WebhookError::InvalidSignature));
+//! let later = now + Duration::from_secs(3600);
+//! assert!(matches!(webhooks.verify(&headers, body, later), Err(WebhookError::Stale { .. })));
+//! # Ok(()) }
+//! ```
+//!
 //! **Standard Webhooks.** Three headers: `webhook-id` (the message id,
 //! the same at every redelivery), `webhook-timestamp` (seconds since the
 //! epoch) and `webhook-signature`: one or more `v1,<base64>` separated by
@@ -34,25 +54,6 @@
 //!
 //! [Standard Webhooks]: https://www.standardwebhooks.com/
 //!
-//! # Examples
-//!
-//! ```
-//! use idemkv::webhook::{StandardWebhooks, WebhookError, WebhookVerifier};
-//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
-//!
-//! # fn main() -> Result<(), idemkv::Error> {
-//! let webhooks = StandardWebhooks::new(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"])?;
-//! let now = SystemTime::now();
-//! let timestamp = now.duration_since(UNIX_EPOCH).unwrap().as_secs();
-//! let body = br#"{"type":"invoice.paid"}"#;
-//! let headers = webhooks.headers("msg_1", timestamp, body);
-//! assert_eq!(webhooks.verify(&headers, body, now).unwrap().id, "msg_1");
-//! // A body changed on the way, or a capture replayed an hour later: refused.
-//! assert_eq!(webhooks.verify(&headers, b"{}", now), Err(WebhookError::InvalidSignature));
-//! let later = now + Duration::from_secs(3600);
-//! assert!(matches!(webhooks.verify(&headers, body, later), Err(WebhookError::Stale { .. })));
-//! # Ok(()) }
-//! ```
 
 mod stripe;
 
