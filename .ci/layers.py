@@ -38,6 +38,8 @@ import sys
 import tempfile
 from collections import defaultdict
 
+from fnlen import blank as blank_literals
+
 # Bottom first; one unit a rank; each with what it is, for the module map.
 LAYERS = [
     ("the foundations", [
@@ -163,46 +165,10 @@ def without_test_blocks(text):
 
 
 def code_of(text):
-    """The text without comments, string and char literals, and unit-test
-    blocks; line numbers kept."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        two = text[i : i + 2]
-        if two == "//":
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            out.append(" " * (end - i))
-            i = end
-        elif two == "/*":
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text[j : j + 2] == "/*":
-                    depth, j = depth + 1, j + 2
-                elif text[j : j + 2] == "*/":
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif (raw := re.match(r'b?r(#*)"', text[i:])) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            close = '"' + raw.group(1)
-            end = text.find(close, i + raw.end())
-            end = n if end < 0 else end + len(close)
-            out.append(re.sub(r"[^\n]", " ", text[i:end]))
-            i = end
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(re.sub(r"[^\n]", " ", text[i : j + 1]))
-            i = j + 1
-        elif text[i] == "'" and (char := re.match(r"'(\\.[^']*|[^\\'])'", text[i:])):
-            out.append(" " * char.end())
-            i += char.end()
-        else:
-            out.append(text[i])
-            i += 1
-    return without_test_blocks("".join(out))
+    """The text without comments, string and character literals (blanked
+    as the function-length check blanks them), and unit-test blocks; line
+    numbers kept."""
+    return without_test_blocks(blank_literals(text))
 
 
 def split_top(tree):

@@ -242,10 +242,7 @@ impl Connection {
                     Value::Int(expiry) => *expiry,
                     _ => return Err(protocol("claim: PEXPIRETIME not a number")),
                 };
-                let [seconds, micros] = time.as_slice() else {
-                    return Err(protocol("claim: TIME not two numbers"));
-                };
-                let now = number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000);
+                let now = millis_of_time(time)?;
                 Ok((found, expiry, i64::try_from(now).map_err(|_| protocol("claim: TIME out of range"))?))
             }
             _ => Err(protocol("claim: not three answers")),
@@ -282,10 +279,7 @@ impl Connection {
     /// of the node the command is sent to).
     pub(super) async fn time_ms(&self) -> Result<u64> {
         match self.command(&::redis::cmd("TIME")).await? {
-            Value::Array(time) => match time.as_slice() {
-                [seconds, micros] => Ok(number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000)),
-                _ => Err(protocol("TIME: not two numbers")),
-            },
+            Value::Array(time) => millis_of_time(&time),
             _ => Err(protocol("TIME: not an array")),
         }
     }
@@ -409,4 +403,10 @@ fn config_value(reply: &Value, setting: &str) -> Result<Option<String>> {
         }
     }
     Ok(None)
+}
+
+/// The ms since the epoch of a `TIME` answer (seconds, microseconds).
+fn millis_of_time(time: &[Value]) -> Result<u64> {
+    let [seconds, micros] = time else { return Err(protocol("TIME: not two numbers")) };
+    Ok(number(seconds)?.saturating_mul(1000).saturating_add(number(micros)? / 1000))
 }
