@@ -195,6 +195,30 @@ async fn measure<B: IdempotencyBackend>(name: &str, backend: Arc<B>, calls: &dyn
     }
 }
 
+/// What the server's memory holds a key: all of it (`used_memory` over
+/// the keys of both scopes), and the scopes' indexes alone (`MEMORY
+/// USAGE` of each `idemkv:scope:*` key).
+fn redis_memory(server: &redis_fixture::RedisServer) {
+    let number = |text: Option<String>| text.and_then(|text| text.trim().parse::<u64>().ok()).unwrap_or(0);
+    let info = server.cli(&["INFO", "memory"]).unwrap_or_default();
+    let used = info.lines().find_map(|line| line.strip_prefix("used_memory:")).map(str::to_owned);
+    let records = number(server.cli(&["DBSIZE"]));
+    let names = server.cli(&["--scan", "--pattern", "idemkv:scope:*"]).unwrap_or_default();
+    let index: u64 = names
+        .lines()
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(|name| number(server.cli(&["MEMORY", "USAGE", name, "SAMPLES", "0"])))
+        .sum();
+    let keys = sizes().last().copied().unwrap_or(0) * 2;
+    let per_key = |bytes: u64| support::as_f64(bytes) / support::as_f64(keys.max(1));
+    println!(
+        "redis memory: {:.0} B a key in all (used_memory, {records} keys in the db), {:.0} B a key in the scopes' indexes",
+        per_key(number(used)),
+        per_key(index)
+    );
+}
+
 fn on_path(program: &str) -> bool {
     Command::new(program).arg("--version").output().is_ok_and(|output| output.status.success())
 }
@@ -217,6 +241,7 @@ async fn main() {
             redis_fixture::RedisServer::start_with(&dir.path().join("redis"), redis_fixture::free_port(), &args);
         let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
         measure("redis", Arc::new(backend), &RedisCalls(server.port)).await;
+        redis_memory(&server);
     } else {
         println!("redis: skipped, redis-server is not on the PATH");
     }

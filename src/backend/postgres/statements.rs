@@ -5,6 +5,11 @@
 
 use super::options::Schema;
 
+/// The rows whose response carries staged messages, as the partial index
+/// of schema version 6 names them (the planner uses that index for a
+/// query with this very predicate).
+pub(super) const STAGED: &str = "state = 'C' AND substr(response, 1, 8) = '\\x49444b564f423100'::bytea";
+
 /// The statements of one schema's store, every name qualified (see
 /// [`Schema`]).
 #[derive(Debug)]
@@ -30,8 +35,14 @@ pub(super) struct Statements {
     /// it replaced.
     pub(super) replace: String,
     /// A page of a scope's live records after a key (`NULL`: from the
-    /// first), in key order: `get`'s columns, then the key.
+    /// first), in key order: `get`'s columns, then the key. A range of the
+    /// primary key whatever the plan (`key > ''` for the first page: no key
+    /// is empty), never the scope's rows before the key.
     pub(super) scan: String,
+    /// [`Statements::scan`] of the live Completed rows whose response
+    /// carries staged messages: a range of the partial index of those rows
+    /// (schema version 6), never the scope's other rows.
+    pub(super) scan_staged: String,
     /// The server's time now, in ms since the epoch, as records' times
     /// are read.
     pub(super) now: String,
@@ -43,6 +54,7 @@ impl Statements {
         let ms = schema.object("idemkv_ms");
         let table = schema.object("idempo_store");
         let tokens = schema.object("idemkv_tokens").replace('\'', "''");
+        let page = page(&ms, &table);
         Statements {
             claim_fast: format!(
                 "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
@@ -98,14 +110,20 @@ impl Statements {
                  FROM now WHERE r.scope = $1 AND r.key = $2 AND r.state = 'C' AND r.response = $3 \
                  AND r.expires_at > now.t RETURNING true"
             ),
-            scan: format!(
-                "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
-                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, key \
-                 FROM {} WHERE scope = $1 AND ($2::bytea IS NULL OR key > $2) \
-                 AND expires_at > clock_timestamp() ORDER BY key LIMIT $3",
-                schema.object("idempo_store")
-            ),
+            scan: format!("{page} ORDER BY key LIMIT $3"),
+            scan_staged: format!("{page} AND {STAGED} ORDER BY key LIMIT $3"),
             now: format!("SELECT {ms}(clock_timestamp())"),
         }
     }
+}
+
+/// The start of a page's statement: `get`'s columns, then the key, of the
+/// live rows of scope `$1` after key `$2` (`NULL`: from the first).
+fn page(ms: &str, table: &str) -> String {
+    format!(
+        "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
+         {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, key \
+         FROM {table} WHERE scope = $1 AND key > coalesce($2::bytea, '\\x'::bytea) \
+         AND expires_at > clock_timestamp()"
+    )
 }

@@ -202,6 +202,15 @@ pub(crate) trait Transport: Send + Sync + 'static {
         after: Option<&[u8]>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Record>>> + Send;
+
+    /// A page of the caller's Completed records of `scope` whose answer
+    /// carries staged messages, after `after`, in key order.
+    fn scan_staged(
+        &self,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 }
 
 /// [`IdempotencyBackend::claim_in`](crate::backend::IdempotencyBackend::claim_in) on a transport.
@@ -346,6 +355,20 @@ pub(crate) async fn scan<T: Transport>(
     transport.scan(keyspace, scope, after, limit).await
 }
 
+/// [`IdempotencyBackend::scan_staged`](crate::backend::IdempotencyBackend::scan_staged) on a transport.
+pub(crate) async fn scan_staged<T: Transport>(
+    transport: &T,
+    scope: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Record>> {
+    transport.settings().config.check_scope(scope)?;
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    transport.scan_staged(scope, after, limit).await
+}
+
 /// The answer of a fenced call.
 pub(crate) fn fenced(held: bool, token: &LeaseToken) -> Result<()> {
     if held {
@@ -445,6 +468,15 @@ macro_rules! remote_backend {
                 limit: usize,
             ) -> $crate::error::Result<Vec<$crate::Record>> {
                 $crate::backend::remote::scan(self, keyspace, scope, after, limit).await
+            }
+
+            async fn scan_staged(
+                &self,
+                scope: &[u8],
+                after: Option<&[u8]>,
+                limit: usize,
+            ) -> $crate::error::Result<Vec<$crate::Record>> {
+                $crate::backend::remote::scan_staged(self, scope, after, limit).await
             }
 
             fn limits(&self) -> $crate::backend::BackendLimits {
