@@ -367,8 +367,9 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// What a page costs: what it returns. PostgreSQL reads a range of
     /// its primary key, Redis a range of the scope's index (a sorted set;
     /// on a Cluster, which cannot keep it, a `SCAN` of every master), the
-    /// embedded store the scope's keys of each shard (see
-    /// [`Store::scan`](crate::Store::scan)); each then reads the records.
+    /// embedded store the scope's keys of each shard, kept from the first
+    /// scan of the scope on (see [`Store::scan`](crate::Store::scan));
+    /// each then reads the records.
     ///
     /// # Errors
     /// The backend's error; [`Error::ScopeTooLong`] for a scope over the
@@ -446,6 +447,21 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// The backend's error, for one that asks a server.
     fn now_ms(&self) -> impl Future<Output = Result<u64, Error>> + Send {
         std::future::ready(Ok(crate::Clock::now_ms(&crate::SystemClock)))
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Store {
+    /// Runs `page` (a scan's page, which reads records) on a thread of
+    /// tokio's blocking pool, not on the runtime's.
+    async fn page_off_runtime<F>(&self, scope: &[u8], after: Option<&[u8]>, page: F) -> Result<Vec<Record>, Error>
+    where
+        F: FnOnce(Store, &[u8], Option<&[u8]>) -> Result<Vec<Record>, Error> + Send + 'static,
+    {
+        let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
+        tokio::task::spawn_blocking(move || page(store, &scope, after.as_deref()))
+            .await
+            .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
     }
 }
 
@@ -533,10 +549,13 @@ impl IdempotencyBackend for Store {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Record>, Error> {
-        let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
-        tokio::task::spawn_blocking(move || store.scan_in(keyspace, &scope, after.as_deref(), limit))
-            .await
-            .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
+        let page = move |store: Store, scope: &[u8], after: Option<&[u8]>| store.scan_in(keyspace, scope, after, limit);
+        self.page_off_runtime(scope, after, page).await
+    }
+
+    async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        let page = move |store: Store, scope: &[u8], after: Option<&[u8]>| store.scan_staged(scope, after, limit);
+        self.page_off_runtime(scope, after, page).await
     }
 
     fn limits(&self) -> BackendLimits {

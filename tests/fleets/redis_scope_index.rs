@@ -10,13 +10,14 @@
 #![cfg(all(feature = "tokio", feature = "redis", feature = "messaging"))]
 
 use crate::common::redis::RedisServer;
+use crate::common::Kept;
 use idemkv::backend::redis::RedisBackend;
-use idemkv::messaging::{Outbox, OutboxMessage, Relay, RelayConfig, Sink, SinkError, Staged};
+use idemkv::messaging::{Outbox, OutboxMessage, Relay, RelayConfig};
 use idemkv::{
     backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
     Config, Fingerprint,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The commands the server has run (a script's own among them), this one
@@ -72,17 +73,6 @@ async fn a_scan_among_other_scopes_runs_commands_for_its_own_records_alone() {
     assert_eq!(keys.first().map(Vec::as_slice), Some(&b"k-0390"[..]));
     assert_eq!(keys.len(), 10);
     assert!(ran <= 10 * 2 + 6, "the last 10 keys of a scope ran {ran} commands");
-}
-
-/// A sink that keeps what it is given.
-#[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<Staged>>>);
-
-impl Sink for Kept {
-    async fn deliver(&self, message: &Staged) -> Result<(), SinkError> {
-        self.0.lock().expect("lock").push(message.clone());
-        Ok(())
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

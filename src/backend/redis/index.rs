@@ -44,14 +44,13 @@
 
 use super::connection::Call;
 use super::reply::{bytes, protocol};
-use super::{keyspace_part, Names, RedisBackend};
+use super::{hex16, keyspace_part, Names, RedisBackend};
 use crate::backend::remote::Address;
 use crate::error::Result;
 use crate::keyspace::Keyspace;
 use crate::record::Record;
 use ::redis::Value;
 use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
 
 /// Keys a page's script reads at most at once.
 const BATCH: usize = 256;
@@ -71,11 +70,7 @@ impl ScopeIndex {
         hasher.update(b"idemkv.redis.scope.v1");
         hasher.update([keyspace.to_byte()]);
         hasher.update(scope);
-        let digest = hasher.finalize();
-        let digest = digest.iter().take(16).fold(String::with_capacity(32), |mut digest, byte| {
-            let _ = write!(digest, "{byte:02x}");
-            digest
-        });
+        let digest = hex16(&hasher.finalize());
         let space = keyspace_part(keyspace);
         let name = |suffix: &str| format!("{prefix}:{space}scope:{digest}:{suffix}").into_bytes();
         ScopeIndex { keys: name("keys"), ends: name("ends"), staged: name("staged") }

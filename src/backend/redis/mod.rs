@@ -202,11 +202,7 @@ impl Names {
         hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
         hasher.update(scope);
         hasher.update(key);
-        let digest = hasher.finalize();
-        let tag = digest.iter().take(16).fold(String::with_capacity(32), |mut tag, byte| {
-            let _ = write!(tag, "{byte:02x}");
-            tag
-        });
+        let tag = hex16(&hasher.finalize());
         let space = keyspace_part(keyspace);
         let name = |suffix: &str| format!("{prefix}:{space}{{{tag}}}:{suffix}").into_bytes();
         Names { record: name("r"), channel: name("w"), index: index::ScopeIndex::of(prefix, keyspace, scope) }
@@ -502,6 +498,14 @@ impl Drop for Leave<'_> {
             }
         }
     }
+}
+
+/// The first 16 bytes of `digest`, in hex: a name's part.
+fn hex16(digest: &[u8]) -> String {
+    digest.iter().take(16).fold(String::with_capacity(32), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
 }
 
 /// The part of a record's name that says its keyspace: nothing for the
