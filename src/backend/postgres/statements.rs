@@ -5,10 +5,9 @@
 
 use super::options::Schema;
 
-/// The rows whose response carries staged messages, as the partial index
-/// of schema version 6 names them (the planner uses that index for a
-/// query with this very predicate).
-pub(super) const STAGED: &str = "state = 'C' AND substr(response, 1, 8) = '\\x49444b564f423100'::bytea";
+/// A response that carries staged messages: it starts with the outbox's
+/// envelope mark ([`crate::record::STAGED_MARK`], in hex).
+pub(super) const STAGED_ANSWER: &str = "substr(response, 1, 8) = '\\x49444b564f423100'::bytea";
 
 /// The statements of one schema's store, every name qualified (see
 /// [`Schema`]).
@@ -55,30 +54,10 @@ impl Statements {
         let table = schema.object("idempo_store");
         let tokens = schema.object("idemkv_tokens").replace('\'', "''");
         let page = page(&ms, &table);
+        let staged_5 = STAGED_ANSWER.replace("response", "$5::bytea");
+        let staged_4 = STAGED_ANSWER.replace("response", "$4::bytea");
         Statements {
-            claim_fast: format!(
-                "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
-                 old AS (SELECT * FROM {table} WHERE scope = $1::bytea AND key = $2::bytea), \
-                 ins AS (INSERT INTO {table} (scope, key, fingerprint, state, token, attempt, recovered, waited, \
-                   lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
-                   SELECT $1, $2, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
-                   t + $4::bigint * interval '1 millisecond', $5::bigint * interval '1 millisecond', '', t, t, NULL, \
-                   t + ($4::bigint + $5::bigint) * interval '1 millisecond', NULL, \
-                   t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now WHERE NOT EXISTS (SELECT FROM old) \
-                   ON CONFLICT (scope, key) DO NOTHING RETURNING token) \
-                 SELECT 'A'::text, token, 1, false, NULL::bigint, NULL::bytea, NULL::bytea FROM ins \
-                 UNION ALL \
-                 SELECT CASE \
-                   WHEN r.expires_at <= now.t THEN 'S' \
-                   WHEN r.fingerprint <> $3 THEN 'M' \
-                   WHEN r.state = 'C' OR (r.state = 'F' AND $7::text <> 'retry') THEN 'R' \
-                   WHEN r.state = 'P' AND r.lease_end > now.t AND (r.waited OR NOT $6::boolean) THEN 'I' \
-                   ELSE 'S' END, \
-                   NULL::bigint, r.attempt, NULL::boolean, \
-                   GREATEST(pg_catalog.ceil(pg_catalog.date_part('epoch', r.lease_end - now.t) * 1000), 0)::bigint, \
-                   r.response, NULL::bytea \
-                 FROM old r, now"
-            ),
+            claim_fast: claim_fast(&table, &tokens),
             claim: format!(
                 "SELECT o_answer, o_token, o_attempt, o_recovered, o_left_ms, o_response, o_checkpoint \
                  FROM {}($1, $2, $3, $4, $5, $6, $7)",
@@ -88,7 +67,8 @@ impl Statements {
             finish_fast: format!(
                 "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
                  UPDATE {table} AS r SET state = $4, response = $5, updated_at = now.t, finished_at = now.t, \
-                 expires_at = now.t + r.ttl, checkpoint = NULL, reap_at = GREATEST(r.reap_at, now.t + r.ttl) \
+                 expires_at = now.t + r.ttl, checkpoint = NULL, reap_at = GREATEST(r.reap_at, now.t + r.ttl), \
+                 staged = CASE WHEN $4 = 'C' AND {staged_5} THEN true END \
                  FROM now WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.state = 'P' \
                  AND r.expires_at > now.t RETURNING r.waited"
             ),
@@ -106,12 +86,16 @@ impl Statements {
             replace: format!(
                 "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
                  UPDATE {table} AS r SET response = $4, updated_at = GREATEST(r.updated_at, now.t), \
-                 expires_at = GREATEST(r.expires_at, now.t + r.ttl), reap_at = GREATEST(r.reap_at, now.t + r.ttl) \
+                 expires_at = GREATEST(r.expires_at, now.t + r.ttl), reap_at = GREATEST(r.reap_at, now.t + r.ttl), \
+                 staged = CASE WHEN {staged_4} THEN true END \
                  FROM now WHERE r.scope = $1 AND r.key = $2 AND r.state = 'C' AND r.response = $3 \
                  AND r.expires_at > now.t RETURNING true"
             ),
             scan: format!("{page} ORDER BY key LIMIT $3"),
-            scan_staged: format!("{page} AND {STAGED} ORDER BY key LIMIT $3"),
+            // Marked `staged`: the predicate of the partial index of schema
+            // version 6, which the planner then reads; and still a
+            // completion that carries messages.
+            scan_staged: format!("{page} AND staged AND state = 'C' AND {STAGED_ANSWER} ORDER BY key LIMIT $3"),
             now: format!("SELECT {ms}(clock_timestamp())"),
         }
     }
@@ -125,5 +109,34 @@ fn page(ms: &str, table: &str) -> String {
          {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, key \
          FROM {table} WHERE scope = $1 AND key > coalesce($2::bytea, '\\x'::bytea) \
          AND expires_at > clock_timestamp()"
+    )
+}
+
+/// The claim's plain statement (see [`Statements::claim_fast`]) on
+/// `table`, drawing tokens from the sequence `tokens` (quoted for a
+/// string).
+fn claim_fast(table: &str, tokens: &str) -> String {
+    format!(
+        "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t), \
+         old AS (SELECT * FROM {table} WHERE scope = $1::bytea AND key = $2::bytea), \
+         ins AS (INSERT INTO {table} (scope, key, fingerprint, state, token, attempt, recovered, waited, \
+           lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
+           SELECT $1, $2, $3::bytea, 'P', pg_catalog.nextval('{tokens}'), 1, false, false, \
+           t + $4::bigint * interval '1 millisecond', $5::bigint * interval '1 millisecond', '', t, t, NULL, \
+           t + ($4::bigint + $5::bigint) * interval '1 millisecond', NULL, \
+           t + ($4::bigint + $5::bigint) * interval '1 millisecond' FROM now WHERE NOT EXISTS (SELECT FROM old) \
+           ON CONFLICT (scope, key) DO NOTHING RETURNING token) \
+         SELECT 'A'::text, token, 1, false, NULL::bigint, NULL::bytea, NULL::bytea FROM ins \
+         UNION ALL \
+         SELECT CASE \
+           WHEN r.expires_at <= now.t THEN 'S' \
+           WHEN r.fingerprint <> $3 THEN 'M' \
+           WHEN r.state = 'C' OR (r.state = 'F' AND $7::text <> 'retry') THEN 'R' \
+           WHEN r.state = 'P' AND r.lease_end > now.t AND (r.waited OR NOT $6::boolean) THEN 'I' \
+           ELSE 'S' END, \
+           NULL::bigint, r.attempt, NULL::boolean, \
+           GREATEST(pg_catalog.ceil(pg_catalog.date_part('epoch', r.lease_end - now.t) * 1000), 0)::bigint, \
+           r.response, NULL::bytea \
+         FROM old r, now"
     )
 }
