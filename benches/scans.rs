@@ -14,6 +14,14 @@
 //!   page (as the relay, the tool and the listings page), from the first
 //!   to the empty page (the count is checked).
 //!
+//! The embedded store is closed and opened again before each size's rows,
+//! and has each row twice: first on the store just opened (`sweep¹`,
+//! `scan¹`: each makes its listing, one pass over the shard's records),
+//! then again. After its largest size, the first scan of `other` gives
+//! what a listing holds a key (anonymous memory before and after); after
+//! Redis's, `INFO memory` and `MEMORY USAGE` what the records and the
+//! scopes' indexes hold a key.
+//!
 //! Each row gives its wall time, its time a key of the scope, and on Redis
 //! the commands the server ran for it (`INFO stats`,
 //! `total_commands_processed`, less the `INFO` itself). A row is cut at
@@ -170,7 +178,7 @@ fn print_row(backend: &str, row: &str, keys: u64, figures: &Figures) {
         Some(commands) => format!("> {commands}"),
         None => "-".to_owned(),
     };
-    println!("{backend:<12} {row:<6} {keys:>8} {time:>12} {per_key:>12} {commands:>12}");
+    println!("{backend:<12} {row:<7} {keys:>8} {time:>12} {per_key:>12} {commands:>12}");
 }
 
 /// The rows of one backend, size after size.
@@ -179,20 +187,71 @@ async fn measure<B: IdempotencyBackend>(name: &str, backend: Arc<B>, calls: &dyn
     for keys in sizes() {
         load(&backend, loaded, keys).await;
         loaded = keys;
-        let sink = Counted::default();
-        let relay = Relay::new(Arc::clone(&backend), sink.clone(), RelayConfig::new([SCOPE]));
-        let (figures, sweep) = timed(calls, relay.sweep()).await;
-        if let Some(sweep) = sweep {
-            assert_eq!(sweep.expect("sweep").delivered, 0, "nothing was staged");
-        }
-        assert_eq!(sink.0.load(Ordering::Relaxed), 0, "the sink was never called");
-        print_row(name, "sweep", keys, &figures);
-        let (figures, seen) = timed(calls, scan_all(&*backend)).await;
-        if let Some(seen) = seen {
-            assert_eq!(seen, keys, "the scan returns every key of the scope");
-        }
-        print_row(name, "scan", keys, &figures);
+        rows(name, ("sweep", "scan"), &backend, calls, keys).await;
     }
+}
+
+/// The store's rows, size after size: first the sweep and the scan of a
+/// store just opened (each makes its listing: one pass over the records),
+/// then the same again.
+async fn measure_store(path: &std::path::Path) {
+    let mut loaded = 0;
+    for keys in sizes() {
+        let store = Arc::new(Store::open(path, Config::new()).expect("open"));
+        load(&store, loaded, keys).await;
+        loaded = keys;
+        Arc::into_inner(store).expect("the one handle").close().expect("close");
+        let store = Arc::new(Store::open(path, Config::new()).expect("open again"));
+        rows("store", ("sweep¹", "scan¹"), &store, &NoCount, keys).await;
+        rows("store", ("sweep", "scan"), &store, &NoCount, keys).await;
+        if Some(keys) == sizes().last().copied() {
+            store_memory(&store);
+        }
+    }
+}
+
+/// One sweep with nothing to deliver, then one full scan, of `keys`.
+async fn rows<B: IdempotencyBackend>(
+    name: &str,
+    (sweep_row, scan_row): (&str, &str),
+    backend: &Arc<B>,
+    calls: &dyn Calls,
+    keys: u64,
+) {
+    let sink = Counted::default();
+    let relay = Relay::new(Arc::clone(backend), sink.clone(), RelayConfig::new([SCOPE]));
+    let (figures, sweep) = timed(calls, relay.sweep()).await;
+    if let Some(sweep) = sweep {
+        assert_eq!(sweep.expect("sweep").delivered, 0, "nothing was staged");
+    }
+    assert_eq!(sink.0.load(Ordering::Relaxed), 0, "the sink was never called");
+    print_row(name, sweep_row, keys, &figures);
+    let (figures, seen) = timed(calls, scan_all(&**backend)).await;
+    if let Some(seen) = seen {
+        assert_eq!(seen, keys, "the scan returns every key of the scope");
+    }
+    print_row(name, scan_row, keys, &figures);
+}
+
+/// What the store's listing of a scope holds a key: the anonymous memory
+/// of the process before and after the first scan of `other` (which no
+/// row scanned), over its keys.
+fn store_memory(store: &Store) {
+    let keys = sizes().last().copied().unwrap_or(0);
+    let before = support::anon_rss_bytes();
+    let (mut after, mut seen) = (None::<Vec<u8>>, 0_u64);
+    loop {
+        let page = store.scan(OTHER, after.as_deref(), PAGE).expect("scan");
+        let Some(last) = page.last() else { break };
+        seen += page.len() as u64;
+        after = Some(last.key.clone());
+    }
+    assert_eq!(seen, keys, "the scan returns every key of `other`");
+    let grown = support::anon_rss_bytes().saturating_sub(before);
+    println!(
+        "store memory: the listing of a scope of {keys} keys took {:.0} B a key (anonymous RSS before and after its first scan)",
+        support::as_f64(grown) / support::as_f64(keys.max(1))
+    );
 }
 
 /// What the server's memory holds a key: all of it (`used_memory` over
@@ -230,10 +289,10 @@ async fn main() {
         "reproduce: IDEMKV_SCAN_KEYS={} cargo bench -p idemkv-bench --bench scans",
         sizes().iter().map(u64::to_string).collect::<Vec<_>>().join(",")
     );
-    println!("{:<12} {:<6} {:>8} {:>12} {:>12} {:>12}", "backend", "row", "keys", "time", "per key", "commands");
+    println!("{:<12} {:<7} {:>8} {:>12} {:>12} {:>12}", "backend", "row", "keys", "time", "per key", "commands");
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path().join("store"), Config::new()).expect("open");
-    measure("store", Arc::new(store), &NoCount).await;
+    measure_store(&dir.path().join("store")).await;
+    println!("¹ the first of a store just opened: it makes the listing, one pass over the records");
     if on_path("redis-server") {
         // A scan bench, not a durability one: the AOF is written every second.
         let args = ["--appendfsync", "everysec"];
