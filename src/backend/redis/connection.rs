@@ -232,27 +232,25 @@ impl Connection {
 
     /// The claim's fast path ([`super::fast`]) on `record`: one
     /// transaction of `SET record fresh NX GET PX px`, `PEXPIRETIME
-    /// record` and `TIME`, and with `filed` (the scope's key index, its
-    /// index of ends, the key: a standalone server's, see
-    /// [`super::index`]) `ZADD keys 0 key` and `ZADD ends NX 0 key`, so
-    /// that a record the `SET` writes is in its scope's index from the
-    /// same step on (its end unknown until a script writes it). Answers
-    /// the record that was there (`None` when `fresh` was written), the
-    /// key's expiry and the server's time, both in ms.
+    /// record` and `TIME`, and with `filed` (a scope's key index and the
+    /// key, on a standalone server: see [`super::index`]) `ZADD keys 0
+    /// key`, so that a record the `SET` writes is listed from the same
+    /// step on (a key listed already stays as it is). Answers the record
+    /// that was there (`None` when `fresh` was written), the key's expiry
+    /// and the server's time, both in ms.
     pub(super) async fn claim_fast(
         &self,
         record: &[u8],
         (fresh, px): (&[u8], u64),
-        filed: Option<(&[u8], &[u8], &[u8])>,
+        filed: Option<(&[u8], &[u8])>,
     ) -> Result<(Option<Vec<u8>>, i64, i64)> {
         let mut pipeline = ::redis::pipe();
         pipeline.atomic();
         pipeline.cmd("SET").arg(record).arg(fresh).arg("NX").arg("GET").arg("PX").arg(px);
         pipeline.cmd("PEXPIRETIME").arg(record);
         pipeline.cmd("TIME");
-        if let Some((keys, ends, key)) = filed {
+        if let Some((keys, key)) = filed {
             pipeline.cmd("ZADD").arg(keys).arg(0).arg(key);
-            pipeline.cmd("ZADD").arg(ends).arg("NX").arg(0).arg(key);
         }
         match self.query_pipeline(&pipeline).await.map_err(backend_error)?.as_slice() {
             [found, expiry, Value::Array(time), ..] => {

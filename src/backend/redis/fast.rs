@@ -12,9 +12,10 @@
 //!   writes nothing;
 //! - `PEXPIRETIME record`: the key's expiry, in the server's ms;
 //! - `TIME`: the server's time;
-//! - on a standalone server, `ZADD keys 0 key` and `ZADD ends NX 0 key`:
-//!   the key in its scope's indexes ([`super::index`]), in the same step
-//!   as the record (no change when it is there already).
+//! - on a standalone server, `ZADD keys 0 key`: the key in its scope's
+//!   index ([`super::index`]) in the same step as its record (a key there
+//!   already stays as it is). Its bound in the index of ends is written
+//!   by the script that finishes the key (or takes it over).
 //!
 //! When the key was absent the claim is acquired, with attempt 1 and the
 //! token the scripts give such a record ([`token`]). When it was there,
@@ -52,7 +53,7 @@ pub(super) async fn claim(
     let Some(fresh) = fresh(args, px) else {
         return Ok(None);
     };
-    let filed = (!connection.is_cluster()).then(|| (&names.index.keys[..], &names.index.ends[..], args.key));
+    let filed = (!connection.is_cluster()).then(|| (&names.index.keys[..], args.key));
     match connection.claim_fast(&names.record, (&fresh, px), filed).await? {
         (None, expiry, _) => {
             let token = token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;

@@ -9,24 +9,27 @@
 //!
 //! - **keys**: every key with a live record, score 0, so in key order
 //!   (bytewise): a page is `ZRANGE keys (after + BYLEX LIMIT 0 n`;
-//! - **ends**: the same keys, scored by when the record stops being live
-//!   (ms on the server's clock; 0 while not known, see below), so that the
-//!   entries of records that lived out their time can be found without
+//! - **ends**: the same keys, scored by a bound of when the record stops
+//!   being live (ms on the server's clock, at or after its end), so that
+//!   the entries of records that lived out their time can be found without
 //!   reading the others;
 //! - **staged**: the keys whose Completed record carries staged messages
 //!   (an answer that starts with the outbox's envelope mark), score 0.
 //!
-//! Every script that writes a record files it in the same step
-//! (`scripts`' `file`): a live record in keys and ends, and in staged while
-//! its completion carries messages; a record that stops being live
-//! (released, removed) out of all three. Each such script then drops up
-//! to two keys whose end has passed, so the indexes shrink as fast as
-//! they grow and never hold more than the records that lived lately. The
-//! claim's fast path, a transaction of bare commands, adds the key to
-//! keys and to ends with score 0 (`NX`: an end already known stays), in
-//! the same transaction as the `SET` that writes the record; the script
-//! that finishes or takes it over writes its end. A key whose holder died
-//! and is never claimed again keeps its 0 until a scan meets it.
+//! The claim's fast path, a transaction of bare commands, adds the key to
+//! keys in the same transaction as the `SET` that writes its record (a key
+//! there already stays as it is, so a replay changes nothing). Every script
+//! that writes a record files it in the same step (`scripts`' `file`): its
+//! bound in ends only grows (a completion within its lease keeps the
+//! claim's bound; a key the fast path claimed gets its first there, and is
+//! put in keys again in case an ended entry of its earlier record took it
+//! out meanwhile), it is in staged while its completion carries messages,
+//! and a record that stops being live (released, removed) leaves all
+//! three. Each completion then drops up to two keys whose bound has passed,
+//! so the indexes shrink as fast as they grow and hold what lived lately,
+//! plus a lease at most. A key whose fast claim's holder died before any
+//! script wrote it has no bound: it stays in keys until a scan meets it,
+//! or a takeover files it.
 //!
 //! A page reads its keys from the index, then one script ([`PAGE`]) reads
 //! their records and drops, in the same step, every key whose record is

@@ -96,11 +96,9 @@ local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(now_us / 1000)
 -- The scope's indexes (see `super::index`), on a standalone server only:
--- KEYS[2] its keys (score 0), KEYS[3] the same scored by when each
--- record stops being live (0 while unknown), KEYS[4] those whose
--- completion carries staged messages. `file` puts the record `r` of `key`
--- just written where it belongs, then drops two keys whose record's life
--- has ended.
+-- KEYS[2] its keys (score 0), KEYS[3] the same scored by a bound of when
+-- each record stops being live, KEYS[4] those whose completion carries
+-- staged messages.
 local function life_end(r)
   if r[1] == 'P' then return r[8] + r[9] end
   if r[1] == 'D' then return 0 end
@@ -111,20 +109,28 @@ local function unfile(key)
   redis.call('ZREM', KEYS[3], key)
   redis.call('ZREM', KEYS[4], key)
 end
-local function file(key, r)
+-- Files the record `r` of `key`, just written. Its bound only grows
+-- (`GT`: a completion within its lease leaves the claim's), so it stays at
+-- or after the record's end; a key new to the bounds (claimed by the fast
+-- path, which files the key alone) goes into the keys too, in case it
+-- left them meanwhile. `anew`: a record written afresh or an answer
+-- replaced, whose key's earlier staged entry goes unless it is staged now.
+local function file(key, r, anew)
   if not KEYS[2] then return end
   local ends = life_end(r)
-  if ends > now then
+  if ends <= now then return unfile(key) end
+  if redis.call('ZADD', KEYS[3], 'GT', string.format('%.0f', ends), key) == 1 or anew then
     redis.call('ZADD', KEYS[2], 0, key)
-    redis.call('ZADD', KEYS[3], string.format('%.0f', ends), key)
-    if r[1] == 'C' and string.sub(r[12], 1, 8) == 'IDKVOB1\0' then
-      redis.call('ZADD', KEYS[4], 0, key)
-    else
-      redis.call('ZREM', KEYS[4], key)
-    end
-  else
-    unfile(key)
   end
+  if r[1] == 'C' and string.sub(r[12], 1, 8) == 'IDKVOB1\0' then
+    redis.call('ZADD', KEYS[4], 0, key)
+  elseif anew then
+    redis.call('ZREM', KEYS[4], key)
+  end
+end
+-- Drops two keys whose bound has passed: their records have ended.
+local function unfile_ended()
+  if not KEYS[2] then return end
   for _, gone in ipairs(redis.call('ZRANGE', KEYS[3], 1, now, 'BYSCORE', 'LIMIT', 0, 2)) do
     unfile(gone)
   end
@@ -176,7 +182,7 @@ local token = math.max(last + 1, now_us)
 local lease_end = now + lease
 local r = {'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point, waited}
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', lease + ttl + tonumber(ARGV[6]))
-file(ARGV[2], r)
+file(ARGV[2], r, true)
 return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end), point}
 "
 );
@@ -202,7 +208,8 @@ else
   r[1], r[7], r[8], r[12], r[13] = ARGV[4], now, now + r[9], ARGV[5], ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9] + keep)
 end
-file(ARGV[2], r)
+file(ARGV[2], r, false)
+unfile_ended()
 if r[14] == 1 then redis.call(ARGV[7], ARGV[6], ARGV[4]) end
 return 1
 "
@@ -223,7 +230,7 @@ end
 r[8] = math.max(r[8], now + tonumber(ARGV[4]))
 r[7] = now
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + r[9] + tonumber(ARGV[5]))
-file(ARGV[2], r)
+file(ARGV[2], r, false)
 return {1, string.format('%.0f', r[8])}
 "
 );
@@ -243,7 +250,7 @@ if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV
 end
 r[7], r[13] = now, ARGV[4]
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] + r[9] - now + tonumber(ARGV[5]))
-file(ARGV[2], r)
+file(ARGV[2], r, false)
 return 1
 "
 );
@@ -262,7 +269,7 @@ if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if not live(r, now) then return 0 end
 r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', tonumber(ARGV[5]))
-file(ARGV[2], r)
+file(ARGV[2], r, false)
 redis.call(ARGV[4], ARGV[3], 'D')
 return 1
 "
@@ -284,7 +291,7 @@ if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if r[1] ~= 'C' or not live(r, now) or r[12] ~= ARGV[3] then return 0 end
 r[7], r[8], r[12] = math.max(now, r[7]), math.max(r[8], now + r[9]), ARGV[4]
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + tonumber(ARGV[5]))
-file(ARGV[2], r)
+file(ARGV[2], r, true)
 return 1
 "
 );
@@ -352,7 +359,7 @@ local packed = redis.call('GET', KEYS[1])
 if not packed then return 0 end
 local r = settle(cmsgpack.unpack(packed))
 if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then return 0 end
-file(ARGV[2], r)
+file(ARGV[2], r, true)
 return 1
 "
 );
