@@ -100,6 +100,18 @@ pub enum ReusePolicy {
     RetryFailed,
 }
 
+/// The first bytes of an answer that carries staged messages: the
+/// outbox's envelope (`messaging`). Every backend keeps the keys of the
+/// caller's Completed records whose answer starts with them apart, so that
+/// a relay's sweep reads those alone
+/// ([`IdempotencyBackend::scan_staged`](crate::backend::IdempotencyBackend::scan_staged)).
+pub(crate) const STAGED_MARK: &[u8; 8] = b"IDKVOB1\0";
+
+/// Whether `answer` carries staged messages (starts with [`STAGED_MARK`]).
+pub(crate) fn is_staged(answer: &[u8]) -> bool {
+    answer.starts_with(STAGED_MARK)
+}
+
 /// A stored record, as read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -41,6 +41,7 @@ trait Erased: Send + Sync + 'static {
         after: Option<&'a [u8]>,
         limit: usize,
     ) -> Call<'a, Vec<Record>>;
+    fn scan_staged<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>>;
     fn limits(&self) -> BackendLimits;
     fn now_ms(&self) -> Call<'_, u64>;
     fn as_any(&self) -> &dyn Any;
@@ -98,6 +99,10 @@ impl<B: IdempotencyBackend> Erased for B {
         limit: usize,
     ) -> Call<'a, Vec<Record>> {
         Box::pin(IdempotencyBackend::scan_in(self, keyspace, scope, after, limit))
+    }
+
+    fn scan_staged<'a>(&'a self, scope: &'a [u8], after: Option<&'a [u8]>, limit: usize) -> Call<'a, Vec<Record>> {
+        Box::pin(IdempotencyBackend::scan_staged(self, scope, after, limit))
     }
 
     fn limits(&self) -> BackendLimits {
@@ -217,6 +222,10 @@ impl IdempotencyBackend for AnyBackend {
         limit: usize,
     ) -> Result<Vec<Record>, Error> {
         self.0.scan_in(keyspace, scope, after, limit).await
+    }
+
+    async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        self.0.scan_staged(scope, after, limit).await
     }
 
     fn limits(&self) -> BackendLimits {

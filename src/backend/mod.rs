@@ -77,6 +77,15 @@ pub use versions::{Step, Versions, VERSIONS_TTL_DEFAULT};
 
 pub use crate::error::BackendFailure;
 
+/// The records a page of [`IdempotencyBackend::scan_staged`]'s provided
+/// form reads at a time.
+const SCAN_PAGE: usize = 256;
+
+/// Whether `record` is a completion whose answer carries staged messages.
+pub(crate) fn is_staged_completion(record: &Record) -> bool {
+    record.state == crate::State::Completed && crate::record::is_staged(&record.response)
+}
+
 /// What a claim asks besides `(scope, key)` and the fingerprint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -355,10 +364,12 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// letters). Not a snapshot: records that change meanwhile may or may
     /// not be seen.
     ///
-    /// What a page costs: PostgreSQL reads a range of its primary key; the
-    /// embedded store reads every record's scope and key (as
-    /// [`Store::iter`](crate::Store::iter)), Redis every key's name and
-    /// scope (a `SCAN` of every master), and both then read the matches.
+    /// What a page costs: what it returns. PostgreSQL reads a range of
+    /// its primary key, Redis a range of the scope's index (a sorted set;
+    /// on a Cluster, which cannot keep it, a `SCAN` of every master), the
+    /// embedded store the scope's keys of each shard, kept from the first
+    /// scan of the scope on (see [`Store::scan`](crate::Store::scan));
+    /// each then reads the records.
     ///
     /// # Errors
     /// The backend's error; [`Error::ScopeTooLong`] for a scope over the
@@ -384,6 +395,39 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
         self.scan_in(Keyspace::Caller, scope, after, limit)
     }
 
+    /// The caller's Completed records of `scope` whose answer carries
+    /// staged messages (an outbox's envelope), in key order after `after`
+    /// (from the first, for `None`), at most `limit`: what a relay's sweep
+    /// delivers. Not a snapshot, as [`scan`](IdempotencyBackend::scan).
+    ///
+    /// What a page costs: what it returns. The embedded store, Redis and
+    /// PostgreSQL keep those keys apart (a set per shard, a sorted set per
+    /// scope, a partial index), so a sweep reads what is pending, not what
+    /// is kept. Provided: [`scan`](IdempotencyBackend::scan)'s pages,
+    /// filtered, for a backend that keeps nothing apart.
+    ///
+    /// # Errors
+    /// As [`scan`](IdempotencyBackend::scan).
+    fn scan_staged(
+        &self,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send {
+        async move {
+            let mut staged = Vec::new();
+            let mut after = after.map(<[u8]>::to_vec);
+            while staged.len() < limit {
+                let page = self.scan(scope, after.as_deref(), SCAN_PAGE).await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.key.clone());
+                let left = limit - staged.len();
+                staged.extend(page.into_iter().filter(is_staged_completion).take(left));
+            }
+            Ok(staged)
+        }
+    }
+
     /// The sizes this backend accepts.
     fn limits(&self) -> BackendLimits;
 
@@ -403,6 +447,21 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     /// The backend's error, for one that asks a server.
     fn now_ms(&self) -> impl Future<Output = Result<u64, Error>> + Send {
         std::future::ready(Ok(crate::Clock::now_ms(&crate::SystemClock)))
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Store {
+    /// Runs `page` (a scan's page, which reads records) on a thread of
+    /// tokio's blocking pool, not on the runtime's.
+    async fn page_off_runtime<F>(&self, scope: &[u8], after: Option<&[u8]>, page: F) -> Result<Vec<Record>, Error>
+    where
+        F: FnOnce(Store, &[u8], Option<&[u8]>) -> Result<Vec<Record>, Error> + Send + 'static,
+    {
+        let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
+        tokio::task::spawn_blocking(move || page(store, &scope, after.as_deref()))
+            .await
+            .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
     }
 }
 
@@ -490,10 +549,13 @@ impl IdempotencyBackend for Store {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<Record>, Error> {
-        let (store, scope, after) = (self.clone(), scope.to_vec(), after.map(<[u8]>::to_vec));
-        tokio::task::spawn_blocking(move || store.scan_in(keyspace, &scope, after.as_deref(), limit))
-            .await
-            .map_err(|join| Error::io("scan task", self.path(), std::io::Error::other(join)))?
+        let page = move |store: Store, scope: &[u8], after: Option<&[u8]>| store.scan_in(keyspace, scope, after, limit);
+        self.page_off_runtime(scope, after, page).await
+    }
+
+    async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>, Error> {
+        let page = move |store: Store, scope: &[u8], after: Option<&[u8]>| store.scan_staged(scope, after, limit);
+        self.page_off_runtime(scope, after, page).await
     }
 
     fn limits(&self) -> BackendLimits {

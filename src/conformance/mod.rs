@@ -86,7 +86,7 @@ pub use contract::{
 #[cfg(feature = "messaging")]
 pub use inbox::inbox;
 pub use keyspaces::keyspaces;
-pub use listing::scan;
+pub use listing::{scan, scan_staged};
 pub use once::run_once;
 #[cfg(feature = "messaging")]
 pub use outbox::outbox;
@@ -148,6 +148,7 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
     scenario(&mut report, "reuse_policies", reuse_policies(backend, &run.of("reuse_policies"))).await;
     scenario(&mut report, "run_once", run_once(backend, &run.of("run_once"))).await;
     scenario(&mut report, "scan", scan(backend, &run.of("scan"))).await;
+    scenario(&mut report, "scan_staged", scan_staged(backend, &run.of("scan_staged"))).await;
     scenario(&mut report, "replace", replace(backend, &run.of("replace"))).await;
     scenario(&mut report, "versions", versions(backend, &run.of("versions"))).await;
     scenario(&mut report, "keyspaces", keyspaces(backend, &run.of("keyspaces"))).await;

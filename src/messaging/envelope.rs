@@ -11,7 +11,9 @@ use crate::LeaseToken;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
-const MAGIC: &[u8; 8] = b"IDKVOB1\0";
+/// The envelope's first bytes: the mark by which every backend knows a
+/// completion with staged messages.
+const MAGIC: &[u8; 8] = crate::record::STAGED_MARK;
 
 /// A message to publish once its completion is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +99,7 @@ pub fn envelope(token: &LeaseToken, response: &[u8], messages: &[OutboxMessage])
 /// Whether `stored` is an envelope.
 #[must_use]
 pub fn is_envelope(stored: &[u8]) -> bool {
-    stored.starts_with(MAGIC)
+    crate::record::is_staged(stored)
 }
 
 /// The response inside a stored answer: the envelope's, or the answer

@@ -17,7 +17,8 @@
 //! Once every message of a key is delivered, the relay drops them from
 //! the completion ([`IdempotencyBackend::replace`] of the envelope by the
 //! bare response): nothing delivered is kept, and no sweep reads the key
-//! again.
+//! again — a sweep reads the keys with staged messages alone
+//! ([`IdempotencyBackend::scan_staged`]), whatever else its scopes keep.
 
 use super::envelope::{is_envelope, messages_of, response_of, Staged};
 use crate::backend::keeper::Keeper;
@@ -295,7 +296,9 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
     }
 
     /// One pass over every scope: each completed key with staged messages
-    /// not all delivered is delivered as far as it goes.
+    /// not all delivered is delivered as far as it goes. It reads those
+    /// keys alone ([`IdempotencyBackend::scan_staged`]): a sweep costs
+    /// what is pending, not what the scopes keep.
     ///
     /// # Errors
     /// The backend's errors (the pass stops there).
@@ -304,7 +307,7 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
         for scope in &self.config.scopes {
             let mut after: Option<Vec<u8>> = None;
             loop {
-                let page = self.backend.scan(scope, after.as_deref(), 256).await?;
+                let page = self.backend.scan_staged(scope, after.as_deref(), 256).await?;
                 let Some(last) = page.last() else { break };
                 after = Some(last.key.clone());
                 let mut staged =
@@ -362,7 +365,13 @@ impl<B: IdempotencyBackend, S: Sink> Relay<B, S> {
     async fn deliver_record(&self, record: &Record) -> Result<Option<KeyDelivery>> {
         let messages = match messages_of(&record.response) {
             Ok(messages) if !messages.is_empty() => messages,
-            _ => return Ok(None),
+            // Nothing to deliver: the envelope goes, so that no sweep
+            // reads the key again.
+            Ok(_) => {
+                compact(&*self.backend, record).await?;
+                return Ok(None);
+            }
+            Err(_) => return Ok(None),
         };
         let scope = record.scope.as_slice();
         let (mut next, mut attempts) = (0, 0);

@@ -54,8 +54,9 @@ pub struct KeyStatus {
 }
 
 /// A page of the keys of `scope` with staged messages (in key order,
-/// after `after`, at most `limit` keys with messages among the records
-/// read), and where each stands: what `idemkv outbox` shows.
+/// after `after`, at most `limit`; read through
+/// [`IdempotencyBackend::scan_staged`], so the scope's other records are
+/// not read), and where each stands: what `idemkv outbox` shows.
 ///
 /// # Errors
 /// The backend's errors.
@@ -68,7 +69,7 @@ pub async fn outbox_status<B: IdempotencyBackend>(
     let mut statuses = Vec::new();
     let mut after = after.map(<[u8]>::to_vec);
     while statuses.len() < limit {
-        let page = backend.scan(scope, after.as_deref(), 256).await?;
+        let page = backend.scan_staged(scope, after.as_deref(), 256).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.key.clone());
         for record in page.iter().filter(|record| record.state == State::Completed) {

@@ -35,6 +35,19 @@ pub fn replay(store: &Store, request: &ClaimRequest<'_>) -> Record {
     }
 }
 
+/// A relay's sink that keeps what it is given, in order.
+#[cfg(feature = "messaging")]
+#[derive(Clone, Default)]
+pub struct Kept(pub Arc<std::sync::Mutex<Vec<idemkv::messaging::Staged>>>);
+
+#[cfg(feature = "messaging")]
+impl idemkv::messaging::Sink for Kept {
+    async fn deliver(&self, message: &idemkv::messaging::Staged) -> Result<(), idemkv::messaging::SinkError> {
+        self.0.lock().expect("lock").push(message.clone());
+        Ok(())
+    }
+}
+
 /// The public HTTP harness (a real axum server behind the idempotency
 /// layer) over a store in a fresh directory.
 #[cfg(feature = "conformance-http")]

@@ -76,7 +76,7 @@ async fn connect_checks_the_version_and_the_migration_upgrades() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = PostgresServer::start_empty(dir.path());
     match connect(&server.url(), "public").await {
-        Err(Error::SchemaVersion { schema, found: 0, expected: 5 }) => assert_eq!(schema, "public"),
+        Err(Error::SchemaVersion { schema, found: 0, expected: 6 }) => assert_eq!(schema, "public"),
         other => panic!("connect must refuse a database without a store: {other:?}"),
     }
     let message = connect(&server.url(), "public").await.expect_err("refused").to_string();
@@ -84,9 +84,9 @@ async fn connect_checks_the_version_and_the_migration_upgrades() {
     assert_eq!(tables(&server).await, 0, "connect created nothing");
 
     let migration = PostgresBackend::migrate(&server.url(), &PostgresOptions::new()).await.expect("migrate");
-    assert_eq!((migration.schema.as_str(), migration.from, migration.to), ("public", 0, 5));
+    assert_eq!((migration.schema.as_str(), migration.from, migration.to), ("public", 0, 6));
     let again = PostgresBackend::migrate(&server.url(), &PostgresOptions::new()).await.expect("migrate again");
-    assert_eq!((again.from, again.to), (5, 5));
+    assert_eq!((again.from, again.to), (6, 6));
     let backend = connect(&server.url(), "public").await.expect("connect");
     let token = acquire(&backend, b"order-1", ClaimOptions::new()).await;
     drop(backend);
@@ -99,11 +99,11 @@ async fn connect_checks_the_version_and_the_migration_upgrades() {
     }
     client.batch_execute("DELETE FROM idemkv_schema_version WHERE version >= 3").await.expect("version 2");
     match connect(&server.url(), "public").await {
-        Err(Error::SchemaVersion { found: 2, expected: 5, .. }) => {}
+        Err(Error::SchemaVersion { found: 2, expected: 6, .. }) => {}
         other => panic!("connect must refuse a schema of version 2: {other:?}"),
     }
     let migration = PostgresBackend::migrate(&server.url(), &PostgresOptions::new()).await.expect("upgrade");
-    assert_eq!((migration.from, migration.to), (2, 5));
+    assert_eq!((migration.from, migration.to), (2, 6));
     let bound: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE 'idemkv%' \
@@ -119,11 +119,11 @@ async fn connect_checks_the_version_and_the_migration_upgrades() {
     assert_eq!(replay(&backend, b"order-1").await, b"201");
 
     // A newer build's schema is refused by the migration and by connect.
-    client.batch_execute("INSERT INTO idemkv_schema_version (version) VALUES (6)").await.expect("version 6");
+    client.batch_execute("INSERT INTO idemkv_schema_version (version) VALUES (7)").await.expect("version 7");
     let newer = PostgresBackend::migrate(&server.url(), &PostgresOptions::new()).await;
-    assert!(matches!(newer, Err(Error::SchemaVersion { found: 6, expected: 5, .. })), "{newer:?}");
+    assert!(matches!(newer, Err(Error::SchemaVersion { found: 7, expected: 6, .. })), "{newer:?}");
     let newer = connect(&server.url(), "public").await;
-    assert!(matches!(newer, Err(Error::SchemaVersion { found: 6, expected: 5, .. })), "{newer:?}");
+    assert!(matches!(newer, Err(Error::SchemaVersion { found: 7, expected: 6, .. })), "{newer:?}");
 }
 
 /// The owner's grants to a role that runs the calls: nothing more.
@@ -161,7 +161,7 @@ async fn a_least_privilege_role_runs_every_call() {
     let migration = PostgresBackend::migrate(&server.url_as("store_owner"), &PostgresOptions::new().schema("shop"))
         .await
         .expect("the owner migrates");
-    assert_eq!((migration.from, migration.to), (0, 5));
+    assert_eq!((migration.from, migration.to), (0, 6));
 
     match connect(&server.url_as("app"), "shop").await {
         Err(Error::MissingPrivileges { role, missing }) => {

@@ -6,25 +6,16 @@
 #![cfg(all(feature = "postgres", feature = "messaging"))]
 
 use crate::common::postgres::PostgresServer;
+use crate::common::Kept;
 use idemkv::backend::postgres::PostgresBackend;
 use idemkv::{
     backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
     messaging,
-    messaging::{KeyDelivery, OutboxMessage, Relay, RelayConfig, Sink, SinkError, Staged},
+    messaging::{KeyDelivery, OutboxMessage, Relay, RelayConfig},
     Config, Fingerprint, LeaseToken,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-#[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<Staged>>>);
-
-impl Sink for Kept {
-    async fn deliver(&self, message: &Staged) -> Result<(), SinkError> {
-        self.0.lock().expect("lock").push(message.clone());
-        Ok(())
-    }
-}
 
 async fn acquire(backend: &PostgresBackend, key: &[u8]) -> LeaseToken {
     let options = ClaimOptions::new().lease(Duration::from_secs(5)).ttl(Duration::from_secs(60));

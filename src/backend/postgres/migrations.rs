@@ -537,6 +537,47 @@ BEGIN
 END $$;
 ";
 
+/// Version 6: the rows whose completion carries staged messages (an
+/// outbox's envelope) are found without reading the others, so that a
+/// relay's sweep costs what is pending. A column `staged`, true for those
+/// rows and NULL for every other, and a partial index of `(scope, key)`
+/// where it is true: a sweep's page is a range of that index. The column,
+/// not the response, is the index's predicate, so that a completion
+/// without messages changes no column an index names and stays a HOT
+/// update (version 4); the completion that stages, and the relay's drop
+/// of its messages, are not.
+///
+/// The column is added without a default (no rewrite), the rows that
+/// carry messages marked in the migration's transaction (one pass over the
+/// table), the index built; the finish function is replaced and bound to
+/// the schema again. A claim of a row whose life ended leaves its mark,
+/// which the next completion sets: a sweep asks for Completed rows.
+fn v6(schema: &Schema) -> Result<String> {
+    let marked = super::statements::STAGED_ANSWER;
+    let finish = v6_finish().ok_or_else(|| protocol("version 6: version 4's finish"))?;
+    Ok(format!(
+        "ALTER TABLE idempo_store ADD COLUMN IF NOT EXISTS staged boolean;
+        UPDATE idempo_store SET staged = true WHERE state = 'C' AND {marked};
+        CREATE INDEX IF NOT EXISTS idempo_store_staged ON idempo_store (scope, key) WHERE staged;
+        {finish}
+        {}",
+        v3(schema)
+    ))
+}
+
+/// The finish of version 4 (its text, taken from [`V4`]), marking a
+/// completion whose response carries staged messages; `None` if version
+/// 4's text does not read as expected (a test holds it).
+fn v6_finish() -> Option<String> {
+    let start = V4.find("CREATE OR REPLACE FUNCTION idemkv_finish(")?;
+    let length = V4[start..].find("END $$;")? + "END $$;".len();
+    let set = "reap_at = greatest(reap_at, v_now + ttl)";
+    let marked = super::statements::STAGED_ANSWER.replace("response", "p_response");
+    let staged = format!("{set},\n            staged = CASE WHEN p_kind = 'C' AND {marked} THEN true END");
+    let finish = &V4[start..start + length];
+    finish.contains(set).then(|| finish.replace(set, &staged))
+}
+
 /// Migration `version` for `schema`.
 pub(super) fn migration(version: i32, schema: &Schema) -> Result<Cow<'static, str>> {
     match version {
@@ -545,6 +586,29 @@ pub(super) fn migration(version: i32, schema: &Schema) -> Result<Cow<'static, st
         3 => Ok(Cow::Owned(v3(schema))),
         4 => Ok(Cow::Owned(v4(schema))),
         5 => Ok(Cow::Owned(super::keyspace::migration("idempo_store"))),
+        6 => v6(schema).map(Cow::Owned),
         _ => Err(protocol("schema version")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_6_marks_a_staged_completion_in_version_4s_finish() {
+        let finish = v6_finish().expect("version 4's finish");
+        assert!(finish.starts_with("CREATE OR REPLACE FUNCTION idemkv_finish(") && finish.ends_with("END $$;"));
+        assert!(finish.contains(
+            "reap_at = greatest(reap_at, v_now + ttl),\n            \
+             staged = CASE WHEN p_kind = 'C' AND substr(p_response, 1, 8) = '\\x49444b564f423100'::bytea THEN true END"
+        ));
+        // The mark in hex is the envelope's.
+        let hex: Vec<String> = crate::record::STAGED_MARK.iter().map(|byte| format!("{byte:02x}")).collect();
+        assert!(super::super::statements::STAGED_ANSWER.contains(&hex.concat()));
+        let sql = v6(&Schema::new("public").expect("schema")).expect("version 6");
+        assert!(
+            sql.contains("CREATE INDEX IF NOT EXISTS idempo_store_staged ON idempo_store (scope, key) WHERE staged")
+        );
     }
 }

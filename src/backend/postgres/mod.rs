@@ -614,9 +614,27 @@ impl Transport for PostgresBackend {
     }
 
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.page(&self.sql.scan, keyspace, scope, (after, limit)).await
+    }
+
+    async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.page(&self.sql.scan_staged, Keyspace::Caller, scope, (after, limit)).await
+    }
+}
+
+impl PostgresBackend {
+    /// The rows of `statement` (`scan`'s or `scan_staged`'s) for `scope`
+    /// of `keyspace`, after a key, at most a limit.
+    async fn page(
+        &self,
+        statement: &str,
+        keyspace: Keyspace,
+        scope: &[u8],
+        (after, limit): (Option<&[u8]>, usize),
+    ) -> Result<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let stored = keyspace::stored(keyspace, scope);
-        let rows = self.call_rows("scan", &self.sql.scan, &[&stored.as_ref(), &after, &limit]).await?;
+        let rows = self.call_rows("scan", statement, &[&stored.as_ref(), &after, &limit]).await?;
         rows.iter()
             .map(|row| {
                 let key: Vec<u8> = row.try_get(10).map_err(|_| protocol("scan: key"))?;

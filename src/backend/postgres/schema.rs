@@ -27,7 +27,9 @@
 //! its finish notifies), `lease_end`, `ttl`, `response`, `created_at`,
 //! `updated_at`, `finished_at`, `expires_at` (lease end + TTL while
 //! processing, finish + TTL after), (from version 4) `reap_at`, a bound
-//! of `expires_at` from above, indexed for the reaper, and (from
+//! of `expires_at` from above, indexed for the reaper, (from version 6)
+//! `staged`, true while a completion's response carries staged messages
+//! (NULL otherwise), indexed where true for a relay's sweep, and (from
 //! version 2) `checkpoint`: the checkpoint of a Processing row, the
 //! bytes of [`crate::checkpoint`]'s encoding, `NULL` for none and once
 //! finished. A renewal keeps it, a takeover of an ended lease answers it
@@ -53,7 +55,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 /// The newest schema version this build knows.
-pub(super) const SCHEMA_VERSION: i32 = 5;
+pub(super) const SCHEMA_VERSION: i32 = 6;
 
 /// The advisory lock key held while migrating (`idemkv` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b76;

@@ -30,17 +30,26 @@ pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One run of a script by SHA (`EVALSHA`, one key: every script touches
-/// one record), with the script kept to load it on `NOSCRIPT`.
+/// One run of a script by SHA (`EVALSHA`), with the script kept to load
+/// it on `NOSCRIPT`.
 pub(super) struct Call<'a> {
     script: &'a Script,
     command: Cmd,
 }
 
 impl<'a> Call<'a> {
+    /// A run of `script` on one key.
     pub(super) fn new(script: &'a Script, key: &[u8]) -> Call<'a> {
+        Call::with_keys(script, &[key])
+    }
+
+    /// A run of `script` on `keys` (on a Cluster, all in one slot).
+    pub(super) fn with_keys(script: &'a Script, keys: &[&[u8]]) -> Call<'a> {
         let mut command = cmd("EVALSHA");
-        command.arg(script.get_hash()).arg(1).arg(key);
+        command.arg(script.get_hash()).arg(keys.len());
+        for key in keys {
+            command.arg(*key);
+        }
         Call { script, command }
     }
 
@@ -223,17 +232,28 @@ impl Connection {
 
     /// The claim's fast path ([`super::fast`]) on `record`: one
     /// transaction of `SET record fresh NX GET PX px`, `PEXPIRETIME
-    /// record` and `TIME`. Answers the record that was there (`None` when
-    /// `fresh` was written), the key's expiry and the server's time, both
-    /// in ms.
-    pub(super) async fn claim_fast(&self, record: &[u8], fresh: &[u8], px: u64) -> Result<(Option<Vec<u8>>, i64, i64)> {
+    /// record` and `TIME`, and with `filed` (a scope's key index and the
+    /// key, on a standalone server: see [`super::index`]) `ZADD keys 0
+    /// key`, so that a record the `SET` writes is listed from the same
+    /// step on (a key listed already stays as it is). Answers the record
+    /// that was there (`None` when `fresh` was written), the key's expiry
+    /// and the server's time, both in ms.
+    pub(super) async fn claim_fast(
+        &self,
+        record: &[u8],
+        (fresh, px): (&[u8], u64),
+        filed: Option<(&[u8], &[u8])>,
+    ) -> Result<(Option<Vec<u8>>, i64, i64)> {
         let mut pipeline = ::redis::pipe();
         pipeline.atomic();
         pipeline.cmd("SET").arg(record).arg(fresh).arg("NX").arg("GET").arg("PX").arg(px);
         pipeline.cmd("PEXPIRETIME").arg(record);
         pipeline.cmd("TIME");
+        if let Some((keys, key)) = filed {
+            pipeline.cmd("ZADD").arg(keys).arg(0).arg(key);
+        }
         match self.query_pipeline(&pipeline).await.map_err(backend_error)?.as_slice() {
-            [found, expiry, Value::Array(time)] => {
+            [found, expiry, Value::Array(time), ..] => {
                 let found = match found {
                     Value::Nil => None,
                     found => Some(bytes(found)?),
@@ -287,6 +307,21 @@ impl Connection {
     /// The answer of one plain command.
     pub(super) async fn command(&self, command: &Cmd) -> Result<Value> {
         self.query(command).await.map_err(backend_error)
+    }
+
+    /// Runs `calls` in pipelines of a thousand (loading their script
+    /// first): each one's answer, in order.
+    pub(super) async fn invoke_all(&self, script: &Script, calls: &[Call<'_>]) -> Result<Vec<Value>> {
+        self.load(script).await?;
+        let mut answers = Vec::with_capacity(calls.len());
+        for batch in calls.chunks(1000) {
+            let mut pipeline = ::redis::pipe();
+            for call in batch {
+                pipeline.add_command(call.command.clone());
+            }
+            answers.extend(self.pipeline(&pipeline).await?);
+        }
+        Ok(answers)
     }
 
     /// The answers of `pipeline`'s commands, in order.

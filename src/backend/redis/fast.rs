@@ -11,7 +11,11 @@
 //!   see [`fresh`]) when the key is absent, else answers what is there and
 //!   writes nothing;
 //! - `PEXPIRETIME record`: the key's expiry, in the server's ms;
-//! - `TIME`: the server's time.
+//! - `TIME`: the server's time;
+//! - on a standalone server, `ZADD keys 0 key`: the key in its scope's
+//!   index ([`super::index`]) in the same step as its record (a key there
+//!   already stays as it is). Its bound in the index of ends is written
+//!   by the script that finishes the key (or takes it over).
 //!
 //! When the key was absent the claim is acquired, with attempt 1 and the
 //! token the scripts give such a record ([`token`]). When it was there,
@@ -28,6 +32,7 @@
 
 use super::connection::Connection;
 use super::reply::protocol;
+use super::Names;
 use crate::backend::remote::ClaimArgs;
 use crate::backend::BackendClaim;
 use crate::error::{Error, Result};
@@ -39,7 +44,7 @@ use std::time::Duration;
 /// answer, or `None` when the claim script must decide.
 pub(super) async fn claim(
     connection: &Connection,
-    record: &[u8],
+    names: &Names,
     args: &ClaimArgs<'_>,
     keep_ms: u64,
     waiting: bool,
@@ -48,7 +53,8 @@ pub(super) async fn claim(
     let Some(fresh) = fresh(args, px) else {
         return Ok(None);
     };
-    match connection.claim_fast(record, &fresh, px).await? {
+    let filed = (!connection.is_cluster()).then(|| (&names.index.keys[..], args.key));
+    match connection.claim_fast(&names.record, (&fresh, px), filed).await? {
         (None, expiry, _) => {
             let token = token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;
             Ok(Some(BackendClaim::Acquired {

@@ -75,6 +75,52 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
     Ok(moved)
 }
 
+/// Files every live record of the server in its scope's indexes (see
+/// [`super::index`]), once per server and prefix: records written by a
+/// build without the indexes are then found by scans and sweeps. Guarded
+/// by `{prefix}:scopes`, set once every record is filed; two instances
+/// filing at once file a record twice, which changes nothing, and one cut
+/// short leaves the whole to the next connect. A Cluster keeps no
+/// indexes: nothing to do. Returns how many records were filed.
+///
+/// Records that instances of an earlier build write after this ran are
+/// not filed (they are claimed, replayed and expire as ever; scans and
+/// sweeps miss them): after a rolling upgrade, deleting
+/// `{prefix}:scopes` has the next connect file them.
+pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
+    let connection = &backend.connection;
+    let mark = format!("{}:scopes", backend.prefix);
+    if connection.is_cluster() || single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
+        return Ok(0);
+    }
+    let script = Script::new(super::scripts::FILE);
+    let mut filed = 0;
+    for keyspace in Keyspace::ALL {
+        let names = scan::record_names(connection, &backend.prefix, keyspace).await?;
+        let values = scan::values(connection, &names).await?;
+        let found: Vec<(Names, &[u8], &[u8])> = values
+            .iter()
+            .flatten()
+            .filter_map(|value| scan::scope_and_key(value))
+            .map(|(scope, key)| (Names::of(&backend.prefix, Address { keyspace, scope, key }), scope, key))
+            .collect();
+        let keys: Vec<Vec<&[u8]>> = found.iter().map(|(names, _, _)| names.written(connection)).collect();
+        let calls: Vec<Call<'_>> = found
+            .iter()
+            .zip(&keys)
+            .map(|((_, scope, key), keys)| {
+                let mut call = Call::with_keys(&script, keys);
+                call.arg(*scope).arg(*key);
+                call
+            })
+            .collect();
+        let answers = connection.invoke_all(&script, &calls).await?;
+        filed += answers.iter().filter(|answer| matches!(answer, Value::Int(1))).count() as u64;
+    }
+    single(connection, ::redis::cmd("SET").arg(&mark).arg(1)).await?;
+    Ok(filed)
+}
+
 /// One command's integer answer (0 for any other, such as `OK`).
 async fn single(connection: &Connection, command: &::redis::Cmd) -> Result<i64> {
     match connection.command(command).await? {

@@ -10,7 +10,9 @@
 //! server (Redis 7.0 or later; an older server runs the script). All a
 //! call touches for `(scope, key)` — the record and its channel —
 //! carries one hash tag (a digest of scope and key), so it lives in one
-//! Cluster slot. Leases and TTLs run on the server's clock (`TIME`, and
+//! Cluster slot; on a standalone server the same step also files the
+//! record in its scope's indexes, so that a scan reads one scope and a
+//! relay's sweep the keys with staged messages alone (`index`). Leases and TTLs run on the server's clock (`TIME`, and
 //! the key's expiry for a fresh claim), never a client's: a fleet's
 //! clocks disagree. Records leave
 //! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
@@ -93,6 +95,7 @@
 
 mod connection;
 mod fast;
+mod index;
 mod migrate;
 mod reply;
 mod scan;
@@ -162,6 +165,7 @@ struct Scripts {
     remove: Script,
     replace: Script,
     get: Script,
+    page: Script,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -183,6 +187,8 @@ impl std::fmt::Debug for RedisBackend {
 struct Names {
     record: Vec<u8>,
     channel: Vec<u8>,
+    /// The indexes of the record's scope (see [`index`]).
+    index: index::ScopeIndex,
 }
 
 impl Names {
@@ -196,14 +202,21 @@ impl Names {
         hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
         hasher.update(scope);
         hasher.update(key);
-        let digest = hasher.finalize();
-        let tag = digest.iter().take(16).fold(String::with_capacity(32), |mut tag, byte| {
-            let _ = write!(tag, "{byte:02x}");
-            tag
-        });
+        let tag = hex16(&hasher.finalize());
         let space = keyspace_part(keyspace);
         let name = |suffix: &str| format!("{prefix}:{space}{{{tag}}}:{suffix}").into_bytes();
-        Names { record: name("r"), channel: name("w") }
+        Names { record: name("r"), channel: name("w"), index: index::ScopeIndex::of(prefix, keyspace, scope) }
+    }
+
+    /// What a script that writes the record names: the record, and on a
+    /// standalone server its scope's indexes (on a Cluster they would sit
+    /// in another slot than the record, where no script may reach).
+    fn written(&self, connection: &Connection) -> Vec<&[u8]> {
+        let mut keys = vec![self.record.as_slice()];
+        if !connection.is_cluster() {
+            keys.extend(self.index.all());
+        }
+        keys
     }
 }
 
@@ -374,6 +387,7 @@ impl RedisBackend {
                 remove: Script::new(scripts::REMOVE),
                 replace: Script::new(scripts::REPLACE),
                 get: Script::new(scripts::GET),
+                page: Script::new(scripts::PAGE),
             }),
         }
     }
@@ -486,6 +500,14 @@ impl Drop for Leave<'_> {
     }
 }
 
+/// The first 16 bytes of `digest`, in hex: a name's part.
+fn hex16(digest: &[u8]) -> String {
+    digest.iter().take(16).fold(String::with_capacity(32), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}
+
 /// The part of a record's name that says its keyspace: nothing for the
 /// caller's (the names of the first schema), `{name}:` for idemkv's own.
 fn keyspace_part(keyspace: Keyspace) -> String {
@@ -498,10 +520,15 @@ fn keyspace_part(keyspace: Keyspace) -> String {
 
 impl RedisBackend {
     /// Before the first call that names a record: the server's records of
-    /// idemkv's own moved to their keyspaces, once per backend and prefix
-    /// (one `EXISTS` on a server already migrated).
+    /// idemkv's own moved to their keyspaces, then every record filed in
+    /// its scope's indexes, once per backend and prefix (one `EXISTS`
+    /// each on a server already migrated).
     async fn ready(&self) -> Result<()> {
-        self.migrated.get_or_try_init(|| async { migrate::keyspaces(self).await.map(drop) }).await?;
+        let migrations = || async {
+            migrate::keyspaces(self).await?;
+            migrate::scopes(self).await.map(drop)
+        };
+        self.migrated.get_or_try_init(migrations).await?;
         Ok(())
     }
 }
@@ -519,11 +546,11 @@ impl Transport for RedisBackend {
         // The fast path; a claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on its lane.
         if self.fast_claims && self.replication.is_none() {
-            if let Some(answer) = fast::claim(&self.connection, &names.record, args, self.keep_ms, waiting).await? {
+            if let Some(answer) = fast::claim(&self.connection, &names, args, self.keep_ms, waiting).await? {
                 return Ok(answer);
             }
         }
-        let mut call = Call::new(&self.scripts.claim, &names.record);
+        let mut call = Call::with_keys(&self.scripts.claim, &names.written(&self.connection));
         call.arg(args.scope)
             .arg(args.key)
             .arg(&args.fingerprint.as_bytes()[..])
@@ -575,7 +602,7 @@ impl Transport for RedisBackend {
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::new(&self.scripts.finish, &names.record);
+        let mut call = Call::with_keys(&self.scripts.finish, &names.written(&self.connection));
         call.arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
@@ -596,14 +623,14 @@ impl Transport for RedisBackend {
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
         let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::new(&self.scripts.checkpoint, &names.record);
+        let mut call = Call::with_keys(&self.scripts.checkpoint, &names.written(&self.connection));
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
         self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
         let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::new(&self.scripts.renew, &names.record);
+        let mut call = Call::with_keys(&self.scripts.renew, &names.written(&self.connection));
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         let Value::Array(items) = reply else {
@@ -633,13 +660,24 @@ impl Transport for RedisBackend {
 
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
-        scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await
+        if self.connection.is_cluster() {
+            return scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await;
+        }
+        index::page(self, keyspace, scope, (after, limit), index::Of::Every).await
+    }
+
+    async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
+        self.ready().await?;
+        if self.connection.is_cluster() {
+            return scan::staged_of(self, &self.connection, &self.prefix, scope, (after, limit)).await;
+        }
+        index::page(self, Keyspace::Caller, scope, (after, limit), index::Of::Staged).await
     }
 
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
         self.ready().await?;
         let names = Names::of(&self.prefix, address);
-        let mut call = Call::new(&self.scripts.remove, &names.record);
+        let mut call = Call::with_keys(&self.scripts.remove, &names.written(&self.connection));
         call.arg(address.scope)
             .arg(address.key)
             .arg(&names.channel)
@@ -657,7 +695,7 @@ impl Transport for RedisBackend {
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
         self.ready().await?;
         let names = Names::of(&self.prefix, address);
-        let mut call = Call::new(&self.scripts.replace, &names.record);
+        let mut call = Call::with_keys(&self.scripts.replace, &names.written(&self.connection));
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         match reply {

@@ -1,9 +1,11 @@
-//! A page of one scope's records ([`IdempotencyBackend::scan`]): a record's
-//! name is a digest of its scope and key, so the page is found by a `SCAN`
-//! of every record name on the server (on every master of a Cluster), a
-//! `GET` of each, a thousand at a time, and the scope and key read from the
-//! value; the matches are then read through the `get` script, which
-//! settles and checks liveness as every read does.
+//! A page of one scope's records ([`IdempotencyBackend::scan`]) on a
+//! Cluster, which keeps no index of a scope (see [`super::index`]): a
+//! record's name is a digest of its scope and key, so the page is found by
+//! a `SCAN` of every record name on every master, a `GET` of each, a
+//! thousand at a time, and the scope and key read from the value; the
+//! matches are then read through the `get` script, which settles and
+//! checks liveness as every read does. The migrations walk every record
+//! the same way, once.
 //!
 //! [`IdempotencyBackend::scan`]: crate::backend::IdempotencyBackend::scan
 
@@ -50,6 +52,28 @@ pub(super) async fn page_of(
         }
     }
     Ok(page)
+}
+
+/// [`page_of`]'s pages of the caller's `scope`, filtered to the
+/// completions with staged messages, until `limit` are found or the scope
+/// ends.
+pub(super) async fn staged_of(
+    backend: &RedisBackend,
+    connection: &Connection,
+    prefix: &str,
+    scope: &[u8],
+    (after, limit): (Option<&[u8]>, usize),
+) -> Result<Vec<Record>> {
+    let mut staged = Vec::new();
+    let mut after = after.map(<[u8]>::to_vec);
+    while staged.len() < limit {
+        let page = page_of(backend, connection, prefix, Keyspace::Caller, (scope, after.as_deref(), BATCH)).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key.clone());
+        let left = limit - staged.len();
+        staged.extend(page.into_iter().filter(crate::backend::is_staged_completion).take(left));
+    }
+    Ok(staged)
 }
 
 /// `prefix` with the glob characters of `SCAN … MATCH` escaped.

@@ -3,9 +3,12 @@
 //! claim of a fresh key, and a claim answered without a write, take the
 //! fast path of [`super::fast`] instead.
 //!
-//! Every script touches only the one key of its `(scope, key)` — the
-//! record — and publishes on that key's channel, both under one hash tag,
-//! so one Cluster slot. Time is the server's (`TIME`), never the client's.
+//! Every script touches the one key of its `(scope, key)` — the record —
+//! and publishes on that key's channel, both under one hash tag, so one
+//! Cluster slot; on a standalone server a script that writes the record
+//! also files it in its scope's indexes (KEYS 2 to 4, see
+//! [`super::index`]), which a Cluster does not keep. Time is the
+//! server's (`TIME`), never the client's.
 //! Numbers leave a script as `%.0f` strings: Lua's numbers are doubles,
 //! exact for the integers used here (microseconds since the epoch are
 //! about 2^51), and its default `%.14g` would round them.
@@ -81,9 +84,9 @@ end
 -- A record the claim's fast path wrote (see the module docs) takes its
 -- times from the key's expiry, which its PX, r[15], set; r[16] is its
 -- lease.
-local function settle(r)
+local function settle(r, name)
   if r[15] then
-    local at = redis.call('PEXPIRETIME', KEYS[1]) - r[15]
+    local at = redis.call('PEXPIRETIME', name or KEYS[1]) - r[15]
     r[5], r[6], r[7], r[8] = at * 1000, at, at, at + r[16]
     r[15], r[16] = nil, nil
   end
@@ -92,6 +95,46 @@ end
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(now_us / 1000)
+-- The scope's indexes (see `super::index`), on a standalone server only:
+-- KEYS[2] its keys (score 0), KEYS[3] the same scored by a bound of when
+-- each record stops being live, KEYS[4] those whose completion carries
+-- staged messages.
+local function life_end(r)
+  if r[1] == 'P' then return r[8] + r[9] end
+  if r[1] == 'D' then return 0 end
+  return r[8]
+end
+local function unfile(key)
+  redis.call('ZREM', KEYS[2], key)
+  redis.call('ZREM', KEYS[3], key)
+  redis.call('ZREM', KEYS[4], key)
+end
+-- Files the record `r` of `key`, just written. Its bound only grows
+-- (`GT`: a completion within its lease leaves the claim's), so it stays at
+-- or after the record's end; a key new to the bounds (claimed by the fast
+-- path, which files the key alone) goes into the keys too, in case it
+-- left them meanwhile. `anew`: a record written afresh or an answer
+-- replaced, whose key's earlier staged entry goes unless it is staged now.
+local function file(key, r, anew)
+  if not KEYS[2] then return end
+  local ends = life_end(r)
+  if ends <= now then return unfile(key) end
+  if redis.call('ZADD', KEYS[3], 'GT', string.format('%.0f', ends), key) == 1 or anew then
+    redis.call('ZADD', KEYS[2], 0, key)
+  end
+  if r[1] == 'C' and string.sub(r[12], 1, 8) == 'IDKVOB1\0' then
+    redis.call('ZADD', KEYS[4], 0, key)
+  elseif anew then
+    redis.call('ZREM', KEYS[4], key)
+  end
+end
+-- Drops two keys whose bound has passed: their records have ended.
+local function unfile_ended()
+  if not KEYS[2] then return end
+  for _, gone in ipairs(redis.call('ZRANGE', KEYS[3], 1, now, 'BYSCORE', 'LIMIT', 0, 2)) do
+    unfile(gone)
+  end
+end
 "
     };
 }
@@ -137,9 +180,9 @@ if packed then
 end
 local token = math.max(last + 1, now_us)
 local lease_end = now + lease
-redis.call('SET', KEYS[1],
-  cmsgpack.pack({'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point, waited}),
-  'PX', lease + ttl + tonumber(ARGV[6]))
+local r = {'P', ARGV[3], attempt, recovered, token, created, now, lease_end, ttl, ARGV[1], ARGV[2], '', point, waited}
+redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', lease + ttl + tonumber(ARGV[6]))
+file(ARGV[2], r, true)
 return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.0f', lease_end), point}
 "
 );
@@ -165,6 +208,8 @@ else
   r[1], r[7], r[8], r[12], r[13] = ARGV[4], now, now + r[9], ARGV[5], ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[9] + keep)
 end
+file(ARGV[2], r, false)
+unfile_ended()
 if r[14] == 1 then redis.call(ARGV[7], ARGV[6], ARGV[4]) end
 return 1
 "
@@ -185,6 +230,7 @@ end
 r[8] = math.max(r[8], now + tonumber(ARGV[4]))
 r[7] = now
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + r[9] + tonumber(ARGV[5]))
+file(ARGV[2], r, false)
 return {1, string.format('%.0f', r[8])}
 "
 );
@@ -204,6 +250,7 @@ if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV
 end
 r[7], r[13] = now, ARGV[4]
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] + r[9] - now + tonumber(ARGV[5]))
+file(ARGV[2], r, false)
 return 1
 "
 );
@@ -222,6 +269,7 @@ if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if not live(r, now) then return 0 end
 r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', tonumber(ARGV[5]))
+file(ARGV[2], r, false)
 redis.call(ARGV[4], ARGV[3], 'D')
 return 1
 "
@@ -243,6 +291,7 @@ if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] then return -1 end
 if r[1] ~= 'C' or not live(r, now) or r[12] ~= ARGV[3] then return 0 end
 r[7], r[8], r[12] = math.max(now, r[7]), math.max(r[8], now + r[9]), ARGV[4]
 redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', r[8] - now + tonumber(ARGV[5]))
+file(ARGV[2], r, true)
 return 1
 "
 );
@@ -261,5 +310,56 @@ for i = 3, 9 do r[i] = string.format('%.0f', r[i]) end
 r[13] = r[13] or ''
 r[14] = nil
 return r
+"
+);
+
+/// A page of a scope's records, from its index (see [`super::index`]):
+/// KEYS the index's keys, ends and staged keys, then one record per key;
+/// ARGV the scope, `1` for Completed records with staged messages only,
+/// then the keys. Replies the thirteen fields of [`GET`] for each live
+/// record (one after another); drops from the indexes every key whose
+/// record is not live (and from the staged keys one whose completion
+/// carries no staged messages), in the same step as it reads.
+pub(super) const PAGE: &str = concat!(
+    live!(),
+    r"
+local out = {}
+for i = 3, #ARGV do
+  local key, name = ARGV[i], KEYS[i + 1]
+  local packed = redis.call('GET', name)
+  local r = nil
+  if packed then
+    r = settle(cmsgpack.unpack(packed), name)
+    if r[10] ~= ARGV[1] or r[11] ~= key or not live(r, now) then r = nil end
+  end
+  if not r then
+    redis.call('ZREM', KEYS[1], key)
+    redis.call('ZREM', KEYS[2], key)
+    redis.call('ZREM', KEYS[3], key)
+  elseif ARGV[2] == '1' and not (r[1] == 'C' and string.sub(r[12], 1, 8) == 'IDKVOB1\0') then
+    redis.call('ZREM', KEYS[3], key)
+  else
+    for f = 3, 9 do r[f] = string.format('%.0f', r[f]) end
+    r[13] = r[13] or ''
+    for f = 1, 13 do out[#out + 1] = r[f] end
+  end
+end
+return out
+"
+);
+
+/// Files a record written before the indexes in its scope's (the
+/// indexes' migration, [`super::migrate`]). KEYS: record, then the scope's
+/// indexes. ARGV: scope, key. Replies 1 when the live record was filed,
+/// 0 when there is none (or it names another `(scope, key)`).
+pub(super) const FILE: &str = concat!(
+    live!(),
+    r"
+local packed = redis.call('GET', KEYS[1])
+if not packed then return 0 end
+local r = settle(cmsgpack.unpack(packed))
+if r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then return 0 end
+file(ARGV[2], r, true)
+return 1
 "
 );

@@ -202,6 +202,15 @@ pub(crate) trait Transport: Send + Sync + 'static {
         after: Option<&[u8]>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Record>>> + Send;
+
+    /// A page of the caller's Completed records of `scope` whose answer
+    /// carries staged messages, after `after`, in key order.
+    fn scan_staged(
+        &self,
+        scope: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>>> + Send;
 }
 
 /// [`IdempotencyBackend::claim_in`](crate::backend::IdempotencyBackend::claim_in) on a transport.
@@ -331,10 +340,21 @@ pub(crate) async fn replace<T: Transport>(
     answered
 }
 
-/// [`IdempotencyBackend::scan_in`](crate::backend::IdempotencyBackend::scan_in) on a transport.
+/// Which records a page lists.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listing {
+    /// Every live record of the scope of this keyspace
+    /// ([`IdempotencyBackend::scan_in`](crate::backend::IdempotencyBackend::scan_in)).
+    Every(Keyspace),
+    /// The caller's completions with staged messages
+    /// ([`IdempotencyBackend::scan_staged`](crate::backend::IdempotencyBackend::scan_staged)).
+    Staged,
+}
+
+/// A page of `listing` on a transport.
 pub(crate) async fn scan<T: Transport>(
     transport: &T,
-    keyspace: Keyspace,
+    listing: Listing,
     scope: &[u8],
     after: Option<&[u8]>,
     limit: usize,
@@ -343,7 +363,10 @@ pub(crate) async fn scan<T: Transport>(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    transport.scan(keyspace, scope, after, limit).await
+    match listing {
+        Listing::Every(keyspace) => transport.scan(keyspace, scope, after, limit).await,
+        Listing::Staged => transport.scan_staged(scope, after, limit).await,
+    }
 }
 
 /// The answer of a fenced call.
@@ -444,7 +467,17 @@ macro_rules! remote_backend {
                 after: Option<&[u8]>,
                 limit: usize,
             ) -> $crate::error::Result<Vec<$crate::Record>> {
-                $crate::backend::remote::scan(self, keyspace, scope, after, limit).await
+                let listing = $crate::backend::remote::Listing::Every(keyspace);
+                $crate::backend::remote::scan(self, listing, scope, after, limit).await
+            }
+
+            async fn scan_staged(
+                &self,
+                scope: &[u8],
+                after: Option<&[u8]>,
+                limit: usize,
+            ) -> $crate::error::Result<Vec<$crate::Record>> {
+                $crate::backend::remote::scan(self, $crate::backend::remote::Listing::Staged, scope, after, limit).await
             }
 
             fn limits(&self) -> $crate::backend::BackendLimits {

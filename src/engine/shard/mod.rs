@@ -9,6 +9,7 @@
 
 mod compact;
 mod hold;
+pub(crate) mod listing;
 mod migrate;
 mod quota;
 mod state;
@@ -16,6 +17,7 @@ mod state;
 use crate::checkpoint::Checkpoint;
 use crate::clock::{Clock, Now};
 use crate::config::{Config, Durability};
+use crate::engine::entry::KeyHasher;
 use crate::engine::recovery::Recovered;
 #[cfg(feature = "tokio")]
 use crate::engine::segment::commit::Turn;
@@ -27,10 +29,14 @@ use crate::engine::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::keyspace::{Keyspace, Name};
-use crate::record::{Header, Record, RecordRef, State};
+use crate::record::{is_staged, Header, Kind, Record, RecordRef, State};
 use crate::stats::Census;
+use listing::{Made, Which};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(test)]
+pub(crate) use state::RECORDS_READ;
 use state::{Lookup, ShardState};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -407,6 +413,53 @@ impl Shard {
         Ok((Record::from_frame(&found.header, &found.frame), found.entry.lsn))
     }
 
+    /// Up to `limit` keys of the listing `which` of `scope` of `keyspace`
+    /// after `after`, in key order. The listing is made at its first use,
+    /// by one pass over the shard's records (see [`listing`]); every write
+    /// keeps it from then on.
+    pub(crate) fn listed_keys(
+        &self,
+        (which, keyspace, scope): (Which, Keyspace, &[u8]),
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Box<[u8]>>> {
+        let state = self.read()?;
+        if !state.listings.lock().has(which, keyspace, scope) {
+            let made = listing_of(&state, which, keyspace, scope)?;
+            state.listings.lock().install(keyspace, scope, made);
+        }
+        let keys = state.listings.lock().range(which, keyspace, scope, after, limit);
+        Ok(keys)
+    }
+
+    /// The live records of `keys` (keys of this shard, whose index hashes
+    /// `hasher` gives) that the listing `which` lists; a key found not
+    /// live (or, for the staged keys, a completion without staged
+    /// messages) leaves the listing, under the same lock as it was read.
+    pub(crate) fn listed_records(
+        &self,
+        (which, keyspace, scope): (Which, Keyspace, &[u8]),
+        keys: &[&[u8]],
+        hasher: &KeyHasher,
+    ) -> Result<Vec<Record>> {
+        let state = self.read()?;
+        let now = state.now(&*self.clock);
+        let mut records = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let found = KeyRef { hash: hasher.hash(keyspace, scope, key), keyspace, scope, key };
+            let record = match state.lookup(&found, now)? {
+                Lookup::Live(found) => Record::from_frame(&found.header, &found.frame),
+                Lookup::Absent | Lookup::Gone(_) => None,
+            };
+            let staged = |record: &Record| record.state == State::Completed && is_staged(&record.response);
+            match record {
+                Some(record) if which == Which::Every || staged(&record) => records.push(record),
+                _ => state.listings.lock().forget(which, keyspace, scope, key),
+            }
+        }
+        Ok(records)
+    }
+
     /// The keyspace, scope and key of every record the index points at
     /// (for iteration, which then reads each through [`Shard::get`]).
     pub(crate) fn keys(&self) -> Result<Vec<Name>> {
@@ -510,4 +563,32 @@ impl Shard {
     pub(crate) fn sync_all(&self) -> Result<()> {
         self.sync_to(self.commit.written_lsn())
     }
+}
+
+/// What the listing `which` of `scope` of `keyspace` lists of `state`'s
+/// records (for the staged keys, those of every scope): one pass over
+/// every record the index points at.
+fn listing_of(state: &ShardState, which: Which, keyspace: Keyspace, scope: &[u8]) -> Result<Made> {
+    let (mut keys, mut staged) = (BTreeSet::new(), HashMap::<Box<[u8]>, BTreeSet<Box<[u8]>>>::new());
+    for (_, at) in state.index.iter() {
+        let (header, frame) = state.read_at(at)?;
+        let (found, key, answer) = header.body(&frame);
+        match which {
+            Which::Every if header.keyspace == keyspace && found == scope => {
+                keys.insert(key.into());
+            }
+            Which::Staged
+                if header.keyspace == Keyspace::Caller
+                    && header.kind == Kind::Put(State::Completed)
+                    && is_staged(answer) =>
+            {
+                staged.entry(found.into()).or_default().insert(key.into());
+            }
+            Which::Every | Which::Staged => {}
+        }
+    }
+    Ok(match which {
+        Which::Every => Made::Every(keys),
+        Which::Staged => Made::Staged(staged),
+    })
 }

@@ -4,6 +4,7 @@
 //! here, so the accounting that compaction decides on and the lease table
 //! always match it.
 
+use super::listing::Listings;
 use super::KeyRef;
 use crate::clock::{Clock, Now};
 use crate::engine::compaction_policy::SegmentUsage;
@@ -18,10 +19,18 @@ use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition;
 use crate::error::{Error, Result};
 use crate::record::{Header, Kind, State};
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+#[cfg(test)]
+thread_local! {
+    /// Records this thread read from the log: what the unit tests of
+    /// listings count.
+    pub(crate) static RECORDS_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Everything behind the shard's lock.
 #[derive(Debug)]
@@ -42,6 +51,10 @@ pub(crate) struct ShardState {
     encode_buffer: Vec<u8>,
     /// The store's per-scope quota ledger, `None` when no quota is set.
     pub(crate) quota: Option<Arc<Ledger>>,
+    /// The listings made so far (see [`super::listing`]): a writer, which
+    /// holds the lock alone, keeps them without taking this mutex; pages,
+    /// which share the lock, take it to make one or to drop a key.
+    pub(crate) listings: Mutex<Listings>,
 }
 
 /// The newest record of a key, read back: its entry, its lease end
@@ -99,6 +112,7 @@ impl ShardState {
             usage: lengths.iter().map(|(id, total_bytes)| (*id, SegmentUsage::with_total(*total_bytes))).collect(),
             encode_buffer: Vec::new(),
             quota: None,
+            listings: Mutex::default(),
         };
         for (hash, mut entry) in index.into_entries() {
             if entry.is_expired(now.wall_ms) {
@@ -170,7 +184,21 @@ impl ShardState {
             self.leases.remove(hash);
         }
         self.usage.entry(entry.segment).or_default().release(entry);
+        if let Some(key) = key {
+            self.listed(key, None, &[]);
+        }
         true
+    }
+
+    /// Keeps the listings in step with a write of `key`: its record's state
+    /// and answer, or `None` when it has none any more.
+    fn listed(&mut self, key: &KeyRef<'_>, state: Option<State>, answer: &[u8]) {
+        let listings = self.listings.get_mut();
+        if listings.is_empty() {
+            return;
+        }
+        let staged = state == Some(State::Completed) && crate::record::is_staged(answer);
+        listings.noted(key.keyspace, key.scope, key.key, state.is_some(), staged);
     }
 
     /// The shard's time: the wall clock never earlier than any seen (for
@@ -329,6 +357,7 @@ impl ShardState {
                 let lease_end_ms = (record_state == State::Processing).then(|| transition::lease_end(&header, now));
                 self.index_insert(key.hash, old, entry, lease_end_ms)?;
                 self.quota_settle(key, old, admitted, &entry);
+                self.listed(key, Some(record_state), response);
             }
             Kind::Tombstone => {
                 if let Some(old) = old {
@@ -375,6 +404,8 @@ impl ShardState {
     /// The record at `at` (its header and its whole frame), its CRC
     /// checked.
     pub(crate) fn read_at(&self, at: Address) -> Result<(Header, Cow<'_, [u8]>)> {
+        #[cfg(test)]
+        RECORDS_READ.with(|read| read.set(read.get() + 1));
         let offset = u64::from(at.offset);
         let frame = self.log.read(at.segment, offset, at.len as usize)?;
         let (header, _) = frame::decode(&frame).map_err(|error| {

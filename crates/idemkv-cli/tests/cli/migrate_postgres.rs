@@ -26,15 +26,15 @@ fn migrate_creates_the_schema_once() {
 
     let output = idemkv(&["migrate", "--postgres", &url, "--schema", "shop"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(stdout(&output), "schema \"shop\": migrated from version 0 to 5\n");
+    assert_eq!(stdout(&output), "schema \"shop\": migrated from version 0 to 6\n");
     connect(&server, "shop").expect("a backend connects to the migrated schema");
 
     let output = idemkv(&["migrate", "--postgres", &url, "--schema", "shop"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(stdout(&output), "schema \"shop\": at version 5, nothing to do\n");
+    assert_eq!(stdout(&output), "schema \"shop\": at version 6, nothing to do\n");
     // Without --schema: `public`.
     let output = idemkv(&["migrate", "--postgres", &url]);
-    assert_eq!(stdout(&output), "schema \"public\": migrated from version 0 to 5\n");
+    assert_eq!(stdout(&output), "schema \"public\": migrated from version 0 to 6\n");
 }
 
 #[test]

@@ -1,0 +1,162 @@
+//! A scope's indexes on a real Redis server, checked by what the server
+//! ran (`INFO stats`): a scan among many other scopes' records and a relay
+//! sweep over many completions without staged messages cost a bounded
+//! number of commands, not one per record the server keeps (before the
+//! indexes, a page was a `SCAN` of every record and a `GET` of each); the
+//! entries of records that lived out their time leave the index as the
+//! scope is written; records written before the indexes (none filed) are
+//! filed at the next connect.
+
+#![cfg(all(feature = "tokio", feature = "redis", feature = "messaging"))]
+
+use crate::common::redis::RedisServer;
+use crate::common::Kept;
+use idemkv::backend::redis::RedisBackend;
+use idemkv::messaging::{Outbox, OutboxMessage, Relay, RelayConfig};
+use idemkv::{
+    backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
+    Config, Fingerprint,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The commands the server has run (a script's own among them), this one
+/// included.
+fn commands(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "stats"]).expect("INFO");
+    let line = stats.lines().find_map(|line| line.trim().strip_prefix("total_commands_processed:"));
+    line.expect("total_commands_processed").parse().expect("a number")
+}
+
+/// The commands `call` made the server run (the two `INFO`s apart).
+async fn counted<T>(server: &RedisServer, call: impl std::future::Future<Output = T>) -> (T, u64) {
+    let before = commands(server);
+    let answer = call.await;
+    (answer, commands(server) - before - 1)
+}
+
+async fn put<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u8], ttl: Duration) {
+    let options = ClaimOptions::new().ttl(ttl);
+    let BackendClaim::Acquired { token, .. } =
+        backend.claim(scope, key, Fingerprint::of(key), options).await.expect("claim")
+    else {
+        panic!("a fresh key")
+    };
+    backend.complete(&token, b"201").await.expect("complete");
+}
+
+/// `count` completed keys of each of `scopes`.
+async fn fill(backend: &RedisBackend, scopes: &[&[u8]], count: usize) {
+    for scope in scopes {
+        for n in 0..count {
+            put(backend, scope, format!("k-{n:04}").as_bytes(), Duration::from_secs(600)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_among_other_scopes_runs_commands_for_its_own_records_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    fill(&backend, &[b"big-1", b"big-2", b"big-3"], 400).await;
+    fill(&backend, &[b"small"], 5).await;
+    let (page, ran) = counted(&server, backend.scan(b"small", None, 10)).await;
+    let page = page.expect("scan");
+    assert_eq!(page.len(), 5);
+    assert!(page.iter().all(|record| record.scope == b"small"), "{page:?}");
+    // One range of the index, one script reading the five records (a GET
+    // each, and its TIME).
+    assert!(ran <= 5 * 2 + 6, "a page of 5 among 1,205 records ran {ran} commands");
+    let (rest, ran) = counted(&server, backend.scan(b"big-2", Some(b"k-0389"), 100)).await;
+    let keys: Vec<Vec<u8>> = rest.expect("scan").into_iter().map(|record| record.key).collect();
+    assert_eq!(keys.first().map(Vec::as_slice), Some(&b"k-0390"[..]));
+    assert_eq!(keys.len(), 10);
+    assert!(ran <= 10 * 2 + 6, "the last 10 keys of a scope ran {ran} commands");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_reads_the_keys_with_staged_messages_and_none_of_the_other_completions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = Arc::new(RedisBackend::connect(&server.url(), Config::new()).await.expect("connect"));
+    fill(&backend, &[b"shop"], 600).await;
+    let kept = Kept::default();
+    let relay = Relay::new(Arc::clone(&backend), kept.clone(), RelayConfig::new([&b"shop"[..]]));
+    let (sweep, ran) = counted(&server, relay.sweep()).await;
+    assert_eq!(sweep.expect("sweep").keys, 0);
+    // The staged keys' index, empty: one range.
+    assert!(ran <= 2, "a sweep over 600 completions without messages ran {ran} commands");
+
+    let outbox = Outbox::shared(Arc::clone(&backend));
+    let claimed = backend.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
+    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    let (sweep, ran) = counted(&server, relay.sweep()).await;
+    assert_eq!(sweep.expect("sweep").delivered, 1);
+    assert_eq!(kept.0.lock().expect("lock").len(), 1);
+    // Its delivery (progress read, claimed, completed; the messages
+    // dropped) and two ranges, whatever the 600 others.
+    assert!(ran <= 60, "a sweep delivering one key among 601 ran {ran} commands");
+    let (sweep, ran) = counted(&server, relay.sweep()).await;
+    assert_eq!(sweep.expect("sweep").keys, 0, "delivered keys leave the staged index");
+    assert!(ran <= 2, "{ran}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_entries_of_records_that_lived_out_their_time_leave_as_the_scope_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    for n in 0..30 {
+        put(&backend, b"shop", format!("brief-{n:02}").as_bytes(), Duration::from_millis(100)).await;
+    }
+    let cardinality = |suffix: &str| {
+        let name = String::from_utf8(index_names(&server, suffix)).expect("utf-8");
+        server.cli(&["ZCARD", &name]).expect("ZCARD").trim().parse::<u64>().expect("a number")
+    };
+    assert_eq!(cardinality("keys"), 30);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in 0..20 {
+        put(&backend, b"shop", format!("kept-{n:02}").as_bytes(), Duration::from_secs(600)).await;
+    }
+    // Each completion dropped two ended entries: all 30 are gone.
+    assert_eq!((cardinality("keys"), cardinality("ends")), (20, 20));
+    let page = backend.scan(b"shop", None, 100).await.expect("scan");
+    assert_eq!(page.len(), 20);
+}
+
+/// The name of the caller's scope `shop`'s index ending in `suffix`, as
+/// the server has it.
+fn index_names(server: &RedisServer, suffix: &str) -> Vec<u8> {
+    let found = server.cli(&["--scan", "--pattern", &format!("idemkv:scope:*:{suffix}")]).expect("scan");
+    let names: Vec<&str> = found.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    names[0].as_bytes().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_written_before_the_indexes_are_filed_at_the_next_connect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path());
+    let earlier = Arc::new(RedisBackend::connect(&server.url(), Config::new()).await.expect("connect"));
+    fill(&earlier, &[b"shop", b"other"], 20).await;
+    let claimed = earlier.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
+    let outbox = Outbox::shared(Arc::clone(&earlier));
+    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    // As an earlier build left the server: no index, no mark.
+    let indexes = server.cli(&["--scan", "--pattern", "idemkv:scope:*"]).expect("scan");
+    for name in indexes.lines().map(str::trim).filter(|line| !line.is_empty()) {
+        server.cli(&["DEL", name]).expect("DEL");
+    }
+    assert_eq!(server.cli(&["DEL", "idemkv:scopes"]).as_deref().map(str::trim), Some("1"));
+    assert!(earlier.scan(b"shop", None, 100).await.expect("scan").is_empty(), "nothing filed");
+
+    let backend = Arc::new(RedisBackend::connect(&server.url(), Config::new()).await.expect("connect"));
+    assert_eq!(backend.scan(b"shop", None, 100).await.expect("scan").len(), 21);
+    assert_eq!(backend.scan(b"other", None, 100).await.expect("scan").len(), 20);
+    let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
+    assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-7"[..]]);
+    assert_eq!(server.cli(&["GET", "idemkv:scopes"]).as_deref().map(str::trim), Some("1"));
+}
