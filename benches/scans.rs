@@ -1,7 +1,7 @@
 //! How a scope's scan and a relay's sweep grow with the scope, on every
-//! backend, in one run: the embedded store, a real `redis-server` and a
-//! real PostgreSQL started here (each skipped with a note when its
-//! programs are not on the PATH).
+//! backend, in one run: the embedded store, a real `redis-server`, a real
+//! Redis Cluster of three masters and a real PostgreSQL started here (each
+//! skipped with a note when its programs are not on the PATH).
 //!
 //! For each size K of `IDEMKV_SCAN_KEYS` (default `1000,10000,100000`),
 //! the scope `shop` holds K completed keys with plain answers (nothing
@@ -23,7 +23,7 @@
 //! scopes' indexes hold a key.
 //!
 //! Each row gives its wall time, its time a key of the scope, and on Redis
-//! the commands the server ran for it (`INFO stats`,
+//! the commands the server (every node of the Cluster) ran for it (`INFO stats`,
 //! `total_commands_processed`, less the `INFO` itself). A row is cut at
 //! `IDEMKV_SCAN_LIMIT_SECONDS` (default 60) and shown as `>` that; the
 //! sizes are loaded one after another into the same stores (each adds the
@@ -109,6 +109,15 @@ impl Calls for RedisCalls {
     }
 }
 
+/// `total_commands_processed` of every node of a Cluster.
+struct ClusterCalls(Vec<u16>);
+
+impl Calls for ClusterCalls {
+    fn commands(&self) -> Option<u64> {
+        self.0.iter().map(|port| RedisCalls(*port).commands()).sum()
+    }
+}
+
 /// Claims and completes `(scope, key)` with a plain answer.
 async fn put<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u8]) {
     let options = ClaimOptions::new().ttl(Duration::from_secs(3600));
@@ -178,7 +187,7 @@ fn print_row(backend: &str, row: &str, keys: u64, figures: &Figures) {
         Some(commands) => format!("> {commands}"),
         None => "-".to_owned(),
     };
-    println!("{backend:<12} {row:<7} {keys:>8} {time:>12} {per_key:>12} {commands:>12}");
+    println!("{backend:<13} {row:<7} {keys:>8} {time:>12} {per_key:>12} {commands:>12}");
 }
 
 /// The rows of one backend, size after size.
@@ -289,7 +298,7 @@ async fn main() {
         "reproduce: IDEMKV_SCAN_KEYS={} cargo bench -p idemkv-bench --bench scans",
         sizes().iter().map(u64::to_string).collect::<Vec<_>>().join(",")
     );
-    println!("{:<12} {:<7} {:>8} {:>12} {:>12} {:>12}", "backend", "row", "keys", "time", "per key", "commands");
+    println!("{:<13} {:<7} {:>8} {:>12} {:>12} {:>12}", "backend", "row", "keys", "time", "per key", "commands");
     let dir = tempfile::tempdir().expect("tempdir");
     measure_store(&dir.path().join("store")).await;
     println!("¹ the first of a store just opened: it makes the listing, one pass over the records");
@@ -301,6 +310,12 @@ async fn main() {
         let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
         measure("redis", Arc::new(backend), &RedisCalls(server.port)).await;
         redis_memory(&server);
+        let cluster = redis_fixture::RedisCluster::start_async(&dir.path().join("cluster")).await;
+        let urls = cluster.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+        let ports = cluster.nodes.iter().map(|node| node.port).collect();
+        measure("redis-cluster", Arc::new(backend), &ClusterCalls(ports)).await;
     } else {
         println!("redis: skipped, redis-server is not on the PATH");
     }

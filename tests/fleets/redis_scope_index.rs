@@ -9,7 +9,7 @@
 
 #![cfg(all(feature = "tokio", feature = "redis", feature = "messaging"))]
 
-use crate::common::redis::RedisServer;
+use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::Kept;
 use idemkv::backend::redis::RedisBackend;
 use idemkv::messaging::{Outbox, OutboxMessage, Relay, RelayConfig};
@@ -109,14 +109,16 @@ async fn the_entries_of_records_that_lived_out_their_time_leave_as_the_scope_is_
     let server = RedisServer::start(dir.path());
     let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
     for n in 0..30 {
-        put(&backend, b"shop", format!("brief-{n:02}").as_bytes(), Duration::from_millis(100)).await;
+        // Long enough that none ends while the 30 are written, however
+        // busy the machine.
+        put(&backend, b"shop", format!("brief-{n:02}").as_bytes(), Duration::from_secs(2)).await;
     }
     let cardinality = |suffix: &str| {
         let name = String::from_utf8(index_names(&server, suffix)).expect("utf-8");
         server.cli(&["ZCARD", &name]).expect("ZCARD").trim().parse::<u64>().expect("a number")
     };
     assert_eq!(cardinality("keys"), 30);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
     for n in 0..20 {
         put(&backend, b"shop", format!("kept-{n:02}").as_bytes(), Duration::from_secs(600)).await;
     }
@@ -159,4 +161,111 @@ async fn records_written_before_the_indexes_are_filed_at_the_next_connect() {
     let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
     assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-7"[..]]);
     assert_eq!(server.cli(&["GET", "idemkv:scopes"]).as_deref().map(str::trim), Some("1"));
+}
+
+/// The commands every node of `cluster` has run.
+fn cluster_commands(cluster: &RedisCluster) -> u64 {
+    cluster.nodes.iter().map(commands).sum()
+}
+
+async fn on_cluster(cluster: &RedisCluster) -> Arc<RedisBackend> {
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Arc::new(RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_on_a_cluster_reads_the_keys_with_staged_messages_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    let backend = on_cluster(&cluster).await;
+    fill(&backend, &[b"shop"], 300).await;
+    let kept = Kept::default();
+    let relay = Relay::new(Arc::clone(&backend), kept.clone(), RelayConfig::new([&b"shop"[..]]));
+    let before = cluster_commands(&cluster);
+    assert_eq!(relay.sweep().await.expect("sweep").keys, 0);
+    // The staged keys, none: one range (the INFOs of three nodes apart).
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert!(ran <= 2, "a sweep over 300 completions without messages ran {ran} commands");
+
+    let outbox = Outbox::shared(Arc::clone(&backend));
+    let claimed = backend.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
+    // Held, not completed: a sweep leaves it be.
+    let held = backend.claim(b"shop", b"order-8", Fingerprint::of(b"order-8"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token: held, .. }) = held else { panic!("{held:?}") };
+    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    let sweep = relay.sweep().await.expect("sweep");
+    assert_eq!((sweep.keys, sweep.delivered), (1, 1));
+    assert_eq!(kept.0.lock().expect("lock").len(), 1);
+    let before = cluster_commands(&cluster);
+    assert_eq!(relay.sweep().await.expect("sweep").keys, 0, "a delivered key leaves the staged keys");
+    // A range, the marks, the delivered key's record read and its entry
+    // dropped (a script's own commands counted), whatever the 300 others.
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert!(ran <= 16, "a sweep after a delivery ran {ran} commands");
+    let before = cluster_commands(&cluster);
+    assert_eq!(relay.sweep().await.expect("sweep").keys, 0);
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert!(ran <= 2, "the entry was dropped, yet the next sweep ran {ran} commands");
+    outbox.complete(&held, b"201", &[OutboxMessage::new("orders", b"second".to_vec())]).await.expect("stage");
+    assert_eq!(relay.sweep().await.expect("sweep").delivered, 1);
+    assert_eq!(kept.0.lock().expect("lock").len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_messages_on_a_cluster_from_before_its_staged_keys_are_filed_at_the_next_connect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    let earlier = on_cluster(&cluster).await;
+    fill(&earlier, &[b"shop"], 20).await;
+    let claimed = earlier.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
+    let outbox = Outbox::shared(Arc::clone(&earlier));
+    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    assert_eq!(earlier.scan_staged(b"shop", None, 10).await.expect("scan_staged").len(), 1);
+    // As an earlier build left the Cluster: no staged keys, no mark.
+    for node in &cluster.nodes {
+        let names = node.cli(&["--scan", "--pattern", "idemkv:staged*"]).expect("scan");
+        for name in names.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            node.cli(&["-c", "DEL", name]).expect("DEL");
+        }
+    }
+    assert!(earlier.scan_staged(b"shop", None, 10).await.expect("scan_staged").is_empty(), "nothing filed");
+
+    let backend = on_cluster(&cluster).await;
+    let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
+    assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-7"[..]]);
+}
+
+/// The `SCAN`s every node of `cluster` has run.
+fn cluster_scans(cluster: &RedisCluster) -> u64 {
+    let scans = |node: &RedisServer| {
+        let stats = node.cli(&["INFO", "commandstats"]).expect("INFO");
+        let line = stats.lines().find_map(|line| line.trim().strip_prefix("cmdstat_scan:calls="));
+        line.map_or(0, |line| line.split(',').next().expect("calls").parse::<u64>().expect("a number"))
+    };
+    cluster.nodes.iter().map(scans).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_s_scan_on_a_cluster_passes_over_its_records_once_not_once_a_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    let backend = on_cluster(&cluster).await;
+    fill(&backend, &[b"shop", b"other"], 300).await;
+    let before = cluster_scans(&cluster);
+    let mut keys = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    for _ in 0..100 {
+        let page = backend.scan(b"shop", after.as_deref(), 25).await.expect("scan");
+        let Some(last) = page.last() else { break };
+        after = Some(last.key.clone());
+        keys.extend(page.into_iter().map(|record| record.key));
+    }
+    let expected: Vec<Vec<u8>> = (0..300).map(|n| format!("k-{n:04}").into_bytes()).collect();
+    assert_eq!(keys, expected, "every key once, in order");
+    // Twelve pages; one pass over 600 records: a SCAN or two a master.
+    let scans = cluster_scans(&cluster) - before;
+    assert!(scans <= 3 * 2, "twelve pages ran {scans} SCANs");
 }

@@ -81,7 +81,8 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
 /// by `{prefix}:scopes`, set once every record is filed; two instances
 /// filing at once file a record twice, which changes nothing, and one cut
 /// short leaves the whole to the next connect. A Cluster keeps no
-/// indexes: nothing to do. Returns how many records were filed.
+/// scope's index but its staged keys: see [`staged_on_cluster`]. Returns
+/// how many records were filed.
 ///
 /// Records that instances of an earlier build write after this ran are
 /// not filed (they are claimed, replayed and expire as ever; scans and
@@ -89,8 +90,11 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
 /// `{prefix}:scopes` has the next connect file them.
 pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
     let connection = &backend.connection;
+    if connection.is_cluster() {
+        return staged_on_cluster(backend).await;
+    }
     let mark = format!("{}:scopes", backend.prefix);
-    if connection.is_cluster() || single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
+    if single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
         return Ok(0);
     }
     let script = Script::new(super::scripts::FILE);
@@ -116,6 +120,31 @@ pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
             .collect();
         let answers = connection.invoke_all(&script, &calls).await?;
         filed += answers.iter().filter(|answer| matches!(answer, Value::Int(1))).count() as u64;
+    }
+    single(connection, ::redis::cmd("SET").arg(&mark).arg(1)).await?;
+    Ok(filed)
+}
+
+/// Files every completion with staged messages of a Cluster among its
+/// scope's staged keys (see [`super::staged`]), once per Cluster and
+/// prefix (`{prefix}:staged`), so that a sweep finds the messages a build
+/// without them staged. Returns how many were filed.
+async fn staged_on_cluster(backend: &RedisBackend) -> Result<u64> {
+    let connection = &backend.connection;
+    let mark = format!("{}:staged", backend.prefix);
+    if single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
+        return Ok(0);
+    }
+    let names = scan::record_names(connection, &backend.prefix, Keyspace::Caller).await?;
+    let values = scan::values(connection, &names).await?;
+    let mut filed = 0;
+    for (scope, key) in values.iter().flatten().filter_map(|value| scan::scope_and_key(value)) {
+        let address = Address { keyspace: Keyspace::Caller, scope, key };
+        let staged = backend.read(address).await?.is_some_and(|record| crate::backend::is_staged_completion(&record));
+        if staged {
+            super::staged::file(backend, scope, key).await?;
+            filed += 1;
+        }
     }
     single(connection, ::redis::cmd("SET").arg(&mark).arg(1)).await?;
     Ok(filed)

@@ -101,6 +101,7 @@ mod reply;
 mod scan;
 mod scripts;
 mod server;
+mod staged;
 mod wait;
 
 pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
@@ -139,6 +140,8 @@ pub struct RedisBackend {
     /// Set once the server's records of idemkv's own are in their
     /// keyspaces (see `migrate`), for this prefix.
     migrated: Arc<tokio::sync::OnceCell<()>>,
+    /// A Cluster's recent scans' windows of keys (see [`scan`]).
+    windows: Arc<scan::Windows>,
     keep_ms: u64,
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
@@ -166,6 +169,8 @@ struct Scripts {
     replace: Script,
     get: Script,
     page: Script,
+    staged_file: Script,
+    staged_drop: Script,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -377,6 +382,7 @@ impl RedisBackend {
             settings,
             prefix: Arc::from("idemkv"),
             migrated: Arc::default(),
+            windows: Arc::default(),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
             scripts: Arc::new(Scripts {
@@ -388,6 +394,8 @@ impl RedisBackend {
                 replace: Script::new(scripts::REPLACE),
                 get: Script::new(scripts::GET),
                 page: Script::new(scripts::PAGE),
+                staged_file: Script::new(staged::FILE),
+                staged_drop: Script::new(staged::DROP),
             }),
         }
     }
@@ -398,6 +406,7 @@ impl RedisBackend {
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
         self.migrated = Arc::default();
+        self.windows = Arc::default();
         self
     }
 
@@ -523,6 +532,29 @@ impl RedisBackend {
     /// idemkv's own moved to their keyspaces, then every record filed in
     /// its scope's indexes, once per backend and prefix (one `EXISTS`
     /// each on a server already migrated).
+    /// On a Cluster, files the caller's key of a completion whose answer
+    /// stages messages among its scope's staged keys, before the
+    /// completion is written (see [`staged`]); a standalone server's
+    /// scripts file it with the write.
+    async fn file_if_staged(&self, address: Address<'_>, answer: &[u8]) -> Result<()> {
+        if self.connection.is_cluster() && address.keyspace == Keyspace::Caller && crate::record::is_staged(answer) {
+            staged::file(self, address.scope, address.key).await?;
+        }
+        Ok(())
+    }
+
+    /// The live record at `address`, if any (the `get` script: it
+    /// settles and checks liveness as every read does).
+    async fn read(&self, address: Address<'_>) -> Result<Option<Record>> {
+        let names = Names::of(&self.prefix, address);
+        let call = Call::new(&self.scripts.get, &names.record);
+        match self.connection.invoke(&call).await? {
+            Value::Array(fields) if fields.is_empty() => Ok(None),
+            Value::Array(fields) => reply::record(address, &fields).map(Some),
+            _ => Err(protocol("get: not an array")),
+        }
+    }
+
     async fn ready(&self) -> Result<()> {
         let migrations = || async {
             migrate::keyspaces(self).await?;
@@ -601,6 +633,9 @@ impl Transport for RedisBackend {
     }
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
+        if finish == Finish::Complete {
+            self.file_if_staged(Address::of(token), response).await?;
+        }
         let names = Names::of(&self.prefix, Address::of(token));
         let mut call = Call::with_keys(&self.scripts.finish, &names.written(&self.connection));
         call.arg(&token.scope)
@@ -645,13 +680,7 @@ impl Transport for RedisBackend {
 
     async fn get(&self, address: Address<'_>) -> Result<Option<Record>> {
         self.ready().await?;
-        let names = Names::of(&self.prefix, address);
-        let call = Call::new(&self.scripts.get, &names.record);
-        match self.connection.invoke(&call).await? {
-            Value::Array(fields) if fields.is_empty() => Ok(None),
-            Value::Array(fields) => reply::record(address, &fields).map(Some),
-            _ => Err(protocol("get: not an array")),
-        }
+        self.read(address).await
     }
 
     async fn now_ms(&self) -> Result<u64> {
@@ -661,7 +690,7 @@ impl Transport for RedisBackend {
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
         if self.connection.is_cluster() {
-            return scan::page_of(self, &self.connection, &self.prefix, keyspace, (scope, after, limit)).await;
+            return scan::page_of(self, &self.windows, keyspace, (scope, after, limit)).await;
         }
         index::page(self, keyspace, scope, (after, limit), index::Of::Every).await
     }
@@ -669,7 +698,7 @@ impl Transport for RedisBackend {
     async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
         if self.connection.is_cluster() {
-            return scan::staged_of(self, &self.connection, &self.prefix, scope, (after, limit)).await;
+            return staged::page(self, scope, (after, limit)).await;
         }
         index::page(self, Keyspace::Caller, scope, (after, limit), index::Of::Staged).await
     }
@@ -694,6 +723,7 @@ impl Transport for RedisBackend {
 
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
         self.ready().await?;
+        self.file_if_staged(address, answer).await?;
         let names = Names::of(&self.prefix, address);
         let mut call = Call::with_keys(&self.scripts.replace, &names.written(&self.connection));
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);

@@ -1,79 +1,179 @@
 //! A page of one scope's records ([`IdempotencyBackend::scan`]) on a
 //! Cluster, which keeps no index of a scope (see [`super::index`]): a
-//! record's name is a digest of its scope and key, so the page is found by
-//! a `SCAN` of every record name on every master, a `GET` of each, a
-//! thousand at a time, and the scope and key read from the value; the
-//! matches are then read through the `get` script, which settles and
-//! checks liveness as every read does. The migrations walk every record
-//! the same way, once.
+//! record's name is a digest of its scope and key, so a scope's keys are
+//! found by a pass over every record name on every master (`SCAN`), a
+//! `GET` of each, a thousand at a time, and the scope and key read from
+//! the value. A pass keeps the smallest keys after the page's cursor, up
+//! to a window of them, and the next pages read their keys from it (see
+//! [`page_of`]); each key is then read through the `get` script, which
+//! settles and checks liveness as every read does. The migrations walk
+//! every record the same way, once. (A relay's sweep on a Cluster reads
+//! its staged keys instead: see [`super::staged`].)
 //!
 //! [`IdempotencyBackend::scan`]: crate::backend::IdempotencyBackend::scan
 
 use super::connection::Connection;
 use super::reply::{backend_error, bytes, number, protocol};
 use super::RedisBackend;
-use crate::backend::remote::{Address, Transport};
+use crate::backend::remote::Address;
 use crate::error::Result;
 use crate::keyspace::Keyspace;
 use crate::record::Record;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{cmd, Cmd, Value};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Names asked for, and values read, per round trip.
 const BATCH: usize = 1000;
+/// Keys of a scope one pass over a Cluster's records keeps at most.
+const WINDOW: usize = 65_536;
+/// How long a window serves the pages after it.
+const WINDOW_LIFE: Duration = Duration::from_secs(60);
+/// Windows kept at once, the latest.
+const WINDOWS: usize = 8;
+
+/// A scope's keys found by one pass over a Cluster's records: the smallest
+/// [`WINDOW`] keys after `from`, in order.
+#[derive(Debug)]
+struct Window {
+    keyspace: Keyspace,
+    scope: Vec<u8>,
+    from: Option<Vec<u8>>,
+    keys: Vec<Vec<u8>>,
+    /// Whether the pass found no key after the last of `keys`.
+    to_the_end: bool,
+    made: Instant,
+}
+
+impl Window {
+    /// Whether this window holds every key of `scope` after `after` up to
+    /// its last key (or to the scope's end).
+    fn covers(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> bool {
+        let started = match (&self.from, after) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(from), Some(after)) => from.as_slice() <= after,
+        };
+        let within =
+            self.to_the_end || after.is_none_or(|after| self.keys.last().is_some_and(|last| after < last.as_slice()));
+        self.keyspace == keyspace && self.scope == scope && started && within && self.made.elapsed() < WINDOW_LIFE
+    }
+
+    /// Up to `limit` of its keys after `after`, and whether they reach the
+    /// scope's end.
+    fn after(&self, after: Option<&[u8]>, limit: usize) -> (Vec<Vec<u8>>, bool) {
+        let start = after.map_or(0, |after| self.keys.partition_point(|key| key.as_slice() <= after));
+        let keys: Vec<Vec<u8>> = self.keys[start..].iter().take(limit).cloned().collect();
+        let exhausted = start + keys.len() == self.keys.len();
+        (keys, exhausted && self.to_the_end)
+    }
+}
+
+/// The windows of a Cluster's recent scans (see [`page_of`]).
+#[derive(Debug, Default)]
+pub(super) struct Windows(parking_lot::Mutex<VecDeque<Arc<Window>>>);
+
+impl Windows {
+    fn find(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> Option<Arc<Window>> {
+        self.0.lock().iter().rev().find(|window| window.covers(keyspace, scope, after)).cloned()
+    }
+
+    fn keep(&self, window: Window) -> Arc<Window> {
+        let window = Arc::new(window);
+        let mut windows = self.0.lock();
+        windows.retain(|kept| kept.made.elapsed() < WINDOW_LIFE);
+        if windows.len() == WINDOWS {
+            windows.pop_front();
+        }
+        windows.push_back(Arc::clone(&window));
+        window
+    }
+}
 
 /// The page of `scope`'s live records of `keyspace` after `after`, at most
-/// `limit`, of the records under `prefix`.
+/// `limit`, on a Cluster. A record's name says nothing of its scope, so
+/// its keys are found by a pass over every record of every master (a
+/// `SCAN`, a `GET` of each, the scope and key read from the value); a pass
+/// keeps the smallest [`WINDOW`] keys of the scope after `after`, and the
+/// pages after it read their keys from that window while it is young
+/// ([`WINDOW_LIFE`]): a scope's scan costs one pass per [`WINDOW`] of its
+/// keys, not one a page. Each key is then read through the `get` script.
 pub(super) async fn page_of(
     backend: &RedisBackend,
-    connection: &Connection,
-    prefix: &str,
+    windows: &Windows,
     keyspace: Keyspace,
     (scope, after, limit): (&[u8], Option<&[u8]>, usize),
 ) -> Result<Vec<Record>> {
-    let names = record_names(connection, prefix, keyspace).await?;
-    let values = values(connection, &names).await?;
-    let mut keys: Vec<Vec<u8>> = values
-        .iter()
-        .flatten()
-        .filter_map(|value| scope_and_key(value))
-        .filter(|(found, key)| *found == scope && after.is_none_or(|after| *key > after))
-        .map(|(_, key)| key.to_vec())
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let mut page = Vec::with_capacity(limit.min(keys.len()));
-    for key in keys {
-        if page.len() == limit {
-            break;
+    let mut after = after.map(<[u8]>::to_vec);
+    let mut page = Vec::with_capacity(limit.min(BATCH));
+    while page.len() < limit {
+        let window = match windows.find(keyspace, scope, after.as_deref()) {
+            Some(window) => window,
+            None => windows.keep(pass(backend, keyspace, scope, after.as_deref()).await?),
+        };
+        let (keys, at_the_end) = window.after(after.as_deref(), limit - page.len());
+        for key in &keys {
+            if let Some(record) = backend.read(Address { keyspace, scope, key }).await? {
+                page.push(record);
+            }
         }
-        if let Some(record) = Transport::get(backend, Address { keyspace, scope, key: &key }).await? {
-            page.push(record);
+        match keys.last() {
+            Some(last) if !at_the_end => after = Some(last.clone()),
+            _ => break,
         }
     }
     Ok(page)
 }
 
-/// [`page_of`]'s pages of the caller's `scope`, filtered to the
-/// completions with staged messages, until `limit` are found or the scope
-/// ends.
-pub(super) async fn staged_of(
-    backend: &RedisBackend,
-    connection: &Connection,
-    prefix: &str,
-    scope: &[u8],
-    (after, limit): (Option<&[u8]>, usize),
-) -> Result<Vec<Record>> {
-    let mut staged = Vec::new();
-    let mut after = after.map(<[u8]>::to_vec);
-    while staged.len() < limit {
-        let page = page_of(backend, connection, prefix, Keyspace::Caller, (scope, after.as_deref(), BATCH)).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.key.clone());
-        let left = limit - staged.len();
-        staged.extend(page.into_iter().filter(crate::backend::is_staged_completion).take(left));
+/// One pass over every record of `keyspace` on every master: the smallest
+/// [`WINDOW`] keys of `scope` after `after`.
+async fn pass(backend: &RedisBackend, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> Result<Window> {
+    let mut found = BTreeSet::new();
+    let mut beyond = false;
+    let mut names = Vec::new();
+    let mut scans = Scans::new(&backend.connection, &backend.prefix, keyspace).await?;
+    loop {
+        let more = scans.next(&mut names).await?;
+        if names.len() >= BATCH || !more {
+            let values = values(&backend.connection, &std::mem::take(&mut names)).await?;
+            beyond |= keep_smallest(&mut found, &values, (scope, after), WINDOW);
+        }
+        if !more {
+            break;
+        }
     }
-    Ok(staged)
+    Ok(Window {
+        keyspace,
+        scope: scope.to_vec(),
+        from: after.map(<[u8]>::to_vec),
+        keys: found.into_iter().collect(),
+        to_the_end: !beyond,
+        made: Instant::now(),
+    })
+}
+
+/// Adds the keys of `scope` after `after` among `values` to `found`,
+/// keeping the smallest `window`; whether one was left out.
+fn keep_smallest(
+    found: &mut BTreeSet<Vec<u8>>,
+    values: &[Option<Vec<u8>>],
+    (scope, after): (&[u8], Option<&[u8]>),
+    window: usize,
+) -> bool {
+    let mut left_out = false;
+    for (found_scope, key) in values.iter().flatten().filter_map(|value| scope_and_key(value)) {
+        if found_scope != scope || after.is_some_and(|after| key <= after) {
+            continue;
+        }
+        found.insert(key.to_vec());
+        if found.len() > window {
+            found.pop_last();
+            left_out = true;
+        }
+    }
+    left_out
 }
 
 /// `prefix` with the glob characters of `SCAN … MATCH` escaped.
@@ -91,43 +191,58 @@ fn escaped(prefix: &str) -> String {
 /// The names of every record of `keyspace` under `prefix`, on the server
 /// or on every master of a Cluster.
 pub(super) async fn record_names(connection: &Connection, prefix: &str, keyspace: Keyspace) -> Result<Vec<Vec<u8>>> {
-    let pattern = format!("{}:{}{{*}}:r", escaped(prefix), super::keyspace_part(keyspace));
-    let scan = |cursor: u64| {
-        let mut command = cmd("SCAN");
-        command.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(BATCH);
-        command
-    };
     let mut names = Vec::new();
-    match connection.clone() {
-        Connection::Single(mut connection, _) => {
-            let mut cursor = 0;
-            loop {
-                let reply = scan(cursor).query_async(&mut connection).await.map_err(backend_error)?;
-                cursor = scanned(reply, &mut names)?;
-                if cursor == 0 {
-                    return Ok(names);
-                }
-            }
-        }
-        Connection::Cluster(mut cluster) => {
+    let mut scans = Scans::new(connection, prefix, keyspace).await?;
+    while scans.next(&mut names).await? {}
+    Ok(names)
+}
+
+/// A `SCAN` of the record names of one keyspace, on the server or master
+/// after master of a Cluster.
+struct Scans<'a> {
+    connection: &'a Connection,
+    pattern: String,
+    /// The masters' host and port (none on a standalone server).
+    masters: Vec<(String, u16)>,
+    /// The master scanned (an index of `masters`).
+    at: usize,
+    cursor: u64,
+}
+
+impl<'a> Scans<'a> {
+    async fn new(connection: &'a Connection, prefix: &str, keyspace: Keyspace) -> Result<Scans<'a>> {
+        let pattern = format!("{}:{}{{*}}:r", escaped(prefix), super::keyspace_part(keyspace));
+        let mut masters = Vec::new();
+        if connection.is_cluster() {
             for (server, _) in connection.each_master(&cmd("PING")).await? {
-                let (host, port) = server
+                let master = server
                     .rsplit_once(':')
                     .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
                     .ok_or_else(|| protocol("SCAN: a master without host:port"))?;
-                let mut cursor = 0;
-                loop {
-                    let routing =
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port });
-                    let reply = cluster.route_command(scan(cursor), routing).await.map_err(backend_error)?;
-                    cursor = scanned(reply, &mut names)?;
-                    if cursor == 0 {
-                        break;
-                    }
-                }
+                masters.push(master);
             }
-            Ok(names)
         }
+        Ok(Scans { connection, pattern, masters, at: 0, cursor: 0 })
+    }
+
+    /// Adds the names of one more `SCAN` answer to `names`; whether there
+    /// are more to scan.
+    async fn next(&mut self, names: &mut Vec<Vec<u8>>) -> Result<bool> {
+        let mut scan = cmd("SCAN");
+        scan.arg(self.cursor).arg("MATCH").arg(&self.pattern).arg("COUNT").arg(BATCH);
+        let reply = match self.connection.clone() {
+            Connection::Single(mut connection, _) => scan.query_async(&mut connection).await.map_err(backend_error)?,
+            Connection::Cluster(mut cluster) => {
+                let Some((host, port)) = self.masters.get(self.at).cloned() else { return Ok(false) };
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                cluster.route_command(scan, routing).await.map_err(backend_error)?
+            }
+        };
+        self.cursor = scanned(reply, names)?;
+        if self.cursor == 0 {
+            self.at += 1;
+        }
+        Ok(self.cursor != 0 || self.at < self.masters.len())
     }
 }
 
@@ -211,8 +326,8 @@ mod tests {
         assert_eq!(escaped("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 
-    #[test]
-    fn scope_and_key_are_read_from_a_packed_record_and_junk_is_none() {
+    /// A record of `scope` and `key` packed as the scripts write it.
+    fn packed(scope: &[u8], key: &[u8]) -> Vec<u8> {
         let mut packed = Vec::new();
         rmp::encode::write_array_len(&mut packed, 13).expect("len");
         for text in [&b"C"[..], &[7; 32]] {
@@ -222,10 +337,59 @@ mod tests {
         for number in [1_u64, 0, 1_700_000_000_000_000, 1, 2, 3, 4] {
             rmp::encode::write_uint(&mut packed, number).expect("number");
         }
-        for text in [&b"tenant"[..], b"key-1", b"response", b""] {
+        for text in [scope, key, b"response", b""] {
             rmp::encode::write_str_len(&mut packed, u32::try_from(text.len()).expect("short")).expect("len");
             packed.extend_from_slice(text);
         }
+        packed
+    }
+
+    #[test]
+    fn a_pass_keeps_the_smallest_keys_of_its_scope_after_the_cursor() {
+        let values: Vec<Option<Vec<u8>>> = [&b"k5"[..], b"k1", b"k9", b"k3", b"k7", b"k2"]
+            .iter()
+            .map(|key| Some(packed(b"shop", key)))
+            .chain([Some(packed(b"other", b"k0")), None, Some(b"junk".to_vec())])
+            .collect();
+        let mut found = BTreeSet::new();
+        assert!(keep_smallest(&mut found, &values, (b"shop", Some(b"k1")), 3), "k7 and k9 left out");
+        assert_eq!(found.iter().map(Vec::as_slice).collect::<Vec<_>>(), [&b"k2"[..], b"k3", b"k5"]);
+        let mut all = BTreeSet::new();
+        assert!(!keep_smallest(&mut all, &values, (b"shop", None), 10));
+        assert_eq!(all.len(), 6);
+    }
+
+    #[test]
+    fn a_window_serves_the_pages_it_holds_and_no_other() {
+        let keys: Vec<Vec<u8>> = [&b"k2"[..], b"k3", b"k5"].iter().map(|key| key.to_vec()).collect();
+        let window = Window {
+            keyspace: Keyspace::Caller,
+            scope: b"shop".to_vec(),
+            from: Some(b"k1".to_vec()),
+            keys,
+            to_the_end: false,
+            made: Instant::now(),
+        };
+        assert!(window.covers(Keyspace::Caller, b"shop", Some(b"k1")));
+        assert!(window.covers(Keyspace::Caller, b"shop", Some(b"k3")));
+        // Before its start, at or past its last key (more keys may follow
+        // that it did not keep), another scope or keyspace: a new pass.
+        assert!(!window.covers(Keyspace::Caller, b"shop", None));
+        assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k0")));
+        assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k5")));
+        assert!(!window.covers(Keyspace::Caller, b"other", Some(b"k2")));
+        assert!(!window.covers(Keyspace::Inbox, b"shop", Some(b"k2")));
+        assert_eq!(window.after(Some(b"k2"), 1), (vec![b"k3".to_vec()], false));
+        assert_eq!(window.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], false));
+        let last = Window { to_the_end: true, ..window };
+        assert!(last.covers(Keyspace::Caller, b"shop", Some(b"k9")));
+        assert_eq!(last.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], true));
+        assert_eq!(last.after(Some(b"k9"), 5), (vec![], true));
+    }
+
+    #[test]
+    fn scope_and_key_are_read_from_a_packed_record_and_junk_is_none() {
+        let packed = packed(b"tenant", b"key-1");
         assert_eq!(scope_and_key(&packed), Some((&b"tenant"[..], &b"key-1"[..])));
         assert_eq!(scope_and_key(b"not msgpack"), None);
         assert_eq!(scope_and_key(&packed[..40]), None);
