@@ -49,15 +49,13 @@ struct Window {
 
 impl Window {
     /// Whether this window holds every key of `scope` after `after` up to
-    /// its last key (or to the scope's end).
+    /// its last key (or to the scope's end). A scan's first page
+    /// (`after` `None`) is never served from a window: a scan starts with
+    /// a pass of its own.
     fn covers(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> bool {
-        let started = match (&self.from, after) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(from), Some(after)) => from.as_slice() <= after,
-        };
-        let within =
-            self.to_the_end || after.is_none_or(|after| self.keys.last().is_some_and(|last| after < last.as_slice()));
+        let Some(after) = after else { return false };
+        let started = self.from.as_deref().is_none_or(|from| from <= after);
+        let within = self.to_the_end || self.keys.last().is_some_and(|last| after < last.as_slice());
         self.keyspace == keyspace && self.scope == scope && started && within && self.made.elapsed() < WINDOW_LIFE
     }
 
@@ -376,6 +374,11 @@ mod tests {
         // that it did not keep), another scope or keyspace: a new pass.
         assert!(!window.covers(Keyspace::Caller, b"shop", None));
         assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k0")));
+        let first =
+            Window { from: None, to_the_end: true, keys: window.keys.clone(), scope: b"shop".to_vec(), ..window };
+        assert!(first.covers(Keyspace::Caller, b"shop", Some(b"k2")));
+        assert!(!first.covers(Keyspace::Caller, b"shop", None), "a scan starts with a pass of its own");
+        let window = Window { from: Some(b"k1".to_vec()), to_the_end: false, ..first };
         assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k5")));
         assert!(!window.covers(Keyspace::Caller, b"other", Some(b"k2")));
         assert!(!window.covers(Keyspace::Inbox, b"shop", Some(b"k2")));
