@@ -688,6 +688,15 @@ mod tests {
     }
 
     #[test]
+    fn a_small_cache_keeps_what_it_may() {
+        let cache = bounded::<Arc<Answer>>(4, 1 << 20);
+        for n in 0..16_u32 {
+            cache.insert(n.to_le_bytes().to_vec(), answer(100));
+        }
+        assert!((1..=4).contains(&cache.len()), "{} of 4 kept", cache.len());
+    }
+
+    #[test]
     fn a_large_cache_keeps_what_it_may() {
         let cache = bounded::<Arc<Answer>>(1000, 1 << 30);
         for n in 0..1000_u32 {
