@@ -73,6 +73,10 @@
 //! | removes the key and runs another request under it | the first answer for the first request; the other request goes to the backend and gets the new answer (the entry is replaced) | a replay is only ever of the answer stored for the same fingerprint |
 //! | — (the record expires on the server) | nothing: the entry ends first | see above: only a server clock that jumps ahead ends a record before its entry |
 //!
+//! A replay from memory is ready at once; it takes from the task's
+//! budget as tokio's own resources do, so that a task that loops over
+//! replays gives its thread back now and then.
+//!
 //! Only the caller's keyspace is cached: idemkv's own records (versions,
 //! holds, inbox entries, relay progress, long operations) are changed by
 //! `replace` from every process by design and their features decide from
@@ -518,6 +522,12 @@ impl<B: IdempotencyBackend> NearCache<B> {
         if let Some(response) = shared.replayed(&name, fingerprint) {
             shared.hits.fetch_add(1, Ordering::Relaxed);
             count_hit();
+            // An answer from memory is ready at once: a task that loops
+            // over them would never give its thread back to the others
+            // (the connections' own tasks among them). Take from the
+            // task's budget as tokio's own resources do, yielding when it
+            // is spent.
+            tokio::task::coop::consume_budget().await;
             return Ok(BackendClaim::Replay(response));
         }
         shared.misses.fetch_add(1, Ordering::Relaxed);

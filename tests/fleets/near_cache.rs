@@ -187,6 +187,29 @@ async fn an_entry_ends_with_its_record_whatever_the_clocks_offset() {
     }
 }
 
+/// Regression: a replay from memory is ready at once, and a task that
+/// looped over them never gave its thread back (the bench's replay row
+/// starved the backend's connection until its calls timed out). On one
+/// thread, another task runs while a loop of replays goes on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loop_of_replays_from_memory_lets_other_tasks_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+    let near = NearCache::new(store, NearCacheConfig::new());
+    complete(&near, b"k", fp("a"), b"201").await;
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = Arc::clone(&ran);
+    tokio::spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
+    for _ in 0..10_000 {
+        replays(&near, b"k", fp("a"), b"201").await;
+        if ran.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+    }
+    assert!(ran.load(std::sync::atomic::Ordering::SeqCst), "the other task never ran");
+    assert!(near.stats().hits < 10_000, "{:?}", near.stats());
+}
+
 /// A claim answered from memory refuses the durations the backend would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hit_refuses_the_durations_the_backend_refuses() {
