@@ -19,6 +19,9 @@ use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(60);
 
+/// A second before [`TTL`] ends.
+const JUST_BEFORE_TTL: Duration = Duration::from_secs(59);
+
 fn options() -> ClaimOptions {
     ClaimOptions::new().lease(Duration::from_secs(10)).ttl(TTL)
 }
@@ -122,7 +125,7 @@ where
     let near = NearCache::new(backend, NearCacheConfig::new().clock(Arc::new(clock.clone())));
     complete(&near, b"long", fp("a"), b"201").await;
     sent();
-    clock.advance(TTL - Duration::from_secs(1));
+    clock.advance(JUST_BEFORE_TTL);
     replays(&near, b"long", fp("a"), b"201").await;
     assert_eq!(sent(), 0, "a second before its TTL ends: from memory");
     clock.advance(Duration::from_secs(2));
@@ -172,7 +175,7 @@ async fn an_entry_ends_with_its_record_whatever_the_clocks_offset() {
 
         let claims = store.stats().claims;
         for clock in [&server, &process] {
-            clock.advance(TTL - Duration::from_secs(1));
+            clock.advance(JUST_BEFORE_TTL);
         }
         replays(&near, b"here", fp("a"), b"201").await;
         replays(&near, b"elsewhere", fp("a"), b"201").await;
