@@ -88,6 +88,7 @@ LAYERS = [
         ("store", "the Store handle: claim, read, iterate, maintain"),
         ("backend", "the backend trait"),
         ("backend::any", "a backend behind a pointer"),
+        ("backend::near", "a near cache of completed answers over any backend"),
         ("backend::keeper", "renews the leases of running requests"),
         ("backend::run_once", "RunOnce: claim, run, finish over any backend"),
         ("backend::versions", "versions of resources over any backend"),

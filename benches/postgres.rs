@@ -7,7 +7,13 @@
 //! finish functions; the baseline: `INSERT ... ON CONFLICT DO NOTHING`
 //! then `UPDATE`, two autocommit statements), and a replay (the backend:
 //! one claim; the baseline: the `INSERT ... ON CONFLICT DO NOTHING`, no
-//! row, then `SELECT`). 36-byte keys, 200-byte answers.
+//! row, then `SELECT`). 36-byte keys, 200-byte answers. Two more rows:
+//! the same replays through a near cache
+//! (`idemkv::backend::near::NearCache`, room for every replayed key), each
+//! answered from memory after the first slice's, against the replay row
+//! without it; and fresh keys claimed and completed through a near cache
+//! of their own (what keeping each completion costs), against the first
+//! row.
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench postgres          # 1 s slices, 5 rounds
@@ -25,6 +31,7 @@ mod fixture;
 
 mod support;
 
+use idemkv::backend::near::{NearCache, NearCacheConfig};
 use idemkv::backend::postgres::PostgresBackend;
 use idemkv::Config;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,7 +86,9 @@ async fn main() {
     })
     .await;
     let slice = support::seconds(1.0);
-    let rows = measure(&backend, slice).await;
+    let entries = usize::try_from(2 * REPLAY_KEYS).expect("a count");
+    let near = NearCache::new(backend.clone(), NearCacheConfig::new().entries_max(entries).bytes_max(64 << 20));
+    let rows = measure(&backend, &near, slice).await;
     let hot = hot_updates(&backend).await;
     println!(
         "PostgreSQL 15 on loopback, synchronous_commit on, pool of {pool}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
@@ -92,6 +101,9 @@ async fn main() {
         (2, "replay (baseline: INSERT ON CONFLICT + SELECT)"),
     ];
     support::tasks::print_pairs(&rows, &pairs, 52);
+    support::tasks::print_against(&rows[4], &rows[2], "replay, near cache (against the replay row)", 52);
+    support::tasks::print_against(&rows[5], &rows[0], "claim+complete, near cache (against the first)", 52);
+    println!("near cache: {:?}", near.stats());
     println!("{hot}");
 }
 
@@ -109,9 +121,13 @@ async fn prepare_tables(backend: &PostgresBackend, layout: &str) {
 }
 
 /// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
-/// fresh keys, the baseline's, the backend's replays, the baseline's.
-async fn measure(backend: &PostgresBackend, slice: f64) -> Vec<Row> {
-    let mut rows: Vec<Row> = (0..4).map(|_| Row::new()).collect();
+/// fresh keys, the baseline's, the backend's replays, the baseline's, and
+/// the replays through `near`.
+async fn measure(backend: &PostgresBackend, near: &NearCache<PostgresBackend>, slice: f64) -> Vec<Row> {
+    let mut rows: Vec<Row> = (0..6).map(|_| Row::new()).collect();
+    // Fresh keys through a cache of their own, so that their entries
+    // take no room from the replayed keys'.
+    let fresh = NearCache::new(near.backend().clone(), NearCacheConfig::new());
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
@@ -137,6 +153,18 @@ async fn measure(backend: &PostgresBackend, slice: f64) -> Vec<Row> {
         drive(&mut rows[3], slice, move |n| {
             let theirs = theirs.clone();
             async move { baseline_replay(&theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
+        })
+        .await;
+        let near = near.clone();
+        drive(&mut rows[4], slice, move |n| {
+            let near = near.clone();
+            async move { claim_complete(&near, &key("idemkv-replay", n % REPLAY_KEYS)).await }
+        })
+        .await;
+        let fresh = fresh.clone();
+        drive(&mut rows[5], slice, move |n| {
+            let fresh = fresh.clone();
+            async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
         })
         .await;
     }

@@ -9,6 +9,13 @@
 //! ttl`), and a replay (the backend: one claim script; the baseline: `SET
 //! NX PX`, refused, then `GET`). 36-byte keys, 200-byte answers.
 //!
+//! Two more rows: the same replays through a near cache
+//! (`idemkv::backend::near::NearCache`, room for every replayed key), each
+//! answered from memory after the first slice's, against the replay row
+//! without it; and fresh keys claimed and completed through a near cache
+//! of their own (what keeping each completion costs), against the first
+//! row.
+//!
 //! With `IDEMKV_BENCH_REPLICA=1` the server gets a replica (`--replicaof`,
 //! same AOF settings) and one more row: claim+complete on a backend with
 //! `wait_for_replicas(1, 1 s)` (a `WAIT 1` after each of the two
@@ -26,6 +33,7 @@ mod fixture;
 
 mod support;
 
+use idemkv::backend::near::{NearCache, NearCacheConfig};
 use idemkv::backend::redis::RedisBackend;
 use idemkv::Config;
 use redis::aio::MultiplexedConnection;
@@ -97,7 +105,8 @@ async fn main() {
     })
     .await;
     let slice = support::seconds(1.0);
-    let rows = measure(&backend, replica.is_some().then_some(&waiting), &connection, slice).await;
+    let near = NearCache::new(backend.clone(), near_config());
+    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, &connection, slice).await;
     let commands = command_costs(&mut connection.clone()).await;
     let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
@@ -106,29 +115,35 @@ async fn main() {
     let pairs = [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")];
     support::tasks::print_pairs(&rows, &pairs, 44);
     if replica.is_some() {
-        let (waited, plain) = (&rows[4], &rows[0]);
-        let ratio = waited.rate() / plain.rate().max(f64::MIN_POSITIVE);
-        println!(
-            "{:<44} {:>10.0} {:>10.1?} {:>10.1?} {ratio:>8.2}",
-            "claim+complete, WAIT 1 (against the first)",
-            waited.rate(),
-            waited.percentile(0.5),
-            waited.percentile(0.99)
-        );
+        support::tasks::print_against(&rows[4], &rows[0], "claim+complete, WAIT 1 (against the first)", 44);
     }
+    support::tasks::print_against(&rows[5], &rows[2], "replay, near cache (against the replay row)", 44);
+    support::tasks::print_against(&rows[6], &rows[0], "claim+complete, near cache (against the first)", 44);
+    println!("near cache: {:?}", near.stats());
     println!("{commands}");
 }
 
+/// Room for every replayed key.
+fn near_config() -> NearCacheConfig {
+    let entries = usize::try_from(2 * REPLAY_KEYS).expect("a count");
+    NearCacheConfig::new().entries_max(entries).bytes_max(64 << 20)
+}
+
 /// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
-/// fresh keys, the baseline's, the backend's replays, the baseline's, and
-/// (with `waiting`, the backend waiting for a replica) its fresh keys.
+/// fresh keys, the baseline's, the backend's replays, the baseline's,
+/// (with `waiting`, the backend waiting for a replica) its fresh keys, and
+/// the replays through `near`.
 async fn measure(
     backend: &RedisBackend,
     waiting: Option<&RedisBackend>,
+    near: &NearCache<RedisBackend>,
     connection: &MultiplexedConnection,
     slice: f64,
 ) -> Vec<Row> {
-    let mut rows: Vec<Row> = (0..5).map(|_| Row::new()).collect();
+    let mut rows: Vec<Row> = (0..7).map(|_| Row::new()).collect();
+    // Fresh keys through a cache of their own, so that their entries
+    // take no room from the replayed keys'.
+    let fresh = NearCache::new(near.backend().clone(), NearCacheConfig::new());
     let base = Arc::new(AtomicU64::new(0));
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
@@ -164,6 +179,18 @@ async fn measure(
             })
             .await;
         }
+        let near = near.clone();
+        drive(&mut rows[5], slice, move |n| {
+            let near = near.clone();
+            async move { claim_complete(&near, &key("idemkv-replay", n % REPLAY_KEYS)).await }
+        })
+        .await;
+        let fresh = fresh.clone();
+        drive(&mut rows[6], slice, move |n| {
+            let fresh = fresh.clone();
+            async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
+        })
+        .await;
     }
     rows
 }

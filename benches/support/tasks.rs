@@ -82,6 +82,17 @@ pub fn print_pairs(rows: &[Row], pairs: &[(usize, &str)], width: usize) {
     }
 }
 
+/// Prints `row` against `other` (their rates' ratio), named `name`.
+pub fn print_against(row: &Row, other: &Row, name: &str, width: usize) {
+    let ratio = row.rate() / other.rate().max(f64::MIN_POSITIVE);
+    println!(
+        "{name:<width$} {:>10.0} {:>10.1?} {:>10.1?} {ratio:>8.2}",
+        row.rate(),
+        row.percentile(0.5),
+        row.percentile(0.99)
+    );
+}
+
 /// Runs `operation(n)` from [`TASKS`] tasks for `slice` seconds and adds
 /// to `row`.
 pub async fn drive<F, Fut>(row: &mut Row, slice: f64, operation: F)

@@ -2,7 +2,8 @@
 //! Redis / Valkey (`redis`) and PostgreSQL (`postgres`) — for the HTTP
 //! layer and the tools built on it, and what runs over any backend:
 //! `RunOnce` (a closure once per key) and `Versions` (a version per
-//! resource), with the `tokio` feature.
+//! resource), with the `tokio` feature, and [`near::NearCache`] (completed
+//! answers replayed from process memory), with `near-cache`.
 //!
 //! ```
 //! use idemkv::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -52,6 +53,9 @@ use std::time::Duration;
 mod any;
 #[cfg(feature = "tokio")]
 pub(crate) mod keeper;
+#[cfg(feature = "near-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "near-cache")))]
+pub mod near;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -175,13 +179,10 @@ impl crate::claim::wait::Answer for BackendClaim {
     }
 }
 
-/// The sizes a backend accepts, so that callers check input before it runs.
+/// The sizes and durations a backend accepts, so that callers check input
+/// before it runs, and the TTL it gives a claim that names none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-#[allow(
-    clippy::struct_field_names,
-    reason = "the names of the same limits in Config; the lint fires in some feature sets only"
-)]
 pub struct BackendLimits {
     /// Longest key.
     pub key_bytes_max: usize,
@@ -189,6 +190,11 @@ pub struct BackendLimits {
     pub scope_bytes_max: usize,
     /// Largest stored response.
     pub response_bytes_max: usize,
+    /// Longest lease or TTL a claim may ask for ([`Config::duration_max`](crate::Config::duration_max)).
+    pub duration_max: Duration,
+    /// The TTL of a record whose claim set no [`ClaimOptions::ttl`]
+    /// ([`Config::default_ttl`](crate::Config::default_ttl)).
+    pub ttl_default: Duration,
 }
 
 /// What the HTTP layer and the tools need of an idempotency store.
@@ -565,6 +571,8 @@ impl IdempotencyBackend for Store {
             key_bytes_max: config.key_bytes_max,
             scope_bytes_max: config.scope_bytes_max,
             response_bytes_max: config.response_bytes_max,
+            duration_max: Duration::from_millis(config.duration_ms_max),
+            ttl_default: Duration::from_millis(config.ttl_ms),
         }
     }
 }

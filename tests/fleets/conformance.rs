@@ -12,7 +12,9 @@
 //! backend skipped. Every backend runs behind [`AnyBackend`], as a
 //! service that picks its backend at run time has it: each call goes to
 //! the backend unchanged, and the suites are compiled once rather than once
-//! a backend.
+//! a backend. With `near-cache`, the suite runs once more through a near
+//! cache in front of the embedded store (on its movable clock), Redis and
+//! PostgreSQL: a replay from memory must answer as the backend would.
 
 #![cfg(feature = "conformance")]
 
@@ -130,6 +132,22 @@ async fn embedded_store_http_on_a_movable_clock() {
     );
 }
 
+/// The near cache in front of the embedded store, on the store's movable
+/// clock: every entry ends when the suite moves the clock past its TTL.
+#[cfg(feature = "near-cache")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_behind_a_near_cache_on_a_movable_clock() {
+    use idemkv::backend::near::{NearCache, NearCacheConfig};
+    let clock = ManualClock::new(crate::common::START_MS);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), store_config(Some(&clock))).expect("open");
+    let near = NearCache::new(store, NearCacheConfig::new().clock(Arc::new(clock.clone())));
+    let capabilities = Capabilities::new().quota(QUOTA_SCOPE, quota()).movable_clock(clock);
+    let report = conformance::run_all(AnyBackend::new(near.clone()), capabilities).await;
+    assert_eq!(skipped(&report), [("survives_restart", Capability::Persistence)]);
+    assert!(near.stats().hits > 0, "the suite's replays were answered from memory: {:?}", near.stats());
+}
+
 /// The embedded store with one flaw: `release` answers `Ok` and frees
 /// nothing.
 #[derive(Clone)]
@@ -224,6 +242,12 @@ mod redis {
     /// A standalone server in `dir`, a backend on it, and its capabilities:
     /// a restart is a SIGKILL and a start on the same AOF.
     async fn standalone(dir: &Path) -> (AnyBackend, Capabilities<AnyBackend>) {
+        standalone_as(dir, AnyBackend::new).await
+    }
+
+    /// [`standalone`], the backend put behind `wrap` (and so again at the
+    /// restart).
+    async fn standalone_as(dir: &Path, wrap: fn(RedisBackend) -> AnyBackend) -> (AnyBackend, Capabilities<AnyBackend>) {
         let mut server = RedisServer::start(dir);
         let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
         let capabilities = Capabilities::new().persistence(move |backend: AnyBackend| {
@@ -231,9 +255,9 @@ mod redis {
             server.kill();
             server.restart();
             let url = server.url();
-            async move { AnyBackend::new(RedisBackend::connect(&url, config()).await.expect("reconnect")) }
+            async move { wrap(RedisBackend::connect(&url, config()).await.expect("reconnect")) }
         });
-        (AnyBackend::new(backend), capabilities)
+        (wrap(backend), capabilities)
     }
 
     /// A three-master cluster in `dir` and a backend on it.
@@ -252,6 +276,18 @@ mod redis {
         let report = conformance::run_all(backend, capabilities).await;
         assert_eq!(skipped(&report), [("quota_refusals", Capability::Quotas)]);
         assert!(report.passed.contains(&"lease_ends"), "{report:?}");
+    }
+
+    /// The suite through a near cache in front of the server.
+    #[cfg(feature = "near-cache")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_standalone_behind_a_near_cache() {
+        use idemkv::backend::near::{NearCache, NearCacheConfig};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let near = |backend| AnyBackend::new(NearCache::new(backend, NearCacheConfig::new()));
+        let (backend, capabilities) = standalone_as(dir.path(), near).await;
+        let report = conformance::run_all(backend, capabilities).await;
+        assert_eq!(skipped(&report), [("quota_refusals", Capability::Quotas)]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,6 +330,12 @@ mod postgres {
     /// is an immediate stop (no checkpoint, as at a crash) and a start that
     /// replays the WAL.
     async fn server(dir: &Path) -> (AnyBackend, Capabilities<AnyBackend>) {
+        server_as(dir, AnyBackend::new).await
+    }
+
+    /// [`server`], the backend put behind `wrap` (and so again at the
+    /// restart).
+    async fn server_as(dir: &Path, wrap: fn(PostgresBackend) -> AnyBackend) -> (AnyBackend, Capabilities<AnyBackend>) {
         let mut server = PostgresServer::start(dir);
         let backend = PostgresBackend::connect(&server.url(), config()).await.expect("connect");
         let capabilities = Capabilities::new().persistence(move |backend: AnyBackend| {
@@ -301,9 +343,21 @@ mod postgres {
             server.stop_immediate();
             server.restart();
             let url = server.url();
-            async move { AnyBackend::new(PostgresBackend::connect(&url, config()).await.expect("reconnect")) }
+            async move { wrap(PostgresBackend::connect(&url, config()).await.expect("reconnect")) }
         });
-        (AnyBackend::new(backend), capabilities)
+        (wrap(backend), capabilities)
+    }
+
+    /// The suite through a near cache in front of the server.
+    #[cfg(feature = "near-cache")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_behind_a_near_cache() {
+        use idemkv::backend::near::{NearCache, NearCacheConfig};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let near = |backend| AnyBackend::new(NearCache::new(backend, NearCacheConfig::new()));
+        let (backend, capabilities) = server_as(dir.path(), near).await;
+        let report = conformance::run_all(backend, capabilities).await;
+        assert_eq!(skipped(&report), [("quota_refusals", Capability::Quotas)]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ mod checkpoints;
 mod conformance;
 mod keyspace_migrations;
 mod messaging_orders;
+mod near_cache;
 mod postgres_fast_paths;
 mod postgres_kill_restart;
 mod postgres_least_privilege;

@@ -53,6 +53,8 @@ impl Settings {
             key_bytes_max: self.config.key_bytes_max,
             scope_bytes_max: self.config.scope_bytes_max,
             response_bytes_max: self.config.response_bytes_max,
+            duration_max: Duration::from_millis(self.config.duration_ms_max),
+            ttl_default: Duration::from_millis(self.config.ttl_ms),
         }
     }
 
