@@ -103,8 +103,8 @@ pub enum ReusePolicy {
 /// The first bytes of an answer that carries staged messages: the
 /// outbox's envelope (`messaging`). Every backend keeps the keys of the
 /// caller's Completed records whose answer starts with them apart, so that
-/// a relay's sweep reads those alone
-/// ([`IdempotencyBackend::scan_staged`](crate::backend::IdempotencyBackend::scan_staged)).
+/// a relay's sweep reads those alone (the backend trait's
+/// `scan_staged`).
 pub(crate) const STAGED_MARK: &[u8; 8] = b"IDKVOB1\0";
 
 /// Whether `answer` carries staged messages (starts with [`STAGED_MARK`]).

@@ -140,8 +140,6 @@ pub struct RedisBackend {
     /// Set once the server's records of idemkv's own are in their
     /// keyspaces (see `migrate`), for this prefix.
     migrated: Arc<tokio::sync::OnceCell<()>>,
-    /// A Cluster's recent scans' windows of keys (see [`scan`]).
-    windows: Arc<scan::Windows>,
     keep_ms: u64,
     waits: Arc<Waits>,
     scripts: Arc<Scripts>,
@@ -382,7 +380,6 @@ impl RedisBackend {
             settings,
             prefix: Arc::from("idemkv"),
             migrated: Arc::default(),
-            windows: Arc::default(),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
             scripts: Arc::new(Scripts {
@@ -406,7 +403,6 @@ impl RedisBackend {
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
         self.migrated = Arc::default();
-        self.windows = Arc::default();
         self
     }
 
@@ -690,7 +686,7 @@ impl Transport for RedisBackend {
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
         if self.connection.is_cluster() {
-            return scan::page_of(self, &self.windows, keyspace, (scope, after, limit)).await;
+            return scan::page_of(self, keyspace, (scope, after, limit)).await;
         }
         index::page(self, keyspace, scope, (after, limit), index::Of::Every).await
     }

@@ -21,44 +21,23 @@ use crate::keyspace::Keyspace;
 use crate::record::Record;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{cmd, Cmd, Value};
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
 
 /// Names asked for, and values read, per round trip.
 const BATCH: usize = 1000;
 /// Keys of a scope one pass over a Cluster's records keeps at most.
 const WINDOW: usize = 65_536;
-/// How long a window serves the pages after it.
-const WINDOW_LIFE: Duration = Duration::from_secs(60);
-/// Windows kept at once, the latest.
-const WINDOWS: usize = 8;
 
 /// A scope's keys found by one pass over a Cluster's records: the smallest
-/// [`WINDOW`] keys after `from`, in order.
+/// [`WINDOW`] keys after the page's cursor, in order.
 #[derive(Debug)]
 struct Window {
-    keyspace: Keyspace,
-    scope: Vec<u8>,
-    from: Option<Vec<u8>>,
     keys: Vec<Vec<u8>>,
     /// Whether the pass found no key after the last of `keys`.
     to_the_end: bool,
-    made: Instant,
 }
 
 impl Window {
-    /// Whether this window holds every key of `scope` after `after` up to
-    /// its last key (or to the scope's end). A scan's first page
-    /// (`after` `None`) is never served from a window: a scan starts with
-    /// a pass of its own.
-    fn covers(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> bool {
-        let Some(after) = after else { return false };
-        let started = self.from.as_deref().is_none_or(|from| from <= after);
-        let within = self.to_the_end || self.keys.last().is_some_and(|last| after < last.as_slice());
-        self.keyspace == keyspace && self.scope == scope && started && within && self.made.elapsed() < WINDOW_LIFE
-    }
-
     /// Up to `limit` of its keys after `after`, and whether they reach the
     /// scope's end.
     fn after(&self, after: Option<&[u8]>, limit: usize) -> (Vec<Vec<u8>>, bool) {
@@ -69,48 +48,24 @@ impl Window {
     }
 }
 
-/// The windows of a Cluster's recent scans (see [`page_of`]).
-#[derive(Debug, Default)]
-pub(super) struct Windows(parking_lot::Mutex<VecDeque<Arc<Window>>>);
-
-impl Windows {
-    fn find(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> Option<Arc<Window>> {
-        self.0.lock().iter().rev().find(|window| window.covers(keyspace, scope, after)).cloned()
-    }
-
-    fn keep(&self, window: Window) -> Arc<Window> {
-        let window = Arc::new(window);
-        let mut windows = self.0.lock();
-        windows.retain(|kept| kept.made.elapsed() < WINDOW_LIFE);
-        if windows.len() == WINDOWS {
-            windows.pop_front();
-        }
-        windows.push_back(Arc::clone(&window));
-        window
-    }
-}
-
 /// The page of `scope`'s live records of `keyspace` after `after`, at most
 /// `limit`, on a Cluster. A record's name says nothing of its scope, so
 /// its keys are found by a pass over every record of every master (a
 /// `SCAN`, a `GET` of each, the scope and key read from the value); a pass
-/// keeps the smallest [`WINDOW`] keys of the scope after `after`, and the
-/// pages after it read their keys from that window while it is young
-/// ([`WINDOW_LIFE`]): a scope's scan costs one pass per [`WINDOW`] of its
-/// keys, not one a page. Each key is then read through the `get` script.
+/// keeps the smallest [`WINDOW`] keys of the scope after `after` (its
+/// memory bounded whatever the Cluster keeps), and the page reads its
+/// keys from it: a page costs one pass per [`WINDOW`] keys it returns.
+/// No window outlives its page: a page's keys are those live when it
+/// starts, whatever another process wrote since an earlier page.
 pub(super) async fn page_of(
     backend: &RedisBackend,
-    windows: &Windows,
     keyspace: Keyspace,
     (scope, after, limit): (&[u8], Option<&[u8]>, usize),
 ) -> Result<Vec<Record>> {
     let mut after = after.map(<[u8]>::to_vec);
     let mut page = Vec::with_capacity(limit.min(BATCH));
     while page.len() < limit {
-        let window = match windows.find(keyspace, scope, after.as_deref()) {
-            Some(window) => window,
-            None => windows.keep(pass(backend, keyspace, scope, after.as_deref()).await?),
-        };
+        let window = pass(backend, keyspace, scope, after.as_deref()).await?;
         let (keys, at_the_end) = window.after(after.as_deref(), limit - page.len());
         for key in &keys {
             if let Some(record) = backend.read(Address { keyspace, scope, key }).await? {
@@ -142,14 +97,7 @@ async fn pass(backend: &RedisBackend, keyspace: Keyspace, scope: &[u8], after: O
             break;
         }
     }
-    Ok(Window {
-        keyspace,
-        scope: scope.to_vec(),
-        from: after.map(<[u8]>::to_vec),
-        keys: found.into_iter().collect(),
-        to_the_end: !beyond,
-        made: Instant::now(),
-    })
+    Ok(Window { keys: found.into_iter().collect(), to_the_end: !beyond })
 }
 
 /// Adds the keys of `scope` after `after` among `values` to `found`,
@@ -358,34 +306,13 @@ mod tests {
     }
 
     #[test]
-    fn a_window_serves_the_pages_it_holds_and_no_other() {
+    fn a_window_gives_its_keys_after_the_cursor_and_says_whether_they_end_the_scope() {
         let keys: Vec<Vec<u8>> = [&b"k2"[..], b"k3", b"k5"].iter().map(|key| key.to_vec()).collect();
-        let window = Window {
-            keyspace: Keyspace::Caller,
-            scope: b"shop".to_vec(),
-            from: Some(b"k1".to_vec()),
-            keys,
-            to_the_end: false,
-            made: Instant::now(),
-        };
-        assert!(window.covers(Keyspace::Caller, b"shop", Some(b"k1")));
-        assert!(window.covers(Keyspace::Caller, b"shop", Some(b"k3")));
-        // Before its start, at or past its last key (more keys may follow
-        // that it did not keep), another scope or keyspace: a new pass.
-        assert!(!window.covers(Keyspace::Caller, b"shop", None));
-        assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k0")));
-        let first =
-            Window { from: None, to_the_end: true, keys: window.keys.clone(), scope: b"shop".to_vec(), ..window };
-        assert!(first.covers(Keyspace::Caller, b"shop", Some(b"k2")));
-        assert!(!first.covers(Keyspace::Caller, b"shop", None), "a scan starts with a pass of its own");
-        let window = Window { from: Some(b"k1".to_vec()), to_the_end: false, ..first };
-        assert!(!window.covers(Keyspace::Caller, b"shop", Some(b"k5")));
-        assert!(!window.covers(Keyspace::Caller, b"other", Some(b"k2")));
-        assert!(!window.covers(Keyspace::Inbox, b"shop", Some(b"k2")));
+        let window = Window { keys, to_the_end: false };
         assert_eq!(window.after(Some(b"k2"), 1), (vec![b"k3".to_vec()], false));
         assert_eq!(window.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], false));
+        assert_eq!(window.after(None, 2), (vec![b"k2".to_vec(), b"k3".to_vec()], false));
         let last = Window { to_the_end: true, ..window };
-        assert!(last.covers(Keyspace::Caller, b"shop", Some(b"k9")));
         assert_eq!(last.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], true));
         assert_eq!(last.after(Some(b"k9"), 5), (vec![], true));
     }
