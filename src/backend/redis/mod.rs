@@ -118,7 +118,7 @@ use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long Redis keeps a record after it stopped being live (expired,
 /// released, removed) by default, for its fencing token: the
@@ -150,11 +150,12 @@ pub struct RedisBackend {
     fast_claims: bool,
 }
 
-/// How many replicas a transition that must survive a failover waits for.
+/// How many replicas a transition that must survive a failover waits
+/// for, and how long at most.
 #[derive(Debug, Clone, Copy)]
 struct Replication {
     replicas: u32,
-    timeout_ms: u64,
+    timeout: Duration,
 }
 
 struct Scripts {
@@ -310,8 +311,8 @@ impl RedisBackend {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let pushes = wait::Pushes(Arc::clone(&waits));
-        let connection = Connection::single(url, pushes.clone(), tls).await?;
-        let opener = Opener::Single(url.to_string(), pushes, tls.cloned());
+        let connection = Connection::single(url, Some(pushes), tls).await?;
+        let opener = Opener::Single(url.to_string(), tls.cloned());
         RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
@@ -333,8 +334,8 @@ impl RedisBackend {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let pushes = wait::Pushes(Arc::clone(&waits));
-        let connection = Connection::cluster(nodes, pushes.clone()).await?;
-        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect(), pushes);
+        let connection = Connection::cluster(nodes, Some(pushes)).await?;
+        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect());
         RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
@@ -439,19 +440,24 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        let timeout_ms = millis(timeout).clamp(1, millis(connection::RESPONSE_TIMEOUT) - 1000);
-        self.replication = (replicas > 0).then_some(Replication { replicas, timeout_ms });
+        let longest = connection::RESPONSE_TIMEOUT - Duration::from_secs(1);
+        let timeout = Duration::from_millis(millis(timeout).clamp(1, millis(longest)));
+        self.replication = (replicas > 0).then_some(Replication { replicas, timeout });
         self
     }
 
     /// Runs `call`, waiting for the replicas when it `must_survive` a
     /// failover and the backend waits for them: the answer, and how many
-    /// acknowledged (`None` when not waited for).
+    /// acknowledged (`None` when not waited for). The wait is counted
+    /// from here, a connection of its own taken or not: its answer is due
+    /// when the wait ends, however many transitions wait at once.
     async fn send(&self, call: &Call<'_>, must_survive: bool) -> Result<(Value, Option<u64>)> {
         match self.replication {
-            Some(Replication { replicas, timeout_ms }) if must_survive => {
-                let lane = self.lanes.next().await?;
-                let (reply, acknowledged) = lane.invoke_then_wait(call, replicas, timeout_ms).await?;
+            Some(Replication { replicas, timeout }) if must_survive => {
+                let deadline = Instant::now() + timeout;
+                let lane = self.lanes.take().await?;
+                let (reply, acknowledged) = lane.connection().invoke_then_wait(call, replicas, deadline).await?;
+                lane.put_back();
                 Ok((reply, Some(acknowledged)))
             }
             _ => Ok((self.connection.invoke(call).await?, None)),
@@ -543,9 +549,15 @@ impl Transport for RedisBackend {
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         self.ready().await?;
         let names = Names::of(&self.prefix, args.address());
-        // The fast path; a claim whose writes must be waited for on the
-        // replicas is the script, whose `WAIT` follows it on its lane.
-        if self.fast_claims && self.replication.is_none() {
+        // The fast path. A claim whose writes must be waited for on the
+        // replicas is the script, whose `WAIT` follows it on a lane; the
+        // claims that write nothing are answered first, with no write,
+        // so that they wait for no replica.
+        if self.replication.is_some() {
+            if let Some(answer) = fast::peek(&self.connection, &names, args, waiting).await? {
+                return Ok(answer);
+            }
+        } else if self.fast_claims {
             if let Some(answer) = fast::claim(&self.connection, &names, args, self.keep_ms, waiting).await? {
                 return Ok(answer);
             }
