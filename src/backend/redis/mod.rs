@@ -107,7 +107,7 @@ pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
 
 use crate::backend::remote::wake::Waits;
 use crate::backend::remote::{millis, remote_backend, Address, ClaimArgs, Finish, Settings, Subscription, Transport};
-use crate::backend::BackendClaim;
+use crate::backend::{BackendClaim, BackendFailure};
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
@@ -414,18 +414,24 @@ impl RedisBackend {
     }
 
     /// Waits, after every transition a failover must not lose (a claim
-    /// that acquires, complete, fail, checkpoint, renew), until `replicas`
-    /// replicas acknowledged it, at most `timeout` (`WAIT`, in the same
-    /// pipeline as the transition): fewer in time is
+    /// that acquires, complete, fail, checkpoint, renew, replace), until
+    /// `replicas` replicas acknowledged it, at most `timeout` (`WAIT`, in
+    /// the same pipeline as the transition): fewer in time is
     /// [`Error::NotReplicated`], the transition standing on the primary.
     /// Off by default (a standalone server has no replica to wait for).
     /// `replicas` 0 turns it off; `timeout` is taken between 1 ms (`WAIT`
     /// with 0 would wait forever) and 4 s (under the answer timeout, so
-    /// a slow replica is `NotReplicated`, not `Unavailable`). A `WAIT`
-    /// holds its connection until the replicas answer, so these
-    /// transitions go over 16 connections of their own, taken in turn and
-    /// opened at the first of them. What it protects and costs is in
-    /// `docs/fleets.md`.
+    /// a slow replica is `NotReplicated`, not `Unavailable`).
+    ///
+    /// The timeout bounds each call, however many wait at once: it is
+    /// counted from the start of the transition, and every `WAIT` is sent
+    /// with what is left of it. A `WAIT` holds its connection until the
+    /// replicas answer, so each waited transition has a connection of its
+    /// own while it runs (opened as needed, at most 64, kept once open;
+    /// past 64 at once a transition waits for one within its own
+    /// timeout). A claim that writes nothing (a replay, a mismatch, a key
+    /// in progress) is read first, with no write, and waits for nothing.
+    /// What it protects and costs is in `docs/fleets.md`.
     ///
     /// ```no_run
     /// use idemkv::backend::redis::RedisBackend;
@@ -456,8 +462,13 @@ impl RedisBackend {
             Some(Replication { replicas, timeout }) if must_survive => {
                 let deadline = Instant::now() + timeout;
                 let lane = self.lanes.take().await?;
-                let (reply, acknowledged) = lane.connection().invoke_then_wait(call, replicas, deadline).await?;
-                lane.put_back();
+                let answered = lane.connection().invoke_then_wait(call, replicas, deadline).await;
+                // Answered, or refused by the server (which answered every
+                // command sent): nothing is left running on the connection.
+                if matches!(&answered, Ok(_) | Err(Error::Backend { failure: BackendFailure::Refused, .. })) {
+                    lane.put_back();
+                }
+                let (reply, acknowledged) = answered?;
                 Ok((reply, Some(acknowledged)))
             }
             _ => Ok((self.connection.invoke(call).await?, None)),
