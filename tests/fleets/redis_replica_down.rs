@@ -122,9 +122,16 @@ async fn load(backend: &RedisBackend, tokens: Vec<LeaseToken>) {
     done.store(true, Ordering::Relaxed);
     let (replayed, longest) = replaying.await.expect("replays");
 
-    let others: Vec<&String> =
-        answers.iter().filter_map(|(answer, _)| if let Outcome::Other(what) = answer { Some(what) } else { None }).collect();
-    assert!(others.is_empty(), "{} answers neither success nor NotReplicated: {:?}", others.len(), &others[..others.len().min(5)]);
+    let others: Vec<&String> = answers
+        .iter()
+        .filter_map(|(answer, _)| if let Outcome::Other(what) = answer { Some(what) } else { None })
+        .collect();
+    assert!(
+        others.is_empty(),
+        "{} answers neither success nor NotReplicated: {:?}",
+        others.len(),
+        &others[..others.len().min(5)]
+    );
     let late = answers.iter().filter(|(_, took)| *took > WAIT + MARGIN).count();
     let slowest = answers.iter().map(|(_, took)| *took).max().unwrap_or_default();
     assert_eq!(late, 0, "answers later than the wait and its margin (slowest {slowest:?})");
@@ -135,17 +142,29 @@ async fn load(backend: &RedisBackend, tokens: Vec<LeaseToken>) {
     println!("{} answers, the slowest {slowest:?}; {replayed} replays, the longest {longest:?}", answers.len());
 }
 
+/// A primary, its replica, and a backend on the primary that waits for
+/// the replica.
+async fn start(dir: &std::path::Path) -> (RedisServer, RedisServer, RedisBackend) {
+    let primary = RedisServer::start(&dir.join("primary"));
+    let replica = RedisServer::start_replica(&dir.join("replica"), &primary);
+    let backend =
+        RedisBackend::connect(&primary.url(), Config::new()).await.expect("connect").wait_for_replicas(1, WAIT);
+    (primary, replica, backend)
+}
+
+/// Kills the replica, once its primary has seen it go.
+fn down(primary: &RedisServer, replica: &mut RedisServer) {
+    replica.kill();
+    primary.wait_for("info replication", "connected_slaves:0");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_caller_is_answered_within_the_wait_with_the_replica_down() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let primary = RedisServer::start(&dir.path().join("primary"));
-    let mut replica = RedisServer::start_replica(&dir.path().join("replica"), &primary);
-    let backend =
-        RedisBackend::connect(&primary.url(), Config::new()).await.expect("connect").wait_for_replicas(1, WAIT);
+    let (primary, mut replica, backend) = start(dir.path()).await;
     let tokens = prepare(&backend).await;
 
-    replica.kill();
-    primary.wait_for("info replication", "connected_slaves:0");
+    down(&primary, &mut replica);
     load(&backend, tokens).await;
 
     // Replays send no `WAIT` at all, nor do mismatches.
@@ -176,16 +195,12 @@ async fn every_caller_is_answered_within_the_wait_with_the_replica_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_the_server_lost_costs_one_wait_not_two() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let primary = RedisServer::start(&dir.path().join("primary"));
-    let mut replica = RedisServer::start_replica(&dir.path().join("replica"), &primary);
-    let backend =
-        RedisBackend::connect(&primary.url(), Config::new()).await.expect("connect").wait_for_replicas(1, WAIT);
+    let (primary, mut replica, backend) = start(dir.path()).await;
     let answer = backend.claim(b"", b"first", body(), options()).await.expect("claim, replicated");
     let BackendClaim::Acquired { token, .. } = answer else { panic!("a fresh key: {answer:?}") };
 
     // As on a replica just promoted: no replica, and none of the scripts.
-    replica.kill();
-    primary.wait_for("info replication", "connected_slaves:0");
+    down(&primary, &mut replica);
     assert_eq!(primary.cli(&["SCRIPT", "FLUSH"]).as_deref().map(str::trim), Some("OK"));
     let started = Instant::now();
     let completed = backend.complete(&token, b"charged").await;
