@@ -107,7 +107,7 @@ pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
 
 use crate::backend::remote::wake::Waits;
 use crate::backend::remote::{millis, remote_backend, Address, ClaimArgs, Finish, Settings, Subscription, Transport};
-use crate::backend::{BackendClaim, BackendFailure};
+use crate::backend::BackendClaim;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::record::Record;
@@ -446,7 +446,7 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        let longest = connection::RESPONSE_TIMEOUT - Duration::from_secs(1);
+        let longest = connection::RESPONSE_TIMEOUT.saturating_sub(Duration::from_secs(1));
         let timeout = Duration::from_millis(millis(timeout).clamp(1, millis(longest)));
         self.replication = (replicas > 0).then_some(Replication { replicas, timeout });
         self
@@ -465,7 +465,10 @@ impl RedisBackend {
                 let answered = lane.connection().invoke_then_wait(call, replicas, deadline).await;
                 // Answered, or refused by the server (which answered every
                 // command sent): nothing is left running on the connection.
-                if matches!(&answered, Ok(_) | Err(Error::Backend { failure: BackendFailure::Refused, .. })) {
+                if matches!(
+                    &answered,
+                    Ok(_) | Err(Error::Backend { failure: crate::backend::BackendFailure::Refused, .. })
+                ) {
                     lane.put_back();
                 }
                 let (reply, acknowledged) = answered?;
