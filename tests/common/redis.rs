@@ -84,6 +84,24 @@ impl RedisServer {
         output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// How many times the server ran `command` since the last reset
+    /// (`INFO commandstats`; calls refused, such as a script's `NOSCRIPT`
+    /// before it is loaded, not counted).
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]).expect("INFO");
+        let prefix = format!("cmdstat_{command}:");
+        let Some(fields) = stats.lines().find_map(|line| line.trim().strip_prefix(&prefix)) else {
+            return 0;
+        };
+        let field = |name: &str| -> u64 {
+            fields
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .map_or(0, |value| value.parse().expect("a number"))
+        };
+        field("calls") - field("rejected_calls") - field("failed_calls")
+    }
+
     /// The URL clients use.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

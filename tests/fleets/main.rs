@@ -23,6 +23,7 @@ mod postgres_transaction;
 mod redis_failover;
 mod redis_fast_claims;
 mod redis_kill_restart;
+mod redis_replica_down;
 mod redis_scope_index;
 mod redis_server_settings;
 mod redis_tokens;

@@ -19,23 +19,6 @@ use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(300);
 
-/// How many times the server ran `command` since the last reset (calls
-/// refused, such as a script's `NOSCRIPT` before it is loaded, not
-/// counted).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]).expect("INFO");
-    let Some(fields) = stats.lines().find_map(|line| line.trim().strip_prefix(&format!("cmdstat_{command}:"))) else {
-        return 0;
-    };
-    let field = |name: &str| -> u64 {
-        fields
-            .split(',')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-            .map_or(0, |value| value.parse().expect("a number"))
-    };
-    field("calls") - field("rejected_calls") - field("failed_calls")
-}
-
 /// The server's time in µs.
 fn server_micros(server: &RedisServer) -> u64 {
     let time = server.cli(&["TIME"]).expect("TIME");
@@ -49,7 +32,7 @@ fn server_micros(server: &RedisServer) -> u64 {
 async fn counted<T>(server: &RedisServer, call: impl std::future::Future<Output = T>) -> (T, u64, u64) {
     server.cli(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
     let answer = call.await;
-    (answer, calls(server, "evalsha"), calls(server, "exec"))
+    (answer, server.calls("evalsha"), server.calls("exec"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,9 +145,9 @@ async fn a_cluster_takes_the_fast_path_on_the_keys_master() {
         assert!(matches!(replay, BackendClaim::InProgress { .. }), "{replay:?}");
         backend.complete(&token, b"ok").await.expect("complete");
     }
-    let count = |command: &str| cluster.nodes.iter().map(|node| calls(node, command)).sum::<u64>();
+    let count = |command: &str| cluster.nodes.iter().map(|node| node.calls(command)).sum::<u64>();
     assert_eq!((count("exec"), count("evalsha")), (24, 12), "24 fast claims, 12 completion scripts");
-    assert!(cluster.nodes.iter().filter(|node| calls(node, "exec") > 0).count() > 1, "the keys' own masters");
+    assert!(cluster.nodes.iter().filter(|node| node.calls("exec") > 0).count() > 1, "the keys' own masters");
 }
 
 /// The claim script of the build before the fast path (commit 0df6c50),

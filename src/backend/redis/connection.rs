@@ -13,9 +13,10 @@ use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use ::redis::{
     cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, Script, ServerErrorKind, ToRedisArgs, Value,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use parking_lot::Mutex;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// What a TLS connection trusts; without the feature `tls` there is none.
 #[cfg(feature = "tls")]
@@ -83,59 +84,90 @@ fn client(info: ::redis::ConnectionInfo, _tls: Option<&Tls>) -> ::redis::RedisRe
     Client::open(info)
 }
 
-/// How many connections the transitions that wait for replicas share
-/// (opened at the first of them): a `WAIT` holds its connection until the
-/// replicas answer, so on one connection every task's transition would
-/// wait behind the others'.
-const LANES: usize = 16;
+/// The most connections the transitions that wait for replicas hold at
+/// once. A `WAIT` holds its connection until the replicas answer, so each
+/// such transition has a connection to itself while it runs (nothing is
+/// ever queued behind another's `WAIT`); they are opened as they are
+/// needed and kept once open. Past this many at once a transition waits
+/// for a connection to come back, and that time counts against its own
+/// wait (see [`Connection::invoke_then_wait`]), so its answer is still
+/// due when its wait ends.
+pub(super) const LANES_MAX: usize = 64;
 
-/// Where a connection was opened, to open more like it.
+/// Where a connection was opened, to open more like it. The connections
+/// opened here subscribe to nothing, so they forward no push messages.
 #[derive(Clone)]
 pub(super) enum Opener {
-    Single(String, Pushes, Option<Tls>),
-    Cluster(Vec<String>, Pushes),
+    Single(String, Option<Tls>),
+    Cluster(Vec<String>),
 }
 
 impl Opener {
     async fn open(&self) -> Result<Connection> {
         match self {
-            Opener::Single(url, pushes, tls) => Connection::single(url, pushes.clone(), tls.as_ref()).await,
-            Opener::Cluster(nodes, pushes) => {
+            Opener::Single(url, tls) => Connection::single(url, None, tls.as_ref()).await,
+            Opener::Cluster(nodes) => {
                 let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                Connection::cluster(&nodes, pushes.clone()).await
+                Connection::cluster(&nodes, None).await
             }
         }
     }
 }
 
-/// The connections of the transitions that wait for replicas, taken in
-/// turn.
+/// The connections of the transitions that wait for replicas: each one
+/// held by one transition at a time ([`Lane`]), at most [`LANES_MAX`].
 pub(super) struct Lanes {
     opener: Opener,
-    open: tokio::sync::OnceCell<Vec<Connection>>,
-    next: AtomicUsize,
+    idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+}
+
+/// A connection of [`Lanes`] held by one transition. [`Lane::put_back`]
+/// gives it back once the transition has its answer; a lane dropped
+/// without it (the call failed, or its future was dropped halfway, a
+/// `WAIT` perhaps still running on the server) is closed instead, so no
+/// later transition waits behind what it left.
+pub(super) struct Lane<'a> {
+    idle: &'a Mutex<Vec<Connection>>,
+    connection: Connection,
+    _permit: SemaphorePermit<'a>,
 }
 
 impl Lanes {
     pub(super) fn new(opener: Opener) -> Lanes {
-        Lanes { opener, open: tokio::sync::OnceCell::new(), next: AtomicUsize::new(0) }
+        Lanes { opener, idle: Mutex::new(Vec::new()), permits: Semaphore::new(LANES_MAX) }
     }
 
-    /// The next connection, opening them all at the first call.
-    pub(super) async fn next(&self) -> Result<&Connection> {
-        let lanes = self
-            .open
-            .get_or_try_init(|| async {
-                let mut lanes = Vec::with_capacity(LANES);
-                for _ in 0..LANES {
-                    lanes.push(self.opener.open().await?);
-                }
-                Ok::<_, Error>(lanes)
-            })
-            .await?;
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % lanes.len();
-        Ok(&lanes[turn])
+    /// A connection of its own for one transition: an idle one, else a
+    /// new one; with [`LANES_MAX`] held, the first to come back (in turn).
+    pub(super) async fn take(&self) -> Result<Lane<'_>> {
+        let permit = self.permits.acquire().await.map_err(|_| protocol("the lanes were closed"))?;
+        let idle = self.idle.lock().pop();
+        let connection = match idle {
+            Some(connection) => connection,
+            None => self.opener.open().await?,
+        };
+        Ok(Lane { idle: &self.idle, connection, _permit: permit })
     }
+}
+
+impl Lane<'_> {
+    pub(super) fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// Gives the connection back for the next transition (its `WAIT`, if
+    /// any, has answered).
+    pub(super) fn put_back(self) {
+        self.idle.lock().push(self.connection);
+    }
+}
+
+/// What is left of a wait that ends at `deadline`, in whole ms, at least
+/// 1 (`WAIT` with 0 would wait forever).
+fn left_ms(deadline: Instant) -> u64 {
+    let left = deadline.saturating_duration_since(Instant::now());
+    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn invalid(error: &::redis::RedisError) -> Error {
@@ -144,8 +176,8 @@ fn invalid(error: &::redis::RedisError) -> Error {
 
 impl Connection {
     /// A connection to `url`; over TLS with `tls` (then `url` must be
-    /// `rediss://`).
-    pub(super) async fn single(url: &str, pushes: Pushes, tls: Option<&Tls>) -> Result<Connection> {
+    /// `rediss://`); its push messages to `pushes` when given.
+    pub(super) async fn single(url: &str, pushes: Option<Pushes>, tls: Option<&Tls>) -> Result<Connection> {
         let info = url.into_connection_info().map_err(|error| invalid(&error))?;
         let is_tls = matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. });
         if is_tls && !cfg!(feature = "tls") {
@@ -158,24 +190,28 @@ impl Connection {
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
         let client = client(info, tls).map_err(|error| invalid(&error))?;
-        let config = ConnectionManagerConfig::new()
-            .set_push_sender(pushes)
-            .set_automatic_resubscription()
+        let mut config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(2);
+        if let Some(pushes) = pushes {
+            config = config.set_push_sender(pushes).set_automatic_resubscription();
+        }
         let manager = ConnectionManager::new_with_config(client, config).await.map_err(backend_error)?;
         Ok(Connection::Single(manager, address))
     }
 
-    pub(super) async fn cluster(nodes: &[&str], pushes: Pushes) -> Result<Connection> {
-        let client = ClusterClientBuilder::new(nodes.iter().copied())
+    /// A connection to the Cluster of `nodes`; its push messages to
+    /// `pushes` when given.
+    pub(super) async fn cluster(nodes: &[&str], pushes: Option<Pushes>) -> Result<Connection> {
+        let mut builder = ClusterClientBuilder::new(nodes.iter().copied())
             .use_protocol(ProtocolVersion::RESP3)
-            .push_sender(pushes)
             .response_timeout(RESPONSE_TIMEOUT)
-            .connection_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|error| invalid(&error))?;
+            .connection_timeout(CONNECT_TIMEOUT);
+        if let Some(pushes) = pushes {
+            builder = builder.push_sender(pushes);
+        }
+        let client = builder.build().map_err(|error| invalid(&error))?;
         let connection = client.get_async_connection().await.map_err(backend_error)?;
         Ok(Connection::Cluster(connection))
     }
@@ -205,22 +241,31 @@ impl Connection {
         }
     }
 
-    /// Runs `call` and then `WAIT replicas timeout` in one pipeline, on
-    /// one connection (a `WAIT` on another connection, after a reconnect,
-    /// would wait for nothing of ours): the script's answer and how many
-    /// replicas acknowledged every write of the connection up to it.
+    /// Runs `call` and then `WAIT replicas left` in one pipeline, on one
+    /// connection (a `WAIT` on another connection, after a reconnect,
+    /// would wait for nothing of ours), `left` being what is left until
+    /// `deadline`: the script's answer and how many replicas acknowledged
+    /// every write of the connection up to it. A script the server does
+    /// not have (`NOSCRIPT`: a promoted replica, a `SCRIPT FLUSH`) ran
+    /// nothing, but its `WAIT` did; the script is loaded and sent again
+    /// with what is left of the same wait, so a caller waits once. Only
+    /// for a connection of its own (a [`Lane`]): whatever else were queued
+    /// on it would wait behind the `WAIT`.
     pub(super) async fn invoke_then_wait(
         &self,
         call: &Call<'_>,
         replicas: u32,
-        timeout_ms: u64,
+        deadline: Instant,
     ) -> Result<(Value, u64)> {
-        let mut pipeline = ::redis::pipe();
-        pipeline.add_command(call.command.clone()).cmd("WAIT").arg(replicas).arg(timeout_ms);
-        let answered = match self.query_pipeline(&pipeline).await {
+        let then_wait = || {
+            let mut pipeline = ::redis::pipe();
+            pipeline.add_command(call.command.clone()).cmd("WAIT").arg(replicas).arg(left_ms(deadline));
+            pipeline
+        };
+        let answered = match self.query_pipeline(&then_wait()).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.load(call.script).await?;
-                self.query_pipeline(&pipeline).await
+                self.query_pipeline(&then_wait()).await
             }
             answered => answered,
         };
@@ -252,21 +297,23 @@ impl Connection {
         if let Some((keys, key)) = filed {
             pipeline.cmd("ZADD").arg(keys).arg(0).arg(key);
         }
-        match self.query_pipeline(&pipeline).await.map_err(backend_error)?.as_slice() {
-            [found, expiry, Value::Array(time), ..] => {
-                let found = match found {
-                    Value::Nil => None,
-                    found => Some(bytes(found)?),
-                };
-                let expiry = match expiry {
-                    Value::Int(expiry) => *expiry,
-                    _ => return Err(protocol("claim: PEXPIRETIME not a number")),
-                };
-                let now = millis_of_time(time)?;
-                Ok((found, expiry, i64::try_from(now).map_err(|_| protocol("claim: TIME out of range"))?))
-            }
-            _ => Err(protocol("claim: not three answers")),
-        }
+        found_number_time(&self.query_pipeline(&pipeline).await.map_err(backend_error)?)
+    }
+
+    /// `record` as it is, written by nobody: one transaction of `GET
+    /// record`, `PTTL record` and `TIME`. Answers the record (`None` when
+    /// absent), its expiry and the server's time, both in ms (the expiry
+    /// as the time plus the ms left, within a ms of the key's own; any
+    /// Redis has `PTTL`).
+    pub(super) async fn peek(&self, record: &[u8]) -> Result<(Option<Vec<u8>>, i64, i64)> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.atomic();
+        pipeline.cmd("GET").arg(record);
+        pipeline.cmd("PTTL").arg(record);
+        pipeline.cmd("TIME");
+        let (found, left, now) = found_number_time(&self.query_pipeline(&pipeline).await.map_err(backend_error)?)?;
+        let expiry = if left >= 0 { now.saturating_add(left) } else { i64::MAX };
+        Ok((found, expiry, now))
     }
 
     /// Whether the server, or every master of a Cluster, runs Redis 7.0 or
@@ -438,6 +485,24 @@ fn config_value(reply: &Value, setting: &str) -> Result<Option<String>> {
         }
     }
     Ok(None)
+}
+
+/// The answers of a transaction that reads a record, a number of the key
+/// (its expiry, or the ms it has left) and `TIME`: the record (`None` when
+/// absent), the number and the server's time in ms.
+fn found_number_time(answers: &[Value]) -> Result<(Option<Vec<u8>>, i64, i64)> {
+    match answers {
+        [found, number, Value::Array(time), ..] => {
+            let found = match found {
+                Value::Nil => None,
+                found => Some(bytes(found)?),
+            };
+            let Value::Int(number) = number else { return Err(protocol("claim: an expiry not a number")) };
+            let now = i64::try_from(millis_of_time(time)?).map_err(|_| protocol("claim: TIME out of range"))?;
+            Ok((found, *number, now))
+        }
+        _ => Err(protocol("claim: not three answers")),
+    }
 }
 
 /// The ms since the epoch of a `TIME` answer (seconds, microseconds).

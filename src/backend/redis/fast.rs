@@ -29,6 +29,14 @@
 //! The path needs `SET … NX GET` and `PEXPIRETIME` (Redis 7.0); on an
 //! older server, or one that does not say its version, every claim is the
 //! script.
+//!
+//! A backend that waits for replicas does not take this path (a fresh
+//! key's `SET` would be a write with no `WAIT` behind it on its
+//! connection); it first reads the record with no write at all
+//! ([`peek`]: `GET`, `PTTL`, `TIME`, on any version) and answers by
+//! [`decide`] when it can, so that a replay, a mismatch or a key in
+//! progress waits for no replica; every other claim is the script, with
+//! its `WAIT`.
 
 use super::connection::Connection;
 use super::reply::protocol;
@@ -69,6 +77,24 @@ pub(super) async fn claim(
                 checkpoint: None,
             }))
         }
+        (Some(found), expiry, now) => decide(&found, expiry, now, args, waiting).transpose(),
+    }
+}
+
+/// The claim's answer when it writes nothing (a replay, a mismatch, in
+/// progress, a hash collision), read with no write at all (see
+/// [`Connection::peek`]); `None` when the claim must write (the key is
+/// absent, a lease to take over, a Failed key run again, a waiter to
+/// mark) or the record is not as expected. A backend that waits for
+/// replicas asks this first, so that such a claim waits for nothing.
+pub(super) async fn peek(
+    connection: &Connection,
+    names: &Names,
+    args: &ClaimArgs<'_>,
+    waiting: bool,
+) -> Result<Option<BackendClaim>> {
+    match connection.peek(&names.record).await? {
+        (None, _, _) => Ok(None),
         (Some(found), expiry, now) => decide(&found, expiry, now, args, waiting).transpose(),
     }
 }

@@ -119,7 +119,7 @@ use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long Redis keeps a record after it stopped being live (expired,
 /// released, removed) by default, for its fencing token: the
@@ -151,11 +151,12 @@ pub struct RedisBackend {
     fast_claims: bool,
 }
 
-/// How many replicas a transition that must survive a failover waits for.
+/// How many replicas a transition that must survive a failover waits
+/// for, and how long at most.
 #[derive(Debug, Clone, Copy)]
 struct Replication {
     replicas: u32,
-    timeout_ms: u64,
+    timeout: Duration,
 }
 
 struct Scripts {
@@ -313,8 +314,8 @@ impl RedisBackend {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let pushes = wait::Pushes(Arc::clone(&waits));
-        let connection = Connection::single(url, pushes.clone(), tls).await?;
-        let opener = Opener::Single(url.to_string(), pushes, tls.cloned());
+        let connection = Connection::single(url, Some(pushes), tls).await?;
+        let opener = Opener::Single(url.to_string(), tls.cloned());
         RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
@@ -336,8 +337,8 @@ impl RedisBackend {
         let settings = Settings::new(config, BACKEND)?;
         let waits = Arc::new(Waits::default());
         let pushes = wait::Pushes(Arc::clone(&waits));
-        let connection = Connection::cluster(nodes, pushes.clone()).await?;
-        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect(), pushes);
+        let connection = Connection::cluster(nodes, Some(pushes)).await?;
+        let opener = Opener::Cluster(nodes.iter().map(ToString::to_string).collect());
         RedisBackend::checked(connection, opener, settings, waits, checks).await
     }
 
@@ -418,18 +419,24 @@ impl RedisBackend {
     }
 
     /// Waits, after every transition a failover must not lose (a claim
-    /// that acquires, complete, fail, checkpoint, renew), until `replicas`
-    /// replicas acknowledged it, at most `timeout` (`WAIT`, in the same
-    /// pipeline as the transition): fewer in time is
+    /// that acquires, complete, fail, checkpoint, renew, replace), until
+    /// `replicas` replicas acknowledged it, at most `timeout` (`WAIT`, in
+    /// the same pipeline as the transition): fewer in time is
     /// [`Error::NotReplicated`], the transition standing on the primary.
     /// Off by default (a standalone server has no replica to wait for).
     /// `replicas` 0 turns it off; `timeout` is taken between 1 ms (`WAIT`
     /// with 0 would wait forever) and 4 s (under the answer timeout, so
-    /// a slow replica is `NotReplicated`, not `Unavailable`). A `WAIT`
-    /// holds its connection until the replicas answer, so these
-    /// transitions go over 16 connections of their own, taken in turn and
-    /// opened at the first of them. What it protects and costs is in
-    /// `docs/fleets.md`.
+    /// a slow replica is `NotReplicated`, not `Unavailable`).
+    ///
+    /// The timeout bounds each call, however many wait at once: it is
+    /// counted from the start of the transition, and every `WAIT` is sent
+    /// with what is left of it. A `WAIT` holds its connection until the
+    /// replicas answer, so each waited transition has a connection of its
+    /// own while it runs (opened as needed, at most 64, kept once open;
+    /// past 64 at once a transition waits for one within its own
+    /// timeout). A claim that writes nothing (a replay, a mismatch, a key
+    /// in progress) is read first, with no write, and waits for nothing.
+    /// What it protects and costs is in `docs/fleets.md`.
     ///
     /// ```no_run
     /// use idemkv::backend::redis::RedisBackend;
@@ -444,19 +451,32 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        let timeout_ms = millis(timeout).clamp(1, millis(connection::RESPONSE_TIMEOUT) - 1000);
-        self.replication = (replicas > 0).then_some(Replication { replicas, timeout_ms });
+        let longest = connection::RESPONSE_TIMEOUT.saturating_sub(Duration::from_secs(1));
+        let timeout = Duration::from_millis(millis(timeout).clamp(1, millis(longest)));
+        self.replication = (replicas > 0).then_some(Replication { replicas, timeout });
         self
     }
 
     /// Runs `call`, waiting for the replicas when it `must_survive` a
     /// failover and the backend waits for them: the answer, and how many
-    /// acknowledged (`None` when not waited for).
+    /// acknowledged (`None` when not waited for). The wait is counted
+    /// from here, a connection of its own taken or not: its answer is due
+    /// when the wait ends, however many transitions wait at once.
     async fn send(&self, call: &Call<'_>, must_survive: bool) -> Result<(Value, Option<u64>)> {
         match self.replication {
-            Some(Replication { replicas, timeout_ms }) if must_survive => {
-                let lane = self.lanes.next().await?;
-                let (reply, acknowledged) = lane.invoke_then_wait(call, replicas, timeout_ms).await?;
+            Some(Replication { replicas, timeout }) if must_survive => {
+                let deadline = Instant::now() + timeout;
+                let lane = self.lanes.take().await?;
+                let answered = lane.connection().invoke_then_wait(call, replicas, deadline).await;
+                // Answered, or refused by the server (which answered every
+                // command sent): nothing is left running on the connection.
+                if matches!(
+                    &answered,
+                    Ok(_) | Err(Error::Backend { failure: crate::backend::BackendFailure::Refused, .. })
+                ) {
+                    lane.put_back();
+                }
+                let (reply, acknowledged) = answered?;
                 Ok((reply, Some(acknowledged)))
             }
             _ => Ok((self.connection.invoke(call).await?, None)),
@@ -571,9 +591,15 @@ impl Transport for RedisBackend {
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         self.ready().await?;
         let names = Names::of(&self.prefix, args.address());
-        // The fast path; a claim whose writes must be waited for on the
-        // replicas is the script, whose `WAIT` follows it on its lane.
-        if self.fast_claims && self.replication.is_none() {
+        // The fast path. A claim whose writes must be waited for on the
+        // replicas is the script, whose `WAIT` follows it on a lane; the
+        // claims that write nothing are answered first, with no write,
+        // so that they wait for no replica.
+        if self.replication.is_some() {
+            if let Some(answer) = fast::peek(&self.connection, &names, args, waiting).await? {
+                return Ok(answer);
+            }
+        } else if self.fast_claims {
             if let Some(answer) = fast::claim(&self.connection, &names, args, self.keep_ms, waiting).await? {
                 return Ok(answer);
             }
