@@ -8,6 +8,7 @@ mod common;
 mod absent_answers;
 mod crash_kill;
 mod fault_sweep;
+mod group_commit_fsync_failure;
 mod format_fixtures;
 mod format_migration;
 mod interval;
