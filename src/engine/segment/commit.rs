@@ -34,17 +34,58 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-/// The active segment as the writer left it after its last record: an
-/// fsync of `file` makes every record up to `written_lsn` durable (a roll
-/// fsyncs the sealed segment itself). The writer keeps it current under
-/// the shard's lock; a batch copies it when it begins.
-#[derive(Debug, Clone)]
+/// The active segment as the writer left it after its last record: a
+/// batch that writes what is staged and then fsyncs `file` makes every
+/// record up to `written_lsn` durable (a roll fsyncs the sealed segment
+/// itself). The writer keeps it current under the shard's lock; a batch
+/// takes what it covers when it begins.
+#[derive(Debug)]
 pub(crate) struct Tail {
     pub file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub written_lsn: u64,
     /// End of the last whole record in `file`.
     pub end: u64,
+    /// Under `Sync`, the records appended since the last batch began, not
+    /// yet written to `file` (the batch writes them with one `pwrite`),
+    /// and where they go.
+    staged: Staged,
+    /// What the running batch is writing: read from here until it has.
+    in_flight: Option<Staged>,
+}
+
+/// Records not yet in their file: their bytes and the offset they go to.
+#[derive(Debug, Clone, Default)]
+struct Staged {
+    at: u64,
+    bytes: Arc<Vec<u8>>,
+}
+
+impl Staged {
+    /// The `len` bytes at file offset `offset`, if they are here.
+    fn read(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let start = usize::try_from(offset.checked_sub(self.at)?).ok()?;
+        self.bytes.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+}
+
+impl Tail {
+    /// The tail of a log whose records up to `written_lsn` are all in
+    /// `file` (at `path`), the last ending at `end`.
+    pub(crate) fn new(file: Arc<dyn StorageFile>, path: PathBuf, written_lsn: u64, end: u64) -> Self {
+        Tail { file, path, written_lsn, end, staged: Staged::default(), in_flight: None }
+    }
+}
+
+/// What a batch covers: the active segment as it was when the batch began,
+/// and the staged records it writes before its fsync.
+#[derive(Debug)]
+struct Covered {
+    file: Arc<dyn StorageFile>,
+    path: PathBuf,
+    written_lsn: u64,
+    end: u64,
+    writes: Option<Staged>,
 }
 
 /// The flusher thread of a shard under `Sync`.
@@ -106,10 +147,10 @@ struct Batches {
     failed: Option<Failed>,
 }
 
-/// A batch begun: its number and the tail its fsync covers.
+/// A batch begun: its number and what its fsync covers.
 struct Batch {
     number: u64,
-    tail: Tail,
+    covered: Covered,
 }
 
 /// What a waiter does next.
@@ -256,12 +297,49 @@ impl GroupCommit {
     }
 
     /// Records that the writer rolled to a new active segment, `file` at
-    /// `path`, whose records begin at `end`.
+    /// `path`, whose records begin at `end` (after
+    /// [`GroupCommit::write_staged`] wrote out the old one's).
     pub(crate) fn rolled(&self, file: Arc<dyn StorageFile>, path: PathBuf, end: u64) {
         let mut tail = self.tail.lock();
         tail.file = file;
         tail.path = path;
         tail.end = end;
+    }
+
+    /// Stages `frame`, appended at file offset `offset` of the active
+    /// segment: the next batch writes it (under `Sync`, where the writer
+    /// does not).
+    pub(crate) fn stage(&self, offset: u64, frame: &[u8]) {
+        let mut tail = self.tail.lock();
+        let staged = &mut tail.staged;
+        if staged.bytes.is_empty() {
+            staged.at = offset;
+        }
+        debug_assert_eq!(staged.at + staged.bytes.len() as u64, offset, "staged records are contiguous");
+        Arc::make_mut(&mut staged.bytes).extend_from_slice(frame);
+    }
+
+    /// The `len` bytes at `offset` of the active segment, if they are
+    /// staged or being written (not yet readable from the file).
+    pub(crate) fn read_staged(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let tail = self.tail.lock();
+        tail.staged.read(offset, len).or_else(|| tail.in_flight.as_ref()?.read(offset, len))
+    }
+
+    /// Writes what is staged or being written into the active segment
+    /// itself (a roll, before it seals the segment; the drop of the
+    /// shard). A batch writing the same bytes at the same time writes them
+    /// again, which changes nothing.
+    ///
+    /// # Errors
+    /// The write's I/O error, with the file's path.
+    pub(crate) fn write_staged(&self) -> Result<()> {
+        let mut tail = self.tail.lock();
+        let pending = [tail.in_flight.take(), Some(std::mem::take(&mut tail.staged))];
+        for staged in pending.iter().flatten().filter(|staged| !staged.bytes.is_empty()) {
+            tail.file.write_all_at(&staged.bytes, staged.at).map_err(|error| Error::io("write", &tail.path, error))?;
+        }
+        Ok(())
     }
 
     /// LSN of the newest record written.
@@ -389,14 +467,14 @@ impl GroupCommit {
     /// under the lock again and wakes its waiters (after releasing the lock,
     /// so that they do not wake into it). Returns the lock, taken again.
     fn run_batch<'a>(&'a self, mut batches: MutexGuard<'a, Batches>) -> MutexGuard<'a, Batches> {
-        let tail = self.tail.lock().clone();
+        let covered = self.cover();
         batches.number += 1;
         batches.running = true;
-        batches.covering = tail.written_lsn;
+        batches.covering = covered.written_lsn;
         batches.next_waiting = 0;
-        let batch = Batch { number: batches.number, tail };
+        let batch = Batch { number: batches.number, covered };
         drop(batches);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.tail)));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.covered)));
         let mut batches = self.lock();
         batches.running = false;
         let panic = match outcome {
@@ -429,9 +507,37 @@ impl GroupCommit {
         self.done_async[parity(number)].notify(usize::MAX);
     }
 
-    /// One batch's fsync of the active segment, covering every record of
-    /// `tail`, then the durable mark.
-    fn sync_batch(&self, tail: &Tail) -> std::result::Result<(), Failed> {
+    /// What a batch beginning now covers: everything written so far, its
+    /// staged records now being written.
+    fn cover(&self) -> Covered {
+        let mut tail = self.tail.lock();
+        let staged = std::mem::take(&mut tail.staged);
+        let writes = (!staged.bytes.is_empty()).then_some(staged);
+        tail.in_flight.clone_from(&writes);
+        Covered {
+            file: Arc::clone(&tail.file),
+            path: tail.path.clone(),
+            written_lsn: tail.written_lsn,
+            end: tail.end,
+            writes,
+        }
+    }
+
+    /// One batch: the write of its staged records, the fsync of the active
+    /// segment that makes every record it covers durable, then the durable
+    /// mark.
+    fn sync_batch(&self, tail: &Covered) -> std::result::Result<(), Failed> {
+        if let Some(writes) = &tail.writes {
+            if let Err(error) = tail.file.write_all_at(&writes.bytes, writes.at) {
+                self.latch();
+                return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
+            }
+            // Written: readers find the records in the file from now on.
+            let mut current = self.tail.lock();
+            if current.in_flight.as_ref().is_some_and(|in_flight| Arc::ptr_eq(&in_flight.bytes, &writes.bytes)) {
+                current.in_flight = None;
+            }
+        }
         if tail.written_lsn <= self.durable_lsn() {
             // Nothing new since the last fsync (or a roll synced it).
             return Ok(());
@@ -465,6 +571,11 @@ impl GroupCommit {
             if handle.thread().id() != std::thread::current().id() {
                 let _panicked = handle.join();
             }
+        }
+        if !self.is_poisoned() {
+            // Records nobody waited for (a caller gave up its wait) still
+            // reach the file, as a `Buffered` store's would.
+            let _unacknowledged = self.write_staged();
         }
     }
 }
@@ -532,7 +643,7 @@ mod tests {
         fn new(flusher: bool, fail_at: u64) -> Arc<Self> {
             let log = Arc::new(Log { fail_at, ..Log::default() });
             let file: Arc<dyn StorageFile> = Arc::clone(&log) as Arc<dyn StorageFile>;
-            let tail = Tail { file, path: "log".into(), written_lsn: 0, end: 0 };
+            let tail = Tail::new(file, "log".into(), 0, 0);
             let counters = Arc::new(Counters::new(0));
             let commit = Arc::new(GroupCommit::new(0, tail, 1, counters, flusher));
             Arc::new(Shard { log, commit, next: Mutex::new(0) })

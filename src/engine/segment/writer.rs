@@ -80,6 +80,9 @@ pub(crate) struct Writer {
     /// Whether records go into the active segment through its map (see the
     /// module docs) rather than with `pwrite`.
     map_writes: bool,
+    /// Under `Sync`, the group commit that stages records: its batches
+    /// write them, and reads of records not yet written are served from it.
+    staging: Option<Arc<GroupCommit>>,
 }
 
 impl Writer {
@@ -94,7 +97,7 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
-        map_writes: bool,
+        staging: Option<Arc<GroupCommit>>,
     ) -> Result<Self> {
         let path = crate::engine::segment::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
@@ -109,7 +112,8 @@ impl Writer {
             maps: BTreeMap::new(),
             next_lsn,
             catalog,
-            map_writes,
+            map_writes: staging.is_none(),
+            staging,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
@@ -178,6 +182,11 @@ impl Writer {
     /// [`Error::Corruption`] for a segment the shard does not have; the
     /// read's I/O error (a record past the end of its file).
     pub(crate) fn read(&self, segment: u32, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        if let Some(staging) = self.staging.as_ref().filter(|_| segment == self.active.id) {
+            if let Some(bytes) = staging.read_staged(offset, len) {
+                return Ok(Cow::Owned(bytes));
+            }
+        }
         if let Some(bytes) = self.maps.get(&segment).and_then(|map| map.get(offset, len)) {
             return Ok(Cow::Borrowed(bytes));
         }
@@ -209,7 +218,13 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
+        let mapped = match &self.staging {
+            Some(staging) => {
+                staging.stage(offset, frame);
+                true
+            }
+            None => self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame)),
+        };
         if !mapped {
             if let Err(error) = self.active.file.write_all_at(frame, offset) {
                 self.cut_back(offset, commit);
@@ -274,6 +289,11 @@ impl Writer {
     /// Seals the active segment (zeros cut off, fsync) and starts the next
     /// one.
     fn roll(&mut self, commit: &GroupCommit) -> Result<()> {
+        if let Err(error) = commit.write_staged() {
+            // Records the index points at never reached their file.
+            commit.poison();
+            return Err(error);
+        }
         let trimmed = if self.allocated > self.active.end { self.active.file.set_len(self.active.end) } else { Ok(()) };
         if let Err(error) = trimmed.and_then(|()| self.active.file.sync()) {
             commit.poison();
