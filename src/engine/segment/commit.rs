@@ -2,19 +2,24 @@
 //! fsyncs that make it so, each shared by every record written before it
 //! began.
 //!
-//! Under [`crate::Durability::Sync`] a flusher thread per shard runs the
-//! fsyncs (started by the shard's first wait): a writer appends under the
-//! shard's lock, releases it, and waits; it never runs an fsync itself. A
-//! batch covers everything written when it begins, its fsync runs outside
-//! every lock, and the next batch takes everything written meanwhile, so a
-//! batch grows while an fsync runs. A waiter is parked by the batch that
-//! covers its record (one condition variable for the running batch, one
-//! for the next), and an ended batch wakes its own waiters with one
-//! broadcast, never those of the next batch; the flusher itself is woken
-//! only when it has gone idle. Under the other durabilities (where only
-//! [`crate::Store::sync`], close and the interval flusher wait), and when
-//! the system refuses the flusher's thread, the waiting caller runs the
-//! batch itself.
+//! A batch covers everything written when it begins (under
+//! [`crate::Durability::Sync`] it also writes those records, staged by the
+//! writer, with one `pwrite`), its fsync runs outside every lock, and the
+//! next batch takes everything written meanwhile, so a batch grows while
+//! an fsync runs. A writer appends under the shard's lock, releases it,
+//! and waits. A waiter that finds no batch running and nobody about to
+//! run one runs the batch itself: a lone caller pays no thread hand-off.
+//! One that finds a batch running which does not cover its record leaves
+//! the next batch to the shard's flusher thread (under `Sync`; started by
+//! the first such wait), which runs batch after batch while records keep
+//! coming, so that under load writers never run an fsync. A waiter is
+//! parked by the batch that covers its record (one condition variable for
+//! the running batch, one for the next), and an ended batch wakes its own
+//! waiters with one broadcast, never those of the next batch; the flusher
+//! itself is woken only when it has gone idle. Under the other
+//! durabilities (where only [`crate::Store::sync`], close and the interval
+//! flusher wait), and when the system refuses the flusher's thread, the
+//! waiting callers run every batch.
 //!
 //! A failed fsync (or a failed write of the durable mark after it) poisons
 //! the shard: an fsync that failed cannot be retried into success. Every
@@ -408,12 +413,17 @@ impl GroupCommit {
         if self.is_poisoned() {
             return Err(Error::Poisoned { shard: self.shard });
         }
-        if batches.running && batches.flusher == Flusher::Absent {
-            // A caller runs this batch and nobody runs the next one: this
-            // one looks again when it ends (and may then run it itself).
+        if batches.running {
+            if self.flusher_wanted && self.wake_flusher(batches) {
+                batches.next_waiting += 1;
+                return Ok(Turn::Wait(batches.number + 1));
+            }
+            // Nobody runs the next batch for this caller: it looks again
+            // when this one ends (and may then run that one itself).
             return Ok(Turn::Wait(batches.number));
         }
-        if batches.running || (self.flusher_wanted && self.wake_flusher(batches)) {
+        if batches.flusher == Flusher::Awake {
+            // Between two batches: the flusher runs the next one.
             batches.next_waiting += 1;
             return Ok(Turn::Wait(batches.number + 1));
         }
@@ -444,14 +454,19 @@ impl GroupCommit {
     }
 
     /// The flusher thread: runs a batch whenever records wait to be synced
-    /// (or waiters for the next batch), sleeps otherwise; ends when the
-    /// shard is dropped or poisoned.
+    /// (or waiters for the next batch), once a batch a caller runs has
+    /// ended; sleeps otherwise; ends when the shard is dropped or poisoned.
     fn flush(&self) {
         let mut batches = self.lock();
         loop {
             if batches.stopping || self.is_poisoned() {
                 batches.flusher = Flusher::Absent;
                 return;
+            }
+            if batches.running {
+                let number = batches.number;
+                batches = self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner);
+                continue;
             }
             if self.is_dirty() || batches.next_waiting > 0 {
                 batches = self.run_batch(batches);

@@ -12,11 +12,16 @@
 //! as it is written ([`crate::Durability::Sync`]), records are then copied
 //! into the segment's writable map (`pwrite` where the storage maps
 //! nothing), which puts them in the page cache as `pwrite` would, without a
-//! system call. Under `Sync` they are written with `pwrite` and the map
-//! serves reads only: a page written through a map and then synced is
-//! write-protected again, so the next record into it takes a page fault
-//! that waits on the page's writeback (a one-off comparison favoured
-//! `pwrite`; no bench in the repository keeps both paths side by side).
+//! system call. Under `Sync` the writer does not write them at all: it
+//! stages them with the group commit, whose next batch writes everything
+//! staged with one `pwrite` just before its fsync, outside the shard's
+//! lock; a record read before its batch has written it is served from the
+//! stage, and a roll writes what is staged before it seals the segment.
+//! The map then serves reads only. Both other ways cost more under `Sync`
+//! (`benches/group_commit.rs`, 128 callers, CPU per call; see
+//! `docs/benchmarks.md`): a `pwrite` per record under the shard's lock,
+//! and a map whose pages every fsync write-protects again, so that the
+//! next record into each takes a page fault.
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
