@@ -282,10 +282,9 @@ impl Engine {
 
     /// Under `Sync`, waits until the record at `lsn` in the shard of `hash`
     /// is durable, without blocking the runtime: the caller awaits the end
-    /// of the batch that covers its record. Where nobody else would run
-    /// that batch (none runs and the flusher is idle, as for a lone caller,
-    /// or the system refused the flusher's thread), the wait runs on
-    /// tokio's blocking pool, whole: a caller dropped while it runs cannot
+    /// of the batch that covers its record. A caller that is to run a batch
+    /// itself (none runs, or it was woken to run the next) waits on tokio's
+    /// blocking pool instead, whole: a caller dropped while it runs cannot
     /// leave a batch begun and never ended.
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {

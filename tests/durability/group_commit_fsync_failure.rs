@@ -1,5 +1,5 @@
-//! Under `Durability::Sync` the shard's flusher runs one fsync for a batch
-//! of waiting callers. When that fsync fails, every caller of the batch is
+//! Under `Durability::Sync` one fsync serves a batch of waiting callers.
+//! When that fsync fails, every caller of the batch is
 //! told so with the fsync's I/O error (none of them is acknowledged), the
 //! shard refuses every later call (`Error::Poisoned`) until reopened, and
 //! everything acknowledged before is still there after the reopen.

@@ -2,24 +2,15 @@
 //! fsyncs that make it so, each shared by every record written before it
 //! began.
 //!
-//! A batch covers everything written when it begins (under
-//! [`crate::Durability::Sync`] it also writes those records, staged by the
-//! writer, with one `pwrite`), its fsync runs outside every lock, and the
-//! next batch takes everything written meanwhile, so a batch grows while
-//! an fsync runs. A writer appends under the shard's lock, releases it,
-//! and waits. A waiter that finds no batch running and nobody about to
-//! run one runs the batch itself: a lone caller pays no thread hand-off.
-//! One that finds a batch running which does not cover its record leaves
-//! the next batch to the shard's flusher thread (under `Sync`; started by
-//! the first such wait), which runs batch after batch while records keep
-//! coming, so that under load writers never run an fsync. A waiter is
-//! parked by the batch that covers its record (one condition variable for
-//! the running batch, one for the next), and an ended batch wakes its own
-//! waiters with one broadcast, never those of the next batch; the flusher
-//! itself is woken only when it has gone idle. Under the other
-//! durabilities (where only [`crate::Store::sync`], close and the interval
-//! flusher wait), and when the system refuses the flusher's thread, the
-//! waiting callers run every batch.
+//! A batch covers everything written when it begins, its fsync runs
+//! outside every lock, and the next batch takes everything written
+//! meanwhile, so a batch grows while an fsync runs. A writer appends under
+//! the shard's lock, releases it, and waits: a caller that finds no batch
+//! running runs one itself (a lone caller pays no hand-off to another
+//! thread). A waiter is parked by the batch that covers its record (one
+//! condition variable for the running batch, one for the next), and an
+//! ended batch wakes its own waiters with one broadcast, never those of
+//! the next batch, of whom it wakes one alone to run it.
 //!
 //! A failed fsync (or a failed write of the durable mark after it) poisons
 //! the shard: an fsync that failed cannot be retried into success. Every
@@ -37,71 +28,18 @@ use event_listener::{Event, EventListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 
-/// The active segment as the writer left it after its last record: a
-/// batch that writes what is staged and then fsyncs `file` makes every
-/// record up to `written_lsn` durable (a roll fsyncs the sealed segment
-/// itself). The writer keeps it current under the shard's lock; a batch
-/// takes what it covers when it begins.
-#[derive(Debug)]
+/// The active segment as the writer left it after its last record: an
+/// fsync of `file` makes every record up to `written_lsn` durable (a roll
+/// fsyncs the sealed segment itself). The writer keeps it current under
+/// the shard's lock; a batch copies it when it begins.
+#[derive(Debug, Clone)]
 pub(crate) struct Tail {
     pub file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub written_lsn: u64,
     /// End of the last whole record in `file`.
     pub end: u64,
-    /// Under `Sync`, the records appended since the last batch began, not
-    /// yet written to `file` (the batch writes them with one `pwrite`),
-    /// and where they go.
-    staged: Staged,
-    /// What the running batch is writing: read from here until it has.
-    in_flight: Option<Staged>,
-}
-
-/// Records not yet in their file: their bytes and the offset they go to.
-#[derive(Debug, Clone, Default)]
-struct Staged {
-    at: u64,
-    bytes: Arc<Vec<u8>>,
-}
-
-impl Staged {
-    /// The `len` bytes at file offset `offset`, if they are here.
-    fn read(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let start = usize::try_from(offset.checked_sub(self.at)?).ok()?;
-        self.bytes.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
-    }
-}
-
-impl Tail {
-    /// The tail of a log whose records up to `written_lsn` are all in
-    /// `file` (at `path`), the last ending at `end`.
-    pub(crate) fn new(file: Arc<dyn StorageFile>, path: PathBuf, written_lsn: u64, end: u64) -> Self {
-        Tail { file, path, written_lsn, end, staged: Staged::default(), in_flight: None }
-    }
-}
-
-/// What a batch covers: the active segment as it was when the batch began,
-/// and the staged records it writes before its fsync.
-#[derive(Debug)]
-struct Covered {
-    file: Arc<dyn StorageFile>,
-    path: PathBuf,
-    written_lsn: u64,
-    end: u64,
-    writes: Option<Staged>,
-}
-
-/// The flusher thread of a shard under `Sync`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flusher {
-    /// Not started yet (or ended): the next wait starts it.
-    Absent,
-    /// Waiting for records to sync: a waiter wakes it.
-    Idle,
-    /// Running a batch, or about to look for the next one.
-    Awake,
 }
 
 /// A batch whose fsync failed: what its waiters are told.
@@ -132,8 +70,8 @@ impl Failed {
     }
 }
 
-/// Which batch runs, who waits for the next one, and the flusher's state;
-/// behind [`GroupCommit::batches`].
+/// Which batch runs and who waits for the next one; behind
+/// [`GroupCommit::batches`].
 #[derive(Debug)]
 struct Batches {
     /// Number of the running batch, else of the last one run.
@@ -142,20 +80,17 @@ struct Batches {
     running: bool,
     /// Every record up to this LSN is covered by the running batch.
     covering: u64,
-    /// Waiters of the next batch: the flusher runs one for them even if
-    /// a roll has synced their records meanwhile, so that they are woken.
+    /// Waiters of the next batch: one of them is woken to run it when the
+    /// running one ends.
     next_waiting: usize,
-    flusher: Flusher,
-    /// Set when the shard is dropped: the flusher ends.
-    stopping: bool,
     /// The batch that failed, if one has.
     failed: Option<Failed>,
 }
 
-/// A batch begun: its number and what its fsync covers.
+/// A batch begun: its number and the tail its fsync covers.
 struct Batch {
     number: u64,
-    covered: Covered,
+    tail: Tail,
 }
 
 /// What a waiter does next.
@@ -195,9 +130,6 @@ fn parity(number: u64) -> usize {
 pub(crate) struct GroupCommit {
     shard: u32,
     counters: Arc<Counters>,
-    /// Whether a flusher thread runs the batches (`Sync`), or the waiting
-    /// callers do.
-    flusher_wanted: bool,
     tail: parking_lot::Mutex<Tail>,
     batches: Mutex<Batches>,
     /// The blocking waiters of batch `n` wait on `done[parity(n)]`.
@@ -205,9 +137,6 @@ pub(crate) struct GroupCommit {
     /// The async waiters of batch `n` listen to `done_async[parity(n)]`.
     #[cfg(feature = "tokio")]
     done_async: [Event; 2],
-    /// The idle flusher waits on it.
-    work: Condvar,
-    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -219,30 +148,18 @@ pub(crate) struct GroupCommit {
 
 impl GroupCommit {
     /// Everything up to `tail.written_lsn` is already durable (recovery
-    /// synced it); the next durable mark is of round `next_round`. With
-    /// `flusher_wanted` a flusher thread runs the batches.
-    pub(crate) fn new(shard: u32, tail: Tail, next_round: u32, counters: Arc<Counters>, flusher_wanted: bool) -> Self {
+    /// synced it); the next durable mark is of round `next_round`.
+    pub(crate) fn new(shard: u32, tail: Tail, next_round: u32, counters: Arc<Counters>) -> Self {
         let recovered_lsn = tail.written_lsn;
-        let batches = Batches {
-            number: 0,
-            running: false,
-            covering: 0,
-            next_waiting: 0,
-            flusher: Flusher::Absent,
-            stopping: false,
-            failed: None,
-        };
+        let batches = Batches { number: 0, running: false, covering: 0, next_waiting: 0, failed: None };
         GroupCommit {
             shard,
             counters,
-            flusher_wanted,
             tail: parking_lot::Mutex::new(tail),
             batches: Mutex::new(batches),
             done: [Condvar::new(), Condvar::new()],
             #[cfg(feature = "tokio")]
             done_async: [Event::new(), Event::new()],
-            work: Condvar::new(),
-            thread: parking_lot::Mutex::new(None),
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -302,49 +219,12 @@ impl GroupCommit {
     }
 
     /// Records that the writer rolled to a new active segment, `file` at
-    /// `path`, whose records begin at `end` (after
-    /// [`GroupCommit::write_staged`] wrote out the old one's).
+    /// `path`, whose records begin at `end`.
     pub(crate) fn rolled(&self, file: Arc<dyn StorageFile>, path: PathBuf, end: u64) {
         let mut tail = self.tail.lock();
         tail.file = file;
         tail.path = path;
         tail.end = end;
-    }
-
-    /// Stages `frame`, appended at file offset `offset` of the active
-    /// segment: the next batch writes it (under `Sync`, where the writer
-    /// does not).
-    pub(crate) fn stage(&self, offset: u64, frame: &[u8]) {
-        let mut tail = self.tail.lock();
-        let staged = &mut tail.staged;
-        if staged.bytes.is_empty() {
-            staged.at = offset;
-        }
-        debug_assert_eq!(staged.at + staged.bytes.len() as u64, offset, "staged records are contiguous");
-        Arc::make_mut(&mut staged.bytes).extend_from_slice(frame);
-    }
-
-    /// The `len` bytes at `offset` of the active segment, if they are
-    /// staged or being written (not yet readable from the file).
-    pub(crate) fn read_staged(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let tail = self.tail.lock();
-        tail.staged.read(offset, len).or_else(|| tail.in_flight.as_ref()?.read(offset, len))
-    }
-
-    /// Writes what is staged or being written into the active segment
-    /// itself (a roll, before it seals the segment; the drop of the
-    /// shard). A batch writing the same bytes at the same time writes them
-    /// again, which changes nothing.
-    ///
-    /// # Errors
-    /// The write's I/O error, with the file's path.
-    pub(crate) fn write_staged(&self) -> Result<()> {
-        let mut tail = self.tail.lock();
-        let pending = [tail.in_flight.take(), Some(std::mem::take(&mut tail.staged))];
-        for staged in pending.iter().flatten().filter(|staged| !staged.bytes.is_empty()) {
-            tail.file.write_all_at(&staged.bytes, staged.at).map_err(|error| Error::io("write", &tail.path, error))?;
-        }
-        Ok(())
     }
 
     /// LSN of the newest record written.
@@ -414,82 +294,25 @@ impl GroupCommit {
             return Err(Error::Poisoned { shard: self.shard });
         }
         if batches.running {
-            if self.flusher_wanted && self.wake_flusher(batches) {
-                batches.next_waiting += 1;
-                return Ok(Turn::Wait(batches.number + 1));
-            }
-            // Nobody runs the next batch for this caller: it looks again
-            // when this one ends (and may then run that one itself).
-            return Ok(Turn::Wait(batches.number));
-        }
-        if batches.flusher == Flusher::Awake {
-            // Between two batches: the flusher runs the next one.
+            // One of the next batch's waiters is woken to run it.
             batches.next_waiting += 1;
             return Ok(Turn::Wait(batches.number + 1));
         }
         Ok(Turn::Run)
     }
 
-    /// Makes sure the flusher runs the next batch: wakes it if idle,
-    /// starts it if absent. False if the system refused its thread.
-    fn wake_flusher(self: &Arc<Self>, batches: &mut Batches) -> bool {
-        match batches.flusher {
-            Flusher::Awake => true,
-            Flusher::Idle => {
-                batches.flusher = Flusher::Awake;
-                self.work.notify_one();
-                true
-            }
-            Flusher::Absent => {
-                let commit = Arc::clone(self);
-                let name = format!("idemkv-commit-{}", self.shard);
-                let Ok(handle) = std::thread::Builder::new().name(name).spawn(move || commit.flush()) else {
-                    return false;
-                };
-                batches.flusher = Flusher::Awake;
-                *self.thread.lock() = Some(handle);
-                true
-            }
-        }
-    }
-
-    /// The flusher thread: runs a batch whenever records wait to be synced
-    /// (or waiters for the next batch), once a batch a caller runs has
-    /// ended; sleeps otherwise; ends when the shard is dropped or poisoned.
-    fn flush(&self) {
-        let mut batches = self.lock();
-        loop {
-            if batches.stopping || self.is_poisoned() {
-                batches.flusher = Flusher::Absent;
-                return;
-            }
-            if batches.running {
-                let number = batches.number;
-                batches = self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            if self.is_dirty() || batches.next_waiting > 0 {
-                batches = self.run_batch(batches);
-                continue;
-            }
-            batches.flusher = Flusher::Idle;
-            batches = self.work.wait(batches).unwrap_or_else(PoisonError::into_inner);
-            batches.flusher = Flusher::Awake;
-        }
-    }
-
     /// Runs one batch: begins it under the lock, fsyncs outside it, ends it
     /// under the lock again and wakes its waiters (after releasing the lock,
     /// so that they do not wake into it). Returns the lock, taken again.
     fn run_batch<'a>(&'a self, mut batches: MutexGuard<'a, Batches>) -> MutexGuard<'a, Batches> {
-        let covered = self.cover();
+        let tail = self.tail.lock().clone();
         batches.number += 1;
         batches.running = true;
-        batches.covering = covered.written_lsn;
+        batches.covering = tail.written_lsn;
         batches.next_waiting = 0;
-        let batch = Batch { number: batches.number, covered };
+        let batch = Batch { number: batches.number, tail };
         drop(batches);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.covered)));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.tail)));
         let mut batches = self.lock();
         batches.running = false;
         let panic = match outcome {
@@ -503,8 +326,16 @@ impl GroupCommit {
                 Some(panic)
             }
         };
+        let hand_on = batches.next_waiting > 0;
         drop(batches);
         self.wake(batch.number);
+        if hand_on {
+            // One waiter of the next batch runs it (a blocking one or an
+            // async one, whichever is there; both may look).
+            self.done[parity(batch.number + 1)].notify_one();
+            #[cfg(feature = "tokio")]
+            self.done_async[parity(batch.number + 1)].notify(1);
+        }
         if self.is_poisoned() {
             // No batch runs after this one: its waiters learn so now.
             self.wake(batch.number + 1);
@@ -522,37 +353,9 @@ impl GroupCommit {
         self.done_async[parity(number)].notify(usize::MAX);
     }
 
-    /// What a batch beginning now covers: everything written so far, its
-    /// staged records now being written.
-    fn cover(&self) -> Covered {
-        let mut tail = self.tail.lock();
-        let staged = std::mem::take(&mut tail.staged);
-        let writes = (!staged.bytes.is_empty()).then_some(staged);
-        tail.in_flight.clone_from(&writes);
-        Covered {
-            file: Arc::clone(&tail.file),
-            path: tail.path.clone(),
-            written_lsn: tail.written_lsn,
-            end: tail.end,
-            writes,
-        }
-    }
-
-    /// One batch: the write of its staged records, the fsync of the active
-    /// segment that makes every record it covers durable, then the durable
-    /// mark.
-    fn sync_batch(&self, tail: &Covered) -> std::result::Result<(), Failed> {
-        if let Some(writes) = &tail.writes {
-            if let Err(error) = tail.file.write_all_at(&writes.bytes, writes.at) {
-                self.latch();
-                return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
-            }
-            // Written: readers find the records in the file from now on.
-            let mut current = self.tail.lock();
-            if current.in_flight.as_ref().is_some_and(|in_flight| Arc::ptr_eq(&in_flight.bytes, &writes.bytes)) {
-                current.in_flight = None;
-            }
-        }
+    /// One batch's fsync of the active segment, covering every record of
+    /// `tail`, then the durable mark.
+    fn sync_batch(&self, tail: &Tail) -> std::result::Result<(), Failed> {
         if tail.written_lsn <= self.durable_lsn() {
             // Nothing new since the last fsync (or a roll synced it).
             return Ok(());
@@ -570,28 +373,6 @@ impl GroupCommit {
             return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
         }
         Ok(())
-    }
-
-    /// Ends the flusher (the shard is being dropped) and waits for it to
-    /// finish the batch it runs.
-    pub(crate) fn shut_down(&self) {
-        let mut batches = self.lock();
-        batches.stopping = true;
-        if batches.flusher == Flusher::Idle {
-            self.work.notify_one();
-        }
-        drop(batches);
-        let handle = self.thread.lock().take();
-        if let Some(handle) = handle {
-            if handle.thread().id() != std::thread::current().id() {
-                let _panicked = handle.join();
-            }
-        }
-        if !self.is_poisoned() {
-            // Records nobody waited for (a caller gave up its wait) still
-            // reach the file, as a `Buffered` store's would.
-            let _unacknowledged = self.write_staged();
-        }
     }
 }
 
@@ -653,14 +434,13 @@ mod tests {
     }
 
     impl Shard {
-        /// A shard whose batches a flusher thread runs (`flusher`), or its
-        /// waiting callers; its fsync numbered `fail_at` fails.
-        fn new(flusher: bool, fail_at: u64) -> Arc<Self> {
+        /// A shard whose fsync numbered `fail_at` fails.
+        fn new(fail_at: u64) -> Arc<Self> {
             let log = Arc::new(Log { fail_at, ..Log::default() });
             let file: Arc<dyn StorageFile> = Arc::clone(&log) as Arc<dyn StorageFile>;
-            let tail = Tail::new(file, "log".into(), 0, 0);
+            let tail = Tail { file, path: "log".into(), written_lsn: 0, end: 0 };
             let counters = Arc::new(Counters::new(0));
-            let commit = Arc::new(GroupCommit::new(0, tail, 1, counters, flusher));
+            let commit = Arc::new(GroupCommit::new(0, tail, 1, counters));
             Arc::new(Shard { log, commit, next: Mutex::new(0) })
         }
 
@@ -688,12 +468,6 @@ mod tests {
         }
     }
 
-    impl Drop for Shard {
-        fn drop(&mut self) {
-            self.commit.shut_down();
-        }
-    }
-
     /// Runs `callers` threads of `work` and returns what each returned.
     /// The threads are not scoped: a caller left waiting fails the test
     /// (after 20 s) rather than hanging it.
@@ -713,15 +487,14 @@ mod tests {
             .collect()
     }
 
-    /// Many callers write and wait, with a flusher thread and without:
-    /// each returns only once an fsync that began after its write has
+    /// Many callers write and wait, twice over: each returns only once an fsync that began after its write has
     /// ended, nobody is left waiting, and fsyncs are shared.
     #[test]
     fn every_caller_returns_durable_and_fsyncs_are_shared() {
         const CALLERS: u64 = 32;
         const ROUNDS: u64 = 200;
-        for flusher in [true, false] {
-            let shard = Shard::new(flusher, 0);
+        for _round in 0..2 {
+            let shard = Shard::new(0);
             let writes = |caller: u64| ROUNDS / 2 + caller * ROUNDS / CALLERS;
             let running = Arc::clone(&shard);
             // Callers leave at different times.
@@ -733,7 +506,7 @@ mod tests {
             });
             let records = (0..CALLERS).map(writes).sum::<u64>();
             let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
-            assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared (flusher: {flusher})");
+            assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
             assert_eq!(shard.commit.durable_lsn(), records);
         }
     }
@@ -743,9 +516,9 @@ mod tests {
     /// every caller returns, none acknowledged past what an fsync covered.
     #[test]
     fn a_poisoned_shard_leaves_nobody_waiting() {
-        for flusher in [true, false] {
+        for _round in 0..2 {
             for poison_at in (1..=64).chain([100, 200]) {
-                let shard = Shard::new(flusher, 0);
+                let shard = Shard::new(0);
                 let errors = run(16, move |_| loop {
                     let lsn = shard.write(poison_at);
                     if let Err(error) = shard.sync_to(lsn) {
@@ -764,9 +537,9 @@ mod tests {
     /// caller is acknowledged past what the fsyncs before it covered.
     #[test]
     fn a_failed_fsync_fails_every_waiter_of_its_batch() {
-        for flusher in [true, false] {
+        for _round in 0..2 {
             for fail_at in [1, 2, 5, 20] {
-                let shard = Shard::new(flusher, fail_at);
+                let shard = Shard::new(fail_at);
                 let running = Arc::clone(&shard);
                 let ends = run(16, move |_| loop {
                     let lsn = running.write(0);

@@ -12,16 +12,11 @@
 //! as it is written ([`crate::Durability::Sync`]), records are then copied
 //! into the segment's writable map (`pwrite` where the storage maps
 //! nothing), which puts them in the page cache as `pwrite` would, without a
-//! system call. Under `Sync` the writer does not write them at all: it
-//! stages them with the group commit, whose next batch writes everything
-//! staged with one `pwrite` just before its fsync, outside the shard's
-//! lock; a record read before its batch has written it is served from the
-//! stage, and a roll writes what is staged before it seals the segment.
-//! The map then serves reads only. Both other ways cost more under `Sync`
-//! (`benches/group_commit.rs`, 128 callers, CPU per call; see
-//! `docs/benchmarks.md`): a `pwrite` per record under the shard's lock,
-//! and a map whose pages every fsync write-protects again, so that the
-//! next record into each takes a page fault.
+//! system call. Under `Sync` they are written with `pwrite` and the map
+//! serves reads only: a page written through a map and then synced is
+//! write-protected again, so the next record into it takes a page fault
+//! that waits on the page's writeback (a one-off comparison favoured
+//! `pwrite`; no bench in the repository keeps both paths side by side).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
@@ -85,9 +80,6 @@ pub(crate) struct Writer {
     /// Whether records go into the active segment through its map (see the
     /// module docs) rather than with `pwrite`.
     map_writes: bool,
-    /// Under `Sync`, the group commit that stages records: its batches
-    /// write them, and reads of records not yet written are served from it.
-    staging: Option<Arc<GroupCommit>>,
 }
 
 impl Writer {
@@ -102,7 +94,7 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
-        staging: Option<Arc<GroupCommit>>,
+        map_writes: bool,
     ) -> Result<Self> {
         let path = crate::engine::segment::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
@@ -117,8 +109,7 @@ impl Writer {
             maps: BTreeMap::new(),
             next_lsn,
             catalog,
-            map_writes: staging.is_none(),
-            staging,
+            map_writes,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
@@ -187,11 +178,6 @@ impl Writer {
     /// [`Error::Corruption`] for a segment the shard does not have; the
     /// read's I/O error (a record past the end of its file).
     pub(crate) fn read(&self, segment: u32, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
-        if let Some(staging) = self.staging.as_ref().filter(|_| segment == self.active.id) {
-            if let Some(bytes) = staging.read_staged(offset, len) {
-                return Ok(Cow::Owned(bytes));
-            }
-        }
         if let Some(bytes) = self.maps.get(&segment).and_then(|map| map.get(offset, len)) {
             return Ok(Cow::Borrowed(bytes));
         }
@@ -223,13 +209,7 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        let mapped = match &self.staging {
-            Some(staging) => {
-                staging.stage(offset, frame);
-                true
-            }
-            None => self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame)),
-        };
+        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
         if !mapped {
             if let Err(error) = self.active.file.write_all_at(frame, offset) {
                 self.cut_back(offset, commit);
@@ -294,11 +274,6 @@ impl Writer {
     /// Seals the active segment (zeros cut off, fsync) and starts the next
     /// one.
     fn roll(&mut self, commit: &GroupCommit) -> Result<()> {
-        if let Err(error) = commit.write_staged() {
-            // Records the index points at never reached their file.
-            commit.poison();
-            return Err(error);
-        }
         let trimmed = if self.allocated > self.active.end { self.active.file.set_len(self.active.end) } else { Ok(()) };
         if let Err(error) = trimmed.and_then(|()| self.active.file.sync()) {
             commit.poison();

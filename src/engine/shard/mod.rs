@@ -123,21 +123,9 @@ impl Shard {
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
         let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
-        let counters = Arc::new(Counters::new(id));
-        counters.torn_tail_bytes_cut.add(torn_tail_bytes);
-        counters.hints_loaded.add(hints_loaded);
-        counters.hints_ignored.add(hints_ignored);
-        // Everything recovered at open was synced by recovery. Under Sync a
-        // flusher thread runs the batches, and they write the records (see
-        // `segment::commit` and `segment::writer`).
-        let sync = matches!(config.durability, Durability::Sync);
-        let tail = Tail::new(
-            Arc::clone(&active.file),
-            crate::engine::segment::segment_path(&dir, active.id),
-            next_lsn.saturating_sub(1),
-            active.end,
-        );
-        let commit = Arc::new(GroupCommit::new(id, tail, next_round, Arc::clone(&counters), sync));
+        // Under Sync every record is synced as it is written: `pwrite` is
+        // faster there than writing through the map (see `segment::writer`).
+        let map_writes = !matches!(config.durability, Durability::Sync);
         let log = Writer::new(
             dir.clone(),
             id,
@@ -147,8 +135,20 @@ impl Shard {
             sealed,
             next_lsn,
             catalog,
-            sync.then(|| Arc::clone(&commit)),
+            map_writes,
         )?;
+        let counters = Arc::new(Counters::new(id));
+        counters.torn_tail_bytes_cut.add(torn_tail_bytes);
+        counters.hints_loaded.add(hints_loaded);
+        counters.hints_ignored.add(hints_ignored);
+        // Everything recovered at open was synced by recovery.
+        let tail = Tail {
+            file: Arc::clone(&log.active.file),
+            path: log.path(log.active.id),
+            written_lsn: next_lsn.saturating_sub(1),
+            end: log.active.end,
+        };
+        let commit = Arc::new(GroupCommit::new(id, tail, next_round, Arc::clone(&counters)));
         let state = ShardState::new(index, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
@@ -560,13 +560,6 @@ impl Shard {
     /// Makes everything written so far durable.
     pub(crate) fn sync_all(&self) -> Result<()> {
         self.sync_to(self.commit.written_lsn())
-    }
-}
-
-impl Drop for Shard {
-    /// Ends the shard's flusher thread, if it has one.
-    fn drop(&mut self) {
-        self.commit.shut_down();
     }
 }
 
