@@ -5,7 +5,12 @@
 //! cargo bench -p idemkv-bench --bench group_commit              # 3 s per row
 //! IDEMKV_BENCH_SECONDS=0.2 cargo bench -p idemkv-bench --bench group_commit
 //! IDEMKV_BENCH_SHARDS=1 cargo bench -p idemkv-bench --bench group_commit
+//! IDEMKV_BENCH_CALLERS=1,128 cargo bench -p idemkv-bench --bench group_commit
 //! ```
+//!
+//! Beside each idemkv row, the CPU time the whole process spent per
+//! claim + complete (two records): this machine's cores are shared, and
+//! CPU per call is what the group commit's wake-ups cost.
 
 mod support;
 
@@ -13,15 +18,18 @@ use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use support::{as_f64, drive, ratio, Measured};
+use support::{as_f64, cpu_seconds, drive, ratio, Measured};
 
 const CALLERS: [usize; 5] = [1, 2, 8, 32, 128];
 const RESPONSE: [u8; 200] = [b'r'; 200];
 
-fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64) {
+/// An idemkv row: its calls, its records per fsync and its CPU time per
+/// call in µs.
+fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), Config::new().shards(shards).durability(Durability::Sync)).expect("open");
     let fingerprint = Fingerprint::of(b"POST /payments");
+    let cpu_before = cpu_seconds();
     let measured = drive(callers, seconds, |thread, n| {
         let key = format!("{thread:04}-{n:012}-0000-0000-000000000000");
         let Claim::Acquired(lease) = store.claim(&ClaimRequest::new(&key, fingerprint)).expect("claim") else {
@@ -29,8 +37,9 @@ fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64) {
         };
         lease.complete(&RESPONSE).expect("complete");
     });
+    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
     let stats = store.stats();
-    (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)))
+    (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
 }
 
 /// The baseline a service team would write first: one file behind a mutex,
@@ -56,20 +65,25 @@ fn naive_row(callers: usize, seconds: f64) -> Measured {
 fn main() {
     let seconds = support::seconds(3.0);
     let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(4);
+    let callers: Vec<usize> = std::env::var("IDEMKV_BENCH_CALLERS").ok().map_or_else(
+        || CALLERS.to_vec(),
+        |list| list.split(',').map(|callers| callers.trim().parse().expect("IDEMKV_BENCH_CALLERS: numbers")).collect(),
+    );
     println!("claim + complete, Durability::Sync, {shards} shards, 200-byte responses, {seconds} s per row");
     println!(
-        "{:>7} | {:>12} {:>9} {:>9} {:>10} | {:>12} {:>9} {:>9} | {:>7}",
-        "callers", "idemkv op/s", "p50", "p99", "rec/fsync", "naive op/s", "p50", "p99", "ratio"
+        "{:>7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
+        "callers", "idemkv op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
     );
-    for callers in CALLERS {
-        let (ours, records_per_fsync) = idemkv_row(shards, callers, seconds);
+    for callers in callers {
+        let (ours, records_per_fsync, cpu_us) = idemkv_row(shards, callers, seconds);
         let naive = naive_row(callers, seconds);
         println!(
-            "{callers:>7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
+            "{callers:>7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
             ours.ops_per_second,
             ours.percentile(0.50),
             ours.percentile(0.99),
             records_per_fsync,
+            cpu_us,
             naive.ops_per_second,
             naive.percentile(0.50),
             naive.percentile(0.99),

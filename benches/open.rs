@@ -25,23 +25,12 @@ use idemkv::{Config, Durability, Store};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use support::as_f64;
+use support::{as_f64, cpu_seconds};
 
 const THREADS: u64 = 2;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
-}
-
-/// CPU seconds this process has used (user + system, all threads), from
-/// `/proc/self/stat` in clock ticks of 1/100 s: beside wall time, since
-/// this machine's cores are shared with other work.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |index: usize| fields.get(index).and_then(|field| field.parse::<u64>().ok()).unwrap_or(0);
-    as_f64(ticks(11) + ticks(12)) / 100.0
 }
 
 fn config() -> Config {

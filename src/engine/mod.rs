@@ -281,30 +281,25 @@ impl Engine {
     }
 
     /// Under `Sync`, waits until the record at `lsn` in the shard of `hash`
-    /// is durable, without blocking the runtime: a caller that leads the
-    /// shard's next fsync runs it on tokio's blocking pool (so at most one
-    /// blocking thread per shard), the others await its end.
+    /// is durable, without blocking the runtime: the caller awaits the end
+    /// of the batch that covers its record. A caller that is to run a batch
+    /// itself (none runs, or it was woken to run the next) waits on tokio's
+    /// blocking pool instead, whole: a caller dropped while it runs cannot
+    /// leave a batch begun and never ended.
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {
-        use crate::engine::segment::commit::Turn;
+        use crate::engine::segment::commit::AsyncTurn;
         if self.read_only || !matches!(self.config.durability, Durability::Sync) {
             return Ok(());
         }
-        let mut woken = false;
         loop {
-            match self.shard_of_hash(hash).commit_turn(lsn, woken)? {
-                Turn::Durable => return Ok(()),
-                Turn::Follow(listener) => {
-                    listener.await;
-                    woken = true;
-                }
-                Turn::Lead => {
-                    woken = false;
-                    // The lead ends inside the task, so a caller dropped
-                    // while it runs cannot leave the shard without a leader.
-                    let engine = std::sync::Arc::clone(self);
-                    let led = tokio::task::spawn_blocking(move || engine.shard_of_hash(hash).lead_commit()).await;
-                    led.map_err(|join| Error::io("fsync task", &self.dir, std::io::Error::other(join)))??;
+            match self.shard_of_hash(hash).commit_turn(lsn)? {
+                AsyncTurn::Durable => return Ok(()),
+                AsyncTurn::Listen(listener) => listener.await,
+                AsyncTurn::Block => {
+                    let commit = self.shard_of_hash(hash).commit();
+                    let waited = tokio::task::spawn_blocking(move || commit.sync_to(lsn)).await;
+                    return waited.map_err(|join| Error::io("fsync task", &self.dir, std::io::Error::other(join)))?;
                 }
             }
         }

@@ -56,6 +56,9 @@ pub mod http;
 /// The files of a directory as they stand.
 pub mod snapshot;
 
+/// A disk whose fsyncs can be held at a gate, and failed.
+pub mod gated;
+
 /// Real PostgreSQL servers.
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -10,6 +10,7 @@ mod crash_kill;
 mod fault_sweep;
 mod format_fixtures;
 mod format_migration;
+mod group_commit_fsync_failure;
 mod interval;
 mod power_cut;
 mod recovery_corruption;

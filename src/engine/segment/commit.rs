@@ -1,102 +1,142 @@
-//! Group commit: how far a shard's log is written and durable, and one
-//! fsync shared by every caller that waits for it. It lives outside the
-//! shard's lock, so that callers wait for an fsync without holding up
-//! writers.
+//! Group commit: how far a shard's log is written and durable, and the
+//! fsyncs that make it so, each shared by every record written before it
+//! began.
+//!
+//! A batch covers everything written when it begins, its fsync runs
+//! outside every lock, and the next batch takes everything written
+//! meanwhile, so a batch grows while an fsync runs. A writer appends under
+//! the shard's lock, releases it, and waits: a caller that finds no batch
+//! running runs one itself (a lone caller pays no hand-off to another
+//! thread). A waiter is parked by the batch that covers its record (one
+//! condition variable for the running batch, one for the next), and an
+//! ended batch wakes its own waiters with one broadcast, never those of
+//! the next batch, of whom it wakes one alone to run it.
+//!
+//! A failed fsync (or a failed write of the durable mark after it) poisons
+//! the shard: an fsync that failed cannot be retried into success. Every
+//! waiter of the failed batch gets its I/O error, every later one
+//! [`Error::Poisoned`]; nothing is acknowledged that an fsync did not
+//! cover.
 
 use crate::engine::segment::header::Mark;
 use crate::engine::telemetry::{bump, Counters};
 use crate::error::{Error, Result};
 use crate::events::event;
 use crate::io::StorageFile;
-use event_listener::{Event, EventListener, Listener};
-use parking_lot::Mutex;
-use std::path::PathBuf;
+#[cfg(feature = "tokio")]
+use event_listener::{Event, EventListener};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-/// The active segment and the newest written LSN, taken together under the
-/// shard's lock: an fsync of `file` makes everything up to `written_lsn`
-/// durable (a roll fsyncs the sealed segment itself).
-#[derive(Debug)]
-pub(crate) struct ActiveSnapshot {
+/// The active segment as the writer left it after its last record: an
+/// fsync of `file` makes every record up to `written_lsn` durable (a roll
+/// fsyncs the sealed segment itself). The writer keeps it current under
+/// the shard's lock; a batch copies it when it begins.
+#[derive(Debug, Clone)]
+pub(crate) struct Tail {
     pub file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub written_lsn: u64,
-    /// The active segment's end when `written_lsn` was read.
+    /// End of the last whole record in `file`.
     pub end: u64,
 }
 
-/// What a caller waiting for durability does next.
+/// A batch whose fsync failed: what its waiters are told.
 #[derive(Debug)]
-pub(crate) enum Turn {
-    /// The record is durable.
-    Durable,
-    /// Run the next fsync for everybody.
-    Lead,
-    /// Wait until woken, then ask again: by the end of the running fsync
-    /// when it covers the record, else by the end of the next one (or by
-    /// being handed the lead of the next one).
-    Follow(EventListener),
-}
-
-/// Who runs the fsync for everybody, and which callers wait for which
-/// fsync. Callers are woken only by the fsync that covers them: a record
-/// written after the running fsync began waits for the next one, on the
-/// other event, and one of those callers is handed the lead.
-#[derive(Debug, Default)]
-struct Round {
-    /// Whether a caller runs (or has been handed) the fsync for everybody.
-    leading: bool,
-    /// The lead has been handed on, but nobody has taken it yet: the next
-    /// caller to ask takes it.
-    handed: bool,
-    /// Every record up to this LSN is covered by the running fsync: it had
-    /// been written when the lead was taken.
+struct Failed {
+    /// The batch covered every record up to this LSN.
     covering: u64,
-    /// Which of the two events the callers covered by the running fsync
-    /// wait on; the other is for the callers of the next one.
-    current: usize,
-    /// Callers waiting for the next fsync.
-    next_waiting: usize,
+    operation: &'static str,
+    path: PathBuf,
+    kind: std::io::ErrorKind,
+    raw: Option<i32>,
+    text: String,
 }
 
-/// Ends a lead when dropped, even if the fsync failed or panicked: the
-/// callers it covered are woken, and the lead is handed to a caller of the
-/// next fsync, if any waits. After a failure everybody is woken (to learn
-/// that the shard is poisoned).
-struct EndLead<'a>(&'a GroupCommit);
+impl Failed {
+    fn new(covering: u64, operation: &'static str, path: &Path, error: &std::io::Error) -> Self {
+        let (kind, raw, text) = (error.kind(), error.raw_os_error(), error.to_string());
+        Failed { covering, operation, path: path.to_path_buf(), kind, raw, text }
+    }
 
-impl Drop for EndLead<'_> {
-    fn drop(&mut self) {
-        let commit = self.0;
-        let mut round = commit.round_state.lock();
-        let covered = round.current;
-        round.current ^= 1;
-        let hand_on = round.next_waiting > 0 && !commit.is_poisoned() && !std::thread::panicking();
-        round.next_waiting = 0;
-        round.leading = hand_on;
-        round.handed = hand_on;
-        // Everything written by now is covered by the next fsync, which the
-        // caller handed the lead starts after this.
-        round.covering = commit.written_lsn.load(Ordering::Acquire);
-        drop(round);
-        commit.done[covered].notify(usize::MAX);
-        commit.done[covered ^ 1].notify(if hand_on { 1 } else { usize::MAX });
+    /// The failed call's error, once more for each of its waiters.
+    fn error(&self) -> Error {
+        let source = match self.raw {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(self.kind, self.text.clone()),
+        };
+        Error::io(self.operation, &self.path, source)
     }
 }
 
-/// How far a shard's log is written and durable, and who is running the
-/// fsync for everybody. A failed write or fsync poisons it: an fsync that
-/// failed cannot be retried into success, so the shard refuses work until
-/// the store is reopened.
+/// Which batch runs and who waits for the next one; behind
+/// [`GroupCommit::batches`].
+#[derive(Debug)]
+struct Batches {
+    /// Number of the running batch, else of the last one run.
+    number: u64,
+    /// Whether a batch's fsync runs.
+    running: bool,
+    /// Every record up to this LSN is covered by the running batch.
+    covering: u64,
+    /// Waiters of the next batch: one of them is woken to run it when the
+    /// running one ends.
+    next_waiting: usize,
+    /// The batch that failed, if one has.
+    failed: Option<Failed>,
+}
+
+/// A batch begun: its number and the tail its fsync covers.
+struct Batch {
+    number: u64,
+    tail: Tail,
+}
+
+/// What a waiter does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Its record is durable.
+    Durable,
+    /// Wait for the end of the batch of this number.
+    Wait(u64),
+    /// Run the next batch itself (nobody else will).
+    Run,
+}
+
+/// What an async waiter does next.
+#[cfg(feature = "tokio")]
+#[derive(Debug)]
+pub(crate) enum AsyncTurn {
+    /// Its record is durable.
+    Durable,
+    /// Await the end of the batch that covers its record, then ask again.
+    Listen(EventListener),
+    /// Nobody else runs the batch: wait on a blocking thread
+    /// ([`GroupCommit::sync_to`]).
+    Block,
+}
+
+/// The number's slot among the two condition variables (and events): the
+/// running batch's and the next one's.
+fn parity(number: u64) -> usize {
+    usize::from(number % 2 == 1)
+}
+
+/// How far a shard's log is written and durable, and the batches of fsyncs
+/// that move it (see the module docs). A failed write or fsync poisons it:
+/// the shard refuses work until the store is reopened.
 #[derive(Debug)]
 pub(crate) struct GroupCommit {
     shard: u32,
-    /// Who leads, and who waits for which fsync.
-    round_state: Mutex<Round>,
-    /// Notified when an fsync ends: one event for the callers it covers,
-    /// the other for those of the next one (see [`Round::current`]).
-    done: [Event; 2],
+    counters: Arc<Counters>,
+    tail: parking_lot::Mutex<Tail>,
+    batches: Mutex<Batches>,
+    /// The blocking waiters of batch `n` wait on `done[parity(n)]`.
+    done: [Condvar; 2],
+    /// The async waiters of batch `n` listen to `done_async[parity(n)]`.
+    #[cfg(feature = "tokio")]
+    done_async: [Event; 2],
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -107,13 +147,19 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Everything up to `recovered_lsn` is already durable (recovery synced
-    /// it); the next durable mark is of round `next_round`.
-    pub(crate) fn new(shard: u32, recovered_lsn: u64, next_round: u32) -> Self {
+    /// Everything up to `tail.written_lsn` is already durable (recovery
+    /// synced it); the next durable mark is of round `next_round`.
+    pub(crate) fn new(shard: u32, tail: Tail, next_round: u32, counters: Arc<Counters>) -> Self {
+        let recovered_lsn = tail.written_lsn;
+        let batches = Batches { number: 0, running: false, covering: 0, next_waiting: 0, failed: None };
         GroupCommit {
             shard,
-            round_state: Mutex::new(Round::default()),
-            done: [Event::new(), Event::new()],
+            counters,
+            tail: parking_lot::Mutex::new(tail),
+            batches: Mutex::new(batches),
+            done: [Condvar::new(), Condvar::new()],
+            #[cfg(feature = "tokio")]
+            done_async: [Event::new(), Event::new()],
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -121,7 +167,15 @@ impl GroupCommit {
         }
     }
 
-    pub(crate) fn poison(&self) {
+    /// The batches' state. A panic elsewhere cannot leave it half-changed
+    /// (every change is a few plain stores), so a poisoned mutex is taken
+    /// as it is.
+    fn lock(&self) -> MutexGuard<'_, Batches> {
+        self.batches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Latches a failed write or fsync (told once), without waking anyone.
+    fn latch(&self) {
         if !self.poisoned.swap(true, Ordering::AcqRel) {
             event!(
                 error,
@@ -129,19 +183,16 @@ impl GroupCommit {
                 "shard poisoned: a write or fsync failed; every call on it now fails until the store is reopened"
             );
         }
-        // A lead handed on but not yet taken will not be: nobody runs the
-        // next fsync, so everybody waiting for it is woken, to learn that
-        // the shard is poisoned. (A running lead wakes its callers itself
-        // when it ends.)
-        let mut round = self.round_state.lock();
-        if round.handed {
-            round.handed = false;
-            round.leading = false;
-            drop(round);
-            for done in &self.done {
-                done.notify(usize::MAX);
-            }
-        }
+    }
+
+    /// Latches a failed write (see [`GroupCommit::latch`]) and wakes every
+    /// waiter: a batch that would cover their records may never run.
+    pub(crate) fn poison(&self) {
+        self.latch();
+        // Taking the lock orders this after any waiter's look at the flag.
+        drop(self.lock());
+        self.wake(0);
+        self.wake(1);
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -158,9 +209,22 @@ impl GroupCommit {
         self.durable_lsn.load(Ordering::Acquire)
     }
 
-    /// Records that the record `lsn` has been written (to the OS).
-    pub(crate) fn written(&self, lsn: u64) {
+    /// Records that the record `lsn` has been written (to the OS) into the
+    /// active segment, whose last record now ends at `end`.
+    pub(crate) fn written(&self, lsn: u64, end: u64) {
+        let mut tail = self.tail.lock();
+        tail.written_lsn = lsn;
+        tail.end = end;
         self.written_lsn.store(lsn, Ordering::Release);
+    }
+
+    /// Records that the writer rolled to a new active segment, `file` at
+    /// `path`, whose records begin at `end`.
+    pub(crate) fn rolled(&self, file: Arc<dyn StorageFile>, path: PathBuf, end: u64) {
+        let mut tail = self.tail.lock();
+        tail.file = file;
+        tail.path = path;
+        tail.end = end;
     }
 
     /// LSN of the newest record written.
@@ -169,111 +233,144 @@ impl GroupCommit {
     }
 
     /// Records that everything up to `lsn` is durable.
-    pub(crate) fn synced(&self, lsn: u64, counters: &Counters) {
-        bump(&counters.fsyncs);
+    pub(crate) fn synced(&self, lsn: u64) {
+        bump(&self.counters.fsyncs);
         let before = self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
         let batch = lsn.saturating_sub(before);
-        counters.records_synced.add(batch);
+        self.counters.records_synced.add(batch);
         #[expect(clippy::cast_precision_loss, reason = "a batch is far below 2^52 records")]
-        counters.fsync_batch.record(batch as f64);
+        self.counters.fsync_batch.record(batch as f64);
     }
 
-    /// Makes every record up to `lsn` durable, sharing fsyncs between
-    /// callers: one caller at a time leads and fsyncs everything written so
-    /// far; the others wait, each woken once, by the end of the fsync that
-    /// covers its record. Records written while an fsync runs ride the
-    /// next one, whose lead is handed to one of their callers. `active` gives
-    /// the active segment (file and path) and the written LSN, read together
-    /// under the shard's lock, so that a roll cannot slip between them.
-    pub(crate) fn sync_to(&self, lsn: u64, counters: &Counters, active: impl Fn() -> ActiveSnapshot) -> Result<()> {
-        let mut woken = false;
+    /// Blocks until every record up to `lsn` is durable: parked until the
+    /// batch that covers it ends, or running that batch where nobody else
+    /// does (see the module docs).
+    pub(crate) fn sync_to(self: &Arc<Self>, lsn: u64) -> Result<()> {
+        if self.durable_lsn() >= lsn {
+            return Ok(());
+        }
+        let mut batches = self.lock();
         loop {
-            match self.turn(lsn, woken)? {
+            batches = match self.turn(&mut batches, lsn)? {
                 Turn::Durable => return Ok(()),
-                Turn::Lead => {
-                    self.lead(counters, &active)?;
-                    woken = false;
-                }
-                Turn::Follow(listener) => {
-                    listener.wait();
-                    woken = true;
-                }
-            }
+                Turn::Wait(number) => self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner),
+                Turn::Run => self.run_batch(batches),
+            };
         }
     }
 
-    /// One step of waiting for `lsn` to be durable: it is already, or this
-    /// caller must [`lead`](GroupCommit::lead) the next fsync, or it waits
-    /// for the running one and asks again, `woken` (it may then be handed
-    /// the lead). Blocking and async callers share
-    /// this, so an async caller needs a thread only to lead.
-    pub(crate) fn turn(&self, lsn: u64, woken: bool) -> Result<Turn> {
-        if !woken && self.durable_lsn.load(Ordering::Acquire) >= lsn {
+    /// One step of an async wait for `lsn` to be durable: it is, or a
+    /// listener for the end of the batch that covers it (the caller awaits
+    /// it, then asks again), or nobody else runs that batch.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn turn_async(self: &Arc<Self>, lsn: u64) -> Result<AsyncTurn> {
+        if self.durable_lsn() >= lsn {
+            return Ok(AsyncTurn::Durable);
+        }
+        let mut batches = self.lock();
+        Ok(match self.turn(&mut batches, lsn)? {
+            Turn::Durable => AsyncTurn::Durable,
+            // Listening under the lock: the batch ends under it before
+            // its waiters are woken, so this listener is not missed.
+            Turn::Wait(number) => AsyncTurn::Listen(self.done_async[parity(number)].listen()),
+            Turn::Run => AsyncTurn::Block,
+        })
+    }
+
+    /// What a waiter for `lsn` does next, decided under the batches' lock.
+    /// Its own batch's failure is its error; a later one's is
+    /// [`Error::Poisoned`].
+    fn turn(self: &Arc<Self>, batches: &mut Batches, lsn: u64) -> Result<Turn> {
+        if self.durable_lsn() >= lsn {
             return Ok(Turn::Durable);
         }
-        let mut round = self.round_state.lock();
-        if woken && round.handed && !self.is_poisoned() {
-            // The lead was handed on to the callers of the next fsync, and
-            // one of them was woken for it. Any woken caller takes it, even
-            // one whose own record is durable already: the others wait for
-            // it. (A caller that was not woken never takes it in passing,
-            // so a leader cannot be kept leading round after round.)
-            round.handed = false;
-            return Ok(Turn::Lead);
+        if let Some(failed) = batches.failed.as_ref().filter(|failed| lsn <= failed.covering) {
+            return Err(failed.error());
         }
-        if self.durable_lsn.load(Ordering::Acquire) >= lsn {
-            return Ok(Turn::Durable);
+        if batches.running && lsn <= batches.covering {
+            return Ok(Turn::Wait(batches.number));
         }
         if self.is_poisoned() {
             return Err(Error::Poisoned { shard: self.shard });
         }
-        if round.handed {
-            // Handed on, and nobody woken has taken it yet: this caller,
-            // whose record is not durable, runs it.
-            round.handed = false;
-            return Ok(Turn::Lead);
+        if batches.running {
+            // One of the next batch's waiters is woken to run it.
+            batches.next_waiting += 1;
+            return Ok(Turn::Wait(batches.number + 1));
         }
-        if round.leading {
-            // Listening under the lock: the lead ends under it before
-            // notifying, so this listener is not missed.
-            if lsn <= round.covering {
-                return Ok(Turn::Follow(self.done[round.current].listen()));
+        Ok(Turn::Run)
+    }
+
+    /// Runs one batch: begins it under the lock, fsyncs outside it, ends it
+    /// under the lock again and wakes its waiters (after releasing the lock,
+    /// so that they do not wake into it). Returns the lock, taken again.
+    fn run_batch<'a>(&'a self, mut batches: MutexGuard<'a, Batches>) -> MutexGuard<'a, Batches> {
+        let tail = self.tail.lock().clone();
+        batches.number += 1;
+        batches.running = true;
+        batches.covering = tail.written_lsn;
+        batches.next_waiting = 0;
+        let batch = Batch { number: batches.number, tail };
+        drop(batches);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.tail)));
+        let mut batches = self.lock();
+        batches.running = false;
+        let panic = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(failed)) => {
+                batches.failed = Some(failed);
+                None
             }
-            round.next_waiting += 1;
-            return Ok(Turn::Follow(self.done[round.current ^ 1].listen()));
+            Err(panic) => {
+                self.latch();
+                Some(panic)
+            }
+        };
+        let hand_on = batches.next_waiting > 0;
+        drop(batches);
+        self.wake(batch.number);
+        if hand_on {
+            // One waiter of the next batch runs it (a blocking one or an
+            // async one, whichever is there; both may look).
+            self.done[parity(batch.number + 1)].notify_one();
+            #[cfg(feature = "tokio")]
+            self.done_async[parity(batch.number + 1)].notify(1);
         }
-        round.leading = true;
-        round.covering = self.written_lsn.load(Ordering::Acquire);
-        Ok(Turn::Lead)
+        if self.is_poisoned() {
+            // No batch runs after this one: its waiters learn so now.
+            self.wake(batch.number + 1);
+        }
+        if let Some(panic) = panic {
+            std::panic::resume_unwind(panic);
+        }
+        self.lock()
     }
 
-    /// Runs the fsync this caller leads (after [`Turn::Lead`]), then ends
-    /// the lead and wakes the followers, whatever the outcome.
-    pub(crate) fn lead(&self, counters: &Counters, active: &impl Fn() -> ActiveSnapshot) -> Result<()> {
-        let _end = EndLead(self);
-        self.sync_written(counters, active)
+    /// Wakes every waiter of batch `number`.
+    fn wake(&self, number: u64) {
+        self.done[parity(number)].notify_all();
+        #[cfg(feature = "tokio")]
+        self.done_async[parity(number)].notify(usize::MAX);
     }
 
-    /// One fsync of the active segment, covering every record written
-    /// before it starts. Only the leader calls it.
-    fn sync_written(&self, counters: &Counters, active: &impl Fn() -> ActiveSnapshot) -> Result<()> {
-        let snapshot = active();
-        if snapshot.written_lsn <= self.durable_lsn.load(Ordering::Acquire) {
-            // A lead handed on to a caller whose record the last fsync
-            // covered, with nothing written since.
+    /// One batch's fsync of the active segment, covering every record of
+    /// `tail`, then the durable mark.
+    fn sync_batch(&self, tail: &Tail) -> std::result::Result<(), Failed> {
+        if tail.written_lsn <= self.durable_lsn() {
+            // Nothing new since the last fsync (or a roll synced it).
             return Ok(());
         }
-        if let Err(error) = snapshot.file.sync() {
-            self.poison();
-            return Err(Error::io("fsync", snapshot.path, error));
+        if let Err(error) = tail.file.sync() {
+            self.latch();
+            return Err(Failed::new(tail.written_lsn, "fsync", &tail.path, &error));
         }
-        self.synced(snapshot.written_lsn, counters);
+        self.synced(tail.written_lsn);
         // Only now, after the fsync, is the mark true; it becomes durable
         // with the next one.
-        let mark = Mark { synced_end: snapshot.end, round: self.round.fetch_add(1, Ordering::AcqRel) };
-        if let Err(error) = snapshot.file.write_all_at(&mark.encode(), mark.offset()) {
-            self.poison();
-            return Err(Error::io("write", snapshot.path, error));
+        let mark = Mark { synced_end: tail.end, round: self.round.fetch_add(1, Ordering::AcqRel) };
+        if let Err(error) = tail.file.write_all_at(&mark.encode(), mark.offset()) {
+            self.latch();
+            return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
         }
         Ok(())
     }
@@ -281,7 +378,7 @@ impl GroupCommit {
 
 #[cfg(test)]
 mod tests {
-    use super::{ActiveSnapshot, GroupCommit};
+    use super::{GroupCommit, Tail};
     use crate::engine::telemetry::Counters;
     use crate::io::StorageFile;
     use parking_lot::Mutex;
@@ -292,11 +389,15 @@ mod tests {
 
     /// A log that knows what each fsync covered: `written` is the newest LSN
     /// written, and an fsync makes durable what was written when it began.
+    /// The fsync numbered `fail_at` (from 1; 0 for none) fails, and
+    /// `failed_covering` is then what it would have covered.
     #[derive(Debug, Default)]
     struct Log {
         written: AtomicU64,
         durable: AtomicU64,
         fsyncs: AtomicU64,
+        fail_at: u64,
+        failed_covering: AtomicU64,
     }
 
     impl StorageFile for Log {
@@ -316,8 +417,11 @@ mod tests {
             let covered = self.written.load(Ordering::SeqCst);
             // An fsync takes a while, so that callers pile up behind it.
             std::thread::sleep(Duration::from_micros(200));
+            if self.fsyncs.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at {
+                self.failed_covering.store(covered, Ordering::SeqCst);
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
             self.durable.fetch_max(covered, Ordering::SeqCst);
-            self.fsyncs.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
     }
@@ -325,19 +429,19 @@ mod tests {
     /// One shard's log, its group commit and its writer's lock.
     struct Shard {
         log: Arc<Log>,
-        commit: GroupCommit,
-        counters: Counters,
+        commit: Arc<GroupCommit>,
         next: Mutex<u64>,
     }
 
     impl Shard {
-        fn new() -> Arc<Self> {
-            Arc::new(Shard {
-                log: Arc::default(),
-                commit: GroupCommit::new(0, 0, 1),
-                counters: Counters::new(0),
-                next: Mutex::new(0),
-            })
+        /// A shard whose fsync numbered `fail_at` fails.
+        fn new(fail_at: u64) -> Arc<Self> {
+            let log = Arc::new(Log { fail_at, ..Log::default() });
+            let file: Arc<dyn StorageFile> = Arc::clone(&log) as Arc<dyn StorageFile>;
+            let tail = Tail { file, path: "log".into(), written_lsn: 0, end: 0 };
+            let counters = Arc::new(Counters::new(0));
+            let commit = Arc::new(GroupCommit::new(0, tail, 1, counters));
+            Arc::new(Shard { log, commit, next: Mutex::new(0) })
         }
 
         /// Writes the next record (under the writer's lock, as the shard
@@ -349,20 +453,14 @@ mod tests {
                 self.commit.poison();
             }
             self.log.written.store(*next, Ordering::SeqCst);
-            self.commit.written(*next);
+            self.commit.written(*next, *next);
             *next
         }
 
-        /// Waits for `lsn`; the snapshot waits for the shard's lock, as a
-        /// busy shard's does, so that callers write between a lead being
-        /// taken and its snapshot.
+        /// Waits for `lsn`; a success is checked against what the log's
+        /// fsyncs covered.
         fn sync_to(&self, lsn: u64) -> crate::Result<()> {
-            let active = || {
-                std::thread::sleep(Duration::from_micros(50));
-                let file: Arc<dyn StorageFile> = Arc::clone(&self.log) as Arc<dyn StorageFile>;
-                ActiveSnapshot { file, path: "log".into(), written_lsn: self.commit.written_lsn(), end: 0 }
-            };
-            let outcome = self.commit.sync_to(lsn, &self.counters, active);
+            let outcome = self.commit.sync_to(lsn);
             if outcome.is_ok() {
                 assert!(self.log.durable.load(Ordering::SeqCst) >= lsn, "record {lsn} acknowledged before its fsync");
             }
@@ -389,46 +487,83 @@ mod tests {
             .collect()
     }
 
-    /// Many callers write and wait: each returns only once an fsync that
-    /// began after its write has ended, nobody is left waiting, and fsyncs
-    /// are shared.
+    /// Many callers write and wait, twice over: each returns only once an fsync that began after its write has
+    /// ended, nobody is left waiting, and fsyncs are shared.
     #[test]
     fn every_caller_returns_durable_and_fsyncs_are_shared() {
         const CALLERS: u64 = 32;
         const ROUNDS: u64 = 200;
-        let shard = Shard::new();
-        let writes = |caller: u64| ROUNDS / 2 + caller * ROUNDS / CALLERS;
-        let running = Arc::clone(&shard);
-        // Callers leave at different times: one handed the lead may have
-        // nothing more to write.
-        run(CALLERS, move |caller| {
-            for _ in 0..writes(caller) {
-                let lsn = running.write(0);
-                running.sync_to(lsn).expect("sync");
-            }
-        });
-        let records = (0..CALLERS).map(writes).sum::<u64>();
-        let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
-        assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
-        assert_eq!(shard.commit.durable_lsn(), records);
+        for _round in 0..2 {
+            let shard = Shard::new(0);
+            let writes = |caller: u64| ROUNDS / 2 + caller * ROUNDS / CALLERS;
+            let running = Arc::clone(&shard);
+            // Callers leave at different times.
+            run(CALLERS, move |caller| {
+                for _ in 0..writes(caller) {
+                    let lsn = running.write(0);
+                    running.sync_to(lsn).expect("sync");
+                }
+            });
+            let records = (0..CALLERS).map(writes).sum::<u64>();
+            let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
+            assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
+            assert_eq!(shard.commit.durable_lsn(), records);
+        }
     }
 
     /// A write that fails while callers wait (the writer poisons the
-    /// shard, as after a failed `pwrite`), whether a lead runs, is handed
-    /// on or nobody leads: every caller returns, none acknowledged past
-    /// what an fsync covered.
+    /// shard, as after a failed `pwrite`), whether a batch runs or not:
+    /// every caller returns, none acknowledged past what an fsync covered.
     #[test]
     fn a_poisoned_shard_leaves_nobody_waiting() {
-        for poison_at in (1..=64).chain([100, 200]) {
-            let shard = Shard::new();
-            let errors = run(16, move |_| loop {
-                let lsn = shard.write(poison_at);
-                if let Err(error) = shard.sync_to(lsn) {
-                    break error;
+        for _round in 0..2 {
+            for poison_at in (1..=64).chain([100, 200]) {
+                let shard = Shard::new(0);
+                let errors = run(16, move |_| loop {
+                    let lsn = shard.write(poison_at);
+                    if let Err(error) = shard.sync_to(lsn) {
+                        break error;
+                    }
+                });
+                for error in errors {
+                    assert!(matches!(error, crate::Error::Poisoned { .. }), "{error}");
                 }
-            });
-            for error in errors {
-                assert!(matches!(error, crate::Error::Poisoned { .. }), "{error}");
+            }
+        }
+    }
+
+    /// An fsync that fails under many waiters: every waiter of that batch
+    /// gets the fsync's I/O error, every later call `Poisoned`, and no
+    /// caller is acknowledged past what the fsyncs before it covered.
+    #[test]
+    fn a_failed_fsync_fails_every_waiter_of_its_batch() {
+        for _round in 0..2 {
+            for fail_at in [1, 2, 5, 20] {
+                let shard = Shard::new(fail_at);
+                let running = Arc::clone(&shard);
+                let ends = run(16, move |_| loop {
+                    let lsn = running.write(0);
+                    if let Err(error) = running.sync_to(lsn) {
+                        break (lsn, error);
+                    }
+                });
+                let covering = shard.log.failed_covering.load(Ordering::SeqCst);
+                let durable = shard.log.durable.load(Ordering::SeqCst);
+                assert!(covering > durable, "the failed fsync covered nothing new");
+                assert_eq!(shard.commit.durable_lsn(), durable, "acknowledged past the last good fsync");
+                let mut failed_in_batch = 0;
+                for (lsn, error) in ends {
+                    match error {
+                        crate::Error::Io { operation: "fsync", source, .. } => {
+                            assert_eq!(source.raw_os_error(), Some(5));
+                            assert!(lsn > durable && lsn <= covering, "record {lsn} not of the failed batch");
+                            failed_in_batch += 1;
+                        }
+                        crate::Error::Poisoned { .. } => assert!(lsn > durable, "record {lsn} was durable"),
+                        other => panic!("unexpected error {other}"),
+                    }
+                }
+                assert!(failed_in_batch >= 1, "nobody was told of the failed fsync");
             }
         }
     }

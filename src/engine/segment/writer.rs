@@ -203,7 +203,7 @@ impl Writer {
         debug_assert_eq!(lsn, self.next_lsn);
         let frame_len = frame.len() as u64;
         if self.active.end + frame_len > self.segment_bytes {
-            self.roll(commit, counters)?;
+            self.roll(commit)?;
         }
         let offset = self.active.end;
         if offset + frame_len > self.allocated {
@@ -221,7 +221,7 @@ impl Writer {
             commit.poison();
             Error::corruption(self.path(self.active.id), offset, "LSNs exhausted")
         })?;
-        commit.written(lsn);
+        commit.written(lsn, self.active.end);
         bump(&counters.records_written);
         counters.bytes_written.add(frame_len);
         let offset = u32::try_from(offset).expect("segment_bytes is at most 4 GiB");
@@ -273,7 +273,7 @@ impl Writer {
 
     /// Seals the active segment (zeros cut off, fsync) and starts the next
     /// one.
-    fn roll(&mut self, commit: &GroupCommit, counters: &Counters) -> Result<()> {
+    fn roll(&mut self, commit: &GroupCommit) -> Result<()> {
         let trimmed = if self.allocated > self.active.end { self.active.file.set_len(self.active.end) } else { Ok(()) };
         if let Err(error) = trimmed.and_then(|()| self.active.file.sync()) {
             commit.poison();
@@ -284,7 +284,7 @@ impl Writer {
         // again, read-only, once sealed (until then reads and writes fall
         // back to pread and pwrite).
         self.maps.remove(&self.active.id);
-        commit.synced(self.next_lsn.saturating_sub(1), counters);
+        commit.synced(self.next_lsn.saturating_sub(1));
         let id = self.active.id.checked_add(1).ok_or_else(|| Error::InvalidConfig("segment ids exhausted".into()))?;
         let file = create_segment(&*self.storage, &self.dir, self.shard, id, self.next_lsn)?;
         // The new segment exists before the catalog names it: a crash in
@@ -300,6 +300,7 @@ impl Writer {
         let next = ActiveSegment { id, file, end: HEADER_BYTES as u64, hint };
         let mut previous = std::mem::replace(&mut self.active, next);
         self.allocated = HEADER_BYTES as u64;
+        commit.rolled(Arc::clone(&self.active.file), self.path(id), self.active.end);
         previous.hint.write_logged(&*self.storage, &self.dir, &*previous.file, previous.end);
         self.sealed.insert(previous.id, previous.file);
         self.remap(previous.id);

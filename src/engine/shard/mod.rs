@@ -20,8 +20,8 @@ use crate::config::{Config, Durability};
 use crate::engine::entry::KeyHasher;
 use crate::engine::recovery::Recovered;
 #[cfg(feature = "tokio")]
-use crate::engine::segment::commit::Turn;
-use crate::engine::segment::commit::{ActiveSnapshot, GroupCommit};
+use crate::engine::segment::commit::AsyncTurn;
+use crate::engine::segment::commit::{GroupCommit, Tail};
 use crate::engine::segment::writer::Writer;
 use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
@@ -108,10 +108,10 @@ pub(crate) struct Shard {
     state: RwLock<ShardState>,
     /// Callers waiting for a key to leave Processing (`claim_wait`).
     pub waiters: Waiters,
-    commit: GroupCommit,
+    commit: Arc<GroupCommit>,
     /// Set under the state lock by `close`; checked under it by every call.
     closed: AtomicBool,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
 }
 
 impl Shard {
@@ -137,10 +137,18 @@ impl Shard {
             catalog,
             map_writes,
         )?;
-        let counters = Counters::new(id);
+        let counters = Arc::new(Counters::new(id));
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);
         counters.hints_loaded.add(hints_loaded);
         counters.hints_ignored.add(hints_ignored);
+        // Everything recovered at open was synced by recovery.
+        let tail = Tail {
+            file: Arc::clone(&log.active.file),
+            path: log.path(log.active.id),
+            written_lsn: next_lsn.saturating_sub(1),
+            end: log.active.end,
+        };
+        let commit = Arc::new(GroupCommit::new(id, tail, next_round, Arc::clone(&counters)));
         let state = ShardState::new(index, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
@@ -149,8 +157,7 @@ impl Shard {
             clock: Arc::clone(&config.clock),
             state: RwLock::new(state),
             waiters: Waiters::default(),
-            // Everything recovered at open was synced by recovery.
-            commit: GroupCommit::new(id, next_lsn.saturating_sub(1), next_round),
+            commit,
             closed: AtomicBool::new(false),
             counters,
         })
@@ -529,29 +536,20 @@ impl Shard {
 
     /// Makes every record up to `lsn` durable (group commit).
     pub(crate) fn sync_to(&self, lsn: u64) -> Result<()> {
-        self.commit.sync_to(lsn, &self.counters, || self.active_snapshot())
+        self.commit.sync_to(lsn)
     }
 
-    /// One step of waiting for `lsn` to be durable (see [`GroupCommit::turn`]).
+    /// One step of an async wait for `lsn` to be durable (see
+    /// [`GroupCommit::turn_async`]).
     #[cfg(feature = "tokio")]
-    pub(crate) fn commit_turn(&self, lsn: u64, woken: bool) -> Result<Turn> {
-        self.commit.turn(lsn, woken)
+    pub(crate) fn commit_turn(&self, lsn: u64) -> Result<AsyncTurn> {
+        self.commit.turn_async(lsn)
     }
 
-    /// Runs the fsync a caller leads after [`Turn::Lead`].
+    /// The shard's group commit, for a wait on a blocking thread.
     #[cfg(feature = "tokio")]
-    pub(crate) fn lead_commit(&self) -> Result<()> {
-        self.commit.lead(&self.counters, &|| self.active_snapshot())
-    }
-
-    fn active_snapshot(&self) -> ActiveSnapshot {
-        let state = self.state.read();
-        ActiveSnapshot {
-            file: Arc::clone(&state.log.active.file),
-            path: state.log.path(state.log.active.id),
-            written_lsn: self.commit.written_lsn(),
-            end: state.log.active.end,
-        }
+    pub(crate) fn commit(&self) -> Arc<GroupCommit> {
+        Arc::clone(&self.commit)
     }
 
     /// Whether records were written that are not yet durable.
