@@ -104,11 +104,17 @@ impl Keeper {
     /// Renews `token`'s lease when a third of `lease` has passed since the
     /// claim or the last renewal (within a tick of the keeper) until the returned
     /// [`Kept`] is dropped, or until the backend says the lease is lost.
-    pub(crate) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
+    pub(crate) fn keep<K: IdempotencyBackend>(
+        &self,
+        backend: Arc<K>,
+        token: impl Into<Arc<LeaseToken>>,
+        lease: Duration,
+    ) -> Kept {
         let now = Instant::now();
         let status = Arc::new(Status::new(now + lease));
+        let token = token.into();
         let renew = move || -> Renewal {
-            let (backend, token) = (Arc::clone(&backend), token.clone());
+            let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
             Box::pin(async move { backend.renew(&token, lease).await })
         };
         let id = self.leases.next_id.fetch_add(1, Ordering::Relaxed);

@@ -1,9 +1,10 @@
 //! One guarded request: key, scope and body read, the claim, and the
 //! handler's run to its end, with its lease kept alive.
 
-use super::body::{buffered, read_within, resumed, Within};
+use super::body::{buffered, read_request, read_within, resumed, Within};
 use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
+use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
 use super::key::{prefer_wait, read_key, KeyError};
 use super::operations::{prefers_async, tell, Answering};
@@ -20,7 +21,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{Either, Full};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,25 +34,8 @@ fn refused(problem: Problem) -> Response<Full<Bytes>> {
     counted("refused", problem.response())
 }
 
-/// Name of the counter of the layer's answers, by `outcome` and `status`.
-#[cfg(feature = "metrics")]
-pub(super) const RESPONSES_TOTAL: &str = "idempo_http_responses_total";
-
 /// The response header that says a `Prefer` was honoured (RFC 7240 §3).
 const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
-
-/// Counts one answer of the layer under `outcome` (what the layer decided)
-/// and its status.
-fn counted<T>(outcome: &'static str, response: Response<T>) -> Response<T> {
-    count(outcome, response.status().as_str());
-    response
-}
-
-#[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the labels are for the exporter"))]
-fn count(outcome: &'static str, status: &str) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!(RESPONSES_TOTAL, "outcome" => outcome, "status" => status.to_owned()).increment(1);
-}
 
 /// What a guarded request brings to its claim, read from it.
 struct Admitted {
@@ -66,7 +50,7 @@ struct Admitted {
 
 /// A claim that acquired its key.
 struct Acquired {
-    token: LeaseToken,
+    token: Arc<LeaseToken>,
     attempt: u32,
     recovered: bool,
     checkpoint: Option<crate::Checkpoint>,
@@ -132,9 +116,7 @@ where
     if let Some(resource::Refused(outcome, response)) = resource::unconditional(config, &parts) {
         return Err(counted(outcome, response));
     }
-    let Ok(body) =
-        Limited::new(body, config.request_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
-    else {
+    let Some(body) = read_request(body, config.request_bytes_max).await else {
         return Err(refused(Problem::BodyTooLarge));
     };
     let fingerprint = Fingerprint::builder()
@@ -160,10 +142,10 @@ async fn claim<K: IdempotencyBackend>(
     let claimed = shared.backend.claim(&admitted.scope, &admitted.key, admitted.fingerprint, options).await;
     match claimed {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => {
-            Ok(Acquired { token, attempt, recovered, checkpoint })
+            Ok(Acquired { token: Arc::new(token), attempt, recovered, checkpoint })
         }
         Ok(BackendClaim::Replay(stored)) => {
-            Err(counted("replay", waited(replay(&stored, &config.replay_header), wait)))
+            Err(counted("replay", waited(replay(Bytes::from(stored), &config.replay_header), wait)))
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
             let retry_after = retry_after.min(config.in_progress_retry_after);
@@ -206,15 +188,15 @@ where
 {
     let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
     let Acquired { token, attempt, recovered, checkpoint } = acquired;
-    let points = Checkpoints::new(Arc::clone(&shared.backend), token.clone(), (attempt, recovered), checkpoint.clone());
+    let points =
+        Checkpoints::new(Arc::clone(&shared.backend), Arc::clone(&token), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
     let (backend, config) = (Arc::clone(&shared.backend), Arc::clone(&shared.config));
     let answering = config.operations.as_ref().map(|_| Arc::new(Answering::default()));
-    let (started, waited) = tokio::sync::oneshot::channel();
-    let started = respond_async.then_some(started);
-    let owned = Run { token: token.clone(), held, answering: answering.clone(), started, panicked: false };
+    let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
+    let owned = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
     let mut run = Detached::new(run(inner, shared, request, owned));
     if let (Some(operations), Some(answering)) = (&config.operations, answering) {
         // A long run — under respond-async one whose handler waits on
@@ -239,12 +221,14 @@ where
 /// Resolves once a run is long: when its handler first waits on
 /// something (it was asked to respond async: `true`, the preference
 /// applied), or `after` it started (`false`); never otherwise.
-async fn long(started: tokio::sync::oneshot::Receiver<()>, after: Option<Duration>) -> bool {
+async fn long(started: Option<tokio::sync::oneshot::Receiver<()>>, after: Option<Duration>) -> bool {
     let waits = async {
-        match started.await {
-            Ok(()) => true,
-            Err(_) => std::future::pending().await,
+        if let Some(started) = started {
+            if started.await.is_ok() {
+                return true;
+            }
         }
+        std::future::pending().await
     };
     let runs_on = async {
         match after {
@@ -338,7 +322,7 @@ fn waited(mut response: Response<Full<Bytes>>, wait: Option<Duration>) -> Respon
 
 /// One run of a handler under its key's lease.
 struct Run {
-    token: LeaseToken,
+    token: Arc<LeaseToken>,
     /// The resource it holds, if any.
     held: Option<Held>,
     /// For a long operation: who gets the answer, its caller or its status
@@ -397,13 +381,13 @@ where
     R::Error: Into<BoxError>,
 {
     let config = &*shared.config;
-    let kept = shared.keeper.keep(Arc::clone(&shared.backend), run.token.clone(), config.lease);
+    let kept = shared.keeper.keep(Arc::clone(&shared.backend), Arc::clone(&run.token), config.lease);
     let method = request.method().clone();
     let response = match watched(inner.call(request), run.started.take()).await {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
             handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error").await;
-            count("handler_failed", "error");
+            count("handler_failed", None);
             return Err(error);
         }
         Err(Panicked) => {
@@ -508,12 +492,14 @@ where
         }
     };
     let encoded = encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body));
-    let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
     let response = Response::from_parts(parts, buffered(Full::new(body)));
     match keep_answer(shared, kept, token, encoded).await {
         Answer::Stored => counted("executed", response),
         // The backend counts what it stores otherwise than the layer.
-        Answer::TooLarge(kept) => keep_omitted(shared, kept, token, head, response).await,
+        Answer::TooLarge(kept) => {
+            let head = encode_response(response.status(), response.headers(), deny, StoredPart::WithoutBody);
+            keep_omitted(shared, kept, token, head, response).await
+        }
         Answer::NotStored => not_stored(response),
     }
 }

@@ -95,6 +95,7 @@
 mod body;
 mod checkpoints;
 mod config;
+mod counted;
 mod detached;
 mod guard;
 mod key;
@@ -157,7 +158,7 @@ impl<K: IdempotencyBackend> IdempotencyLayer<K> {
     pub fn new(backend: K, config: LayerConfig) -> Self {
         #[cfg(feature = "metrics")]
         metrics::describe_counter!(
-            guard::RESPONSES_TOTAL,
+            counted::RESPONSES_TOTAL,
             "Answers of the idempotency layer by outcome (executed, executed_not_kept, executed_not_stored, \
              replay, in_progress, mismatch, quota_exceeded, refused, store_unavailable, handler_failed, \
              response_too_large, unkeyed, resource_locked, precondition_failed, accepted) and status"
