@@ -35,6 +35,18 @@ fn status_bytes(field: &str) -> u64 {
     line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
+/// CPU time this process has used, all its threads (live and ended)
+/// together, user and system, in seconds (`/proc/self/stat`, in clock
+/// ticks of 10 ms); 0 where that cannot be read.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which may hold spaces: state is
+    // the first of them, utime the 12th and stime the 13th.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after_name.split_whitespace().skip(11).take(2).filter_map(|field| field.parse::<u64>().ok()).sum();
+    ticks as f64 / 100.0
+}
+
 /// Claims and completes `records` new keys (UUID-shaped, 200-byte
 /// responses) on `threads` threads.
 pub fn load_completed(store: &idemkv::Store, records: u64, threads: u64) {

@@ -500,7 +500,10 @@ impl IdempotencyBackend for Store {
         }
         request = request.reuse(options.reuse);
         Ok(match options.wait {
-            Some(timeout) => backend_claim(self.claim_wait_async(&request, timeout).await?, |record| record.response),
+            // Boxed: a wait's state stays out of every claim's future.
+            Some(timeout) => {
+                backend_claim(Box::pin(self.claim_wait_async(&request, timeout)).await?, |record| record.response)
+            }
             // A replay copies the answer alone out of the store.
             None => {
                 backend_claim(self.claim_async_with(&request, |record| record.response().to_vec()).await?, |answer| {

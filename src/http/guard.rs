@@ -75,7 +75,9 @@ where
     let config = &shared.config;
     let key = match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.require_key => return unkeyed(inner, shared, request).await,
+        // Boxed here and below: a path few requests take keeps its state
+        // out of every request's future.
+        Ok(None) if !config.require_key => return Box::pin(unkeyed(inner, shared, request)).await,
         Ok(None) => return Ok(refused(Problem::KeyMissing).map(buffered)),
         Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(buffered)),
         Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(buffered)),
@@ -88,12 +90,15 @@ where
         Ok(acquired) => acquired,
         Err(answer) => return Ok(answer.map(buffered)),
     };
-    let held = match resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait).await {
-        Ok(held) => held,
-        Err(resource::Refused(outcome, response)) => {
-            release(&*shared.backend, &acquired.token).await;
-            return Ok(counted(outcome, response.map(buffered)));
-        }
+    let held = match shared.config.resource {
+        None => None,
+        Some(_) => match Box::pin(resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait)).await {
+            Ok(held) => held,
+            Err(resource::Refused(outcome, response)) => {
+                Box::pin(release(&*shared.backend, &acquired.token)).await;
+                return Ok(counted(outcome, response.map(buffered)));
+            }
+        },
     };
     execute(inner, shared, admitted, acquired, held).await
 }
@@ -206,7 +211,7 @@ where
         tokio::select! {
             biased;
             outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
-            preferred = long(waited, operations.after) => {
+            preferred = Box::pin(long(waited, operations.after)) => {
                 if answering.accept() {
                     drop(run);
                     let accepted = operations.accepted(&token.key, config.in_progress_retry_after, preferred);
@@ -254,7 +259,7 @@ async fn finished<K: IdempotencyBackend, R, E>(
     let Ok(outcome) = outcome else {
         tracing::error!("handler panicked");
         if policy.releases_on_error() {
-            release(backend, token).await;
+            Box::pin(release(backend, token)).await;
         }
         return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
     };
@@ -363,7 +368,7 @@ where
     // that panicked, or a process that died, leaves it to lapse, so that
     // its next holder learns that it may have been half-written.
     if let (Some(held), false) = (run.held, run.panicked) {
-        held.release(&*shared.backend).await;
+        Box::pin(held.release(&*shared.backend)).await;
     }
     answer
 }
@@ -386,13 +391,13 @@ where
     let response = match watched(inner.call(request), run.started.take()).await {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
-            handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error").await;
+            Box::pin(handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error")).await;
             count("handler_failed", None);
             return Err(error);
         }
         Err(Panicked) => {
             run.panicked = true;
-            handler_failed(shared, run, Problem::HandlerFailed, "the handler panicked").await;
+            Box::pin(handler_failed(shared, run, Problem::HandlerFailed, "the handler panicked")).await;
             return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
         }
     };
@@ -400,10 +405,10 @@ where
     if parts.extensions.get::<NotSpent>().is_some()
         || !config.policy.keeps(parts.status, config.keep_validation_failures)
     {
-        return Ok(not_kept(shared, run, parts, body).await);
+        return Ok(Box::pin(not_kept(shared, run, parts, body)).await);
     }
     if let Some(held) = &run.held {
-        held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
+        Box::pin(held.answered(&shared.backend, &method, parts.status, &mut parts.headers)).await;
     }
     Ok(keep_handlers_answer(shared, kept, run, parts, body).await)
 }
@@ -475,7 +480,8 @@ where
     let limit = backend.limits().response_bytes_max;
     let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, deny)) else {
         let status_only = encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly);
-        return keep_omitted(shared, kept, token, status_only, Response::from_parts(parts, Either::Left(body))).await;
+        let response = Response::from_parts(parts, Either::Left(body));
+        return Box::pin(keep_omitted(shared, kept, token, status_only, response)).await;
     };
     // The body's error, made `Send` before anything else is awaited.
     let read = read_within(body, budget).await.map_err(Into::<BoxError>::into);
@@ -483,11 +489,13 @@ where
         Ok(Within::Whole(body)) => body,
         Ok(Within::Over(read, rest)) => {
             let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
-            return keep_omitted(shared, kept, token, head, Response::from_parts(parts, resumed(read, rest))).await;
+            let response = Response::from_parts(parts, resumed(read, rest));
+            return Box::pin(keep_omitted(shared, kept, token, head, response)).await;
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
-            handler_failed(shared, run, Problem::ResponseUnreadable, "the handler's response body failed").await;
+            let problem = Problem::ResponseUnreadable;
+            Box::pin(handler_failed(shared, run, problem, "the handler's response body failed")).await;
             return counted("handler_failed", answer(Problem::ResponseUnreadable));
         }
     };
@@ -498,7 +506,7 @@ where
         // The backend counts what it stores otherwise than the layer.
         Answer::TooLarge(kept) => {
             let head = encode_response(response.status(), response.headers(), deny, StoredPart::WithoutBody);
-            keep_omitted(shared, kept, token, head, response).await
+            Box::pin(keep_omitted(shared, kept, token, head, response)).await
         }
         Answer::NotStored => not_stored(response),
     }
