@@ -59,7 +59,7 @@ struct Acquired {
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -177,7 +177,7 @@ async fn claim<K: IdempotencyBackend>(
 /// operation.
 async fn execute<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     admitted: Admitted,
     acquired: Acquired,
     held: Option<Held>,
@@ -198,29 +198,29 @@ where
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
-    let (backend, config) = (Arc::clone(&shared.backend), Arc::clone(&shared.config));
-    let answering = config.operations.as_ref().map(|_| Arc::new(Answering::default()));
+    let layer = Arc::clone(&shared);
+    let answering = layer.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
     let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
     let owned = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
     let mut run = Detached::new(run(inner, shared, request, owned));
-    if let (Some(operations), Some(answering)) = (&config.operations, answering) {
+    if let (Some(operations), Some(answering)) = (&layer.config.operations, answering) {
         // A long run — under respond-async one whose handler waits on
         // something, or one past the configured time — is answered 202
         // unless its handler answered first; it goes on, detached, and
         // its answer is for the status resource.
         tokio::select! {
             biased;
-            outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
+            outcome = &mut run => return finished(outcome, &layer.config, &*layer.backend, &token).await,
             preferred = Box::pin(long(waited, operations.after)) => {
                 if answering.accept() {
                     drop(run);
-                    let accepted = operations.accepted(&token.key, config.in_progress_retry_after, preferred);
+                    let accepted = operations.accepted(&token.key, layer.config.in_progress_retry_after, preferred);
                     return Ok(counted("accepted", accepted.map(buffered)));
                 }
             }
         }
     }
-    finished(run.await, &config, &*backend, &token).await
+    finished(run.await, &layer.config, &*layer.backend, &token).await
 }
 
 /// Resolves once a run is long: when its handler first waits on
@@ -271,7 +271,7 @@ async fn finished<K: IdempotencyBackend, R, E>(
 /// resource the route names, held (and versioned) as a keyed one is.
 pub(super) async fn unkeyed<S, K, B, R>(
     mut inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -353,7 +353,7 @@ impl Run {
 /// until the answer is stored, the key released, or the run given up.
 async fn run<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
     mut run: Run,
 ) -> Result<Response<LayerBody<R>>, S::Error>
