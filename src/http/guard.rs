@@ -22,6 +22,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,14 +175,15 @@ async fn claim<K: IdempotencyBackend>(
 /// its end whatever the client does — a client that goes away drops this
 /// future, and the handler's run moves to a task of its own, whose answer
 /// is then kept for the retry — answered when it ends, or 202 for a long
-/// operation.
-async fn execute<S, K, B, R>(
+/// operation. What the run needs is moved into its own future here, so
+/// that no copy of it stays in the request's.
+fn execute<S, K, B, R>(
     inner: S,
     shared: Arc<Shared<K>>,
     admitted: Admitted,
     acquired: Acquired,
     held: Option<Held>,
-) -> Result<Response<LayerBody<R>>, S::Error>
+) -> impl Future<Output = Result<Response<LayerBody<R>>, S::Error>> + Send
 where
     S: tower::Service<Request<B>, Response = Response<R>> + Send + 'static,
     S::Future: Send + 'static,
@@ -191,6 +193,59 @@ where
     R: Body<Data = Bytes> + Send + 'static,
     R::Error: Into<BoxError>,
 {
+    // Not an `async fn`: its arguments would stay in the future.
+    let (started, waited) = start(inner, Arc::clone(&shared), admitted, acquired, held);
+    let Started { inner, shared: its, request, run: state, token } = started;
+    let mut run = Detached::new(run(inner, its, request, state));
+    async move {
+        if let (Some(operations), Some(answering)) = (&shared.config.operations, waited.answering) {
+            // A long run — under respond-async one whose handler waits on
+            // something, or one past the configured time — is answered 202
+            // unless its handler answered first; it goes on, detached, and
+            // its answer is for the status resource.
+            tokio::select! {
+                biased;
+                outcome = &mut run => return finished(outcome, &shared.config, &*shared.backend, &token).await,
+                preferred = Box::pin(long(waited.started, operations.after)) => {
+                    if answering.accept() {
+                        drop(run);
+                        let retry_after = shared.config.in_progress_retry_after;
+                        let accepted = operations.accepted(&token.key, retry_after, preferred);
+                        return Ok(counted("accepted", accepted.map(buffered)));
+                    }
+                }
+            }
+        }
+        finished(run.await, &shared.config, &*shared.backend, &token).await
+    }
+}
+
+/// What a run starts with: its handler, the request (with its extensions)
+/// and its state.
+struct Started<S, K, B> {
+    inner: S,
+    shared: Arc<Shared<K>>,
+    request: Request<B>,
+    run: Run,
+    token: Arc<LeaseToken>,
+}
+
+/// How a long operation's run is watched: told when its handler first
+/// waits (under respond-async), and who answers.
+struct Watched {
+    started: Option<tokio::sync::oneshot::Receiver<()>>,
+    answering: Option<Arc<Answering>>,
+}
+
+/// The request of an acquired key, with its `Attempt` and `Checkpoints`,
+/// and the run's state.
+fn start<S, K: IdempotencyBackend, B: From<Bytes>>(
+    inner: S,
+    shared: Arc<Shared<K>>,
+    admitted: Admitted,
+    acquired: Acquired,
+    held: Option<Held>,
+) -> (Started<S, K, B>, Watched) {
     let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
     let Acquired { token, attempt, recovered, checkpoint } = acquired;
     let points =
@@ -198,29 +253,10 @@ where
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
     let request = Request::from_parts(parts, B::from(body));
-    let layer = Arc::clone(&shared);
-    let answering = layer.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
+    let answering = shared.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
     let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
-    let owned = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
-    let mut run = Detached::new(run(inner, shared, request, owned));
-    if let (Some(operations), Some(answering)) = (&layer.config.operations, answering) {
-        // A long run — under respond-async one whose handler waits on
-        // something, or one past the configured time — is answered 202
-        // unless its handler answered first; it goes on, detached, and
-        // its answer is for the status resource.
-        tokio::select! {
-            biased;
-            outcome = &mut run => return finished(outcome, &layer.config, &*layer.backend, &token).await,
-            preferred = Box::pin(long(waited, operations.after)) => {
-                if answering.accept() {
-                    drop(run);
-                    let accepted = operations.accepted(&token.key, layer.config.in_progress_retry_after, preferred);
-                    return Ok(counted("accepted", accepted.map(buffered)));
-                }
-            }
-        }
-    }
-    finished(run.await, &layer.config, &*layer.backend, &token).await
+    let run = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
+    (Started { inner, shared, request, run, token }, Watched { started: waited, answering })
 }
 
 /// Resolves once a run is long: when its handler first waits on

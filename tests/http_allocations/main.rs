@@ -96,9 +96,20 @@ async fn count(app: &Router, requests: Vec<Request<Body>>) -> (u64, f64, Vec<(St
 }
 
 /// The bounds: what the layer, the store and axum allocate for one call
-/// of the bench's request on this path, measured when they were set.
-const NEW_KEY_MAX: u64 = 40;
-const REPLAY_MAX: u64 = 22;
+/// of the bench's request, as measured when they were set. A new key's
+/// 36: the bare route's 17 (axum's routing, the handler, the test's
+/// reading of the body); 5 more of axum's for a route behind a layer and
+/// a body of the layer's type; the store's claim 1 (the lease's key); the
+/// layer's 13 — the boxed request future and the handler's run (which
+/// outlives a client that leaves), the key, the lease token the run
+/// shares, its keeper's entry (2), the checkpoints, the `Attempt` and
+/// `Checkpoints` extensions (3, the map's table grown for them), the
+/// request body handed on, the response body read, the stored answer. A
+/// replay's 20: axum's 13 and the test's 1, the answer copied out of the
+/// store, and the layer's 5 — the boxed future, the key, the headers'
+/// table (2) and the one count the replayed headers and body share.
+const NEW_KEY_MAX: u64 = 36;
+const REPLAY_MAX: u64 = 20;
 
 #[test]
 fn an_answer_allocates_no_more_than_its_bound() {
@@ -111,9 +122,7 @@ fn an_answer_allocates_no_more_than_its_bound() {
         // Once-only work first: the keeper's thread, the tables' first sizes.
         count(&app, (0..64).map(|n| request(&format!("warm-{n}"))).collect()).await;
 
-        let bare = Router::new().route("/payments", post(handler));
-        count(&bare, (0..64).map(|n| request(&format!("warm-{n}"))).collect()).await;
-        let (route, _, _) = count(&bare, (0..64).map(|n| request(&format!("bare-{n}"))).collect()).await;
+        // The bare route's count, for the comparison printed.
         let bare = Router::new().route("/payments", post(handler));
         count(&bare, (0..64).map(|n| request(&format!("warm-{n}"))).collect()).await;
         let (route, _, _) = count(&bare, (0..64).map(|n| request(&format!("bare-{n}"))).collect()).await;
