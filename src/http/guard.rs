@@ -151,7 +151,7 @@ async fn claim<K: IdempotencyBackend>(
             Ok(Acquired { token: Arc::new(token), attempt, recovered, checkpoint })
         }
         Ok(BackendClaim::Replay(stored)) => {
-            Err(counted("replay", waited(replay(Bytes::from(stored), &config.replay_header), wait)))
+            Err(counted("replay", waited(replay(&Bytes::from(stored), &config.replay_header), wait)))
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
             let retry_after = retry_after.min(config.in_progress_retry_after);

@@ -166,7 +166,7 @@ pub(super) struct Stored {
 
 /// The answer [`encode_response`] stored (or an earlier release did). Its
 /// header values and body are parts of `stored`, not copies.
-pub(super) fn decode_response(stored: Bytes) -> Result<Stored, Undecodable> {
+pub(super) fn decode_response(stored: &Bytes) -> Result<Stored, Undecodable> {
     let all = &stored[..];
     let mut at = 0usize;
     let mut take = |len: usize| -> Result<(usize, &[u8]), Undecodable> {
@@ -209,7 +209,7 @@ pub(super) fn decode_response(stored: Bytes) -> Result<Stored, Undecodable> {
 /// The stored response with `replay_header: true` added (`omitted` for
 /// one kept without its body); a 500 `stored-unreadable` problem for
 /// bytes that are not a stored answer.
-pub(super) fn replay(stored: Bytes, replay_header: &HeaderName) -> Response<Full<Bytes>> {
+pub(super) fn replay(stored: &Bytes, replay_header: &HeaderName) -> Response<Full<Bytes>> {
     match decode_response(stored) {
         Ok(Stored { mut response, omitted }) => {
             let headers = response.headers_mut();
@@ -237,7 +237,7 @@ mod tests {
     use http::header::CONTENT_TYPE;
 
     fn decoded(stored: &[u8]) -> Stored {
-        decode_response(Bytes::copy_from_slice(stored)).expect("decodes")
+        decode_response(&Bytes::copy_from_slice(stored)).expect("decodes")
     }
 
     #[test]
@@ -278,14 +278,14 @@ mod tests {
         assert_eq!(bare.len(), 8, "the least truthful record: the status and a mark");
         let Stored { response, omitted } = decoded(&bare);
         assert_eq!((response.status(), omitted, response.headers().len()), (StatusCode::CREATED, true, 0));
-        let replayed = replay(Bytes::copy_from_slice(&bare), &HeaderName::from_static("idempotency-replay"));
+        let replayed = replay(&Bytes::copy_from_slice(&bare), &HeaderName::from_static("idempotency-replay"));
         assert_eq!(
             (replayed.status(), replayed.headers()["idempotency-replay"].to_str().ok()),
             (StatusCode::CREATED, Some("omitted"))
         );
         let whole = encode_response(StatusCode::OK, &headers, &[], Kept::Whole(b"x"));
         assert_eq!(
-            replay(Bytes::copy_from_slice(&whole), &HeaderName::from_static("idempotency-replay")).headers()
+            replay(&Bytes::copy_from_slice(&whole), &HeaderName::from_static("idempotency-replay")).headers()
                 ["idempotency-replay"],
             "true"
         );
@@ -305,29 +305,29 @@ mod tests {
     #[test]
     fn bytes_that_are_no_stored_answer_are_refused_with_a_reason() {
         let encoded = encode_response(StatusCode::OK, &HeaderMap::new(), &[], Kept::Whole(b"body"));
-        assert_eq!(decode_response(Bytes::copy_from_slice(&encoded[..3])).err(), Some(Undecodable::Truncated));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&encoded[..3])).err(), Some(Undecodable::Truncated));
         assert_eq!(
-            decode_response(Bytes::copy_from_slice(&encoded[..9])).ok().map(|stored| stored.response.status()),
+            decode_response(&Bytes::copy_from_slice(&encoded[..9])).ok().map(|stored| stored.response.status()),
             Some(StatusCode::OK)
         );
         // Another writer's bytes under the key: a status of 769, of 65 535.
-        assert_eq!(decode_response(Bytes::copy_from_slice(&[0x01, 0x03, 0, 0])).err(), Some(Undecodable::Status(769)));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&[0x01, 0x03, 0, 0])).err(), Some(Undecodable::Status(769)));
         assert_eq!(
-            decode_response(Bytes::copy_from_slice(&[0xff, 0xff, 0, 0])).err(),
+            decode_response(&Bytes::copy_from_slice(&[0xff, 0xff, 0, 0])).err(),
             Some(Undecodable::Status(65_535))
         );
         assert_eq!(
-            decode_response(Bytes::copy_from_slice(&[0xff, b'H', 2, 0, 200, 0, 0, 0])).err(),
+            decode_response(&Bytes::copy_from_slice(&[0xff, b'H', 2, 0, 200, 0, 0, 0])).err(),
             Some(Undecodable::Version(2))
         );
         assert_eq!(
-            decode_response(Bytes::copy_from_slice(&[0xff, b'H', 1, 4, 200, 0, 0, 0])).err(),
+            decode_response(&Bytes::copy_from_slice(&[0xff, b'H', 1, 4, 200, 0, 0, 0])).err(),
             Some(Undecodable::Flags(4))
         );
         let mut lying = encode_response(StatusCode::OK, &HeaderMap::new(), &[], Kept::Whole(b""));
         lying[6] = 9; // nine headers that are not there
-        assert_eq!(decode_response(Bytes::copy_from_slice(&lying)).err(), Some(Undecodable::Truncated));
-        let unreadable = replay(Bytes::copy_from_slice(&[0x01, 0x03]), &HeaderName::from_static("idempotency-replay"));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&lying)).err(), Some(Undecodable::Truncated));
+        let unreadable = replay(&Bytes::copy_from_slice(&[0x01, 0x03]), &HeaderName::from_static("idempotency-replay"));
         assert_eq!(unreadable.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }
