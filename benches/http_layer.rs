@@ -10,6 +10,13 @@
 //! Standard Webhook with a fresh id (signed by the caller, in both rows),
 //! to the bare route and through `WebhookLayer` (verify, then the inbox).
 //!
+//! Beside each rate, the CPU time the whole process spent per call (all
+//! its threads, from `/proc/self/stat`), and how much more that is than
+//! the bare route's: on a shared machine, where other work slows the
+//! rates down, the CPU a call moves much less. The in-process `+µs` of the
+//! fresh-key row is the layer's own cost of a new key, its store's
+//! claim and completion included.
+//!
 //! ```text
 //! cargo bench -p idemkv-bench --bench http_layer            # 5 s per row
 //! IDEMKV_BENCH_SECONDS=0.5 cargo bench -p idemkv-bench --bench http_layer
@@ -45,12 +52,20 @@ async fn serve(app: Router) -> String {
 struct Tally {
     requests: u64,
     seconds: f64,
+    /// CPU time of the whole process, server and client.
+    cpu_seconds: f64,
     latencies: Histogram<u64>,
 }
 
 impl Tally {
     fn new() -> Self {
-        Tally { requests: 0, seconds: 0.0, latencies: histogram() }
+        Tally { requests: 0, seconds: 0.0, cpu_seconds: 0.0, latencies: histogram() }
+    }
+
+    /// CPU a request, µs, server and client together.
+    #[expect(clippy::cast_precision_loss, reason = "a mean")]
+    fn cpu_micros(&self) -> f64 {
+        self.cpu_seconds * 1e6 / (self.requests.max(1) as f64)
     }
 
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
@@ -69,7 +84,7 @@ fn histogram() -> Histogram<u64> {
 async fn drive(client: &reqwest::Client, url: &str, seconds: f64, replay: bool, slice: usize, tally: &mut Tally) {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), support::cpu_seconds());
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|task| {
             let (client, url, stop, count) = (client.clone(), url.to_string(), Arc::clone(&stop), Arc::clone(&count));
@@ -102,6 +117,7 @@ async fn drive(client: &reqwest::Client, url: &str, seconds: f64, replay: bool, 
         tally.latencies.add(task.await.expect("client task")).expect("same bounds");
     }
     tally.seconds += started.elapsed().as_secs_f64();
+    tally.cpu_seconds += support::cpu_seconds() - cpu_started;
     tally.requests += count.load(Ordering::Relaxed);
 }
 
@@ -115,26 +131,50 @@ async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
 
 fn print(name: &str, row: &Tally, bare: &Tally) {
     println!(
-        "{name:<28} {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}  ×bare {:.2}",
+        "{name:<28} {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}  ×bare {:.2}  CPU {:>5.1} µs a request, +{:.1} µs",
         row.rate(),
         Duration::from_nanos(row.latencies.value_at_quantile(0.5)),
         Duration::from_nanos(row.latencies.value_at_quantile(0.99)),
-        ratio(row.rate(), bare.rate())
+        ratio(row.rate(), bare.rate()),
+        row.cpu_micros(),
+        row.cpu_micros() - bare.cpu_micros()
     );
+}
+
+/// Calls per second and CPU per call (µs, every thread of the process,
+/// the calling tasks' own work included) of one in-process row.
+#[derive(Clone, Copy)]
+struct Row {
+    rate: f64,
+    cpu_micros: f64,
+}
+
+impl Row {
+    /// This row beside the bare route's `bare`: its rate, its CPU a call
+    /// and what it adds to the bare route's.
+    fn beside(&self, bare: Row) -> String {
+        format!(
+            "{:>9.0} calls/s  ×bare {:.2}  CPU {:>5.2} µs a call, +{:.2} µs",
+            self.rate,
+            ratio(self.rate, bare.rate),
+            self.cpu_micros,
+            self.cpu_micros - bare.cpu_micros
+        )
+    }
 }
 
 /// Calls `app` in process, with no network between, `CLIENTS` calls in
 /// flight: what the layer itself costs per request.
-async fn in_process(app: Router, seconds: f64, replay: bool) -> f64 {
+async fn in_process(app: Router, seconds: f64, replay: bool) -> Row {
     in_process_signed(app, seconds, replay, None).await
 }
 
 /// As [`in_process`]; with `signer`, each call is a Standard Webhook
 /// signed by it, its id the call's key.
-async fn in_process_signed(app: Router, seconds: f64, replay: bool, signer: Option<StandardWebhooks>) -> f64 {
+async fn in_process_signed(app: Router, seconds: f64, replay: bool, signer: Option<StandardWebhooks>) -> Row {
     use tower::ServiceExt;
     let count = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), support::cpu_seconds());
     let until = started + Duration::from_secs_f64(seconds);
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|task| {
@@ -168,8 +208,9 @@ async fn in_process_signed(app: Router, seconds: f64, replay: bool, signer: Opti
         task.await.expect("task");
     }
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    let rate = count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    rate
+    let calls = count.load(Ordering::Relaxed) as f64;
+    let cpu = support::cpu_seconds() - cpu_started;
+    Row { rate: calls / started.elapsed().as_secs_f64(), cpu_micros: cpu * 1e6 / calls.max(1.0) }
 }
 
 fn main() {
@@ -198,7 +239,7 @@ fn main() {
             print(name, row, &rows[0]);
         }
 
-        println!("in process (no network): calls/s");
+        println!("in process (no network): calls/s, and CPU a call (every thread) beside the bare route's");
         let bare = in_process(Router::new().route("/payments", post(handler)), seconds, false).await;
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
@@ -225,20 +266,16 @@ fn main() {
         let webhooks = WebhookLayer::new(signer.clone(), Inbox::new(hooks_store), "bench").expect("layer");
         let hooks_app = Router::new().route("/payments", post(handler)).layer(webhooks);
         let hooked = in_process_signed(hooks_app, seconds, false, Some(signer)).await;
-        println!("bare route                   {bare:>9.0} calls/s");
-        println!("layer, Buffered, fresh keys  {fresh:>9.0} calls/s  ×bare {:.2}", ratio(fresh, bare));
-        println!("layer, Buffered, replays     {replays:>9.0} calls/s  ×bare {:.2}", ratio(replays, bare));
+        println!("bare route                   {}", bare.beside(bare));
+        println!("layer, Buffered, fresh keys  {}", fresh.beside(bare));
+        println!("layer, Buffered, replays     {}", replays.beside(bare));
+        println!("  + resource held            {}  ×layer {:.2}", held.beside(bare), ratio(held.rate, fresh.rate));
         println!(
-            "  + resource held            {held:>9.0} calls/s  ×bare {:.2}  ×layer {:.2}",
-            ratio(held, bare),
-            ratio(held, fresh)
+            "  + held, version stepped    {}  ×layer {:.2}",
+            versioned.beside(bare),
+            ratio(versioned.rate, fresh.rate)
         );
-        println!(
-            "  + held, version stepped    {versioned:>9.0} calls/s  ×bare {:.2}  ×layer {:.2}",
-            ratio(versioned, bare),
-            ratio(versioned, fresh)
-        );
-        println!("signed webhooks, bare route  {signed_bare:>9.0} calls/s");
-        println!("signed webhooks, WebhookLayer {hooked:>8.0} calls/s  ×bare route signed {:.2}", ratio(hooked, signed_bare));
+        println!("signed webhooks, bare route  {}", signed_bare.beside(signed_bare));
+        println!("signed webhooks, WebhookLayer {}", hooked.beside(signed_bare));
     });
 }

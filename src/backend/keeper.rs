@@ -35,6 +35,7 @@ use crate::{Error, LeaseToken};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -58,7 +59,7 @@ impl std::fmt::Debug for Keeper {
         formatter
             .debug_struct("Keeper")
             .field("started", &self.thread.get().is_some())
-            .field("leases", &self.leases.entries.lock().len())
+            .field("leases", &self.leases.entries.lock().map.len())
             .finish()
     }
 }
@@ -76,10 +77,37 @@ struct Entry {
     running: Option<tokio::task::AbortHandle>,
 }
 
+/// The leases being kept, by id.
+struct Entries {
+    map: HashMap<u64, Entry, BuildHasherDefault<IdHasher>>,
+    /// The id of the next lease.
+    next_id: u64,
+}
+
+/// The hash of a lease's id: ids are distinct counts, so one multiplication
+/// spreads them (the table needs no defence against chosen keys).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The leases being kept, shared by the requests and the keeper's thread.
 struct Leases {
-    entries: Mutex<HashMap<u64, Entry>>,
-    next_id: AtomicU64,
+    entries: Mutex<Entries>,
     /// The keeper's tick, in microseconds: a twelfth of the shortest lease
     /// seen (at least a millisecond); `u64::MAX` before the first.
     tick_micros: AtomicU64,
@@ -92,8 +120,7 @@ struct Leases {
 impl Keeper {
     pub(crate) fn new() -> Self {
         let leases = Leases {
-            entries: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
+            entries: Mutex::new(Entries { map: HashMap::default(), next_id: 0 }),
             tick_micros: AtomicU64::new(u64::MAX),
             shorter: Arc::new(tokio::sync::Notify::new()),
             tick_started: AtomicBool::new(false),
@@ -104,14 +131,19 @@ impl Keeper {
     /// Renews `token`'s lease when a third of `lease` has passed since the
     /// claim or the last renewal (within a tick of the keeper) until the returned
     /// [`Kept`] is dropped, or until the backend says the lease is lost.
-    pub(crate) fn keep<K: IdempotencyBackend>(&self, backend: Arc<K>, token: LeaseToken, lease: Duration) -> Kept {
+    pub(crate) fn keep<K: IdempotencyBackend>(
+        &self,
+        backend: Arc<K>,
+        token: impl Into<Arc<LeaseToken>>,
+        lease: Duration,
+    ) -> Kept {
         let now = Instant::now();
         let status = Arc::new(Status::new(now + lease));
+        let token = token.into();
         let renew = move || -> Renewal {
-            let (backend, token) = (Arc::clone(&backend), token.clone());
+            let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
             Box::pin(async move { backend.renew(&token, lease).await })
         };
-        let id = self.leases.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
             due: now + period(lease),
             lease,
@@ -119,9 +151,19 @@ impl Keeper {
             renew: Box::new(renew),
             running: None,
         };
-        self.leases.entries.lock().insert(id, entry);
+        let id = {
+            let mut entries = self.leases.entries.lock();
+            let id = entries.next_id;
+            entries.next_id += 1;
+            entries.map.insert(id, entry);
+            id
+        };
         let tick = u64::try_from((lease / 12).max(Duration::from_millis(1)).as_micros()).unwrap_or(u64::MAX);
-        if self.leases.tick_micros.fetch_min(tick, Ordering::AcqRel) > tick {
+        // Read first: the tick seldom changes, and a write on every lease
+        // would move its cache line between the cores.
+        if tick < self.leases.tick_micros.load(Ordering::Acquire)
+            && self.leases.tick_micros.fetch_min(tick, Ordering::AcqRel) > tick
+        {
             // The first lease, or one shorter than any before: the keeper
             // starts, or ticks faster from now on.
             self.start();
@@ -167,7 +209,7 @@ async fn tick(leases: Weak<Leases>) {
         let Some(table) = leases.upgrade() else { return };
         let now = Instant::now();
         let mut entries = table.entries.lock();
-        for (id, entry) in entries.iter_mut().filter(|(_, entry)| entry.running.is_none() && entry.due <= now) {
+        for (id, entry) in entries.map.iter_mut().filter(|(_, entry)| entry.running.is_none() && entry.due <= now) {
             let renewal = (entry.renew)();
             let task = tokio::spawn(renew_once(Weak::clone(&leases), *id, renewal));
             entry.running = Some(task.abort_handle());
@@ -182,7 +224,7 @@ async fn renew_once(leases: Weak<Leases>, id: u64, renewal: Renewal) {
     let outcome = renewal.await;
     let Some(table) = leases.upgrade() else { return };
     let mut entries = table.entries.lock();
-    let Some(entry) = entries.get_mut(&id) else { return };
+    let Some(entry) = entries.map.get_mut(&id) else { return };
     entry.running = None;
     match outcome {
         Ok(()) => {
@@ -193,7 +235,7 @@ async fn renew_once(leases: Weak<Leases>, id: u64, renewal: Renewal) {
         Err(error @ Error::LeaseLost { .. }) => {
             event!(warn, %error, "lease lost while its request runs; its answer will not be kept");
             entry.status.lost.store(true, Ordering::Release);
-            entries.remove(&id);
+            entries.map.remove(&id);
         }
         #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
         Err(error) => {
@@ -274,7 +316,7 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
-        let entry = self.leases.entries.lock().remove(&self.id);
+        let entry = self.leases.entries.lock().map.remove(&self.id);
         if let Some(running) = entry.and_then(|entry| entry.running) {
             running.abort();
         }

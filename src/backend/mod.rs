@@ -472,6 +472,22 @@ impl Store {
     }
 }
 
+/// The backend's form of the store's `claim`, whose replay is `answer` of
+/// what the claim replayed.
+#[cfg(feature = "tokio")]
+fn backend_claim<R>(claim: Claim<R>, answer: impl FnOnce(R) -> Vec<u8>) -> BackendClaim {
+    match claim {
+        Claim::Acquired(lease) => {
+            let (attempt, recovered) = (lease.attempt(), lease.recovered());
+            let checkpoint = lease.last_checkpoint().cloned();
+            BackendClaim::Acquired { token: lease.into_token(), attempt, recovered, checkpoint }
+        }
+        Claim::Replay(replayed) => BackendClaim::Replay(answer(replayed)),
+        Claim::InProgress { retry_after, .. } => BackendClaim::InProgress { retry_after },
+        Claim::Mismatch => BackendClaim::Mismatch,
+    }
+}
+
 #[cfg(feature = "tokio")]
 impl IdempotencyBackend for Store {
     async fn claim_in(
@@ -490,19 +506,17 @@ impl IdempotencyBackend for Store {
             request = request.ttl(ttl);
         }
         request = request.reuse(options.reuse);
-        let claim = match options.wait {
-            Some(timeout) => self.claim_wait_async(&request, timeout).await?,
-            None => self.claim_async(&request).await?,
-        };
-        Ok(match claim {
-            Claim::Acquired(lease) => {
-                let (attempt, recovered) = (lease.attempt(), lease.recovered());
-                let checkpoint = lease.last_checkpoint().cloned();
-                BackendClaim::Acquired { token: lease.into_token(), attempt, recovered, checkpoint }
+        Ok(match options.wait {
+            // Boxed: a wait's state stays out of every claim's future.
+            Some(timeout) => {
+                backend_claim(Box::pin(self.claim_wait_async(&request, timeout)).await?, |record| record.response)
             }
-            Claim::Replay(record) => BackendClaim::Replay(record.response),
-            Claim::InProgress { retry_after, .. } => BackendClaim::InProgress { retry_after },
-            Claim::Mismatch => BackendClaim::Mismatch,
+            // A replay copies the answer alone out of the store.
+            None => {
+                backend_claim(self.claim_async_with(&request, |record| record.response().to_vec()).await?, |answer| {
+                    answer
+                })
+            }
         })
     }
 

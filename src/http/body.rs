@@ -110,22 +110,55 @@ pub(super) enum Within<R> {
 /// # Errors
 /// The body's own error.
 pub(super) async fn read_within<R: Body<Data = Bytes>>(body: R, budget: usize) -> Result<Within<R>, R::Error> {
-    use http_body_util::BodyExt;
     let mut body = Box::pin(body);
-    let (mut read, mut len) = (Vec::new(), 0usize);
+    Ok(match read_pinned(body.as_mut(), budget).await? {
+        Read::Whole(whole) => Within::Whole(whole),
+        Read::Over(read) => Within::Over(read, body),
+    })
+}
+
+/// Reads a request's `body`, of at most `max` bytes: `None` when it is
+/// longer, or fails.
+pub(super) async fn read_request<B: Body<Data = Bytes>>(body: B, max: usize) -> Option<Bytes> {
+    match read_pinned(std::pin::pin!(body), max).await {
+        Ok(Read::Whole(whole)) => Some(whole),
+        Ok(Read::Over(_)) | Err(_) => None,
+    }
+}
+
+/// What [`read_pinned`] read.
+enum Read {
+    /// All of it, within the budget.
+    Whole(Bytes),
+    /// The data frames read until the budget was passed.
+    Over(Vec<Bytes>),
+}
+
+/// Reads `body` until it ends or has given more than `budget` bytes. A
+/// body of one data frame is that frame, neither copied nor gathered.
+async fn read_pinned<R: Body<Data = Bytes>>(mut body: Pin<&mut R>, budget: usize) -> Result<Read, R::Error> {
+    use http_body_util::BodyExt;
+    let (mut first, mut more, mut len) = (None::<Bytes>, Vec::new(), 0usize);
     while let Some(frame) = body.frame().await {
         let Ok(bytes) = frame?.into_data() else { continue };
         len = len.saturating_add(bytes.len());
-        read.push(bytes);
+        match first {
+            None => first = Some(bytes),
+            Some(_) => more.push(bytes),
+        }
         if len > budget {
-            return Ok(Within::Over(read, body));
+            return Ok(Read::Over(first.into_iter().chain(more).collect()));
         }
     }
+    let Some(first) = first else { return Ok(Read::Whole(Bytes::new())) };
+    if more.is_empty() {
+        return Ok(Read::Whole(first));
+    }
     let mut whole = bytes::BytesMut::with_capacity(len);
-    for bytes in read {
+    for bytes in std::iter::once(first).chain(more) {
         whole.extend_from_slice(&bytes);
     }
-    Ok(Within::Whole(whole.freeze()))
+    Ok(Read::Whole(whole.freeze()))
 }
 
 #[cfg(test)]

@@ -10,8 +10,30 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-type StoreFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
-type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
+type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
+/// Where a run's checkpoints go: its backend, under its lease, and the
+/// last one stored.
+trait Points: Send + Sync {
+    fn last(&self) -> &Mutex<Option<Checkpoint>>;
+    fn store<'a>(&'a self, step: &'a str, payload: &'a [u8]) -> StoreFuture<'a>;
+}
+
+struct Lease<K> {
+    backend: Arc<K>,
+    token: Arc<LeaseToken>,
+    last: Mutex<Option<Checkpoint>>,
+}
+
+impl<K: IdempotencyBackend> Points for Lease<K> {
+    fn last(&self) -> &Mutex<Option<Checkpoint>> {
+        &self.last
+    }
+
+    fn store<'a>(&'a self, step: &'a str, payload: &'a [u8]) -> StoreFuture<'a> {
+        Box::pin(self.backend.checkpoint(&self.token, step, payload))
+    }
+}
 
 /// The checkpoints of a guarded request's key, as a request extension
 /// (beside [`Attempt`](super::Attempt)): which run this is
@@ -46,8 +68,7 @@ type StoreFn = dyn Fn(String, Vec<u8>) -> StoreFuture + Send + Sync;
 pub struct Checkpoints {
     attempt: u32,
     recovered: bool,
-    last: Arc<Mutex<Option<Checkpoint>>>,
-    store: Arc<StoreFn>,
+    points: Arc<dyn Points>,
 }
 
 impl fmt::Debug for Checkpoints {
@@ -56,7 +77,7 @@ impl fmt::Debug for Checkpoints {
             .debug_struct("Checkpoints")
             .field("attempt", &self.attempt)
             .field("recovered", &self.recovered)
-            .field("last", &*self.last.lock())
+            .field("last", &*self.points.last().lock())
             .finish_non_exhaustive()
     }
 }
@@ -66,16 +87,11 @@ impl Checkpoints {
     /// run `attempt` (`recovered` if it took over an ended lease).
     pub(super) fn new<K: IdempotencyBackend>(
         backend: Arc<K>,
-        token: LeaseToken,
+        token: Arc<LeaseToken>,
         (attempt, recovered): (u32, bool),
         last: Option<Checkpoint>,
     ) -> Self {
-        let token = Arc::new(token);
-        let store = move |step: String, payload: Vec<u8>| -> StoreFuture {
-            let (backend, token) = (Arc::clone(&backend), Arc::clone(&token));
-            Box::pin(async move { backend.checkpoint(&token, &step, &payload).await })
-        };
-        Checkpoints { attempt, recovered, last: Arc::new(Mutex::new(last)), store: Arc::new(store) }
+        Checkpoints { attempt, recovered, points: Arc::new(Lease { backend, token, last: Mutex::new(last) }) }
     }
 
     /// 1 for the first run of the key, one more for each takeover.
@@ -96,7 +112,7 @@ impl Checkpoints {
     /// run stores.
     #[must_use]
     pub fn last(&self) -> Option<Checkpoint> {
-        self.last.lock().clone()
+        self.points.last().lock().clone()
     }
 
     /// Stores a point durably under this run's lease (see
@@ -107,8 +123,8 @@ impl Checkpoints {
     /// another run took the key over, the size and step errors, and the
     /// backend's.
     pub async fn checkpoint(&self, step: &str, payload: &[u8]) -> Result<(), Error> {
-        (self.store)(step.to_owned(), payload.to_vec()).await?;
-        *self.last.lock() = Some(Checkpoint::new(step, payload));
+        self.points.store(step, payload).await?;
+        *self.points.last().lock() = Some(Checkpoint::new(step, payload));
         Ok(())
     }
 }

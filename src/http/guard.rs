@@ -1,9 +1,10 @@
 //! One guarded request: key, scope and body read, the claim, and the
 //! handler's run to its end, with its lease kept alive.
 
-use super::body::{buffered, read_within, resumed, Within};
+use super::body::{buffered, read_request, read_within, resumed, Within};
 use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
+use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
 use super::key::{prefer_wait, read_key, KeyError};
 use super::operations::{prefers_async, tell, Answering};
@@ -20,7 +21,8 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{Either, Full};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,25 +35,8 @@ fn refused(problem: Problem) -> Response<Full<Bytes>> {
     counted("refused", problem.response())
 }
 
-/// Name of the counter of the layer's answers, by `outcome` and `status`.
-#[cfg(feature = "metrics")]
-pub(super) const RESPONSES_TOTAL: &str = "idempo_http_responses_total";
-
 /// The response header that says a `Prefer` was honoured (RFC 7240 §3).
 const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
-
-/// Counts one answer of the layer under `outcome` (what the layer decided)
-/// and its status.
-fn counted<T>(outcome: &'static str, response: Response<T>) -> Response<T> {
-    count(outcome, response.status().as_str());
-    response
-}
-
-#[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the labels are for the exporter"))]
-fn count(outcome: &'static str, status: &str) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!(RESPONSES_TOTAL, "outcome" => outcome, "status" => status.to_owned()).increment(1);
-}
 
 /// What a guarded request brings to its claim, read from it.
 struct Admitted {
@@ -66,7 +51,7 @@ struct Admitted {
 
 /// A claim that acquired its key.
 struct Acquired {
-    token: LeaseToken,
+    token: Arc<LeaseToken>,
     attempt: u32,
     recovered: bool,
     checkpoint: Option<crate::Checkpoint>,
@@ -75,7 +60,7 @@ struct Acquired {
 /// Guards one request of a guarded method.
 pub(super) async fn guard<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -91,7 +76,9 @@ where
     let config = &shared.config;
     let key = match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.require_key => return unkeyed(inner, shared, request).await,
+        // Boxed here and below: a path few requests take keeps its state
+        // out of every request's future.
+        Ok(None) if !config.require_key => return Box::pin(unkeyed(inner, shared, request)).await,
         Ok(None) => return Ok(refused(Problem::KeyMissing).map(buffered)),
         Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(buffered)),
         Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(buffered)),
@@ -104,12 +91,15 @@ where
         Ok(acquired) => acquired,
         Err(answer) => return Ok(answer.map(buffered)),
     };
-    let held = match resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait).await {
-        Ok(held) => held,
-        Err(resource::Refused(outcome, response)) => {
-            release(&*shared.backend, &acquired.token).await;
-            return Ok(counted(outcome, response.map(buffered)));
-        }
+    let held = match shared.config.resource {
+        None => None,
+        Some(_) => match Box::pin(resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait)).await {
+            Ok(held) => held,
+            Err(resource::Refused(outcome, response)) => {
+                Box::pin(release(&*shared.backend, &acquired.token)).await;
+                return Ok(counted(outcome, response.map(buffered)));
+            }
+        },
     };
     execute(inner, shared, admitted, acquired, held).await
 }
@@ -132,9 +122,7 @@ where
     if let Some(resource::Refused(outcome, response)) = resource::unconditional(config, &parts) {
         return Err(counted(outcome, response));
     }
-    let Ok(body) =
-        Limited::new(body, config.request_bytes_max).collect().await.map(http_body_util::Collected::to_bytes)
-    else {
+    let Some(body) = read_request(body, config.request_bytes_max).await else {
         return Err(refused(Problem::BodyTooLarge));
     };
     let fingerprint = Fingerprint::builder()
@@ -160,10 +148,10 @@ async fn claim<K: IdempotencyBackend>(
     let claimed = shared.backend.claim(&admitted.scope, &admitted.key, admitted.fingerprint, options).await;
     match claimed {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => {
-            Ok(Acquired { token, attempt, recovered, checkpoint })
+            Ok(Acquired { token: Arc::new(token), attempt, recovered, checkpoint })
         }
         Ok(BackendClaim::Replay(stored)) => {
-            Err(counted("replay", waited(replay(&stored, &config.replay_header), wait)))
+            Err(counted("replay", waited(replay(&Bytes::from(stored), &config.replay_header), wait)))
         }
         Ok(BackendClaim::InProgress { retry_after }) => {
             let retry_after = retry_after.min(config.in_progress_retry_after);
@@ -187,14 +175,15 @@ async fn claim<K: IdempotencyBackend>(
 /// its end whatever the client does — a client that goes away drops this
 /// future, and the handler's run moves to a task of its own, whose answer
 /// is then kept for the retry — answered when it ends, or 202 for a long
-/// operation.
-async fn execute<S, K, B, R>(
+/// operation. What the run needs is moved into its own future here, so
+/// that no copy of it stays in the request's.
+fn execute<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     admitted: Admitted,
     acquired: Acquired,
     held: Option<Held>,
-) -> Result<Response<LayerBody<R>>, S::Error>
+) -> impl Future<Output = Result<Response<LayerBody<R>>, S::Error>> + Send
 where
     S: tower::Service<Request<B>, Response = Response<R>> + Send + 'static,
     S::Future: Send + 'static,
@@ -204,47 +193,83 @@ where
     R: Body<Data = Bytes> + Send + 'static,
     R::Error: Into<BoxError>,
 {
-    let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
-    let Acquired { token, attempt, recovered, checkpoint } = acquired;
-    let points = Checkpoints::new(Arc::clone(&shared.backend), token.clone(), (attempt, recovered), checkpoint.clone());
-    parts.extensions.insert(points);
-    parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
-    let request = Request::from_parts(parts, B::from(body));
-    let (backend, config) = (Arc::clone(&shared.backend), Arc::clone(&shared.config));
-    let answering = config.operations.as_ref().map(|_| Arc::new(Answering::default()));
-    let (started, waited) = tokio::sync::oneshot::channel();
-    let started = respond_async.then_some(started);
-    let owned = Run { token: token.clone(), held, answering: answering.clone(), started, panicked: false };
-    let mut run = Detached::new(run(inner, shared, request, owned));
-    if let (Some(operations), Some(answering)) = (&config.operations, answering) {
-        // A long run — under respond-async one whose handler waits on
-        // something, or one past the configured time — is answered 202
-        // unless its handler answered first; it goes on, detached, and
-        // its answer is for the status resource.
-        tokio::select! {
-            biased;
-            outcome = &mut run => return finished(outcome, &config, &*backend, &token).await,
-            preferred = long(waited, operations.after) => {
-                if answering.accept() {
-                    drop(run);
-                    let accepted = operations.accepted(&token.key, config.in_progress_retry_after, preferred);
-                    return Ok(counted("accepted", accepted.map(buffered)));
+    // Not an `async fn`: its arguments would stay in the future.
+    let (started, waited) = start(inner, Arc::clone(&shared), admitted, acquired, held);
+    let Started { inner, shared: its, request, run: state, token } = started;
+    let mut run = Detached::new(run(inner, its, request, state));
+    async move {
+        if let (Some(operations), Some(answering)) = (&shared.config.operations, waited.answering) {
+            // A long run — under respond-async one whose handler waits on
+            // something, or one past the configured time — is answered 202
+            // unless its handler answered first; it goes on, detached, and
+            // its answer is for the status resource.
+            tokio::select! {
+                biased;
+                outcome = &mut run => return finished(outcome, &shared.config, &*shared.backend, &token).await,
+                preferred = Box::pin(long(waited.started, operations.after)) => {
+                    if answering.accept() {
+                        drop(run);
+                        let retry_after = shared.config.in_progress_retry_after;
+                        let accepted = operations.accepted(&token.key, retry_after, preferred);
+                        return Ok(counted("accepted", accepted.map(buffered)));
+                    }
                 }
             }
         }
+        finished(run.await, &shared.config, &*shared.backend, &token).await
     }
-    finished(run.await, &config, &*backend, &token).await
+}
+
+/// What a run starts with: its handler, the request (with its extensions)
+/// and its state.
+struct Started<S, K, B> {
+    inner: S,
+    shared: Arc<Shared<K>>,
+    request: Request<B>,
+    run: Run,
+    token: Arc<LeaseToken>,
+}
+
+/// How a long operation's run is watched: told when its handler first
+/// waits (under respond-async), and who answers.
+struct Watched {
+    started: Option<tokio::sync::oneshot::Receiver<()>>,
+    answering: Option<Arc<Answering>>,
+}
+
+/// The request of an acquired key, with its `Attempt` and `Checkpoints`,
+/// and the run's state.
+fn start<S, K: IdempotencyBackend, B: From<Bytes>>(
+    inner: S,
+    shared: Arc<Shared<K>>,
+    admitted: Admitted,
+    acquired: Acquired,
+    held: Option<Held>,
+) -> (Started<S, K, B>, Watched) {
+    let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
+    let Acquired { token, attempt, recovered, checkpoint } = acquired;
+    let points =
+        Checkpoints::new(Arc::clone(&shared.backend), Arc::clone(&token), (attempt, recovered), checkpoint.clone());
+    parts.extensions.insert(points);
+    parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
+    let request = Request::from_parts(parts, B::from(body));
+    let answering = shared.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
+    let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
+    let run = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
+    (Started { inner, shared, request, run, token }, Watched { started: waited, answering })
 }
 
 /// Resolves once a run is long: when its handler first waits on
 /// something (it was asked to respond async: `true`, the preference
 /// applied), or `after` it started (`false`); never otherwise.
-async fn long(started: tokio::sync::oneshot::Receiver<()>, after: Option<Duration>) -> bool {
+async fn long(started: Option<tokio::sync::oneshot::Receiver<()>>, after: Option<Duration>) -> bool {
     let waits = async {
-        match started.await {
-            Ok(()) => true,
-            Err(_) => std::future::pending().await,
+        if let Some(started) = started {
+            if started.await.is_ok() {
+                return true;
+            }
         }
+        std::future::pending().await
     };
     let runs_on = async {
         match after {
@@ -270,7 +295,7 @@ async fn finished<K: IdempotencyBackend, R, E>(
     let Ok(outcome) = outcome else {
         tracing::error!("handler panicked");
         if policy.releases_on_error() {
-            release(backend, token).await;
+            Box::pin(release(backend, token)).await;
         }
         return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
     };
@@ -282,7 +307,7 @@ async fn finished<K: IdempotencyBackend, R, E>(
 /// resource the route names, held (and versioned) as a keyed one is.
 pub(super) async fn unkeyed<S, K, B, R>(
     mut inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
 ) -> Result<Response<LayerBody<R>>, S::Error>
 where
@@ -338,7 +363,7 @@ fn waited(mut response: Response<Full<Bytes>>, wait: Option<Duration>) -> Respon
 
 /// One run of a handler under its key's lease.
 struct Run {
-    token: LeaseToken,
+    token: Arc<LeaseToken>,
     /// The resource it holds, if any.
     held: Option<Held>,
     /// For a long operation: who gets the answer, its caller or its status
@@ -364,7 +389,7 @@ impl Run {
 /// until the answer is stored, the key released, or the run given up.
 async fn run<S, K, B, R>(
     inner: S,
-    shared: Shared<K>,
+    shared: Arc<Shared<K>>,
     request: Request<B>,
     mut run: Run,
 ) -> Result<Response<LayerBody<R>>, S::Error>
@@ -379,7 +404,7 @@ where
     // that panicked, or a process that died, leaves it to lapse, so that
     // its next holder learns that it may have been half-written.
     if let (Some(held), false) = (run.held, run.panicked) {
-        held.release(&*shared.backend).await;
+        Box::pin(held.release(&*shared.backend)).await;
     }
     answer
 }
@@ -397,18 +422,18 @@ where
     R::Error: Into<BoxError>,
 {
     let config = &*shared.config;
-    let kept = shared.keeper.keep(Arc::clone(&shared.backend), run.token.clone(), config.lease);
+    let kept = shared.keeper.keep(Arc::clone(&shared.backend), Arc::clone(&run.token), config.lease);
     let method = request.method().clone();
     let response = match watched(inner.call(request), run.started.take()).await {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
-            handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error").await;
-            count("handler_failed", "error");
+            Box::pin(handler_failed(shared, run, Problem::HandlerFailed, "the handler returned an error")).await;
+            count("handler_failed", None);
             return Err(error);
         }
         Err(Panicked) => {
             run.panicked = true;
-            handler_failed(shared, run, Problem::HandlerFailed, "the handler panicked").await;
+            Box::pin(handler_failed(shared, run, Problem::HandlerFailed, "the handler panicked")).await;
             return Ok(counted("handler_failed", answer(Problem::HandlerFailed)));
         }
     };
@@ -416,10 +441,10 @@ where
     if parts.extensions.get::<NotSpent>().is_some()
         || !config.policy.keeps(parts.status, config.keep_validation_failures)
     {
-        return Ok(not_kept(shared, run, parts, body).await);
+        return Ok(Box::pin(not_kept(shared, run, parts, body)).await);
     }
     if let Some(held) = &run.held {
-        held.answered(&shared.backend, &method, parts.status, &mut parts.headers).await;
+        Box::pin(held.answered(&shared.backend, &method, parts.status, &mut parts.headers)).await;
     }
     Ok(keep_handlers_answer(shared, kept, run, parts, body).await)
 }
@@ -491,7 +516,8 @@ where
     let limit = backend.limits().response_bytes_max;
     let Some(budget) = limit.checked_sub(encoded_head_bytes(&parts.headers, deny)) else {
         let status_only = encode_response(parts.status, &parts.headers, deny, StoredPart::StatusOnly);
-        return keep_omitted(shared, kept, token, status_only, Response::from_parts(parts, Either::Left(body))).await;
+        let response = Response::from_parts(parts, Either::Left(body));
+        return Box::pin(keep_omitted(shared, kept, token, status_only, response)).await;
     };
     // The body's error, made `Send` before anything else is awaited.
     let read = read_within(body, budget).await.map_err(Into::<BoxError>::into);
@@ -499,21 +525,25 @@ where
         Ok(Within::Whole(body)) => body,
         Ok(Within::Over(read, rest)) => {
             let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
-            return keep_omitted(shared, kept, token, head, Response::from_parts(parts, resumed(read, rest))).await;
+            let response = Response::from_parts(parts, resumed(read, rest));
+            return Box::pin(keep_omitted(shared, kept, token, head, response)).await;
         }
         Err(error) => {
             tracing::warn!(%error, "the handler's response body failed");
-            handler_failed(shared, run, Problem::ResponseUnreadable, "the handler's response body failed").await;
+            let problem = Problem::ResponseUnreadable;
+            Box::pin(handler_failed(shared, run, problem, "the handler's response body failed")).await;
             return counted("handler_failed", answer(Problem::ResponseUnreadable));
         }
     };
     let encoded = encode_response(parts.status, &parts.headers, deny, StoredPart::Whole(&body));
-    let head = encode_response(parts.status, &parts.headers, deny, StoredPart::WithoutBody);
     let response = Response::from_parts(parts, buffered(Full::new(body)));
     match keep_answer(shared, kept, token, encoded).await {
         Answer::Stored => counted("executed", response),
         // The backend counts what it stores otherwise than the layer.
-        Answer::TooLarge(kept) => keep_omitted(shared, kept, token, head, response).await,
+        Answer::TooLarge(kept) => {
+            let head = encode_response(response.status(), response.headers(), deny, StoredPart::WithoutBody);
+            Box::pin(keep_omitted(shared, kept, token, head, response)).await
+        }
         Answer::NotStored => not_stored(response),
     }
 }

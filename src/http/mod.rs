@@ -95,6 +95,7 @@
 mod body;
 mod checkpoints;
 mod config;
+mod counted;
 mod detached;
 mod guard;
 mod key;
@@ -130,25 +131,19 @@ use std::task::{Context, Poll};
 
 /// The `tower::Layer`.
 pub struct IdempotencyLayer<K> {
-    backend: Arc<K>,
-    config: Arc<LayerConfig>,
-    keeper: Arc<Keeper>,
+    shared: Arc<shared::Shared<K>>,
 }
 
 // By hand: the backend is shared, so it need not be `Clone` itself.
 impl<K> Clone for IdempotencyLayer<K> {
     fn clone(&self) -> Self {
-        IdempotencyLayer {
-            backend: Arc::clone(&self.backend),
-            config: Arc::clone(&self.config),
-            keeper: Arc::clone(&self.keeper),
-        }
+        IdempotencyLayer { shared: Arc::clone(&self.shared) }
     }
 }
 
 impl<K> std::fmt::Debug for IdempotencyLayer<K> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("IdempotencyLayer").field("config", &self.config).finish_non_exhaustive()
+        formatter.debug_struct("IdempotencyLayer").field("config", &self.shared.config).finish_non_exhaustive()
     }
 }
 
@@ -157,12 +152,14 @@ impl<K: IdempotencyBackend> IdempotencyLayer<K> {
     pub fn new(backend: K, config: LayerConfig) -> Self {
         #[cfg(feature = "metrics")]
         metrics::describe_counter!(
-            guard::RESPONSES_TOTAL,
+            counted::RESPONSES_TOTAL,
             "Answers of the idempotency layer by outcome (executed, executed_not_kept, executed_not_stored, \
              replay, in_progress, mismatch, quota_exceeded, refused, store_unavailable, handler_failed, \
              response_too_large, unkeyed, resource_locked, precondition_failed, accepted) and status"
         );
-        IdempotencyLayer { backend: Arc::new(backend), config: Arc::new(config), keeper: Arc::new(Keeper::new()) }
+        let shared =
+            shared::Shared { backend: Arc::new(backend), config: Arc::new(config), keeper: Arc::new(Keeper::new()) };
+        IdempotencyLayer { shared: Arc::new(shared) }
     }
 }
 
@@ -170,31 +167,20 @@ impl<S, K> tower::Layer<S> for IdempotencyLayer<K> {
     type Service = IdempotencyService<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService {
-            inner,
-            backend: Arc::clone(&self.backend),
-            config: Arc::clone(&self.config),
-            keeper: Arc::clone(&self.keeper),
-        }
+        IdempotencyService { inner, shared: Arc::clone(&self.shared) }
     }
 }
 
 /// The service the layer wraps around an inner service.
 pub struct IdempotencyService<S, K> {
     inner: S,
-    backend: Arc<K>,
-    config: Arc<LayerConfig>,
-    keeper: Arc<Keeper>,
+    /// Backend, settings and keeper: one count to move per request.
+    shared: Arc<shared::Shared<K>>,
 }
 
 impl<S: Clone, K> Clone for IdempotencyService<S, K> {
     fn clone(&self) -> Self {
-        IdempotencyService {
-            inner: self.inner.clone(),
-            backend: Arc::clone(&self.backend),
-            config: Arc::clone(&self.config),
-            keeper: Arc::clone(&self.keeper),
-        }
+        IdempotencyService { inner: self.inner.clone(), shared: Arc::clone(&self.shared) }
     }
 }
 
@@ -223,13 +209,13 @@ impl<S, K> IdempotencyService<S, K> {
         R: Send + 'static,
     {
         let (parts, body) = request.into_parts();
-        let Some((scope, resource)) = resource::read_of(&self.config, &parts) else {
+        let Some((scope, resource)) = resource::read_of(&self.shared.config, &parts) else {
             let answer = self.inner.call(Request::from_parts(parts, body));
             return Box::pin(async move { answer.await.map(|response| response.map(Either::Left)) });
         };
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let backend = Arc::clone(&self.backend);
+        let backend = Arc::clone(&self.shared.backend);
         Box::pin(async move {
             let tag = match resource::tag_read(&backend, &scope, &resource, &parts).await {
                 Ok(tag) => tag,
@@ -266,24 +252,25 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let operation = self.config.operations.as_ref().and_then(|operations| {
+        let config = &self.shared.config;
+        let operation = config.operations.as_ref().and_then(|operations| {
             Some((operations.clone(), operations.key_of(request.method(), request.uri().path())?))
         });
         if let Some((operations, key)) = operation {
             // A status resource: the layer answers it.
-            let (backend, config) = (Arc::clone(&self.backend), Arc::clone(&self.config));
+            let shared = Arc::clone(&self.shared);
             let (parts, _) = request.into_parts();
             return Box::pin(async move {
-                let response = operations::status(&*backend, &config, &operations, &parts, key).await;
+                let response = operations::status(&*shared.backend, &shared.config, &operations, &parts, key).await;
                 Ok(response.map(buffered))
             });
         }
-        let guarded = self.config.methods.contains(request.method());
-        if !guarded && self.config.resource.is_some() && request.method().is_safe() {
+        let guarded = config.methods.contains(request.method());
+        if !guarded && config.resource.is_some() && request.method().is_safe() {
             return self.read(request);
         }
         let (parts, body) = request.into_parts();
-        let written = !guarded && resource::written(&self.config, &parts);
+        let written = !guarded && resource::written(config, &parts);
         let request = Request::from_parts(parts, body);
         if !guarded && !written {
             // Unguarded: the request and the response stream untouched.
@@ -293,11 +280,7 @@ where
         // The ready inner service goes to this call; a clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = shared::Shared {
-            backend: Arc::clone(&self.backend),
-            config: Arc::clone(&self.config),
-            keeper: Arc::clone(&self.keeper),
-        };
+        let shared = Arc::clone(&self.shared);
         if written {
             // A write to a resource with a method not guarded by keys:
             // held and checked all the same, its answer not kept.

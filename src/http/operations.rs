@@ -216,7 +216,7 @@ async fn of_record<K: IdempotencyBackend>(
     record: &Record,
 ) -> Result<Response<Full<Bytes>>, crate::Error> {
     if record.state != State::Processing {
-        return Ok(replay(&record.response, &config.replay_header));
+        return Ok(replay(&Bytes::copy_from_slice(&record.response), &config.replay_header));
     }
     let now_ms = backend.now_ms().await?;
     let Some(left_ms) = record.deadline_ms.checked_sub(now_ms).filter(|left| *left > 0) else {
@@ -237,7 +237,7 @@ async fn told<K: IdempotencyBackend>(
     if record.state != State::Completed || record.fingerprint != told_fingerprint() {
         return Ok(unknown());
     }
-    Ok(match decode_response(&record.response) {
+    Ok(match decode_response(&Bytes::from(record.response)) {
         Ok(Stored { mut response, .. }) => {
             response.headers_mut().insert(NOT_STORED_HEADER, HeaderValue::from_static("false"));
             response

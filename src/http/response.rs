@@ -104,23 +104,21 @@ pub(super) fn encode_response(
     denied: &[HeaderName],
     kept: Kept<'_>,
 ) -> Vec<u8> {
-    let (flags, chosen, body): (u8, Vec<(&HeaderName, &HeaderValue)>, &[u8]) = match kept {
-        Kept::StatusOnly => (BODY_OMITTED | HEADERS_OMITTED, Vec::new(), &[]),
-        Kept::WithoutBody | Kept::Whole(_) => {
-            let chosen =
-                headers.iter().filter(|(name, _)| is_stored(name, denied)).take(usize::from(u16::MAX)).collect();
-            match kept {
-                Kept::Whole(body) => (0, chosen, body),
-                _ => (BODY_OMITTED, chosen, &[]),
-            }
-        }
+    let (flags, body): (u8, &[u8]) = match kept {
+        Kept::StatusOnly => (BODY_OMITTED | HEADERS_OMITTED, &[]),
+        Kept::WithoutBody => (BODY_OMITTED, &[]),
+        Kept::Whole(body) => (0, body),
+    };
+    let chosen = || {
+        let kept_headers = if matches!(kept, Kept::StatusOnly) { 0 } else { usize::from(u16::MAX) };
+        headers.iter().filter(|(name, _)| is_stored(name, denied)).take(kept_headers)
     };
     let mut out = Vec::with_capacity(encoded_head_bytes(headers, denied) + body.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&[FORMAT_VERSION, flags]);
     out.extend_from_slice(&status.as_u16().to_le_bytes());
-    out.extend_from_slice(&u16::try_from(chosen.len()).unwrap_or(u16::MAX).to_le_bytes());
-    for (name, value) in chosen {
+    out.extend_from_slice(&u16::try_from(chosen().count()).unwrap_or(u16::MAX).to_le_bytes());
+    for (name, value) in chosen() {
         out.extend_from_slice(&u16::try_from(name.as_str().len()).unwrap_or(u16::MAX).to_le_bytes());
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(&u32::try_from(value.len()).unwrap_or(u32::MAX).to_le_bytes());
@@ -166,17 +164,19 @@ pub(super) struct Stored {
     pub(super) omitted: bool,
 }
 
-/// The answer [`encode_response`] stored (or an earlier release did).
-pub(super) fn decode_response(stored: &[u8]) -> Result<Stored, Undecodable> {
+/// The answer [`encode_response`] stored (or an earlier release did). Its
+/// header values and body are parts of `stored`, not copies.
+pub(super) fn decode_response(stored: &Bytes) -> Result<Stored, Undecodable> {
+    let all = &stored[..];
     let mut at = 0usize;
-    let mut take = |len: usize| -> Result<&[u8], Undecodable> {
-        let part = stored.get(at..at.checked_add(len).ok_or(Undecodable::Truncated)?).ok_or(Undecodable::Truncated)?;
+    let mut take = |len: usize| -> Result<(usize, &[u8]), Undecodable> {
+        let part = all.get(at..at.checked_add(len).ok_or(Undecodable::Truncated)?).ok_or(Undecodable::Truncated)?;
         at += len;
-        Ok(part)
+        Ok((at - len, part))
     };
     let u16_of = |bytes: &[u8]| u16::from_le_bytes([bytes[0], bytes[1]]);
-    let (flags, statuses) = if stored.starts_with(&MAGIC) {
-        let prefix = take(PREFIX_BYTES)?;
+    let (flags, statuses) = if all.starts_with(&MAGIC) {
+        let (_, prefix) = take(PREFIX_BYTES)?;
         match (prefix[2], prefix[3]) {
             (FORMAT_VERSION, flags) if flags & !(BODY_OMITTED | HEADERS_OMITTED) == 0 => (flags, 100..=999),
             (FORMAT_VERSION, flags) => return Err(Undecodable::Flags(flags)),
@@ -185,29 +185,31 @@ pub(super) fn decode_response(stored: &[u8]) -> Result<Stored, Undecodable> {
     } else {
         (0, 100..=599)
     };
-    let status = u16_of(take(2)?);
+    let status = u16_of(take(2)?.1);
     let status =
         StatusCode::from_u16(status).ok().filter(|_| statuses.contains(&status)).ok_or(Undecodable::Status(status))?;
-    let count = u16_of(take(2)?);
+    let count = u16_of(take(2)?.1);
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = status;
     for _ in 0..count {
-        let name_len = usize::from(u16_of(take(2)?));
-        let name = HeaderName::from_bytes(take(name_len)?).map_err(|_| Undecodable::Header)?;
-        let value_len = take(4)?;
+        let name_len = usize::from(u16_of(take(2)?.1));
+        let name = HeaderName::from_bytes(take(name_len)?.1).map_err(|_| Undecodable::Header)?;
+        let (_, value_len) = take(4)?;
         let value_len = u32::from_le_bytes([value_len[0], value_len[1], value_len[2], value_len[3]]);
         let value_len = usize::try_from(value_len).map_err(|_| Undecodable::Truncated)?;
-        let value = HeaderValue::from_bytes(take(value_len)?).map_err(|_| Undecodable::Header)?;
+        let (start, _) = take(value_len)?;
+        let value =
+            HeaderValue::from_maybe_shared(stored.slice(start..start + value_len)).map_err(|_| Undecodable::Header)?;
         response.headers_mut().append(name, value);
     }
-    *response.body_mut() = Full::new(Bytes::copy_from_slice(&stored[at..]));
+    *response.body_mut() = Full::new(stored.slice(at..));
     Ok(Stored { response, omitted: flags & BODY_OMITTED != 0 })
 }
 
 /// The stored response with `replay_header: true` added (`omitted` for
 /// one kept without its body); a 500 `stored-unreadable` problem for
 /// bytes that are not a stored answer.
-pub(super) fn replay(stored: &[u8], replay_header: &HeaderName) -> Response<Full<Bytes>> {
+pub(super) fn replay(stored: &Bytes, replay_header: &HeaderName) -> Response<Full<Bytes>> {
     match decode_response(stored) {
         Ok(Stored { mut response, omitted }) => {
             let headers = response.headers_mut();
@@ -235,7 +237,7 @@ mod tests {
     use http::header::CONTENT_TYPE;
 
     fn decoded(stored: &[u8]) -> Stored {
-        decode_response(stored).expect("decodes")
+        decode_response(&Bytes::copy_from_slice(stored)).expect("decodes")
     }
 
     #[test]
@@ -276,14 +278,15 @@ mod tests {
         assert_eq!(bare.len(), 8, "the least truthful record: the status and a mark");
         let Stored { response, omitted } = decoded(&bare);
         assert_eq!((response.status(), omitted, response.headers().len()), (StatusCode::CREATED, true, 0));
-        let replayed = replay(&bare, &HeaderName::from_static("idempotency-replay"));
+        let replayed = replay(&Bytes::copy_from_slice(&bare), &HeaderName::from_static("idempotency-replay"));
         assert_eq!(
             (replayed.status(), replayed.headers()["idempotency-replay"].to_str().ok()),
             (StatusCode::CREATED, Some("omitted"))
         );
         let whole = encode_response(StatusCode::OK, &headers, &[], Kept::Whole(b"x"));
         assert_eq!(
-            replay(&whole, &HeaderName::from_static("idempotency-replay")).headers()["idempotency-replay"],
+            replay(&Bytes::copy_from_slice(&whole), &HeaderName::from_static("idempotency-replay")).headers()
+                ["idempotency-replay"],
             "true"
         );
     }
@@ -302,17 +305,29 @@ mod tests {
     #[test]
     fn bytes_that_are_no_stored_answer_are_refused_with_a_reason() {
         let encoded = encode_response(StatusCode::OK, &HeaderMap::new(), &[], Kept::Whole(b"body"));
-        assert_eq!(decode_response(&encoded[..3]).err(), Some(Undecodable::Truncated));
-        assert_eq!(decode_response(&encoded[..9]).ok().map(|stored| stored.response.status()), Some(StatusCode::OK));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&encoded[..3])).err(), Some(Undecodable::Truncated));
+        assert_eq!(
+            decode_response(&Bytes::copy_from_slice(&encoded[..9])).ok().map(|stored| stored.response.status()),
+            Some(StatusCode::OK)
+        );
         // Another writer's bytes under the key: a status of 769, of 65 535.
-        assert_eq!(decode_response(&[0x01, 0x03, 0, 0]).err(), Some(Undecodable::Status(769)));
-        assert_eq!(decode_response(&[0xff, 0xff, 0, 0]).err(), Some(Undecodable::Status(65_535)));
-        assert_eq!(decode_response(&[0xff, b'H', 2, 0, 200, 0, 0, 0]).err(), Some(Undecodable::Version(2)));
-        assert_eq!(decode_response(&[0xff, b'H', 1, 4, 200, 0, 0, 0]).err(), Some(Undecodable::Flags(4)));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&[0x01, 0x03, 0, 0])).err(), Some(Undecodable::Status(769)));
+        assert_eq!(
+            decode_response(&Bytes::copy_from_slice(&[0xff, 0xff, 0, 0])).err(),
+            Some(Undecodable::Status(65_535))
+        );
+        assert_eq!(
+            decode_response(&Bytes::copy_from_slice(&[0xff, b'H', 2, 0, 200, 0, 0, 0])).err(),
+            Some(Undecodable::Version(2))
+        );
+        assert_eq!(
+            decode_response(&Bytes::copy_from_slice(&[0xff, b'H', 1, 4, 200, 0, 0, 0])).err(),
+            Some(Undecodable::Flags(4))
+        );
         let mut lying = encode_response(StatusCode::OK, &HeaderMap::new(), &[], Kept::Whole(b""));
         lying[6] = 9; // nine headers that are not there
-        assert_eq!(decode_response(&lying).err(), Some(Undecodable::Truncated));
-        let unreadable = replay(&[0x01, 0x03], &HeaderName::from_static("idempotency-replay"));
+        assert_eq!(decode_response(&Bytes::copy_from_slice(&lying)).err(), Some(Undecodable::Truncated));
+        let unreadable = replay(&Bytes::copy_from_slice(&[0x01, 0x03]), &HeaderName::from_static("idempotency-replay"));
         assert_eq!(unreadable.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -60,7 +60,7 @@ pub(super) async fn keep_answer<K: IdempotencyBackend>(
             Err(error) => match pauses.next() {
                 Some(pause) if kept.held() => {
                     tracing::warn!(%error, "storing the handler's answer failed; trying again");
-                    tokio::time::sleep(*pause).await;
+                    Box::pin(tokio::time::sleep(*pause)).await;
                 }
                 _ => break,
             },

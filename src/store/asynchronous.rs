@@ -19,6 +19,7 @@ use crate::engine::telemetry;
 use crate::engine::transition::Finish;
 use crate::error::Result;
 use crate::lease::{FinishError, Lease};
+use crate::record::RecordRef;
 use crate::store::Store;
 use std::time::Instant;
 
@@ -47,6 +48,20 @@ impl Store {
     pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
         let started = telemetry::TIMES_CLAIMS.then(Instant::now);
         let (claim, hash) = self.look_async(request, Tally::Answer).await?;
+        self.claim_timed(&claim, hash, started);
+        Ok(claim)
+    }
+
+    /// [`Store::claim_async`] with a replay answered by `replay` from the
+    /// record where it lies, as [`Store::claim_with`] does.
+    pub(crate) async fn claim_async_with<R>(
+        &self,
+        request: &ClaimRequest<'_>,
+        replay: impl FnOnce(RecordRef<'_>) -> R,
+    ) -> Result<Claim<R>> {
+        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let (claim, hash, lsn) = self.claim_unsynced_with(request, Tally::Answer, replay)?;
+        self.engine().wait_durable_async(hash, lsn).await?;
         self.claim_timed(&claim, hash, started);
         Ok(claim)
     }

@@ -244,7 +244,7 @@ impl Store {
     }
 
     /// [`Store::claim_unsynced`] with a replay answered by `replay`.
-    fn claim_unsynced_with<R>(
+    pub(super) fn claim_unsynced_with<R>(
         &self,
         request: &ClaimRequest<'_>,
         tally: Tally,
