@@ -121,7 +121,7 @@ impl Shard {
     pub(crate) fn new(id: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
         let storage = Arc::clone(&config.storage);
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
-        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
+        let Recovered { dir, frames, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
         // Under Sync every record is synced as it is written: `pwrite` is
         // faster there than writing through the map (see `segment::writer`).
@@ -141,7 +141,7 @@ impl Shard {
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);
         counters.hints_loaded.add(hints_loaded);
         counters.hints_ignored.add(hints_ignored);
-        let state = ShardState::new(index, log, now, &lengths, &counters)?;
+        let state = ShardState::new(frames, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
             dir,

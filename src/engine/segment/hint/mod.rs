@@ -21,8 +21,9 @@
 //!     36    8 frames in the prefix (u64 LE)
 //!     44    8 keys: puts that bring a key into the index (claims; for a
 //!             compacted segment, the puts it kept) (u64 LE)
-//!     52    8 tombstones in the prefix (u64 LE); keys − tombstones, summed
-//!             over a shard's hints, pre-sizes its index (an estimate only)
+//!     52    8 tombstones in the prefix (u64 LE); frames, and keys −
+//!             tombstones, summed over a shard's hints, pre-size what open
+//!             rebuilds (estimates only)
 //!     60    8 lsn of the last frame, or the lsn floor (u64 LE)
 //!     68    8 newest updated_ms of the prefix's frames (u64 LE)
 //!     76    4 length of the last frame, or 0 (u32 LE)
