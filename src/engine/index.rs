@@ -65,6 +65,7 @@ impl Geometry {
     }
 
     /// The bucket of `tag`.
+    #[inline]
     pub(crate) fn home(self, tag: u32) -> usize {
         let tag = tag as usize;
         let low = tag & ((1 << self.level) - 1);
@@ -92,6 +93,7 @@ impl Address {
 
 /// The tag of an index hash: its low 32 bits (the shard was chosen from
 /// the top bits of the high word, so the two are independent).
+#[inline]
 pub(crate) fn tag(hash: u128) -> u32 {
     #[expect(clippy::cast_possible_truncation, reason = "the tag is the low 32 bits")]
     let tag = hash as u32;

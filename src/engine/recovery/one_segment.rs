@@ -322,13 +322,14 @@ fn apply_entries(
     replay: &mut Replay<'_>,
     builder: &mut HintBuilder,
 ) -> std::result::Result<(), &'static str> {
-    let mut apply = |entry: &HintEntry| {
+    // Bounded: each block moves the reader forward in its file. A closure
+    // for each block, called where it is given: the reader's loop inlines
+    // it, and each entry goes from the decoder to the replay in registers.
+    while reader.next_block_with(|entry: &HintEntry| {
         replay.apply(id, entry)?;
         builder.push(entry, 0, entry.is_claim());
         Ok(())
-    };
-    // Bounded: each block moves the reader forward in its file.
-    while reader.next_block_with(&mut apply)? {}
+    })? {}
     Ok(())
 }
 

@@ -147,6 +147,11 @@ impl<'a> Replay<'a> {
     ///
     /// # Errors
     /// A put beyond 4 GiB, which an index entry cannot point at.
+    #[expect(
+        clippy::inline_always,
+        reason = "into the hint reader's loop, where the entry is still in registers: read back from memory, it stalls on its stores"
+    )]
+    #[inline(always)]
     pub(crate) fn apply(&mut self, segment: u32, entry: &HintEntry) -> Result<(), &'static str> {
         self.max_lsn = self.max_lsn.max(entry.lsn);
         let (offset, frame_len) = match (u32::try_from(entry.offset), u32::try_from(entry.len)) {
