@@ -11,9 +11,9 @@
 //! buckets).
 //!
 //! 1. Each frame is put, as it comes, in the part of its group's top bits
-//!    (a few hundred parts): vectors each written in order. Where a key's
-//!    last frame is still known (a claim, then its completion), the newer
-//!    takes its place instead.
+//!    (a few hundred parts, each written in order). Where a key's last
+//!    frame is still known (a claim, then its completion), the newer takes
+//!    its place instead.
 //! 2. At the end, each part is sorted in place by the rest of its groups'
 //!    bits (an American flag sort), and each group, a few hundred frames
 //!    in a store of 10 M records, is cut down to the newest frame of each
@@ -24,12 +24,19 @@
 //! group that the cache holds, where a hash map of every key takes a cache
 //! miss a frame. And the keys come out in the order of the table's
 //! buckets: filling the table walks it a region at a time too.
+//!
+//! The parts share one buffer, each with room for its share of the frames
+//! the hints count and a quarter more (the buffer is made larger when one
+//! is full). It is allocated zeroed, which the system does page by page as
+//! pages are first written, so room never written takes no memory; and as
+//! one large allocation it goes back to the system whole once the table is
+//! built, where many small ones would stay with the allocator.
 
 use crate::engine::entry::KeyHasher;
 use crate::engine::index::{self, Address, Geometry};
 use crate::engine::segment::hint::HintEntry;
 use crate::keyspace::Keyspace;
-use crate::record::Kind;
+use crate::record::{Kind, State};
 use std::ops::Range;
 
 /// Bits of a bucket's number that a group leaves free: a group's keys go
@@ -45,6 +52,8 @@ const PART_BITS: u32 = 8;
 const PASS_BITS: u32 = 6;
 /// Keys whose last frame [`Replay::apply`] knows.
 const RECENT: usize = 4096;
+/// A part's room when no frames are expected.
+const ROOM_MIN: usize = 16;
 
 /// One frame as the rebuild keeps it: its key's hash, its LSN, where it is,
 /// and what it is. A put's `deadline_ms` is as the frame has it.
@@ -59,12 +68,61 @@ pub(crate) struct Replayed {
     pub kind: Kind,
 }
 
-const _: () = assert!(std::mem::size_of::<Replayed>() == 48);
+/// A [`Replayed`] in six words: hash (low, high), LSN, deadline, segment
+/// and offset, frame length and kind. A buffer of them can be allocated
+/// zeroed.
+type Packed = [u64; 6];
 
 impl Replayed {
     pub(crate) fn address(&self) -> Address {
         Address { segment: self.segment, offset: self.offset, len: self.frame_len }
     }
+
+    #[expect(clippy::cast_possible_truncation, reason = "the hash's two halves")]
+    fn pack(&self) -> Packed {
+        let kind = match self.kind {
+            Kind::Tombstone => 0,
+            Kind::Put(State::Processing) => 1,
+            Kind::Put(State::Completed) => 2,
+            Kind::Put(State::Failed) => 3,
+        };
+        [
+            self.hash as u64,
+            (self.hash >> 64) as u64,
+            self.lsn,
+            self.deadline_ms,
+            (u64::from(self.segment) << 32) | u64::from(self.offset),
+            (u64::from(self.frame_len) << 32) | kind,
+        ]
+    }
+
+    #[expect(clippy::cast_possible_truncation, reason = "unpacking the halves of words")]
+    fn unpack(packed: &Packed) -> Replayed {
+        let kind = match packed[5] as u32 {
+            1 => Kind::Put(State::Processing),
+            2 => Kind::Put(State::Completed),
+            3 => Kind::Put(State::Failed),
+            // Only `pack` writes them: 0.
+            _ => Kind::Tombstone,
+        };
+        Replayed {
+            hash: hash_of(packed),
+            lsn: packed[2],
+            deadline_ms: packed[3],
+            segment: (packed[4] >> 32) as u32,
+            offset: packed[4] as u32,
+            frame_len: (packed[5] >> 32) as u32,
+            kind,
+        }
+    }
+}
+
+fn hash_of(packed: &Packed) -> u128 {
+    u128::from(packed[0]) | (u128::from(packed[1]) << 64)
+}
+
+fn is_put(packed: &Packed) -> bool {
+    packed[5] & 0xff != 0
 }
 
 /// The frames of a shard's hints and log, by part, each part in the order
@@ -73,7 +131,74 @@ impl Replayed {
 pub(crate) struct Frames {
     /// The groups, if known from the start; until then, one part.
     groups: Option<Groups>,
-    parts: Vec<Vec<Replayed>>,
+    /// Part `p` is `packed[p * room..][..lens[p]]`.
+    packed: Vec<Packed>,
+    room: usize,
+    lens: Vec<usize>,
+}
+
+impl Frames {
+    /// Parts for `groups`, with room for about `frames` frames.
+    fn new(groups: Option<Groups>, frames: usize) -> Self {
+        let parts = groups.map_or(1, Groups::parts);
+        let share = frames / parts;
+        let room = share.saturating_add(share / 4).max(ROOM_MIN);
+        Frames { groups, packed: vec![[0; 6]; parts.saturating_mul(room)], room, lens: vec![0; parts] }
+    }
+
+    /// Frames kept (a key's frames that came close together count once).
+    pub(crate) fn len(&self) -> usize {
+        self.lens.iter().sum()
+    }
+
+    /// Part `part`'s frames.
+    fn part_mut(&mut self, part: usize) -> &mut [Packed] {
+        &mut self.packed[part * self.room..][..self.lens[part]]
+    }
+
+    /// Adds `frame` to part `part`; returns its index there.
+    #[expect(clippy::inline_always, reason = "into `Replay::apply`, inlined into the hint reader's loop")]
+    #[inline(always)]
+    fn push(&mut self, part: usize, frame: Packed) -> usize {
+        if self.lens[part] == self.room {
+            self.grow();
+        }
+        let index = self.lens[part];
+        self.packed[part * self.room + index] = frame;
+        self.lens[part] += 1;
+        index
+    }
+
+    /// Twice the room for every part, in a new buffer.
+    fn grow(&mut self) {
+        let room = self.room.saturating_mul(2);
+        let mut packed = vec![[0; 6]; self.lens.len().saturating_mul(room)];
+        for (part, len) in self.lens.iter().enumerate() {
+            packed[part * room..][..*len].copy_from_slice(&self.packed[part * self.room..][..*len]);
+        }
+        self.packed = packed;
+        self.room = room;
+    }
+
+    /// The newest record of every key, if it is a put (the keys present,
+    /// expired ones too), in the order of the index table's buckets, in
+    /// the room the frames took (see the module's documentation).
+    pub(crate) fn finish(mut self) -> Rebuilt {
+        // Groups chosen now have one part, and are those of a table of as
+        // many keys as there are frames.
+        let groups = self.groups.unwrap_or_else(|| Groups { part_bits: 0, ..Groups::of(self.len()) });
+        let mut newest = Newest::default();
+        for part in 0..self.lens.len() {
+            let frames = self.part_mut(part);
+            let starts = groups.sort_part(frames);
+            let mut kept = 0;
+            for group in starts.windows(2) {
+                kept = newest.keep(frames, group[0]..group[1], kept);
+            }
+            self.lens[part] = kept;
+        }
+        Rebuilt(self)
+    }
 }
 
 /// A shard's frames being replayed.
@@ -110,7 +235,7 @@ impl Recent {
     fn unpack(word: u64) -> Option<Recent> {
         #[expect(clippy::cast_possible_truncation, reason = "the two halves")]
         let (check, index) = ((word >> 32) as u32, word as u32);
-        (word != Recent::NONE).then(|| Recent { check, index: index as usize })
+        (word != Recent::NONE).then_some(Recent { check, index: index as usize })
     }
 }
 
@@ -124,11 +249,7 @@ impl<'a> Replay<'a> {
     /// groups are those of a table of `keys` keys.
     pub(crate) fn new(hasher: &'a KeyHasher, frames: usize, keys: usize) -> Self {
         let groups = (keys > 0).then(|| Groups::of(keys));
-        let parts = groups.map_or(1, Groups::parts);
-        // A little more than a part's share: parts differ by a few percent.
-        let each = frames / parts + frames / parts / 16;
-        let parts = (0..parts).map(|_| Vec::with_capacity(each)).collect();
-        let frames = Frames { groups, parts };
+        let frames = Frames::new(groups, frames);
         Replay { hasher, frames, recent: vec![Recent::NONE; RECENT], max_lsn: 0, max_updated_ms: 0 }
     }
 
@@ -143,7 +264,7 @@ impl<'a> Replay<'a> {
     /// completion): where the key's last frame is still known (`recent`,
     /// a few thousand places by bits of the hash), the newer of the two
     /// takes its place rather than adding one more, which is what
-    /// [`Replay::finish`] would make of them. Anything else is added.
+    /// [`Frames::finish`] would make of them. Anything else is added.
     ///
     /// # Errors
     /// A put beyond 4 GiB, which an index entry cannot point at.
@@ -169,24 +290,23 @@ impl<'a> Replay<'a> {
             frame_len,
             kind: entry.kind,
         };
-        let Frames { groups, parts } = &mut self.frames;
-        let part = &mut parts[groups.map_or(0, |groups| groups.part(entry.hash))];
+        let part = self.frames.groups.map_or(0, |groups| groups.part(entry.hash));
         // Bits 32.. of the hash choose the place, bits 64.. are checked
         // there before the frame it names is read.
         #[expect(clippy::cast_possible_truncation, reason = "any bits of a uniform hash")]
         let (place, check) = ((entry.hash >> 32) as usize % RECENT, (entry.hash >> 64) as u32);
-        let recent = &mut self.recent[place];
-        let known = Recent::unpack(*recent).filter(|known| known.check == check);
-        match known.and_then(|known| part.get_mut(known.index)) {
-            Some(known) if known.hash == frame.hash => {
+        let known = Recent::unpack(self.recent[place]).filter(|known| known.check == check);
+        let frames = self.frames.part_mut(part);
+        match known.and_then(|known| frames.get_mut(known.index)) {
+            Some(known) if hash_of(known) == frame.hash => {
                 // Newest LSN wins; of two copies of one frame, the first.
-                if frame.lsn > known.lsn {
-                    *known = frame;
+                if frame.lsn > known[2] {
+                    *known = frame.pack();
                 }
             }
             _ => {
-                *recent = Recent::pack(check, part.len());
-                part.push(frame);
+                let index = self.frames.push(part, frame.pack());
+                self.recent[place] = Recent::pack(check, index);
             }
         }
         Ok(())
@@ -197,14 +317,14 @@ impl<'a> Replay<'a> {
     /// place of one applied before.
     pub(crate) fn applied(&mut self) -> Mark {
         self.recent.fill(Recent::NONE);
-        Mark(self.frames.parts.iter().map(Vec::len).collect())
+        Mark(self.frames.lens.clone())
     }
 
     /// Forgets the frames applied after `mark`: those of a hint found
     /// damaged half-way, whose segment the log then replays whole.
     pub(crate) fn forget_after(&mut self, mark: &Mark) {
-        for (part, len) in self.frames.parts.iter_mut().zip(&mark.0) {
-            part.truncate(*len);
+        for (len, marked) in self.frames.lens.iter_mut().zip(&mark.0) {
+            *len = (*len).min(*marked);
         }
     }
 
@@ -214,54 +334,20 @@ impl<'a> Replay<'a> {
     }
 }
 
-impl Frames {
-    /// Frames kept (a key's frames that came close together count once).
-    pub(crate) fn len(&self) -> usize {
-        self.parts.iter().map(Vec::len).sum()
-    }
-
-    /// The newest record of every key, if it is a put (the keys present,
-    /// expired ones too), in the order of the index table's buckets, in
-    /// the room the frames took (see the module's documentation).
-    pub(crate) fn finish(self) -> Rebuilt {
-        // Groups chosen now have one part, and are those of a table of as
-        // many keys as there are frames.
-        let groups = self.groups.unwrap_or_else(|| Groups { part_bits: 0, ..Groups::of(self.len()) });
-        let mut newest = Newest::default();
-        let mut parts = self.parts;
-        for part in &mut parts {
-            let starts = groups.sort_part(part);
-            let mut kept = 0;
-            for group in starts.windows(2) {
-                kept = newest.keep(part, group[0]..group[1], kept);
-            }
-            part.truncate(kept);
-        }
-        Rebuilt { keys: parts.iter().map(Vec::len).sum(), parts }
-    }
-}
-
 /// The newest put of every key present in a shard's log, as
 /// [`Frames::finish`] leaves them: what open builds the index table from.
 #[derive(Debug, Default)]
-pub(crate) struct Rebuilt {
-    parts: Vec<Vec<Replayed>>,
-    keys: usize,
-}
+pub(crate) struct Rebuilt(Frames);
 
 impl Rebuilt {
     pub(crate) fn len(&self) -> usize {
-        self.keys
+        self.0.len()
     }
-}
 
-impl IntoIterator for Rebuilt {
-    type Item = Replayed;
-    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<Replayed>>>;
-
-    /// The keys, each part freed once read.
-    fn into_iter(self) -> Self::IntoIter {
-        self.parts.into_iter().flatten()
+    /// The keys, part after part.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Replayed> + '_ {
+        let Frames { packed, room, lens, .. } = &self.0;
+        lens.iter().enumerate().flat_map(move |(part, len)| packed[part * room..][..*len].iter().map(Replayed::unpack))
     }
 }
 
@@ -302,7 +388,7 @@ impl Groups {
 
     /// Sorts a part's frames in place by group, the order within a group
     /// not kept; returns where each of its groups starts, and the end.
-    fn sort_part(self, frames: &mut [Replayed]) -> Vec<usize> {
+    fn sort_part(self, frames: &mut [Packed]) -> Vec<usize> {
         let bits = self.bits - self.part_bits;
         let mut starts = Vec::with_capacity((1 << bits) + 1);
         self.sort_below(frames, 0, bits, &mut starts);
@@ -314,14 +400,14 @@ impl Groups {
     /// every bit of their group from bit `bits` up, by the bits below,
     /// [`PASS_BITS`] a pass; pushes where each of their groups starts to
     /// `starts`, in order.
-    fn sort_below(self, frames: &mut [Replayed], base: usize, bits: u32, starts: &mut Vec<usize>) {
+    fn sort_below(self, frames: &mut [Packed], base: usize, bits: u32, starts: &mut Vec<usize>) {
         if bits == 0 {
             starts.push(base);
             return;
         }
         let pass = bits.min(PASS_BITS);
         let below = bits - pass;
-        let digit = |frame: &Replayed| (self.group(frame.hash) >> below) & ((1 << pass) - 1);
+        let digit = |frame: &Packed| (self.group(hash_of(frame)) >> below) & ((1 << pass) - 1);
         let bounds = flag_sort(frames, 1 << pass, digit);
         for part in bounds.windows(2) {
             self.sort_below(&mut frames[part[0]..part[1]], base + part[0], below, starts);
@@ -332,7 +418,7 @@ impl Groups {
 /// Sorts `frames` in place by `digit` (below `digits`): an American flag
 /// sort, one pass to count, one to swap each frame into its place. Returns
 /// where each digit's frames start, and the end.
-fn flag_sort(frames: &mut [Replayed], digits: usize, digit: impl Fn(&Replayed) -> usize) -> Vec<usize> {
+fn flag_sort(frames: &mut [Packed], digits: usize, digit: impl Fn(&Packed) -> usize) -> Vec<usize> {
     let mut starts = vec![0usize; digits + 1];
     for frame in frames.iter() {
         starts[digit(frame) + 1] += 1;
@@ -373,17 +459,17 @@ impl Newest {
     /// put, to `frames[kept..]`, in the group's order; returns how many
     /// frames are kept so far. `kept` is at most `group.start`, so no frame
     /// is overwritten before it is read.
-    fn keep(&mut self, frames: &mut [Replayed], group: Range<usize>, kept: usize) -> usize {
+    fn keep(&mut self, frames: &mut [Packed], group: Range<usize>, kept: usize) -> usize {
         debug_assert!(kept <= group.start);
         let members = &frames[group.clone()];
         let size = (members.len() * 2).next_power_of_two().max(8);
         self.slots.clear();
         self.slots.resize(size, NO_FRAME);
         for (index, frame) in members.iter().enumerate() {
+            let hash = hash_of(frame);
             // Bits 32.. of the hash: neither the tag's (which chose the
             // group) nor the shard's (bits 96..).
-            #[expect(clippy::cast_possible_truncation, reason = "any 64 bits of a uniform hash")]
-            let mut at = (frame.hash >> 32) as usize & (size - 1);
+            let mut at = (hash >> 32) as usize & (size - 1);
             // Bounded: the table has more slots than the group has frames.
             for _ in 0..size {
                 let slot = &mut self.slots[at];
@@ -392,9 +478,9 @@ impl Newest {
                     break;
                 }
                 let held = &members[*slot];
-                if held.hash == frame.hash {
+                if hash_of(held) == hash {
                     // Newest LSN wins; of two copies of one frame, the first.
-                    if frame.lsn > held.lsn {
+                    if frame[2] > held[2] {
                         *slot = index;
                     }
                     break;
@@ -405,7 +491,7 @@ impl Newest {
         self.kept.clear();
         self.kept.resize(members.len(), false);
         for &slot in self.slots.iter().filter(|slot| **slot != NO_FRAME) {
-            self.kept[slot] = matches!(members[slot].kind, Kind::Put(_));
+            self.kept[slot] = is_put(&members[slot]);
         }
         let mut kept = kept;
         for (index, keep) in self.kept.iter().enumerate() {

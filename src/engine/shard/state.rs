@@ -120,7 +120,7 @@ impl ShardState {
         let newest = frames.finish();
         let mut table = Table::filling(newest.len());
         let mut tally = UsageTally::new(&state.usage);
-        for found in newest {
+        for found in newest.iter() {
             if let Some((at, deadline_ms)) = state.recovered(&found, now, counters)? {
                 table.insert(tag(found.hash), at);
                 tally.add(&mut state.usage, at.segment, at.len, deadline_ms);

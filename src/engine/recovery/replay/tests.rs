@@ -66,7 +66,7 @@ fn rebuilt(ops: &[Op], frames: usize, keys: usize) -> Vec<(u128, u64)> {
     assert_eq!(replay.max_lsn, ops.iter().map(|op| op.lsn).max().unwrap_or(0));
     let newest = replay.into_frames().finish();
     let len = newest.len();
-    let mut kept: Vec<(u128, u64)> = newest.into_iter().map(|found| (found.hash, found.lsn)).collect();
+    let mut kept: Vec<(u128, u64)> = newest.iter().map(|found| (found.hash, found.lsn)).collect();
     assert_eq!(kept.len(), len);
     kept.sort_unstable();
     kept
@@ -96,9 +96,31 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
+    /// With the frames and keys counted right, not counted, or wrong (a
+    /// part then runs out of room and the buffer grows).
     #[test]
-    fn keeps_the_newest_put_of_every_key(ops in ops(), keys in prop_oneof![Just(0_usize), 1..100_usize, Just(1 << 22)]) {
-        prop_assert_eq!(rebuilt(&ops, ops.len(), keys), model(&ops));
+    fn keeps_the_newest_put_of_every_key(
+        ops in ops(),
+        frames in prop_oneof![Just(usize::MAX), Just(0_usize), 1..50_usize],
+        keys in prop_oneof![Just(0_usize), 1..100_usize, Just(1 << 22)],
+    ) {
+        let frames = if frames == usize::MAX { ops.len() } else { frames };
+        prop_assert_eq!(rebuilt(&ops, frames, keys), model(&ops));
+    }
+
+    #[test]
+    fn a_frame_packs_and_unpacks_whole(
+        hash in any::<u128>(),
+        lsn in any::<u64>(),
+        deadline_ms in any::<u64>(),
+        at in any::<(u32, u32, u32)>(),
+        kind in 0..4_u8,
+    ) {
+        let kind = [Kind::Tombstone, Kind::Put(State::Processing), Kind::Put(State::Completed), Kind::Put(State::Failed)]
+            [usize::from(kind)];
+        let frame = Replayed { hash, lsn, deadline_ms, segment: at.0, offset: at.1, frame_len: at.2, kind };
+        prop_assert_eq!(Replayed::unpack(&frame.pack()), frame);
+        prop_assert_eq!(is_put(&frame.pack()), kind != Kind::Tombstone);
     }
 }
 
@@ -131,8 +153,7 @@ fn frames_forgotten_leave_the_earlier_ones_whole() {
     replay.apply(2, &entry(Op { key: 12, lsn: 2, tombstone: true })).expect("apply");
     replay.apply(2, &entry(Op { key: 13, lsn: 3, tombstone: false })).expect("apply");
     replay.forget_after(&mark);
-    let kept: Vec<(u128, u64)> =
-        replay.into_frames().finish().into_iter().map(|found| (found.hash, found.lsn)).collect();
+    let kept: Vec<(u128, u64)> = replay.into_frames().finish().iter().map(|found| (found.hash, found.lsn)).collect();
     assert_eq!(kept, vec![(hash(12), 1)]);
 }
 
@@ -176,8 +197,7 @@ fn keys_come_out_in_the_order_of_the_table_buckets() {
     let newest = replay.into_frames().finish();
     assert_eq!(newest.len(), keys);
     let geometry = Geometry::of(keys);
-    let regions: Vec<usize> =
-        newest.into_iter().map(|found| geometry.home(index::tag(found.hash)) >> REGION_BITS).collect();
+    let regions: Vec<usize> = newest.iter().map(|found| geometry.home(index::tag(found.hash)) >> REGION_BITS).collect();
     assert!(regions.windows(2).all(|pair| pair[1] >= pair[0]), "regions in order");
     assert!(regions.last() > regions.first(), "more than one region");
 }

@@ -377,11 +377,10 @@ impl Deltas {
     }
 
     /// Decodes the entry at `*at` of `payload` for the frame at `offset`,
-    /// moving past it; why not, if the bytes do not hold one.
-    #[expect(
-        clippy::inline_always,
-        reason = "returned through memory, the entry is read back before its stores have landed: a stall for each of the 20 M entries of a 10 M-record open"
-    )]
+    /// moving past it; why not, if the bytes do not hold one. Always
+    /// inlined: returned through memory, the entry is read back before its
+    /// stores have landed, a stall for each of the 20 M entries of a 10
+    /// M-record open.
     #[inline(always)]
     pub(crate) fn decode(&mut self, payload: &[u8], at: &mut usize, offset: u64) -> Result<HintEntry, &'static str> {
         const TRUNCATED: &str = "hint entry runs past its block";
