@@ -42,14 +42,86 @@ fn bucket(deadline_ms: u64) -> u64 {
     deadline_ms.div_ceil(1000).saturating_mul(1000)
 }
 
+/// Expiry buckets a segment's [`UsageTally`] adds up at once.
+const TALLY_WAYS: usize = 8;
+/// Segments a [`UsageTally`] adds up for at most.
+const TALLY_SEGMENTS_MAX: usize = 1 << 16;
+
+/// Live bytes found at open, added up a record at a time before they go
+/// into each segment's [`SegmentUsage`], where an addition is two map
+/// lookups: by segment in an array, and within a segment by expiry bucket
+/// in a few places (most of a segment's records share a few seconds).
+/// What does not fit goes into the usage at once; the sums are the same.
+#[derive(Debug)]
+pub(crate) struct UsageTally {
+    first: u32,
+    /// Per segment from `first`: `(bucket, bytes)` by the bucket's second.
+    buckets: Vec<[(u64, u64); TALLY_WAYS]>,
+}
+
+impl UsageTally {
+    /// A tally for the segments of `usage`, whose ids follow one another.
+    pub(crate) fn new(usage: &BTreeMap<u32, SegmentUsage>) -> Self {
+        let first = usage.keys().next().copied().unwrap_or(0);
+        let last = usage.keys().next_back().copied().unwrap_or(first);
+        let count = usize::try_from(last - first).map_or(0, |span| span + 1);
+        let count = if count > TALLY_SEGMENTS_MAX || usage.is_empty() { 0 } else { count };
+        UsageTally { first, buckets: vec![[(0, 0); TALLY_WAYS]; count] }
+    }
+
+    /// [`SegmentUsage::add_bytes`] for segment `segment` of `usage`.
+    pub(crate) fn add(
+        &mut self,
+        usage: &mut BTreeMap<u32, SegmentUsage>,
+        segment: u32,
+        frame_len: u32,
+        deadline_ms: u64,
+    ) {
+        let at = segment.checked_sub(self.first).and_then(|at| usize::try_from(at).ok());
+        let Some(ways) = at.and_then(|at| self.buckets.get_mut(at)) else {
+            usage.entry(segment).or_default().add_bytes(frame_len, deadline_ms);
+            return;
+        };
+        let bucket = bucket(deadline_ms);
+        let way = &mut ways[usize::try_from(bucket / 1000).unwrap_or(0) % TALLY_WAYS];
+        if way.0 != bucket {
+            if way.1 > 0 {
+                usage.entry(segment).or_default().add_expiring(way.0, way.1);
+            }
+            *way = (bucket, 0);
+        }
+        way.1 += u64::from(frame_len);
+    }
+
+    /// Puts what is still added up into `usage`.
+    pub(crate) fn finish(self, usage: &mut BTreeMap<u32, SegmentUsage>) {
+        for (segment, ways) in (self.first..).zip(&self.buckets) {
+            for &(bucket, bytes) in ways.iter().filter(|(_, bytes)| *bytes > 0) {
+                usage.entry(segment).or_default().add_expiring(bucket, bytes);
+            }
+        }
+    }
+}
+
 impl SegmentUsage {
     pub(crate) fn with_total(total_bytes: u64) -> Self {
         SegmentUsage { total_bytes, ..SegmentUsage::default() }
     }
 
     pub(crate) fn add(&mut self, entry: &Entry) {
-        self.live_bytes += u64::from(entry.frame_len);
-        *self.expiring.entry(bucket(entry.deadline_ms)).or_default() += u64::from(entry.frame_len);
+        self.add_bytes(entry.frame_len, entry.deadline_ms);
+    }
+
+    /// [`SegmentUsage::add`] of a record of `frame_len` bytes that reads
+    /// absent from `deadline_ms`.
+    pub(crate) fn add_bytes(&mut self, frame_len: u32, deadline_ms: u64) {
+        self.add_expiring(bucket(deadline_ms), u64::from(frame_len));
+    }
+
+    /// Adds `bytes` of records whose expiry bucket is `bucket`.
+    fn add_expiring(&mut self, bucket: u64, bytes: u64) {
+        self.live_bytes += bytes;
+        *self.expiring.entry(bucket).or_default() += bytes;
     }
 
     pub(crate) fn release(&mut self, entry: &Entry) {
@@ -150,6 +222,25 @@ mod tests {
 
     fn entry(state: State, deadline_ms: u64, frame_len: u32) -> Entry {
         Entry { lsn: 1, token: 1, deadline_ms, segment: 1, offset: 40, frame_len, state }
+    }
+
+    #[test]
+    fn a_tally_adds_up_what_adding_each_record_would() {
+        let segments = || (3..8).map(|id| (id, SegmentUsage::with_total(1 << 20))).collect::<BTreeMap<u32, _>>();
+        let (mut tallied, mut direct) = (segments(), segments());
+        let mut tally = UsageTally::new(&tallied);
+        // Records of every segment and of one outside them, with more
+        // expiry seconds than a segment's tally holds at once, in no order.
+        for n in 0..5000_u64 {
+            let segment = u32::try_from(2 + n % 6).expect("small");
+            let deadline_ms = (n * 7919) % 40 * 1000 + n % 999;
+            let frame_len = u32::try_from(100 + n % 50).expect("small");
+            tally.add(&mut tallied, segment, frame_len, deadline_ms);
+            direct.entry(segment).or_default().add_bytes(frame_len, deadline_ms);
+        }
+        tally.finish(&mut tallied);
+        assert_eq!(tallied, direct);
+        assert!(tallied[&3].expiring.len() > TALLY_WAYS);
     }
 
     #[test]

@@ -4,8 +4,7 @@
 //! A shard's index proper is the compact [`crate::engine::index::Table`]:
 //! a tag and an address per key. An [`Entry`] is what a record says of
 //! itself and where it is, read back from the log (or, for a Processing
-//! key, kept in the shard's [`Leases`]). Recovery rebuilds the full entry
-//! of every key in a [`FullIndex`] first, which open turns into the table.
+//! key, kept in the shard's [`Leases`]).
 
 use crate::engine::index::Address;
 use crate::keyspace::Keyspace;
@@ -94,53 +93,6 @@ impl From<u128> for IndexKey {
 impl From<IndexKey> for u128 {
     fn from(key: IndexKey) -> u128 {
         u128::from(key.0[0]) | (u128::from(key.0[1]) << 64)
-    }
-}
-
-/// The index recovery rebuilds, keyed by the 128-bit hash of `(scope, key)`
-/// with the whole entry of each key: what open needs to apply records
-/// newest-LSN-wins, and to count and set up what it then puts in the table.
-#[derive(Debug, Default)]
-pub(crate) struct FullIndex(HashMap<IndexKey, Entry, BuildHasherDefault<PassThroughHasher>>);
-
-impl FullIndex {
-    pub(crate) fn get(&self, hash: &u128) -> Option<&Entry> {
-        self.0.get(&IndexKey::from(*hash))
-    }
-
-    /// Inserts `entry` unless the key's entry is as new or newer (by LSN);
-    /// returns whether it did. One probe of the table.
-    pub(crate) fn insert_newer(&mut self, hash: u128, entry: Entry) -> bool {
-        match self.0.entry(IndexKey::from(hash)) {
-            std::collections::hash_map::Entry::Occupied(mut present) => {
-                if present.get().lsn >= entry.lsn {
-                    return false;
-                }
-                present.insert(entry);
-            }
-            std::collections::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert(entry);
-            }
-        }
-        true
-    }
-
-    /// Makes room for `additional` more keys.
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        self.0.reserve(additional);
-    }
-
-    pub(crate) fn remove(&mut self, hash: &u128) -> Option<Entry> {
-        self.0.remove(&IndexKey::from(*hash))
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Every `(hash, entry)`, consuming the index.
-    pub(crate) fn into_entries(self) -> impl Iterator<Item = (u128, Entry)> {
-        self.0.into_iter().map(|(key, entry)| (u128::from(key), entry))
     }
 }
 

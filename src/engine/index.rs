@@ -37,6 +37,46 @@ const EMPTY_ADDR: u64 = 0;
 /// segment's header comes first).
 const LINK_ADDR: u64 = 1;
 
+/// Primary buckets of a table that holds `entries` without a split.
+fn primary_buckets(entries: usize) -> usize {
+    entries.saturating_mul(LOAD_DEN).div_ceil(SLOTS * LOAD_NUM).max(1 << LEVEL_MIN)
+}
+
+/// Which bucket a tag goes to, in a table of `2^level + split` buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    level: u32,
+    split: usize,
+}
+
+impl Geometry {
+    /// The buckets of a table made to hold `entries`
+    /// ([`Table::with_capacity`], [`Table::filling`]): what open orders the
+    /// keys it finds by, so that it fills the table a region at a time.
+    pub(crate) fn of(entries: usize) -> Geometry {
+        let buckets = primary_buckets(entries);
+        let level = (usize::BITS - 1 - buckets.leading_zeros()).max(LEVEL_MIN);
+        Geometry { level, split: buckets - (1 << level) }
+    }
+
+    /// Buckets are numbered below `2^(level + 1)`.
+    pub(crate) fn level(self) -> u32 {
+        self.level
+    }
+
+    /// The bucket of `tag`.
+    #[inline]
+    pub(crate) fn home(self, tag: u32) -> usize {
+        let tag = tag as usize;
+        let low = tag & ((1 << self.level) - 1);
+        if low < self.split {
+            tag & ((1 << (self.level + 1)) - 1)
+        } else {
+            low
+        }
+    }
+}
+
 /// Where a record is: the table's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Address {
@@ -53,6 +93,7 @@ impl Address {
 
 /// The tag of an index hash: its low 32 bits (the shard was chosen from
 /// the top bits of the high word, so the two are independent).
+#[inline]
 pub(crate) fn tag(hash: u128) -> u32 {
     #[expect(clippy::cast_possible_truncation, reason = "the tag is the low 32 bits")]
     let tag = hash as u32;
@@ -179,21 +220,24 @@ impl Default for Table {
 impl Table {
     /// A table that holds `entries` without a split.
     pub(crate) fn with_capacity(entries: usize) -> Table {
-        let buckets = (entries * LOAD_DEN).div_ceil(SLOTS * LOAD_NUM).max(1 << LEVEL_MIN);
-        let level = (usize::BITS - 1 - buckets.leading_zeros()).max(LEVEL_MIN);
-        let mut table = Table {
+        Table::filling(entries).finish()
+    }
+
+    /// A table presized as by [`Table::with_capacity`], whose primary
+    /// buckets are made as [`Filling::insert`] first reaches them (see
+    /// [`Filling`]).
+    pub(crate) fn filling(entries: usize) -> Filling {
+        let Geometry { level, split } = Geometry::of(entries);
+        let table = Table {
             primary: Arena::default(),
             overflow: Arena::default(),
             free: Vec::new(),
             level,
-            split: buckets - (1 << level),
+            split,
             len: 0,
             scratch: Vec::new(),
         };
-        for _ in 0..buckets {
-            table.primary.push();
-        }
-        table
+        Filling { table, buckets: primary_buckets(entries), entries }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -211,13 +255,7 @@ impl Table {
     }
 
     fn home(&self, tag: u32) -> usize {
-        let tag = tag as usize;
-        let low = tag & ((1 << self.level) - 1);
-        if low < self.split {
-            tag & ((1 << (self.level + 1)) - 1)
-        } else {
-            low
-        }
+        Geometry { level: self.level, split: self.split }.home(tag)
     }
 
     fn bucket(&self, at: At) -> &Bucket {
@@ -410,6 +448,48 @@ impl Table {
             self.place(slot);
         }
         self.scratch = scratch;
+    }
+}
+
+/// A table being filled at open ([`Table::filling`]). Its primary buckets
+/// are made in order, as far as the bucket an insert needs: entries that
+/// come in the order of their buckets' regions (as open's are) each find
+/// theirs freshly made, in the cache, where buckets made all at once
+/// would have left it long before.
+#[derive(Debug)]
+pub(crate) struct Filling {
+    table: Table,
+    /// Primary buckets of the whole table.
+    buckets: usize,
+    /// Entries it is presized for.
+    entries: usize,
+}
+
+impl Filling {
+    /// [`Table::insert`].
+    pub(crate) fn insert(&mut self, tag: u32, at: Address) {
+        if self.table.len >= self.entries {
+            // Past its presized room a table splits buckets: all of them
+            // must be there.
+            self.make_all();
+        }
+        let home = self.table.home(tag);
+        while self.table.primary.len <= home {
+            self.table.primary.push();
+        }
+        self.table.insert(tag, at);
+    }
+
+    fn make_all(&mut self) {
+        while self.table.primary.len < self.buckets {
+            self.table.primary.push();
+        }
+    }
+
+    /// The table, every bucket made.
+    pub(crate) fn finish(mut self) -> Table {
+        self.make_all();
+        self.table
     }
 }
 

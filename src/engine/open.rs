@@ -101,7 +101,7 @@ fn tell_recovered(recovered: &[Recovered]) {
         event!(
             debug,
             shard = id,
-            records = shard.index.len(),
+            frames = shard.frames.len(),
             segments = shard.lengths.len(),
             hints_loaded = shard.hints_loaded,
             hints_ignored = shard.hints_ignored,

@@ -1,12 +1,13 @@
 //! Hint files: an open that rebuilds segments from their hints gives the
-//! same answers as one that replays the log; a missing, damaged, truncated
-//! or stale hint falls back to the log and loses nothing, and so does a
-//! crash between a segment and its hint; a hint that cannot be written fails
-//! no call; a read-only open writes none. (Verify and repair with hints:
-//! `verify_hints.rs`.)
+//! same answers as one that replays the log, a key's newest record
+//! deciding wherever its older ones are; a missing, damaged, truncated
+//! (at any byte) or stale hint falls back to the log and loses nothing,
+//! and so does a crash between a segment and its hint; a hint that cannot
+//! be written fails no call; a read-only open writes none. (Verify and
+//! repair with hints: `verify_hints.rs`.)
 
 use crate::common::{acquire, delete_hints, fingerprint, hint_files, segment_files, START_MS};
-use idemkv::{ClaimRequest, Config, Durability, ManualClock, Record, Store};
+use idemkv::{ClaimRequest, Config, Durability, ManualClock, Record, ReusePolicy, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -329,4 +330,113 @@ fn a_sealed_segment_with_the_hint_of_a_prefix_gets_a_whole_one() {
     assert_eq!(store.get(b"", key(0).as_bytes()).expect("get").expect("present").response, b"first");
     assert_eq!(store.get(b"", key(7).as_bytes()).expect("get").expect("present").response, b"more");
     assert_eq!(hint_end(&first), len, "the open wrote a whole hint back");
+}
+
+/// Keys whose newest record is in a later segment than an older one of
+/// theirs, each kind of newer record: what every open must answer for
+/// them, from hints or from the log.
+fn rewritten_store(dir: &Path, clock: &ManualClock) -> BTreeMap<&'static str, Option<&'static [u8]>> {
+    let cfg = || config(clock).shards(1);
+    let store = Store::open(dir, cfg()).expect("open");
+    let done = |name: &str, response: &[u8]| {
+        acquire(&store, &ClaimRequest::new(name, fingerprint(name))).complete(response).expect("complete");
+    };
+    for name in ["removed", "claimed-again", "replaced", "kept"] {
+        done(name, b"first");
+    }
+    drop(acquire(&store, &ClaimRequest::new("abandoned", fingerprint("abandoned"))).into_token());
+    let long = ClaimRequest::new("expired", fingerprint("expired")).ttl(Duration::from_secs(3600));
+    acquire(&store, &long).fail(b"first").expect("fail");
+    // Enough other keys to fill several segments in between.
+    for index in 0..200 {
+        done(&key(index), b"filler");
+    }
+    clock.advance(Duration::from_secs(31));
+    assert!(store.remove(b"", b"removed").expect("remove"));
+    assert!(store.remove(b"", b"claimed-again").expect("remove"));
+    done("claimed-again", b"second");
+    assert!(store.replace(b"", b"replaced", b"first", b"second").expect("replace"));
+    let lapsed = acquire(&store, &ClaimRequest::new("abandoned", fingerprint("abandoned")));
+    assert!(lapsed.recovered());
+    lapsed.complete(b"second").expect("complete");
+    // A newer record that expires before the older one would have.
+    let short = ClaimRequest::new("expired", fingerprint("expired"))
+        .reuse(ReusePolicy::RetryFailed)
+        .ttl(Duration::from_secs(60));
+    acquire(&store, &short).complete(b"second").expect("complete");
+    store.close().expect("close");
+    clock.advance(Duration::from_secs(120));
+    BTreeMap::from([
+        ("removed", None),
+        ("claimed-again", Some(&b"second"[..])),
+        ("replaced", Some(&b"second"[..])),
+        ("abandoned", Some(&b"second"[..])),
+        ("expired", None),
+        ("kept", Some(&b"first"[..])),
+    ])
+}
+
+#[test]
+fn a_key_rewritten_in_later_segments_opens_from_hints_as_from_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let expected = rewritten_store(dir.path(), &clock);
+    let segments = segment_files(dir.path(), 0).len();
+    assert!(segments > 5, "the rewrites are segments apart: {segments} segments");
+    for from_hints in [true, false] {
+        if !from_hints {
+            assert_eq!(delete_hints(dir.path()), segments);
+        }
+        let store = Store::open(dir.path(), config(&clock).shards(1)).expect("open");
+        let stats = store.stats();
+        assert_eq!(stats.hints_loaded, if from_hints { segments as u64 } else { 0 }, "{stats:?}");
+        for (name, response) in &expected {
+            let found = store.get(b"", name.as_bytes()).expect("get");
+            assert_eq!(
+                found.as_ref().map(|record| &record.response[..]),
+                *response,
+                "{name}, from hints: {from_hints}"
+            );
+        }
+        assert_eq!(stats.live_records, 200 + 4, "{stats:?}");
+        store.close().expect("close");
+    }
+}
+
+#[test]
+fn a_hint_cut_at_any_byte_falls_back_to_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let cfg = || config(&clock).shards(1).segment_bytes(1 << 20);
+    let store = Store::open(dir.path(), cfg()).expect("open");
+    // Enough frames for a sealed segment whose hint has several blocks.
+    let keys = 7000;
+    for index in 0..keys {
+        acquire(&store, &ClaimRequest::new(&format!("key-{index:05}"), fingerprint("a")))
+            .complete(b"done")
+            .expect("complete");
+    }
+    store.close().expect("close");
+    let hint = hint_files(dir.path(), 0).first().expect("a hint").clone();
+    let whole = std::fs::read(&hint).expect("read");
+    let first_block = 88 + 12 + u32::from_le_bytes(whole[88..92].try_into().expect("4 bytes")) as usize;
+    assert!(first_block < whole.len(), "a hint of more than one block: {} bytes", whole.len());
+    let answers = |store: &Store| -> Vec<Option<Record>> {
+        (0..keys).map(|index| store.get(b"", format!("key-{index:05}").as_bytes()).expect("get")).collect()
+    };
+    let expected = answers(&Store::open_read_only(dir.path(), cfg()).expect("open"));
+    assert!(expected.iter().all(Option::is_some));
+    // In the header, through the first entries, across the first block's
+    // end, and the last bytes.
+    let cuts = (0..88)
+        .step_by(8)
+        .chain(88..200)
+        .chain(first_block - 60..first_block + 120)
+        .chain(whole.len() - 60..whole.len());
+    for cut in cuts {
+        std::fs::write(&hint, &whole[..cut]).expect("cut");
+        let store = Store::open_read_only(dir.path(), cfg()).expect("an open of a store with a cut hint");
+        assert_eq!(store.stats().hints_ignored, 1, "cut at {cut}");
+        assert!(answers(&store) == expected, "cut at {cut}");
+    }
 }

@@ -122,3 +122,22 @@ fn presized_tables_do_not_split() {
     assert_eq!(left.len(), 1000);
     assert!(left.iter().all(|n| *n >= 39_000));
 }
+
+#[test]
+fn a_filling_table_holds_what_it_is_given_in_any_order_and_past_its_room() {
+    for (presized, inserted) in [(0, 100), (1000, 1000), (1000, 3000), (50_000, 20_000)] {
+        let mut filling = Table::filling(presized);
+        // Tags out of any bucket order.
+        let tag = |n: u32| n.wrapping_mul(0x9E37_79B9).rotate_left(n % 32);
+        for n in 0..inserted {
+            filling.insert(tag(n), Address { segment: 1, offset: 64 + n, len: 1 });
+        }
+        let table = filling.finish();
+        assert_eq!(table.len(), inserted as usize);
+        assert!(table.buckets() >= Table::with_capacity(presized).buckets());
+        for n in 0..inserted {
+            assert!(table.contains(tag(n), 1, 64 + n), "{presized}, {inserted}: entry {n}");
+        }
+        assert_eq!(table.iter().count(), inserted as usize);
+    }
+}

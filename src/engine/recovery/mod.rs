@@ -6,7 +6,7 @@
 mod one_segment;
 mod replay;
 
-use crate::engine::entry::{FullIndex, KeyHasher};
+use crate::engine::entry::KeyHasher;
 use crate::engine::segment::catalog::{self, Catalog};
 use crate::engine::segment::header::HEADER_BYTES;
 use crate::engine::segment::hint::{self, HintBuilder};
@@ -14,6 +14,7 @@ use crate::engine::segment::writer::{create_segment, ActiveSegment};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use replay::Replay;
+pub(crate) use replay::{Frames, Replayed};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,8 +36,9 @@ pub(crate) enum Access {
 pub(crate) struct Recovered {
     /// The shard's folder.
     pub dir: PathBuf,
-    /// The newest record of every key that is present (expired ones too).
-    pub index: FullIndex,
+    /// Every frame of the log, a key's frames that came close together
+    /// counted once, for the shard to keep the newest of each key.
+    pub frames: Frames,
     pub active: ActiveSegment,
     pub sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
     /// The LSN the next record gets.
@@ -71,7 +73,7 @@ pub(crate) fn create_shard(storage: &dyn Storage, dir: &Path, shard: u32) -> Res
     catalog.store(storage, dir)?;
     Ok(Recovered {
         dir: dir.to_path_buf(),
-        index: FullIndex::default(),
+        frames: Frames::default(),
         active: ActiveSegment { id: 1, file, end: HEADER_BYTES as u64, hint: HintBuilder::new(shard, 1, 1) },
         sealed: BTreeMap::new(),
         next_lsn: 1,
@@ -188,16 +190,15 @@ pub(crate) fn recover_shard(
         .iter()
         .map(|(id, path)| one_segment::prepare(context, *id, path, *id == catalog.last))
         .collect::<Result<Vec<_>>>()?;
-    let mut replay = Replay::new(hasher);
-    // Pre-sized from the hints (claims less tombstones), so the table is
-    // not rebuilt as it grows: never more than the keys the hints name.
-    let (keys, tombstones) = prepared
+    // Room for the frames the hints list, and the keys they bring (each
+    // at most what its segment has room for); frames replayed from the log
+    // are added as they come.
+    let (frames, keys) = prepared
         .iter()
-        .map(one_segment::Prepared::hinted_keys)
-        .fold((0u64, 0u64), |(keys, tombstones), (more, fewer)| {
-            (keys.saturating_add(more), tombstones.saturating_add(fewer))
-        });
-    replay.index.reserve(usize::try_from(keys.saturating_sub(tombstones)).unwrap_or(0));
+        .map(one_segment::Prepared::hinted)
+        .fold((0u64, 0u64), |sum, more| (sum.0.saturating_add(more.0), sum.1.saturating_add(more.1)));
+    let expected = |count: u64| usize::try_from(count).unwrap_or(usize::MAX);
+    let mut replay = Replay::new(hasher, expected(frames), expected(keys));
     let mut shard_log = ShardLog::default();
     for prepared in prepared {
         let id = prepared.id();
@@ -207,14 +208,15 @@ pub(crate) fn recover_shard(
     let (active_id, active_file) = shard_log.files.pop_last().ok_or_else(|| Error::corruption(dir, 0, "no segment"))?;
     let active = ActiveSegment { id: active_id, file: active_file, end: shard_log.active_end, hint: shard_log.hint };
     let after_max = replay.max_lsn.checked_add(1).ok_or_else(|| Error::corruption(dir, 0, "LSNs exhausted"))?;
+    let max_updated_ms = replay.max_updated_ms;
     Ok(Recovered {
         dir: dir.to_path_buf(),
-        index: replay.index,
+        frames: replay.into_frames(),
         active,
         sealed: shard_log.files,
         next_lsn: shard_log.lsn_floor.max(after_max),
         torn_tail_bytes: shard_log.torn_tail_bytes,
-        max_updated_ms: replay.max_updated_ms,
+        max_updated_ms,
         lengths: shard_log.lengths,
         catalog,
         next_round: shard_log.next_round,

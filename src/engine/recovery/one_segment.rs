@@ -33,7 +33,7 @@ pub(crate) struct Prepared {
     mark: Mark,
     /// How far the segment is durable (its length if sealed).
     durable_end: u64,
-    /// The keys and tombstones its hint's header counts.
+    /// The frames, and keys less tombstones, its hint's header counts.
     hinted: (u64, u64),
 }
 
@@ -42,9 +42,10 @@ impl Prepared {
         self.id
     }
 
-    /// Keys the hint says the segment brings into the index, and its
-    /// tombstones (estimates for pre-sizing; 0 without a plausible hint).
-    pub(crate) fn hinted_keys(&self) -> (u64, u64) {
+    /// The frames its hint lists, and the keys it brings into the index
+    /// less its tombstones (estimates for pre-sizing; 0 without a
+    /// plausible hint).
+    pub(crate) fn hinted(&self) -> (u64, u64) {
         self.hinted
     }
 
@@ -167,9 +168,8 @@ fn apply_hint(context: Context<'_>, prepared: &Prepared, hint: Opened, replay: &
                 from.resume = Some(Resume { offset: reader.header.end, last_lsn: reader.header.last_lsn });
             }
             Err(reason) => {
-                // What was applied came from blocks whose CRC checked, of a
-                // hint that matched this segment: the log replays the same
-                // frames again, which changes nothing.
+                // `load` forgot what it applied: the log replays the whole
+                // segment.
                 from.ignored = true;
                 ignored(context.shard, prepared.id, reason);
                 from.builder = collector(context, prepared, true);
@@ -297,22 +297,39 @@ fn reloaded(context: Context<'_>, segment: &Described<'_>) -> HintBuilder {
     builder
 }
 
-/// Applies every entry of a hint (and hands each to `builder`).
+/// Applies every entry of a hint (and hands each to `builder`); a hint
+/// found damaged or inconsistent half-way has none of its entries applied.
 fn load(
     reader: &mut HintReader,
     id: u32,
     replay: &mut Replay<'_>,
     builder: &mut HintBuilder,
 ) -> std::result::Result<(), &'static str> {
-    let mut entries = Vec::new();
-    while reader.next_block(&mut entries)? {
-        for entry in &entries {
-            replay.apply(id, entry)?;
-            builder.push(entry, 0, entry.is_claim());
-        }
+    let mark = replay.applied();
+    let applied = apply_entries(reader, id, replay, builder);
+    if applied.is_err() {
+        replay.forget_after(&mark);
     }
+    applied?;
     replay.max_updated_ms = replay.max_updated_ms.max(reader.header.max_updated_ms);
     builder.raise_updated(reader.header.max_updated_ms);
+    Ok(())
+}
+
+fn apply_entries(
+    reader: &mut HintReader,
+    id: u32,
+    replay: &mut Replay<'_>,
+    builder: &mut HintBuilder,
+) -> std::result::Result<(), &'static str> {
+    // Bounded: each block moves the reader forward in its file. A closure
+    // for each block, called where it is given: the reader's loop inlines
+    // it, and each entry goes from the decoder to the replay in registers.
+    while reader.next_block_with(|entry: &HintEntry| {
+        replay.apply(id, entry)?;
+        builder.push(entry, 0, entry.is_claim());
+        Ok(())
+    })? {}
     Ok(())
 }
 

@@ -121,7 +121,7 @@ impl Shard {
     pub(crate) fn new(id: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
         let storage = Arc::clone(&config.storage);
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
-        let Recovered { dir, index, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
+        let Recovered { dir, frames, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
         // Under Sync every record is synced as it is written: `pwrite` is
         // faster there than writing through the map (see `segment::writer`).
@@ -149,7 +149,7 @@ impl Shard {
             end: log.active.end,
         };
         let commit = Arc::new(GroupCommit::new(id, tail, next_round, Arc::clone(&counters)));
-        let state = ShardState::new(index, log, now, &lengths, &counters)?;
+        let state = ShardState::new(frames, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
             dir,

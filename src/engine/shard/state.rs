@@ -7,11 +7,12 @@
 use super::listing::Listings;
 use super::KeyRef;
 use crate::clock::{Clock, Now};
-use crate::engine::compaction_policy::SegmentUsage;
-use crate::engine::entry::{Entry, FullIndex, Lease, Leases};
+use crate::engine::compaction_policy::{SegmentUsage, UsageTally};
+use crate::engine::entry::{Entry, Lease, Leases};
 use crate::engine::frame;
 use crate::engine::index::{tag, Address, Table};
 use crate::engine::ledger::Ledger;
+use crate::engine::recovery::{Frames, Replayed};
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::hint::HintEntry;
 use crate::engine::segment::writer::Writer;
@@ -91,20 +92,22 @@ pub(crate) enum Lookup<'a> {
 }
 
 impl ShardState {
-    /// The state of a shard recovered at open, at `now`: the table built in
-    /// one pass over the recovered entries. Records expired by then stay
-    /// out and are counted in `counters`; every Processing record is read
-    /// back once, to set its lease end by the rule across a restart
+    /// The state of a shard recovered at open, at `now`: the newest record
+    /// of every key picked from the frames recovery found, and the table
+    /// built from them in one pass, a region of the table at a time (the
+    /// order they come in). Records expired by then stay out and are
+    /// counted in `counters`; every Processing record is read back once,
+    /// to set its lease end by the rule across a restart
     /// ([`transition::lease_end`]) and its expiry.
     pub(crate) fn new(
-        index: FullIndex,
+        frames: Frames,
         log: Writer,
         now: Now,
         lengths: &BTreeMap<u32, u64>,
         counters: &Counters,
     ) -> Result<Self> {
         let mut state = ShardState {
-            index: Table::with_capacity(index.len()),
+            index: Table::default(),
             leases: Leases::default(),
             log,
             now_floor_ms: AtomicU64::new(now.wall_ms),
@@ -114,29 +117,46 @@ impl ShardState {
             quota: None,
             listings: Mutex::default(),
         };
-        for (hash, mut entry) in index.into_entries() {
-            if entry.is_expired(now.wall_ms) {
-                bump(&counters.expirations);
-                continue;
-            }
-            let mut lease = None;
-            if entry.state == State::Processing {
-                let (header, _) = state.load(&entry, None)?;
-                let end_ms = transition::lease_end(&header, now);
-                entry.deadline_ms = transition::gone_ms(&header);
-                if transition::is_gone(&entry, end_ms, now) {
-                    bump(&counters.abandoned_expired);
-                    continue;
-                }
-                lease = Some(Lease { entry, end_ms });
-            }
-            state.index.insert(tag(hash), entry.address());
-            state.usage.entry(entry.segment).or_default().add(&entry);
-            if let Some(lease) = lease {
-                state.leases.insert(hash, lease);
+        let newest = frames.finish();
+        let mut table = Table::filling(newest.len());
+        let mut tally = UsageTally::new(&state.usage);
+        for found in newest.iter() {
+            if let Some((at, deadline_ms)) = state.recovered(&found, now, counters)? {
+                table.insert(tag(found.hash), at);
+                tally.add(&mut state.usage, at.segment, at.len, deadline_ms);
             }
         }
+        tally.finish(&mut state.usage);
+        state.index = table.finish();
         Ok(state)
+    }
+
+    /// The newest record of a key found at open: where it is and when it
+    /// reads absent, for the table and the accounting; `None` if it is
+    /// expired at `now` (counted in `counters`). A Processing key goes
+    /// into the lease table.
+    fn recovered(&mut self, found: &Replayed, now: Now, counters: &Counters) -> Result<Option<(Address, u64)>> {
+        // Recovery keeps only puts.
+        let Kind::Put(record_state) = found.kind else { return Ok(None) };
+        let at = found.address();
+        let mut deadline_ms = found.deadline_ms;
+        if record_state == State::Processing {
+            let (header, _) = self.load_at(at, found.lsn, record_state, None)?;
+            let end_ms = transition::lease_end(&header, now);
+            let entry = transition::entry(&header, at).ok_or_else(|| {
+                Error::corruption(self.log.path(at.segment), at.offset.into(), "index points at a tombstone")
+            })?;
+            if transition::is_gone(&entry, end_ms, now) {
+                bump(&counters.abandoned_expired);
+                return Ok(None);
+            }
+            deadline_ms = entry.deadline_ms;
+            self.leases.insert(found.hash, Lease { entry, end_ms });
+        } else if record_state.is_expired(deadline_ms, now.wall_ms) {
+            bump(&counters.expirations);
+            return Ok(None);
+        }
+        Ok(Some((at, deadline_ms)))
     }
 
     /// Points the index at a new record in place of `old` (the key's
@@ -383,13 +403,25 @@ impl ShardState {
     /// the segment's map where there is one), its CRC checked, and checked
     /// to belong to `key` when one is given.
     pub(crate) fn load(&self, entry: &Entry, key: Option<&KeyRef<'_>>) -> Result<(Header, Cow<'_, [u8]>)> {
-        let offset = u64::from(entry.offset);
-        let path = || self.log.path(entry.segment);
-        let (header, frame) = self.read_at(entry.address())?;
-        if header.lsn != entry.lsn {
+        self.load_at(entry.address(), entry.lsn, entry.state, key)
+    }
+
+    /// [`ShardState::load`] of the record at `at`, which must have LSN
+    /// `lsn` and state `state`.
+    fn load_at(
+        &self,
+        at: Address,
+        lsn: u64,
+        state: State,
+        key: Option<&KeyRef<'_>>,
+    ) -> Result<(Header, Cow<'_, [u8]>)> {
+        let offset = u64::from(at.offset);
+        let path = || self.log.path(at.segment);
+        let (header, frame) = self.read_at(at)?;
+        if header.lsn != lsn {
             return Err(Error::corruption(path(), offset, "record LSN differs from the index"));
         }
-        if header.kind != Kind::Put(entry.state) {
+        if header.kind != Kind::Put(state) {
             return Err(Error::corruption(path(), offset, "record state differs from the index"));
         }
         if let Some(key) = key {

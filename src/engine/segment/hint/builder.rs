@@ -81,10 +81,14 @@ impl HintBuilder {
 
     /// Adds the frame `entry`, written at `updated_ms`; `new_key` counts it
     /// in the estimate of keys the segment brings into the index.
+    #[inline]
     pub(crate) fn push(&mut self, entry: &HintEntry, updated_ms: u64, new_key: bool) {
-        if self.given_up.is_some() {
-            return;
+        if self.given_up.is_none() {
+            self.push_collecting(entry, updated_ms, new_key);
         }
+    }
+
+    fn push_collecting(&mut self, entry: &HintEntry, updated_ms: u64, new_key: bool) {
         if entry.offset != self.end || entry.lsn < self.last_lsn {
             self.give_up("a frame out of order");
             return;

@@ -13,8 +13,6 @@ use std::sync::Arc;
 /// Bytes read from a hint at a time (a block is at most 64 KiB).
 const WINDOW_BYTES: usize = 1 << 20;
 const _: () = assert!(BLOCK_HEADER_BYTES + BLOCK_PAYLOAD_MAX <= WINDOW_BYTES);
-/// Bytes the smallest entry takes: kind, hash and two one-byte varints.
-const MIN_ENTRY_BYTES: usize = 19;
 /// Bytes of a large frame checked at a time.
 const PIECE_BYTES: u64 = 64 << 10;
 
@@ -118,9 +116,11 @@ fn check_bounds(header: &HintHeader, segment: &Described<'_>) -> Result<(), &'st
     Ok(())
 }
 
-/// The keys and tombstones the hint of `segment` counts, read from its
-/// header alone (for pre-sizing an index before any hint is read whole);
-/// `(0, 0)` without a plausible hint. Holds no file open.
+/// What the hint of `segment` counts, read from its header alone, for
+/// pre-sizing what open rebuilds before any hint is read whole (estimates,
+/// at most what the segment's length has room for): the frames it lists,
+/// and the keys it brings into the index less its tombstones. `(0, 0)`
+/// without a plausible hint. Holds no file open.
 pub(crate) fn counts(storage: &dyn Storage, dir: &Path, segment: &Described<'_>) -> (u64, u64) {
     let Ok(file) = storage.open_read_only(&hint_path(dir, segment.segment)) else { return (0, 0) };
     let mut bytes = [0u8; super::HEADER_BYTES];
@@ -134,7 +134,7 @@ pub(crate) fn counts(storage: &dyn Storage, dir: &Path, segment: &Described<'_>)
                 && header.lsn_floor == segment.lsn_floor
                 && check_bounds(&header, segment).is_ok() =>
         {
-            (header.keys, header.tombstones)
+            (header.frames, header.keys.saturating_sub(header.tombstones))
         }
         _ => (0, 0),
     }
@@ -294,26 +294,39 @@ impl HintReader {
     /// As [`next_entry`](HintReader::next_entry).
     pub(crate) fn next_block(&mut self, entries: &mut Vec<HintEntry>) -> Result<bool, &'static str> {
         entries.clear();
+        self.next_block_with(|entry| {
+            entries.push(*entry);
+            Ok(())
+        })
+    }
+
+    /// [`next_block`](HintReader::next_block) that hands each entry to
+    /// `each` as it is decoded.
+    ///
+    /// # Errors
+    /// As [`next_entry`](HintReader::next_entry), and `each`'s.
+    pub(crate) fn next_block_with(
+        &mut self,
+        mut each: impl FnMut(&HintEntry) -> Result<(), &'static str>,
+    ) -> Result<bool, &'static str> {
         if self.next_block == self.len {
             self.finish()?;
             return Ok(false);
         }
-        let count = self.load_block()?;
-        // The count is untrusted: room for what the payload can hold.
-        entries.reserve((count as usize).min(BLOCK_PAYLOAD_MAX / MIN_ENTRY_BYTES));
+        let entries = self.load_block()?;
         let payload = &self.window[..self.payload_end];
         let mut at = self.payload_at;
-        for _ in 0..count {
+        for _ in 0..entries {
             let entry = self.deltas.decode(payload, &mut at, self.offset)?;
             self.offset = (self.offset.checked_add(entry.len))
                 .filter(|end| *end <= self.header.end)
                 .ok_or("the hint's frames run past its end")?;
-            entries.push(entry);
+            each(&entry)?;
         }
         if at != self.payload_end {
             return Err("a hint block holds more than its entries");
         }
-        self.decoded += u64::from(count);
+        self.decoded += u64::from(entries);
         Ok(true)
     }
 
