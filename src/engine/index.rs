@@ -272,14 +272,6 @@ impl Table {
         }
     }
 
-    /// Starts loading the bucket of `tag` into the cache (see
-    /// [`crate::io::prefetch`]): a caller that has other work to do
-    /// before [`Table::candidates`] hides part of the miss behind it.
-    #[inline]
-    pub(crate) fn prefetch(&self, tag: u32) {
-        crate::io::prefetch(self.primary.get(self.home(tag)));
-    }
-
     /// The addresses of every entry with `tag`.
     pub(crate) fn candidates(&self, tag: u32) -> Candidates<'_> {
         Candidates { table: self, bucket: self.primary.get(self.home(tag)), slot: 0, tag }

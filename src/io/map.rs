@@ -1,8 +1,8 @@
 //! Memory maps of segment files: a replay reads its record out of the page
 //! cache with no system call, and the writer copies a new record into the
 //! active segment's map instead of calling `pwrite`. This is the only module
-//! of the crate allowed `unsafe` code; two of its three `unsafe` blocks are
-//! the maps themselves, the third a prefetch hint ([`prefetch`]).
+//! of the crate allowed `unsafe` code; its two `unsafe` blocks are the maps
+//! themselves.
 //!
 //! What keeps a map sound (the argument in full, referred to below):
 //!
@@ -134,26 +134,6 @@ impl Map {
     pub fn is_empty(&self) -> bool {
         self.bytes().is_empty()
     }
-}
-
-/// Asks the CPU to start loading the cache line that holds `value`, so
-/// that work done before `value` is read overlaps the miss (the index
-/// bucket of a claim's key, fetched while the claim takes its lock and
-/// reads the clock). A hint only: nothing is read architecturally, and
-/// elsewhere than on `x86_64` it does nothing.
-#[inline]
-pub(crate) fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: `prefetch` is a hint that never faults and has no effect
-        // a program can observe but its timing; the pointer comes from a
-        // live reference besides. SSE, which it needs, is part of every
-        // x86_64 target.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast::<i8>()) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
 }
 
 impl fmt::Debug for Map {

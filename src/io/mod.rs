@@ -21,7 +21,6 @@ pub mod powercut;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use fault::{Fault, FaultyStorage};
-pub(crate) use map::prefetch;
 pub use map::Map;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

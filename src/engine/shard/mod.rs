@@ -18,7 +18,6 @@ use crate::checkpoint::Checkpoint;
 use crate::clock::{Clock, Now};
 use crate::config::{Config, Durability};
 use crate::engine::entry::KeyHasher;
-use crate::engine::index;
 use crate::engine::recovery::Recovered;
 #[cfg(feature = "tokio")]
 use crate::engine::segment::commit::AsyncTurn;
@@ -232,21 +231,20 @@ impl Shard {
         replay: impl FnOnce(RecordRef<'_>) -> R,
     ) -> Result<(Outcome<R>, u64)> {
         {
-            let state = self.state.read();
-            // The key's bucket loads while the call checks the shard,
-            // counts itself and reads the clock: the miss overlaps them.
-            state.index.prefetch(index::tag(key.hash));
-            self.check_open()?;
+            let state = self.read()?;
             match tally {
                 Tally::Answer | Tally::WaitFirst => bump(&self.counters.claims),
                 Tally::WaitAgain => bump(&self.counters.wait_looks),
             }
-            let wall_ms = state.wall_ms(&*self.clock);
             if let Some(found) = state.find(key)? {
                 // A replay reads only the wall clock: a finished record's
                 // answer depends on its TTL alone, and an answer that would
                 // write (a Failed key run again) is decided again below.
-                let now = state.now_at(wall_ms, found.entry.state == State::Processing, &*self.clock);
+                let now = if found.entry.state == State::Processing {
+                    state.now(&*self.clock)
+                } else {
+                    state.now_for_finished(&*self.clock)
+                };
                 if !transition::is_gone(&found.entry, found.lease_end_ms, now) {
                     let stored = Stored { record: &found.header, lease_end_ms: found.lease_end_ms };
                     match transition::claim(Some(stored), params, state.log.next_lsn, now) {

@@ -230,26 +230,14 @@ impl ShardState {
         }
     }
 
-    /// The shard's wall-clock time for TTLs, read alone: the first half of
-    /// [`ShardState::now`], for a caller that reads it before it knows
-    /// whether it needs elapsed time too ([`ShardState::now_at`]).
-    pub(crate) fn wall_ms(&self, clock: &dyn Clock) -> u64 {
-        raise(&self.now_floor_ms, clock.now_ms())
-    }
-
-    /// The shard's time with the wall-clock reading `wall_ms` (from
-    /// [`ShardState::wall_ms`], under the same hold of the lock): with
-    /// elapsed time read now if `leases` (a decision on a Processing
-    /// record), else with the monotonic floor, not read from the clock,
-    /// which must then decide nothing (a Completed or Failed record is
-    /// decided by its TTL alone).
-    pub(crate) fn now_at(&self, wall_ms: u64, leases: bool, clock: &dyn Clock) -> Now {
-        let monotonic_ms = if leases {
-            raise(&self.monotonic_floor_ms, clock.monotonic_ms())
-        } else {
-            self.monotonic_floor_ms.load(Ordering::Acquire)
-        };
-        Now { wall_ms, monotonic_ms }
+    /// [`ShardState::now`] for a decision on a Completed or Failed record,
+    /// which only the wall clock (TTL) decides: the monotonic reading is
+    /// the floor, not read from the clock, and must not decide anything.
+    pub(crate) fn now_for_finished(&self, clock: &dyn Clock) -> Now {
+        Now {
+            wall_ms: raise(&self.now_floor_ms, clock.now_ms()),
+            monotonic_ms: self.monotonic_floor_ms.load(Ordering::Acquire),
+        }
     }
 
     /// The shard's wall-clock time for TTLs (see [`ShardState::now`]).
