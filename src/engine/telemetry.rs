@@ -50,6 +50,38 @@ impl fmt::Debug for Count {
     }
 }
 
+/// A counter only the exporter sees (nothing of it is in [`Stats`]): no
+/// value is kept, so counting costs nothing without a recorder but the
+/// check of the handle.
+pub(crate) struct Exported {
+    #[cfg(feature = "metrics")]
+    exported: metrics::Counter,
+}
+
+impl Exported {
+    /// The counter `name` of shard `shard`.
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the names are for the exporter"))]
+    pub(crate) fn new(name: &'static str, shard: &Shard) -> Self {
+        Exported {
+            #[cfg(feature = "metrics")]
+            exported: metrics::counter!(name, "shard" => shard.0.clone()),
+        }
+    }
+
+    /// Adds one.
+    #[cfg_attr(not(feature = "metrics"), expect(clippy::unused_self, reason = "the count is for the exporter"))]
+    pub(crate) fn increment(&self) {
+        #[cfg(feature = "metrics")]
+        self.exported.increment(1);
+    }
+}
+
+impl fmt::Debug for Exported {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("Exported")
+    }
+}
+
 /// The `shard` label of one shard's metrics.
 pub(crate) struct Shard(#[cfg(feature = "metrics")] metrics::SharedString);
 
@@ -156,7 +188,7 @@ macro_rules! counters {
             $(pub $name: Count,)*
             /// Claims that found their key claimed (replays, in-progress
             /// answers, mismatches); exported only.
-            pub duplicates: Count,
+            pub duplicates: Exported,
             /// Records made durable by each fsync; exported only.
             pub fsync_batch: Observe,
             /// Claim latencies by outcome; exported only.
@@ -169,7 +201,7 @@ macro_rules! counters {
                 let label = Shard::new(shard);
                 Counters {
                     $($name: Count::new($metric, &label),)*
-                    duplicates: Count::new(names::DUPLICATE_DETECTED, &label),
+                    duplicates: Exported::new(names::DUPLICATE_DETECTED, &label),
                     fsync_batch: Observe::for_shard(names::FSYNC_BATCH_RECORDS, &label),
                     claim_times: ClaimTimes::new(&label),
                 }

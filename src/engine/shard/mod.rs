@@ -341,7 +341,7 @@ impl Shard {
                 Outcome::Replay(replay(record))
             }
         };
-        bump(&self.counters.duplicates);
+        self.counters.duplicates.increment();
         Ok((outcome, lsn))
     }
 
@@ -350,7 +350,7 @@ impl Shard {
     /// in progress while it waited were not counted.
     pub(crate) fn count_in_progress(&self) {
         bump(&self.counters.in_progress);
-        bump(&self.counters.duplicates);
+        self.counters.duplicates.increment();
     }
 
     /// Removes a key whatever its state. Returns whether a live record was
