@@ -21,6 +21,11 @@
 //! `wait_for_replicas(1, 1 s)` (a `WAIT 1` after each of the two
 //! transitions), against the first row's backend without it.
 //!
+//! Beside each row, the CPU time an operation took in the bench's own
+//! process (the client: idemkv, the client library, tokio, the kernel's
+//! side of its sockets) and in the server's, from `/proc/…/stat`: less
+//! moved by other work on the machine than the rates are.
+//!
 //! ```text
 //! cargo bench -p idemkv-bench --bench redis                # 1 s slices, 5 rounds
 //! IDEMKV_BENCH_SECONDS=0.1 cargo bench -p idemkv-bench --bench redis
@@ -106,13 +111,15 @@ async fn main() {
     .await;
     let slice = support::seconds(1.0);
     let near = NearCache::new(backend.clone(), near_config());
-    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, &connection, slice).await;
+    let server_pid = server_pid(&mut connection.clone()).await;
+    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, &connection, (slice, &server_pid)).await;
     let commands = command_costs(&mut connection.clone()).await;
     let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
         "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
     );
     let pairs = [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")];
+    let (rows, cpu) = rows;
     support::tasks::print_pairs(&rows, &pairs, 44);
     if replica.is_some() {
         support::tasks::print_against(&rows[4], &rows[0], "claim+complete, WAIT 1 (against the first)", 44);
@@ -121,6 +128,58 @@ async fn main() {
     support::tasks::print_against(&rows[6], &rows[0], "claim+complete, near cache (against the first)", 44);
     println!("near cache: {:?}", near.stats());
     println!("{commands}");
+    println!("{}", cpu_costs(&rows, &cpu, &pairs));
+}
+
+/// CPU seconds of the client (this process) and of the server that a row
+/// took, beside the row.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    client: f64,
+    server: f64,
+}
+
+impl Cpu {
+    fn now(server_pid: &str) -> Cpu {
+        Cpu { client: support::process_cpu_seconds("self"), server: support::process_cpu_seconds(server_pid) }
+    }
+}
+
+/// The server's process id (`INFO server`).
+async fn server_pid(connection: &mut MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query_async(connection).await.expect("INFO");
+    info.lines().find_map(|line| line.strip_prefix("process_id:")).unwrap_or("0").trim().to_string()
+}
+
+/// Runs one slice of a row (see [`drive`]) and adds the CPU time it took.
+async fn drive_cpu<F, Fut>((row, cpu): (&mut Row, &mut Cpu), (slice, server_pid): (f64, &str), operation: F)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let before = Cpu::now(server_pid);
+    drive(row, slice, operation).await;
+    let after = Cpu::now(server_pid);
+    cpu.client += after.client - before.client;
+    cpu.server += after.server - before.server;
+}
+
+/// The CPU µs an operation of each row of `pairs` (and its baseline) took,
+/// client and server.
+fn cpu_costs(rows: &[Row], cpu: &[Cpu], pairs: &[(usize, &str)]) -> String {
+    let per_operation = |index: usize| {
+        let (row, cpu) = (&rows[index], cpu[index]);
+        let operations = support::as_f64(row.operations()).max(1.0);
+        format!("{:.1} / {:.1}", cpu.client * 1e6 / operations, cpu.server * 1e6 / operations)
+    };
+    let costs: Vec<String> = pairs
+        .iter()
+        .map(|&(pair, name)| {
+            let name = name.split(" (").next().unwrap_or(name);
+            format!("{name} {}, baseline {}", per_operation(pair), per_operation(pair + 1))
+        })
+        .collect();
+    format!("CPU µs an operation, client / server: {}", costs.join("; "))
 }
 
 /// Room for every replayed key.
@@ -138,9 +197,10 @@ async fn measure(
     waiting: Option<&RedisBackend>,
     near: &NearCache<RedisBackend>,
     connection: &MultiplexedConnection,
-    slice: f64,
-) -> Vec<Row> {
+    slice: (f64, &str),
+) -> (Vec<Row>, Vec<Cpu>) {
     let mut rows: Vec<Row> = (0..7).map(|_| Row::new()).collect();
+    let mut cpu = vec![Cpu::default(); 7];
     // Fresh keys through a cache of their own, so that their entries
     // take no room from the replayed keys'.
     let fresh = NearCache::new(near.backend().clone(), NearCacheConfig::new());
@@ -148,55 +208,56 @@ async fn measure(
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
         let ours = backend.clone();
-        drive(&mut rows[0], slice, move |n| {
+        drive_cpu((&mut rows[0], &mut cpu[0]), slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-fresh", round + n)).await }
         })
         .await;
         let theirs = connection.clone();
-        drive(&mut rows[1], slice, move |n| {
+        drive_cpu((&mut rows[1], &mut cpu[1]), slice, move |n| {
             let mut theirs = theirs.clone();
             async move { baseline_fresh(&mut theirs, &key("plain-fresh", round + n)).await }
         })
         .await;
         let ours = backend.clone();
-        drive(&mut rows[2], slice, move |n| {
+        drive_cpu((&mut rows[2], &mut cpu[2]), slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let theirs = connection.clone();
-        drive(&mut rows[3], slice, move |n| {
+        drive_cpu((&mut rows[3], &mut cpu[3]), slice, move |n| {
             let mut theirs = theirs.clone();
             async move { baseline_replay(&mut theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         if let Some(waiting) = waiting {
             let ours = waiting.clone();
-            drive(&mut rows[4], slice, move |n| {
+            drive_cpu((&mut rows[4], &mut cpu[4]), slice, move |n| {
                 let ours = ours.clone();
                 async move { claim_complete(&ours, &key("idemkv-waited", round + n)).await }
             })
             .await;
         }
         let near = near.clone();
-        drive(&mut rows[5], slice, move |n| {
+        drive_cpu((&mut rows[5], &mut cpu[5]), slice, move |n| {
             let near = near.clone();
             async move { claim_complete(&near, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let fresh = fresh.clone();
-        drive(&mut rows[6], slice, move |n| {
+        drive_cpu((&mut rows[6], &mut cpu[6]), slice, move |n| {
             let fresh = fresh.clone();
             async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
         })
         .await;
     }
-    rows
+    (rows, cpu)
 }
 
 /// The server's time per call of each command the rows sent (`INFO
-/// commandstats`): the scripts' cost beside the bare commands'.
+/// commandstats`): the scripts' cost beside the bare commands' (a
+/// script's own commands are counted too).
 async fn command_costs(connection: &mut MultiplexedConnection) -> String {
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.expect("INFO");
     let costs: Vec<String> = info
@@ -206,9 +267,9 @@ async fn command_costs(connection: &mut MultiplexedConnection) -> String {
             let field = |wanted: &str| {
                 stats.split(',').find_map(|pair| pair.strip_prefix(wanted)?.strip_prefix('=')).unwrap_or("?")
             };
-            ["evalsha", "exec", "set", "get", "wait"]
-                .contains(&name)
-                .then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
+            // Every command but the bench's and the connections' own.
+            let own = ["info", "config", "client", "hello", "ping", "script", "select"].contains(&name);
+            (!own).then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
         })
         .collect();
     format!("server time per command: {}", costs.join("; "))
