@@ -21,6 +21,15 @@
 //! `wait_for_replicas(1, 1 s)` (a `WAIT 1` after each of the two
 //! transitions), against the first row's backend without it.
 //!
+//! One more row splits the first row's cost: idemkv's commands sent bare
+//! over a connection like the backend's (RESP3, a connection manager),
+//! with none of idemkv's code — the fresh claim's transaction (`SET … NX
+//! GET PX`, `PEXPIRETIME`, `TIME`, `ZADD` of the scope's index) and an
+//! `EVALSHA` with the completion's keys and arguments of a script that
+//! does nothing. Its client CPU beside the first row's is what idemkv's
+//! own code adds; its server CPU beside the first row's is what the
+//! completion script's body costs.
+//!
 //! Beside each row, the CPU time an operation took in the bench's own
 //! process (the client: idemkv, the client library, tokio, the kernel's
 //! side of its sockets) and in the server's, from `/proc/…/stat`: less
@@ -41,7 +50,7 @@ mod support;
 use idemkv::backend::near::{NearCache, NearCacheConfig};
 use idemkv::backend::redis::RedisBackend;
 use idemkv::Config;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use support::tasks::{claim_complete, drive, key, Row, ANSWER, TASKS};
@@ -112,7 +121,9 @@ async fn main() {
     let slice = support::seconds(1.0);
     let near = NearCache::new(backend.clone(), near_config());
     let server_pid = server_pid(&mut connection.clone()).await;
-    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, &connection, (slice, &server_pid)).await;
+    let bare = Bare::connect(&server.url()).await;
+    let peers = Peers { connection: &connection, bare: &bare };
+    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, peers, (slice, &server_pid)).await;
     let commands = command_costs(&mut connection.clone()).await;
     let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
@@ -126,9 +137,11 @@ async fn main() {
     }
     support::tasks::print_against(&rows[5], &rows[2], "replay, near cache (against the replay row)", 44);
     support::tasks::print_against(&rows[6], &rows[0], "claim+complete, near cache (against the first)", 44);
+    support::tasks::print_against(&rows[7], &rows[0], "its commands sent bare (against the first)", 44);
     println!("near cache: {:?}", near.stats());
     println!("{commands}");
     println!("{}", cpu_costs(&rows, &cpu, &pairs));
+    println!("CPU µs an operation of idemkv's commands sent bare, client / server: {}", per_operation(&rows, &cpu, 7));
 }
 
 /// CPU seconds of the client (this process) and of the server that a row
@@ -167,11 +180,7 @@ where
 /// The CPU µs an operation of each row of `pairs` (and its baseline) took,
 /// client and server.
 fn cpu_costs(rows: &[Row], cpu: &[Cpu], pairs: &[(usize, &str)]) -> String {
-    let per_operation = |index: usize| {
-        let (row, cpu) = (&rows[index], cpu[index]);
-        let operations = support::as_f64(row.operations()).max(1.0);
-        format!("{:.1} / {:.1}", cpu.client * 1e6 / operations, cpu.server * 1e6 / operations)
-    };
+    let per_operation = |index: usize| per_operation(rows, cpu, index);
     let costs: Vec<String> = pairs
         .iter()
         .map(|&(pair, name)| {
@@ -182,6 +191,60 @@ fn cpu_costs(rows: &[Row], cpu: &[Cpu], pairs: &[(usize, &str)]) -> String {
     format!("CPU µs an operation, client / server: {}", costs.join("; "))
 }
 
+/// The CPU µs an operation of row `index` took, client / server.
+fn per_operation(rows: &[Row], cpu: &[Cpu], index: usize) -> String {
+    let (row, cpu) = (&rows[index], cpu[index]);
+    let operations = support::as_f64(row.operations()).max(1.0);
+    format!("{:.1} / {:.1}", cpu.client * 1e6 / operations, cpu.server * 1e6 / operations)
+}
+
+/// What the bare rows send on: the baseline's connection, and the
+/// connection that sends idemkv's commands bare.
+#[derive(Clone, Copy)]
+struct Peers<'a> {
+    connection: &'a MultiplexedConnection,
+    bare: &'a Bare,
+}
+
+/// idemkv's commands sent bare (see the module docs): a connection like
+/// the backend's and the script that does nothing.
+#[derive(Clone)]
+struct Bare {
+    connection: ConnectionManager,
+    script: String,
+}
+
+/// A digest-sized part of a name, as the backend's names have.
+const BARE_TAG: &str = "0123456789abcdef0123456789abcdef";
+
+impl Bare {
+    async fn connect(url: &str) -> Bare {
+        let client = redis::Client::open(format!("{url}?protocol=resp3")).expect("client");
+        let mut connection = client.get_connection_manager().await.expect("connection manager");
+        let script = redis::cmd("SCRIPT").arg("LOAD").arg("return 1").query_async(&mut connection).await.expect("load");
+        Bare { connection, script }
+    }
+
+    /// A fresh key claimed and completed with idemkv's commands, bare.
+    async fn claim_complete(mut self, key: String) {
+        let key = key.as_str();
+        let record = format!("bare:{{{key}}}:r");
+        let index = |suffix: &str| format!("bare:scope:{BARE_TAG}:{suffix}");
+        let mut claim = redis::pipe();
+        claim.atomic();
+        claim.cmd("SET").arg(&record).arg(&[b'p'; 120][..]).arg("NX").arg("GET").arg("PX").arg(7_230_000);
+        claim.cmd("PEXPIRETIME").arg(&record).cmd("TIME").cmd("ZADD").arg(index("keys")).arg(0).arg(key);
+        let answers: Vec<redis::Value> = claim.query_async(&mut self.connection).await.expect("claim");
+        assert!(matches!(answers.first(), Some(redis::Value::Nil)), "a fresh key");
+        let mut complete = redis::cmd("EVALSHA");
+        complete.arg(&self.script).arg(4).arg(&record).arg(index("keys")).arg(index("ends")).arg(index("staged"));
+        complete.arg("").arg(key).arg(1_733_000_000_000_000_u64).arg("C").arg(&ANSWER[..]);
+        complete.arg(format!("bare:{{{key}}}:w")).arg("PUBLISH").arg(3_600_000);
+        let done: i64 = complete.query_async(&mut self.connection).await.expect("complete");
+        assert_eq!(done, 1);
+    }
+}
+
 /// Room for every replayed key.
 fn near_config() -> NearCacheConfig {
     let entries = usize::try_from(2 * REPLAY_KEYS).expect("a count");
@@ -190,17 +253,18 @@ fn near_config() -> NearCacheConfig {
 
 /// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
 /// fresh keys, the baseline's, the backend's replays, the baseline's,
-/// (with `waiting`, the backend waiting for a replica) its fresh keys, and
-/// the replays through `near`.
+/// (with `waiting`, the backend waiting for a replica) its fresh keys, the
+/// replays through `near`, fresh keys through a near cache of their own,
+/// and idemkv's commands sent bare.
 async fn measure(
     backend: &RedisBackend,
     waiting: Option<&RedisBackend>,
     near: &NearCache<RedisBackend>,
-    connection: &MultiplexedConnection,
+    Peers { connection, bare }: Peers<'_>,
     slice: (f64, &str),
 ) -> (Vec<Row>, Vec<Cpu>) {
-    let mut rows: Vec<Row> = (0..7).map(|_| Row::new()).collect();
-    let mut cpu = vec![Cpu::default(); 7];
+    let mut rows: Vec<Row> = (0..8).map(|_| Row::new()).collect();
+    let mut cpu = vec![Cpu::default(); 8];
     // Fresh keys through a cache of their own, so that their entries
     // take no room from the replayed keys'.
     let fresh = NearCache::new(near.backend().clone(), NearCacheConfig::new());
@@ -249,6 +313,11 @@ async fn measure(
         drive_cpu((&mut rows[6], &mut cpu[6]), slice, move |n| {
             let fresh = fresh.clone();
             async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
+        })
+        .await;
+        let bare = bare.clone();
+        drive_cpu((&mut rows[7], &mut cpu[7]), slice, move |n| {
+            bare.clone().claim_complete(key("bare-fresh", round + n))
         })
         .await;
     }
