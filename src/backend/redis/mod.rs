@@ -695,13 +695,13 @@ impl Transport for RedisBackend {
             self.file_if_staged(Address::of(token), response).await?;
         }
         let names = Names::filed(&self.prefix, Address::of(token), &self.connection);
-        let mut call = Call::with_keys(&self.scripts.finish, &names.written());
+        let bytes = token.scope.len() + token.key.len() + response.len();
+        let mut call = Call::sized(&self.scripts.finish, &names.written(), 7, bytes);
         call.arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
             .arg(finish.code())
             .arg(response)
-            .arg(&names.channel())
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
         let operation = match finish {
