@@ -148,6 +148,18 @@ pub struct RedisBackend {
     /// Whether claims take [`fast`]'s path (the server runs Redis 7.0 or
     /// later).
     fast_claims: bool,
+    /// The indexes of the scope the last call named (see
+    /// [`RedisBackend::filed`]).
+    last_scope: Arc<parking_lot::Mutex<Option<LastScope>>>,
+}
+
+/// The names of a scope's indexes, kept for the next call of that scope:
+/// most calls of a service name the scope the call before named, and
+/// making the names costs a digest and four buffers.
+struct LastScope {
+    keyspace: Keyspace,
+    scope: Vec<u8>,
+    index: Arc<index::ScopeIndex>,
 }
 
 /// How many replicas a transition that must survive a failover waits
@@ -196,7 +208,7 @@ struct Names {
     /// that writes the record on a standalone server; `None` on a
     /// Cluster, where they would sit in another slot than the record and
     /// no script may reach them.
-    index: Option<index::ScopeIndex>,
+    index: Option<Arc<index::ScopeIndex>>,
 }
 
 impl Names {
@@ -227,7 +239,7 @@ impl Names {
     fn filed(prefix: &str, address: Address<'_>, connection: &Connection) -> Names {
         let mut names = Names::of(prefix, address);
         if !connection.is_cluster() {
-            names.index = Some(index::ScopeIndex::of(prefix, address.keyspace, address.scope));
+            names.index = Some(Arc::new(index::ScopeIndex::of(prefix, address.keyspace, address.scope)));
         }
         names
     }
@@ -411,6 +423,7 @@ impl RedisBackend {
             migrated: Arc::default(),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
+            last_scope: Arc::default(),
             scripts: Arc::new(Scripts {
                 claim: Script::new(scripts::CLAIM),
                 finish: Script::new(scripts::FINISH),
@@ -432,6 +445,7 @@ impl RedisBackend {
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
         self.migrated = Arc::default();
+        self.last_scope = Arc::default();
         self
     }
 
@@ -595,6 +609,27 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// [`Names::filed`] for `address`, the scope's indexes taken from
+    /// the last call's when it named the same scope.
+    fn filed(&self, address: Address<'_>) -> Names {
+        let mut names = Names::of(&self.prefix, address);
+        if self.connection.is_cluster() {
+            return names;
+        }
+        let Address { keyspace, scope, .. } = address;
+        let mut last = self.last_scope.lock();
+        let index = match &*last {
+            Some(kept) if kept.keyspace == keyspace && kept.scope == scope => Arc::clone(&kept.index),
+            _ => {
+                let index = Arc::new(index::ScopeIndex::of(&self.prefix, keyspace, scope));
+                *last = Some(LastScope { keyspace, scope: scope.to_vec(), index: Arc::clone(&index) });
+                index
+            }
+        };
+        names.index = Some(index);
+        names
+    }
+
     /// The live record at `address`, if any (the `get` script: it
     /// settles and checks liveness as every read does).
     async fn read(&self, address: Address<'_>) -> Result<Option<Record>> {
@@ -626,7 +661,7 @@ impl Transport for RedisBackend {
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         self.ready().await?;
-        let names = Names::filed(&self.prefix, args.address(), &self.connection);
+        let names = self.filed(args.address());
         // The fast path. A claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on a lane; the
         // claims that write nothing are answered first, with no write,
@@ -694,7 +729,7 @@ impl Transport for RedisBackend {
         if finish == Finish::Complete {
             self.file_if_staged(Address::of(token), response).await?;
         }
-        let names = Names::filed(&self.prefix, Address::of(token), &self.connection);
+        let names = self.filed(Address::of(token));
         let bytes = token.scope.len() + token.key.len() + response.len();
         let mut call = Call::sized(&self.scripts.finish, &names.written(), 7, bytes);
         call.arg(&token.scope)
@@ -715,14 +750,14 @@ impl Transport for RedisBackend {
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
-        let names = Names::filed(&self.prefix, Address::of(token), &self.connection);
+        let names = self.filed(Address::of(token));
         let mut call = Call::with_keys(&self.scripts.checkpoint, &names.written());
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
         self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
-        let names = Names::filed(&self.prefix, Address::of(token), &self.connection);
+        let names = self.filed(Address::of(token));
         let mut call = Call::with_keys(&self.scripts.renew, &names.written());
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
@@ -763,7 +798,7 @@ impl Transport for RedisBackend {
 
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
         self.ready().await?;
-        let names = Names::filed(&self.prefix, address, &self.connection);
+        let names = self.filed(address);
         let mut call = Call::with_keys(&self.scripts.remove, &names.written());
         call.arg(address.scope)
             .arg(address.key)
@@ -782,7 +817,7 @@ impl Transport for RedisBackend {
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
         self.ready().await?;
         self.file_if_staged(address, answer).await?;
-        let names = Names::filed(&self.prefix, address, &self.connection);
+        let names = self.filed(address);
         let mut call = Call::with_keys(&self.scripts.replace, &names.written());
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
