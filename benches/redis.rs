@@ -238,8 +238,14 @@ impl Bare {
         assert!(matches!(answers.first(), Some(redis::Value::Nil)), "a fresh key");
         let mut complete = redis::cmd("EVALSHA");
         complete.arg(&self.script).arg(4).arg(&record).arg(index("keys")).arg(index("ends")).arg(index("staged"));
-        complete.arg("").arg(key).arg(1_733_000_000_000_000_u64).arg("C").arg(&ANSWER[..]);
-        complete.arg(format!("bare:{{{key}}}:w")).arg("PUBLISH").arg(3_600_000);
+        complete
+            .arg("")
+            .arg(key)
+            .arg(1_733_000_000_000_000_u64)
+            .arg("C")
+            .arg(&ANSWER[..])
+            .arg("PUBLISH")
+            .arg(3_600_000);
         let done: i64 = complete.query_async(&mut self.connection).await.expect("complete");
         assert_eq!(done, 1);
     }
@@ -315,9 +321,9 @@ async fn measure(
             async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
         })
         .await;
-        let bare = bare.clone();
+        let sent_bare = bare.clone();
         drive_cpu((&mut rows[7], &mut cpu[7]), slice, move |n| {
-            bare.clone().claim_complete(key("bare-fresh", round + n))
+            sent_bare.clone().claim_complete(key("bare-fresh", round + n))
         })
         .await;
     }

@@ -802,7 +802,7 @@ impl Transport for RedisBackend {
         let mut call = Call::with_keys(&self.scripts.remove, &names.written());
         call.arg(address.scope)
             .arg(address.key)
-            .arg(&names.channel())
+            .arg(names.channel())
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
         // A lost removal brings the record back: never a second run.
@@ -838,7 +838,12 @@ mod tests {
     /// old and new, must name each record, channel and index alike.
     fn spelt_before(prefix: &str, address: Address<'_>) -> (String, String, [String; 3]) {
         let Address { keyspace, scope, key } = address;
-        let hex = |digest: &[u8]| digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect::<String>();
+        let hex = |digest: &[u8]| {
+            digest.iter().take(16).fold(String::new(), |mut hex, byte| {
+                let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{byte:02x}"));
+                hex
+            })
+        };
         let mut hasher = Sha256::new();
         hasher.update(b"idemkv.redis.v1");
         if keyspace.is_internal() {
