@@ -21,6 +21,20 @@
 //! `wait_for_replicas(1, 1 s)` (a `WAIT 1` after each of the two
 //! transitions), against the first row's backend without it.
 //!
+//! One more row splits the first row's cost: idemkv's commands sent bare
+//! over a connection like the backend's (RESP3, a connection manager),
+//! with none of idemkv's code — the fresh claim's transaction (`SET … NX
+//! GET PX`, `PEXPIRETIME`, `TIME`, `ZADD` of the scope's index) and an
+//! `EVALSHA` with the completion's keys and arguments of a script that
+//! does nothing. Its client CPU beside the first row's is what idemkv's
+//! own code adds; its server CPU beside the first row's is what the
+//! completion script's body costs.
+//!
+//! Beside each row, the CPU time an operation took in the bench's own
+//! process (the client: idemkv, the client library, tokio, the kernel's
+//! side of its sockets) and in the server's, from `/proc/…/stat`: less
+//! moved by other work on the machine than the rates are.
+//!
 //! ```text
 //! cargo bench -p idemkv-bench --bench redis                # 1 s slices, 5 rounds
 //! IDEMKV_BENCH_SECONDS=0.1 cargo bench -p idemkv-bench --bench redis
@@ -36,7 +50,7 @@ mod support;
 use idemkv::backend::near::{NearCache, NearCacheConfig};
 use idemkv::backend::redis::RedisBackend;
 use idemkv::Config;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use support::tasks::{claim_complete, drive, key, Row, ANSWER, TASKS};
@@ -106,21 +120,135 @@ async fn main() {
     .await;
     let slice = support::seconds(1.0);
     let near = NearCache::new(backend.clone(), near_config());
-    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, &connection, slice).await;
+    let server_pid = server_pid(&mut connection.clone()).await;
+    let bare = Bare::connect(&server.url()).await;
+    let peers = Peers { connection: &connection, bare: &bare };
+    let rows = measure(&backend, replica.is_some().then_some(&waiting), &near, peers, (slice, &server_pid)).await;
     let commands = command_costs(&mut connection.clone()).await;
     let replicas = if replica.is_some() { ", one replica" } else { "" };
     println!(
         "Redis on loopback, AOF appendfsync {appendfsync}{replicas}, {TASKS} tasks, {ROUNDS} alternating slices of {slice} s"
     );
     let pairs = [(0, "claim+complete (baseline: SET NX PX + SET)"), (2, "replay (baseline: SET NX PX + GET)")];
+    let (rows, cpu) = rows;
     support::tasks::print_pairs(&rows, &pairs, 44);
     if replica.is_some() {
         support::tasks::print_against(&rows[4], &rows[0], "claim+complete, WAIT 1 (against the first)", 44);
     }
     support::tasks::print_against(&rows[5], &rows[2], "replay, near cache (against the replay row)", 44);
     support::tasks::print_against(&rows[6], &rows[0], "claim+complete, near cache (against the first)", 44);
+    support::tasks::print_against(&rows[7], &rows[0], "its commands sent bare (against the first)", 44);
     println!("near cache: {:?}", near.stats());
     println!("{commands}");
+    println!("{}", cpu_costs(&rows, &cpu, &pairs));
+    println!("CPU µs an operation of idemkv's commands sent bare, client / server: {}", per_operation(&rows, &cpu, 7));
+}
+
+/// CPU seconds of the client (this process) and of the server that a row
+/// took, beside the row.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    client: f64,
+    server: f64,
+}
+
+impl Cpu {
+    fn now(server_pid: &str) -> Cpu {
+        Cpu { client: support::process_cpu_seconds("self"), server: support::process_cpu_seconds(server_pid) }
+    }
+}
+
+/// The server's process id (`INFO server`).
+async fn server_pid(connection: &mut MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query_async(connection).await.expect("INFO");
+    info.lines().find_map(|line| line.strip_prefix("process_id:")).unwrap_or("0").trim().to_string()
+}
+
+/// Runs one slice of a row (see [`drive`]) and adds the CPU time it took.
+async fn drive_cpu<F, Fut>((row, cpu): (&mut Row, &mut Cpu), (slice, server_pid): (f64, &str), operation: F)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let before = Cpu::now(server_pid);
+    drive(row, slice, operation).await;
+    let after = Cpu::now(server_pid);
+    cpu.client += after.client - before.client;
+    cpu.server += after.server - before.server;
+}
+
+/// The CPU µs an operation of each row of `pairs` (and its baseline) took,
+/// client and server.
+fn cpu_costs(rows: &[Row], cpu: &[Cpu], pairs: &[(usize, &str)]) -> String {
+    let per_operation = |index: usize| per_operation(rows, cpu, index);
+    let costs: Vec<String> = pairs
+        .iter()
+        .map(|&(pair, name)| {
+            let name = name.split(" (").next().unwrap_or(name);
+            format!("{name} {}, baseline {}", per_operation(pair), per_operation(pair + 1))
+        })
+        .collect();
+    format!("CPU µs an operation, client / server: {}", costs.join("; "))
+}
+
+/// The CPU µs an operation of row `index` took, client / server.
+fn per_operation(rows: &[Row], cpu: &[Cpu], index: usize) -> String {
+    let (row, cpu) = (&rows[index], cpu[index]);
+    let operations = support::as_f64(row.operations()).max(1.0);
+    format!("{:.1} / {:.1}", cpu.client * 1e6 / operations, cpu.server * 1e6 / operations)
+}
+
+/// What the bare rows send on: the baseline's connection, and the
+/// connection that sends idemkv's commands bare.
+#[derive(Clone, Copy)]
+struct Peers<'a> {
+    connection: &'a MultiplexedConnection,
+    bare: &'a Bare,
+}
+
+/// idemkv's commands sent bare (see the module docs): a connection like
+/// the backend's and the script that does nothing.
+#[derive(Clone)]
+struct Bare {
+    connection: ConnectionManager,
+    script: String,
+}
+
+/// A digest-sized part of a name, as the backend's names have.
+const BARE_TAG: &str = "0123456789abcdef0123456789abcdef";
+
+impl Bare {
+    async fn connect(url: &str) -> Bare {
+        let client = redis::Client::open(format!("{url}?protocol=resp3")).expect("client");
+        let mut connection = client.get_connection_manager().await.expect("connection manager");
+        let script = redis::cmd("SCRIPT").arg("LOAD").arg("return 1").query_async(&mut connection).await.expect("load");
+        Bare { connection, script }
+    }
+
+    /// A fresh key claimed and completed with idemkv's commands, bare.
+    async fn claim_complete(mut self, key: String) {
+        let key = key.as_str();
+        let record = format!("bare:{{{key}}}:r");
+        let index = |suffix: &str| format!("bare:scope:{BARE_TAG}:{suffix}");
+        let mut claim = redis::pipe();
+        claim.atomic();
+        claim.cmd("SET").arg(&record).arg(&[b'p'; 120][..]).arg("NX").arg("GET").arg("PX").arg(7_230_000);
+        claim.cmd("PEXPIRETIME").arg(&record).cmd("TIME").cmd("ZADD").arg(index("keys")).arg(0).arg(key);
+        let answers: Vec<redis::Value> = claim.query_async(&mut self.connection).await.expect("claim");
+        assert!(matches!(answers.first(), Some(redis::Value::Nil)), "a fresh key");
+        let mut complete = redis::cmd("EVALSHA");
+        complete.arg(&self.script).arg(4).arg(&record).arg(index("keys")).arg(index("ends")).arg(index("staged"));
+        complete
+            .arg("")
+            .arg(key)
+            .arg(1_733_000_000_000_000_u64)
+            .arg("C")
+            .arg(&ANSWER[..])
+            .arg("PUBLISH")
+            .arg(3_600_000);
+        let done: i64 = complete.query_async(&mut self.connection).await.expect("complete");
+        assert_eq!(done, 1);
+    }
 }
 
 /// Room for every replayed key.
@@ -131,16 +259,18 @@ fn near_config() -> NearCacheConfig {
 
 /// The rows, over `ROUNDS` alternating slices of `slice` s: the backend's
 /// fresh keys, the baseline's, the backend's replays, the baseline's,
-/// (with `waiting`, the backend waiting for a replica) its fresh keys, and
-/// the replays through `near`.
+/// (with `waiting`, the backend waiting for a replica) its fresh keys, the
+/// replays through `near`, fresh keys through a near cache of their own,
+/// and idemkv's commands sent bare.
 async fn measure(
     backend: &RedisBackend,
     waiting: Option<&RedisBackend>,
     near: &NearCache<RedisBackend>,
-    connection: &MultiplexedConnection,
-    slice: f64,
-) -> Vec<Row> {
-    let mut rows: Vec<Row> = (0..7).map(|_| Row::new()).collect();
+    Peers { connection, bare }: Peers<'_>,
+    slice: (f64, &str),
+) -> (Vec<Row>, Vec<Cpu>) {
+    let mut rows: Vec<Row> = (0..8).map(|_| Row::new()).collect();
+    let mut cpu = vec![Cpu::default(); 8];
     // Fresh keys through a cache of their own, so that their entries
     // take no room from the replayed keys'.
     let fresh = NearCache::new(near.backend().clone(), NearCacheConfig::new());
@@ -148,55 +278,61 @@ async fn measure(
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
         let ours = backend.clone();
-        drive(&mut rows[0], slice, move |n| {
+        drive_cpu((&mut rows[0], &mut cpu[0]), slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-fresh", round + n)).await }
         })
         .await;
         let theirs = connection.clone();
-        drive(&mut rows[1], slice, move |n| {
+        drive_cpu((&mut rows[1], &mut cpu[1]), slice, move |n| {
             let mut theirs = theirs.clone();
             async move { baseline_fresh(&mut theirs, &key("plain-fresh", round + n)).await }
         })
         .await;
         let ours = backend.clone();
-        drive(&mut rows[2], slice, move |n| {
+        drive_cpu((&mut rows[2], &mut cpu[2]), slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let theirs = connection.clone();
-        drive(&mut rows[3], slice, move |n| {
+        drive_cpu((&mut rows[3], &mut cpu[3]), slice, move |n| {
             let mut theirs = theirs.clone();
             async move { baseline_replay(&mut theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         if let Some(waiting) = waiting {
             let ours = waiting.clone();
-            drive(&mut rows[4], slice, move |n| {
+            drive_cpu((&mut rows[4], &mut cpu[4]), slice, move |n| {
                 let ours = ours.clone();
                 async move { claim_complete(&ours, &key("idemkv-waited", round + n)).await }
             })
             .await;
         }
         let near = near.clone();
-        drive(&mut rows[5], slice, move |n| {
+        drive_cpu((&mut rows[5], &mut cpu[5]), slice, move |n| {
             let near = near.clone();
             async move { claim_complete(&near, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let fresh = fresh.clone();
-        drive(&mut rows[6], slice, move |n| {
+        drive_cpu((&mut rows[6], &mut cpu[6]), slice, move |n| {
             let fresh = fresh.clone();
             async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
         })
         .await;
+        let sent_bare = bare.clone();
+        drive_cpu((&mut rows[7], &mut cpu[7]), slice, move |n| {
+            sent_bare.clone().claim_complete(key("bare-fresh", round + n))
+        })
+        .await;
     }
-    rows
+    (rows, cpu)
 }
 
 /// The server's time per call of each command the rows sent (`INFO
-/// commandstats`): the scripts' cost beside the bare commands'.
+/// commandstats`): the scripts' cost beside the bare commands' (a
+/// script's own commands are counted too).
 async fn command_costs(connection: &mut MultiplexedConnection) -> String {
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.expect("INFO");
     let costs: Vec<String> = info
@@ -206,9 +342,9 @@ async fn command_costs(connection: &mut MultiplexedConnection) -> String {
             let field = |wanted: &str| {
                 stats.split(',').find_map(|pair| pair.strip_prefix(wanted)?.strip_prefix('=')).unwrap_or("?")
             };
-            ["evalsha", "exec", "set", "get", "wait"]
-                .contains(&name)
-                .then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
+            // Every command but the bench's and the connections' own.
+            let own = ["info", "config", "client", "hello", "ping", "script", "select"].contains(&name);
+            (!own).then(|| format!("{name} {} calls, {} µs each", field("calls"), field("usec_per_call")))
         })
         .collect();
     format!("server time per command: {}", costs.join("; "))

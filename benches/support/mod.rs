@@ -28,6 +28,18 @@ pub fn anon_rss_bytes() -> u64 {
     status_bytes("RssAnon:")
 }
 
+/// CPU seconds (user + system, all threads) of process `pid` (`"self"`
+/// for this one) from its `/proc/{pid}/stat`, in ticks of 1/100 s; 0 when
+/// it cannot be read. Beside wall time, since this machine's cores are
+/// shared with other work.
+pub fn process_cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // utime and stime: the 14th and 15th fields, the 12th and 13th after the name.
+    let ticks: u64 = fields.split_whitespace().skip(11).take(2).filter_map(|field| field.parse::<u64>().ok()).sum();
+    as_f64(ticks) / 100.0
+}
+
 /// A `kB` field of `/proc/self/status`, in bytes.
 fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -35,15 +47,9 @@ fn status_bytes(field: &str) -> u64 {
     line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
-/// CPU seconds this process has used (user + system, all threads), from
-/// `/proc/self/stat` in clock ticks of 1/100 s: beside wall time, since
-/// this machine's cores are shared with other work.
+/// CPU seconds this process has used (see [`process_cpu_seconds`]).
 pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |index: usize| fields.get(index).and_then(|field| field.parse::<u64>().ok()).unwrap_or(0);
-    as_f64(ticks(11) + ticks(12)) / 100.0
+    process_cpu_seconds("self")
 }
 
 /// Claims and completes `records` new keys (UUID-shaped, 200-byte

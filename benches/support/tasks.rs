@@ -53,6 +53,10 @@ impl Row {
         Row { operations: 0, seconds: 0.0, latencies: histogram() }
     }
 
+    pub fn operations(&self) -> u64 {
+        self.operations
+    }
+
     pub fn rate(&self) -> f64 {
         self.operations as f64 / self.seconds.max(f64::MIN_POSITIVE)
     }

@@ -46,8 +46,19 @@ impl<'a> Call<'a> {
 
     /// A run of `script` on `keys` (on a Cluster, all in one slot).
     pub(super) fn with_keys(script: &'a Script, keys: &[&[u8]]) -> Call<'a> {
-        let mut command = cmd("EVALSHA");
-        command.arg(script.get_hash()).arg(keys.len());
+        Call::sized(script, keys, 8, 64)
+    }
+
+    /// [`Call::with_keys`] with room for `args` more arguments of about
+    /// `bytes` bytes in all, so that the command is written without
+    /// growing its buffers as they come.
+    pub(super) fn sized(script: &'a Script, keys: &[&[u8]], args: usize, bytes: usize) -> Call<'a> {
+        let names: usize = keys.iter().map(|key| key.len()).sum();
+        // Each argument's own digits and separators come on top: 16 bytes
+        // is room for a number, and for the `$n\r\n…\r\n` of any.
+        let size = 64 + names + bytes + 16 * (keys.len() + args);
+        let mut command = Cmd::with_capacity(2 + keys.len() + args, size);
+        command.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
         for key in keys {
             command.arg(*key);
         }

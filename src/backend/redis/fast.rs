@@ -61,7 +61,7 @@ pub(super) async fn claim(
     let Some(fresh) = fresh(args, px) else {
         return Ok(None);
     };
-    let filed = (!connection.is_cluster()).then(|| (&names.index.keys[..], args.key));
+    let filed = names.index.as_ref().map(|index| (&index.keys[..], args.key));
     match connection.claim_fast(&names.record, (&fresh, px), filed).await? {
         (None, expiry, _) => {
             let token = token(expiry, px).ok_or_else(|| protocol("claim: expiry before the write"))?;

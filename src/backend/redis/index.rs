@@ -47,7 +47,7 @@
 
 use super::connection::Call;
 use super::reply::{bytes, protocol};
-use super::{hex16, keyspace_part, Names, RedisBackend};
+use super::{keyspace_part, push_hex16, Names, RedisBackend};
 use crate::backend::remote::Address;
 use crate::error::Result;
 use crate::keyspace::Keyspace;
@@ -73,10 +73,16 @@ impl ScopeIndex {
         hasher.update(b"idemkv.redis.scope.v1");
         hasher.update([keyspace.to_byte()]);
         hasher.update(scope);
-        let digest = hex16(&hasher.finalize());
         let space = keyspace_part(keyspace);
-        let name = |suffix: &str| format!("{prefix}:{space}scope:{digest}:{suffix}").into_bytes();
-        ScopeIndex { keys: name("keys"), ends: name("ends"), staged: name("staged") }
+        let mut base = Vec::with_capacity(prefix.len() + space.len() + 47);
+        base.extend_from_slice(prefix.as_bytes());
+        base.push(b':');
+        base.extend_from_slice(space.as_bytes());
+        base.extend_from_slice(b"scope:");
+        push_hex16(&mut base, &hasher.finalize());
+        base.push(b':');
+        let name = |suffix: &[u8]| [&base[..], suffix].concat();
+        ScopeIndex { keys: name(b"keys"), ends: name(b"ends"), staged: name(b"staged") }
     }
 
     /// The three, in the order the scripts take them.

@@ -106,9 +106,11 @@ pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
             .iter()
             .flatten()
             .filter_map(|value| scan::scope_and_key(value))
-            .map(|(scope, key)| (Names::of(&backend.prefix, Address { keyspace, scope, key }), scope, key))
+            .map(|(scope, key)| {
+                (Names::filed(&backend.prefix, Address { keyspace, scope, key }, connection), scope, key)
+            })
             .collect();
-        let keys: Vec<Vec<&[u8]>> = found.iter().map(|(names, _, _)| names.written(connection)).collect();
+        let keys: Vec<Vec<&[u8]>> = found.iter().map(|(names, _, _)| names.written()).collect();
         let calls: Vec<Call<'_>> = found
             .iter()
             .zip(&keys)

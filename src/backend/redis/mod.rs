@@ -117,7 +117,6 @@ use ::redis::{Script, Value};
 use connection::{Call, Connection, Lanes, Opener};
 use reply::{bytes, number, protocol};
 use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -149,6 +148,18 @@ pub struct RedisBackend {
     /// Whether claims take [`fast`]'s path (the server runs Redis 7.0 or
     /// later).
     fast_claims: bool,
+    /// The indexes of the scope the last call named (see
+    /// [`RedisBackend::filed`]).
+    last_scope: Arc<parking_lot::Mutex<Option<LastScope>>>,
+}
+
+/// The names of a scope's indexes, kept for the next call of that scope:
+/// most calls of a service name the scope the call before named, and
+/// making the names costs a digest and four buffers.
+struct LastScope {
+    keyspace: Keyspace,
+    scope: Vec<u8>,
+    index: Arc<index::ScopeIndex>,
 }
 
 /// How many replicas a transition that must survive a failover waits
@@ -188,14 +199,20 @@ impl std::fmt::Debug for RedisBackend {
 /// keyspace is part of its name and a `SCAN` finds one keyspace's records
 /// alone. The tag is a digest of scope and key (and, for idemkv's own
 /// keyspaces, the keyspace: a word no scope's length can be goes first).
+/// Every call names the record; the channel and the scope's indexes are
+/// made only for the calls that name them (they cost a digest and a name
+/// each, on every call).
 struct Names {
     record: Vec<u8>,
-    channel: Vec<u8>,
-    /// The indexes of the record's scope (see [`index`]).
-    index: index::ScopeIndex,
+    /// The indexes of the record's scope (see [`index`]), for a script
+    /// that writes the record on a standalone server; `None` on a
+    /// Cluster, where they would sit in another slot than the record and
+    /// no script may reach them.
+    index: Option<Arc<index::ScopeIndex>>,
 }
 
 impl Names {
+    /// The record's name alone.
     fn of(prefix: &str, address: Address<'_>) -> Names {
         let Address { keyspace, scope, key } = address;
         let mut hasher = Sha256::new();
@@ -206,19 +223,42 @@ impl Names {
         hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
         hasher.update(scope);
         hasher.update(key);
-        let tag = hex16(&hasher.finalize());
         let space = keyspace_part(keyspace);
-        let name = |suffix: &str| format!("{prefix}:{space}{{{tag}}}:{suffix}").into_bytes();
-        Names { record: name("r"), channel: name("w"), index: index::ScopeIndex::of(prefix, keyspace, scope) }
+        let mut record = Vec::with_capacity(prefix.len() + space.len() + 38);
+        record.extend_from_slice(prefix.as_bytes());
+        record.push(b':');
+        record.extend_from_slice(space.as_bytes());
+        record.push(b'{');
+        push_hex16(&mut record, &hasher.finalize());
+        record.extend_from_slice(b"}:r");
+        Names { record, index: None }
     }
 
-    /// What a script that writes the record names: the record, and on a
-    /// standalone server its scope's indexes (on a Cluster they would sit
-    /// in another slot than the record, where no script may reach).
-    fn written(&self, connection: &Connection) -> Vec<&[u8]> {
-        let mut keys = vec![self.record.as_slice()];
+    /// The record, and on a standalone server its scope's indexes: what a
+    /// script that writes the record names (see [`Names::written`]).
+    fn filed(prefix: &str, address: Address<'_>, connection: &Connection) -> Names {
+        let mut names = Names::of(prefix, address);
         if !connection.is_cluster() {
-            keys.extend(self.index.all());
+            names.index = Some(Arc::new(index::ScopeIndex::of(prefix, address.keyspace, address.scope)));
+        }
+        names
+    }
+
+    /// The key's channel: the record's name ending `w`, in its slot.
+    fn channel(&self) -> Vec<u8> {
+        let mut channel = self.record.clone();
+        if let Some(last) = channel.last_mut() {
+            *last = b'w';
+        }
+        channel
+    }
+
+    /// The names a script that writes the record takes as its keys: the
+    /// record, then the scope's indexes when [`Names::filed`] made them.
+    fn written(&self) -> Vec<&[u8]> {
+        let mut keys = vec![self.record.as_slice()];
+        if let Some(index) = &self.index {
+            keys.extend(index.all());
         }
         keys
     }
@@ -383,6 +423,7 @@ impl RedisBackend {
             migrated: Arc::default(),
             keep_ms: millis(TOKEN_KEEP_DEFAULT),
             waits,
+            last_scope: Arc::default(),
             scripts: Arc::new(Scripts {
                 claim: Script::new(scripts::CLAIM),
                 finish: Script::new(scripts::FINISH),
@@ -404,6 +445,7 @@ impl RedisBackend {
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
         self.migrated = Arc::default();
+        self.last_scope = Arc::default();
         self
     }
 
@@ -527,10 +569,18 @@ impl Drop for Leave<'_> {
 
 /// The first 16 bytes of `digest`, in hex: a name's part.
 fn hex16(digest: &[u8]) -> String {
-    digest.iter().take(16).fold(String::with_capacity(32), |mut hex, byte| {
-        let _ = write!(hex, "{byte:02x}");
-        hex
-    })
+    let mut hex = Vec::with_capacity(32);
+    push_hex16(&mut hex, digest);
+    hex.into_iter().map(char::from).collect()
+}
+
+/// Appends the first 16 bytes of `digest` to `name`, in lower-case hex.
+fn push_hex16(name: &mut Vec<u8>, digest: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in digest.iter().take(16) {
+        name.push(DIGITS[usize::from(byte >> 4)]);
+        name.push(DIGITS[usize::from(byte & 0x0f)]);
+    }
 }
 
 /// The part of a record's name that says its keyspace: nothing for the
@@ -557,6 +607,27 @@ impl RedisBackend {
             staged::file(self, address.scope, address.key).await?;
         }
         Ok(())
+    }
+
+    /// [`Names::filed`] for `address`, the scope's indexes taken from
+    /// the last call's when it named the same scope.
+    fn filed(&self, address: Address<'_>) -> Names {
+        let mut names = Names::of(&self.prefix, address);
+        if self.connection.is_cluster() {
+            return names;
+        }
+        let Address { keyspace, scope, .. } = address;
+        let mut last = self.last_scope.lock();
+        let index = match &*last {
+            Some(kept) if kept.keyspace == keyspace && kept.scope == scope => Arc::clone(&kept.index),
+            _ => {
+                let index = Arc::new(index::ScopeIndex::of(&self.prefix, keyspace, scope));
+                *last = Some(LastScope { keyspace, scope: scope.to_vec(), index: Arc::clone(&index) });
+                index
+            }
+        };
+        names.index = Some(index);
+        names
     }
 
     /// The live record at `address`, if any (the `get` script: it
@@ -590,7 +661,7 @@ impl Transport for RedisBackend {
 
     async fn claim_once(&self, args: &ClaimArgs<'_>, waiting: bool) -> Result<BackendClaim> {
         self.ready().await?;
-        let names = Names::of(&self.prefix, args.address());
+        let names = self.filed(args.address());
         // The fast path. A claim whose writes must be waited for on the
         // replicas is the script, whose `WAIT` follows it on a lane; the
         // claims that write nothing are answered first, with no write,
@@ -604,7 +675,7 @@ impl Transport for RedisBackend {
                 return Ok(answer);
             }
         }
-        let mut call = Call::with_keys(&self.scripts.claim, &names.written(&self.connection));
+        let mut call = Call::with_keys(&self.scripts.claim, &names.written());
         call.arg(args.scope)
             .arg(args.key)
             .arg(&args.fingerprint.as_bytes()[..])
@@ -645,7 +716,7 @@ impl Transport for RedisBackend {
 
     /// Woken by the finishing script's publish on the key's channel.
     async fn listen<'a>(&'a self, address: Address<'a>, _wait: Duration) -> Subscription<'a> {
-        let channel = Names::of(&self.prefix, address).channel;
+        let channel = Names::of(&self.prefix, address).channel();
         let (event, first) = self.waits.join(&channel);
         if first {
             // Without the subscription the wait still ends: by polling.
@@ -658,14 +729,14 @@ impl Transport for RedisBackend {
         if finish == Finish::Complete {
             self.file_if_staged(Address::of(token), response).await?;
         }
-        let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::with_keys(&self.scripts.finish, &names.written(&self.connection));
+        let names = self.filed(Address::of(token));
+        let bytes = token.scope.len() + token.key.len() + response.len();
+        let mut call = Call::sized(&self.scripts.finish, &names.written(), 7, bytes);
         call.arg(&token.scope)
             .arg(&token.key)
             .arg(token.token)
             .arg(finish.code())
             .arg(response)
-            .arg(&names.channel)
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
         let operation = match finish {
@@ -679,15 +750,15 @@ impl Transport for RedisBackend {
     }
 
     async fn checkpoint(&self, token: &LeaseToken, point: &[u8]) -> Result<bool> {
-        let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::with_keys(&self.scripts.checkpoint, &names.written(&self.connection));
+        let names = self.filed(Address::of(token));
+        let mut call = Call::with_keys(&self.scripts.checkpoint, &names.written());
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(point).arg(self.keep_ms);
         self.fenced(&call, Some("checkpoint")).await
     }
 
     async fn renew(&self, token: &LeaseToken, extend_ms: u64) -> Result<bool> {
-        let names = Names::of(&self.prefix, Address::of(token));
-        let mut call = Call::with_keys(&self.scripts.renew, &names.written(&self.connection));
+        let names = self.filed(Address::of(token));
+        let mut call = Call::with_keys(&self.scripts.renew, &names.written());
         call.arg(&token.scope).arg(&token.key).arg(token.token).arg(extend_ms).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         let Value::Array(items) = reply else {
@@ -727,11 +798,11 @@ impl Transport for RedisBackend {
 
     async fn remove(&self, address: Address<'_>) -> Result<bool> {
         self.ready().await?;
-        let names = Names::of(&self.prefix, address);
-        let mut call = Call::with_keys(&self.scripts.remove, &names.written(&self.connection));
+        let names = self.filed(address);
+        let mut call = Call::with_keys(&self.scripts.remove, &names.written());
         call.arg(address.scope)
             .arg(address.key)
-            .arg(&names.channel)
+            .arg(names.channel())
             .arg(self.connection.publish_command())
             .arg(self.keep_ms);
         // A lost removal brings the record back: never a second run.
@@ -746,8 +817,8 @@ impl Transport for RedisBackend {
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
         self.ready().await?;
         self.file_if_staged(address, answer).await?;
-        let names = Names::of(&self.prefix, address);
-        let mut call = Call::with_keys(&self.scripts.replace, &names.written(&self.connection));
+        let names = self.filed(address);
+        let mut call = Call::with_keys(&self.scripts.replace, &names.written());
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);
         let (reply, acknowledged) = self.send(&call, true).await?;
         match reply {
@@ -755,6 +826,58 @@ impl Transport for RedisBackend {
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
             _ => Err(protocol("replace: unknown answer")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names as every earlier build spelt them: a fleet's instances,
+    /// old and new, must name each record, channel and index alike.
+    fn spelt_before(prefix: &str, address: Address<'_>) -> (String, String, [String; 3]) {
+        let Address { keyspace, scope, key } = address;
+        let hex = |digest: &[u8]| {
+            digest.iter().take(16).fold(String::new(), |mut hex, byte| {
+                let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{byte:02x}"));
+                hex
+            })
+        };
+        let mut hasher = Sha256::new();
+        hasher.update(b"idemkv.redis.v1");
+        if keyspace.is_internal() {
+            hasher.update([0xff, 0xff, 0xff, keyspace.to_byte()]);
+        }
+        hasher.update(u32::try_from(scope.len()).expect("short scope").to_be_bytes());
+        hasher.update(scope);
+        hasher.update(key);
+        let tag = hex(&hasher.finalize());
+        let space = if keyspace.is_internal() { format!("{}:", keyspace.name()) } else { String::new() };
+        let mut hasher = Sha256::new();
+        hasher.update(b"idemkv.redis.scope.v1");
+        hasher.update([keyspace.to_byte()]);
+        hasher.update(scope);
+        let digest = hex(&hasher.finalize());
+        let index = ["keys", "ends", "staged"].map(|suffix| format!("{prefix}:{space}scope:{digest}:{suffix}"));
+        (format!("{prefix}:{space}{{{tag}}}:r"), format!("{prefix}:{space}{{{tag}}}:w"), index)
+    }
+
+    #[test]
+    fn names_are_spelt_as_before() {
+        for keyspace in Keyspace::ALL {
+            for (scope, key) in [(&b""[..], &b"k"[..]), (b"shop", b"order-1"), (&[0xff, 0], &[0, 0xfe, 7])] {
+                let address = Address { keyspace, scope, key };
+                let (record, channel, index) = spelt_before("idemkv", address);
+                let names = Names::of("idemkv", address);
+                assert_eq!(String::from_utf8_lossy(&names.record), record);
+                assert_eq!(String::from_utf8_lossy(&names.channel()), channel);
+                assert!(names.index.is_none(), "the record's name alone");
+                let scope_index = index::ScopeIndex::of("idemkv", keyspace, scope);
+                let spelt: Vec<String> =
+                    scope_index.all().iter().map(|name| String::from_utf8_lossy(name).into_owned()).collect();
+                assert_eq!(spelt, index);
+            }
         }
     }
 }

@@ -188,9 +188,11 @@ return {'A', string.format('%.0f', token), attempt, recovered, string.format('%.
 );
 
 /// Complete (`C`), fail (`F`) or release (`D`), publishing when a waiter
-/// marked the record. KEYS: record. ARGV: scope, key, token, kind,
-/// response, channel, publish command, keep ms. Replies 1, or 0 when the
-/// token no longer holds the key.
+/// marked the record, on the key's channel (the record's name ending `w`
+/// for `r`, made here: a finish that publishes is rare, and the name
+/// would cost every call its bytes). KEYS: record. ARGV: scope, key,
+/// token, kind, response, publish command, keep ms. Replies 1, or 0 when
+/// the token no longer holds the key.
 pub(super) const FINISH: &str = concat!(
     live!(),
     r"
@@ -200,7 +202,7 @@ local r = settle(cmsgpack.unpack(packed))
 if r[1] ~= 'P' or r[5] ~= tonumber(ARGV[3]) or r[10] ~= ARGV[1] or r[11] ~= ARGV[2] or not live(r, now) then
   return 0
 end
-local keep = tonumber(ARGV[8])
+local keep = tonumber(ARGV[7])
 if ARGV[4] == 'D' then
   r[1], r[7], r[8], r[12], r[13] = 'D', now, 0, '', ''
   redis.call('SET', KEYS[1], cmsgpack.pack(r), 'PX', keep)
@@ -210,7 +212,7 @@ else
 end
 file(ARGV[2], r, false)
 unfile_ended()
-if r[14] == 1 then redis.call(ARGV[7], ARGV[6], ARGV[4]) end
+if r[14] == 1 then redis.call(ARGV[6], string.sub(KEYS[1], 1, -2) .. 'w', ARGV[4]) end
 return 1
 "
 );
