@@ -69,7 +69,7 @@ mod claim;
 mod clock;
 mod config;
 mod error;
-mod fingerprint;
+pub mod fingerprint;
 pub mod keyspace;
 mod lease;
 mod record;

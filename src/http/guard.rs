@@ -125,12 +125,13 @@ where
     let Some(body) = read_request(body, config.request_bytes_max).await else {
         return Err(refused(Problem::BodyTooLarge));
     };
-    let fingerprint = Fingerprint::builder()
-        .part(parts.method.as_str().as_bytes())
-        .part(parts.uri.path().as_bytes())
-        .part(parts.uri.query().unwrap_or("").as_bytes())
-        .part(&body)
-        .finish();
+    let fingerprint = match config.fingerprint.of(&parts, &body) {
+        Ok(fingerprint) => fingerprint,
+        Err(error) => {
+            tracing::debug!(%error, "request refused: no fingerprint");
+            return Err(refused(Problem::from(&error)));
+        }
+    };
     let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
     Ok(Admitted { parts, body, scope, key, fingerprint, wait, respond_async })
