@@ -21,6 +21,7 @@ pub(super) enum Problem {
     BodyTooLarge,
     BodyNotJson(JsonErrorKind),
     FingerprintRefused(&'static str),
+    ExpiryInvalid,
     InProgress,
     QuotaExceeded,
     KeyReused,
@@ -44,6 +45,7 @@ impl Problem {
             Problem::FingerprintRefused(_) => {
                 (StatusCode::BAD_REQUEST, "fingerprint-refused", "request refused by its fingerprint")
             }
+            Problem::ExpiryInvalid => (StatusCode::BAD_REQUEST, "expiry-invalid", "Idempotency-Key-Expiry invalid"),
             Problem::InProgress => (StatusCode::CONFLICT, "in-progress", "request in progress"),
             Problem::QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota-exceeded", "idempotency quota exceeded"),
             Problem::KeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency-Key reused"),
@@ -69,6 +71,9 @@ impl Problem {
             Problem::ScopeTooLong => "The request's idempotency scope is longer than the store accepts.",
             Problem::BodyTooLarge => "The request body is over the limit or could not be read.",
             Problem::BodyNotJson(kind) => kind.detail(),
+            Problem::ExpiryInvalid => {
+                "Send one Idempotency-Key-Expiry of a whole number of seconds, minutes, hours or days, such as 24h."
+            }
             Problem::InProgress => "A request with this key is being processed; retry after Retry-After seconds.",
             Problem::QuotaExceeded => {
                 "This scope holds as many idempotency records as its quota allows; nothing was run. Retry after \
@@ -179,6 +184,14 @@ pub(super) fn response(status: StatusCode, slug: &str, title: &str, detail: &str
     response
 }
 
+/// 400 `expiry-too-long`: a client asked for its answer to be kept
+/// longer than `max`, the longest the service honours (`max_text`, as
+/// the answers state expiries).
+pub(super) fn expiry_too_long(max_text: &str) -> Response<Full<Bytes>> {
+    let detail = format!("The longest Idempotency-Key-Expiry this service honours is {max_text}; nothing was run.");
+    response(StatusCode::BAD_REQUEST, "expiry-too-long", "Idempotency-Key-Expiry too long", &detail)
+}
+
 /// 409 with `Retry-After` in whole seconds, at least 1.
 pub(super) fn in_progress(retry_after: Duration) -> Response<Full<Bytes>> {
     with_retry_after(Problem::InProgress, retry_after)
@@ -229,6 +242,7 @@ mod tests {
             Problem::BodyNotJson(JsonErrorKind::Syntax),
             Problem::BodyNotJson(JsonErrorKind::DuplicateName),
             Problem::FingerprintRefused("Send X-Api-Version."),
+            Problem::ExpiryInvalid,
             Problem::InProgress,
             Problem::QuotaExceeded,
             Problem::KeyReused,
@@ -262,6 +276,7 @@ mod tests {
             (Problem::KeyRepeated, "key-repeated"),
             (Problem::BodyNotJson(JsonErrorKind::UnexpectedEnd), "body-not-json"),
             (Problem::FingerprintRefused("No."), "fingerprint-refused"),
+            (Problem::ExpiryInvalid, "expiry-invalid"),
             (Problem::HandlerFailed, "handler-failed"),
         ];
         for (problem, code) in codes {

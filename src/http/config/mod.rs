@@ -132,6 +132,7 @@ pub struct LayerConfig {
     pub(super) resource: Option<ResourceRule>,
     pub(super) operations: Option<Operations>,
     pub(super) fingerprint: RequestFingerprint,
+    pub(super) expiry_max: Option<Duration>,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -205,6 +206,7 @@ impl LayerConfig {
             resource: None,
             operations: None,
             fingerprint: RequestFingerprint::default(),
+            expiry_max: None,
         }
     }
 
@@ -356,6 +358,38 @@ impl LayerConfig {
     #[must_use]
     pub fn fingerprint(mut self, fingerprint: RequestFingerprint) -> Self {
         self.fingerprint = fingerprint;
+        self
+    }
+
+    /// Clients may choose how long their answer is replayed, up to
+    /// `max`: a guarded request with `Idempotency-Key-Expiry: 24h` (a
+    /// whole number of `s`, `m`, `h` or `d`; bare digits are seconds) is
+    /// claimed with that [`ttl`](LayerConfig::ttl) instead of the layer's.
+    /// One longer than `max` is refused with 400 `expiry-too-long`,
+    /// whose detail names `max`; a malformed one with 400
+    /// `expiry-invalid` — before anything is claimed or run. Every
+    /// answer the layer keeps states the expiry in force (the one asked
+    /// for, else the layer's, else the backend's) in its own
+    /// `Idempotency-Key-Expiry` header, in its largest whole unit
+    /// (`24h` is stated `1d`); replays carry it as first stated. No
+    /// longer than the backend's `duration_max`, or the claims of
+    /// clients who ask for more are refused (503). Default none: the
+    /// header is not read, and answers state no expiry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::LayerConfig;
+    /// use std::time::Duration;
+    ///
+    /// // A day by default; a client may ask for up to a week.
+    /// let config = LayerConfig::global()
+    ///     .ttl(Duration::from_secs(24 * 3600))
+    ///     .expiry_max(Duration::from_secs(7 * 24 * 3600));
+    /// ```
+    #[must_use]
+    pub fn expiry_max(mut self, max: Duration) -> Self {
+        self.expiry_max = Some(max);
         self
     }
 
