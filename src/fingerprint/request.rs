@@ -299,16 +299,24 @@ impl FingerprintRules {
         self
     }
 
-    /// The fingerprint chosen.
+    /// The fingerprint chosen. The order in which fields and headers
+    /// were given does not change it.
     ///
     /// # Errors
     /// [`PointerError`] when a pointer given to
     /// [`include`](FingerprintRules::include) or
     /// [`exclude`](FingerprintRules::exclude) is not a JSON Pointer.
     pub fn build(self) -> Result<RequestFingerprint, PointerError> {
-        let include = self.include.iter().map(|text| JsonPointer::parse(text)).collect::<Result<_, _>>()?;
+        let mut include: Vec<JsonPointer> =
+            self.include.iter().map(|text| JsonPointer::parse(text)).collect::<Result<_, _>>()?;
         let exclude = self.exclude.iter().map(|text| JsonPointer::parse(text)).collect::<Result<_, _>>()?;
-        let rules = Rules { include, exclude, ..Rules::from(self) };
+        // In one order, once each: the order they were given in does not
+        // change a fingerprint.
+        include.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        include.dedup();
+        let mut rules = Rules { include, exclude, ..Rules::from(self) };
+        rules.headers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        rules.headers.dedup();
         Ok(RequestFingerprint { inner: Inner::Rules(Arc::new(rules)) })
     }
 }

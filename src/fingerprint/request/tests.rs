@@ -59,6 +59,21 @@ fn included_fields_alone_count_and_absent_is_not_null() {
 }
 
 #[test]
+fn the_order_rules_are_given_in_does_not_count() {
+    let (api, tenant) = (HeaderName::from_static("x-api-version"), HeaderName::from_static("x-tenant"));
+    let one = RequestFingerprint::json().include("/a").include("/b").header(api.clone()).header(tenant.clone());
+    let other = RequestFingerprint::json().include("/b").include("/a").include("/b").header(tenant).header(api);
+    let (parts, ()) = http::Request::post("/p")
+        .header("x-api-version", "1")
+        .header("x-tenant", "t")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let body = br#"{"a":1,"b":2}"#;
+    assert_eq!(one.build().expect("rules").of(&parts, body), other.build().expect("rules").of(&parts, body));
+}
+
+#[test]
 fn excluded_fields_do_not_count_inside_included_ones_either() {
     let fingerprint =
         RequestFingerprint::json().include("/payment").exclude("/payment/sent_at").build().expect("rules");
