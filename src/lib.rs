@@ -27,7 +27,9 @@
 //! iteration, stats, compaction, `verify` and `repair` are in [`store`].
 //!
 //! By task: [`backend`] (the contract on any backend: Redis, PostgreSQL,
-//! `RunOnce`, `Versions`, a near cache of replays), `http` (the tower layer), `client` (the
+//! `RunOnce`, `Versions`, a near cache of replays), [`fingerprint`] (what
+//! "the same request" is; with `tower`, a request's fingerprint as the
+//! service chooses it: canonical JSON, fields, headers), `http` (the tower layer), `client` (the
 //! calling side), `messaging` (inbox, outbox, relay), `webhook`,
 //! `conformance` (the contract's scenarios), `testing`; each a feature
 //! (see `Cargo.toml`). Records live in a CRC-framed log per shard
@@ -69,7 +71,7 @@ mod claim;
 mod clock;
 mod config;
 mod error;
-mod fingerprint;
+pub mod fingerprint;
 pub mod keyspace;
 mod lease;
 mod record;

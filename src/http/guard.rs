@@ -6,9 +6,9 @@ use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
 use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
-use super::key::{prefer_wait, read_key, KeyError};
+use super::key::{expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER};
 use super::operations::{prefers_async, tell, Answering};
-use super::problem::{in_progress, quota_exceeded, store_unavailable, Problem};
+use super::problem::{expiry_too_long, in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart, NOT_STORED_HEADER};
 use super::shared::Shared;
@@ -47,6 +47,10 @@ struct Admitted {
     fingerprint: Fingerprint,
     wait: Option<Duration>,
     respond_async: bool,
+    /// The expiry the client asked for (within the layer's maximum).
+    ttl: Option<Duration>,
+    /// The expiry in force, stated on the answer, when clients may choose.
+    expiry: Option<Duration>,
 }
 
 /// A claim that acquired its key.
@@ -122,18 +126,59 @@ where
     if let Some(resource::Refused(outcome, response)) = resource::unconditional(config, &parts) {
         return Err(counted(outcome, response));
     }
+    let Expiry { asked: ttl, in_force: expiry } = expiry_of(shared, &parts.headers).map_err(expiry_refused)?;
     let Some(body) = read_request(body, config.request_bytes_max).await else {
         return Err(refused(Problem::BodyTooLarge));
     };
-    let fingerprint = Fingerprint::builder()
-        .part(parts.method.as_str().as_bytes())
-        .part(parts.uri.path().as_bytes())
-        .part(parts.uri.query().unwrap_or("").as_bytes())
-        .part(&body)
-        .finish();
+    let fingerprint = match config.fingerprint.of(&parts, &body) {
+        Ok(fingerprint) => fingerprint,
+        Err(error) => {
+            tracing::debug!(%error, "request refused: no fingerprint");
+            return Err(refused(Problem::from(&error)));
+        }
+    };
     let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
-    Ok(Admitted { parts, body, scope, key, fingerprint, wait, respond_async })
+    Ok(Admitted { parts, body, scope, key, fingerprint, wait, respond_async, ttl, expiry })
+}
+
+/// What a request's `Idempotency-Key-Expiry` says, when the layer lets
+/// clients choose.
+#[derive(Default)]
+struct Expiry {
+    /// The expiry the client asked for (within the layer's maximum).
+    asked: Option<Duration>,
+    /// The expiry in force, stated on the answer.
+    in_force: Option<Duration>,
+}
+
+/// Why a request's expiry is refused.
+#[derive(Clone, Copy)]
+enum ExpiryRefused {
+    /// It is not an expiry.
+    Invalid,
+    /// It is longer than the layer's maximum, `max`.
+    TooLong { max: Duration },
+}
+
+/// The expiry a request asks for and the one in force: none unless the
+/// layer lets clients choose.
+fn expiry_of<K: IdempotencyBackend>(shared: &Shared<K>, headers: &http::HeaderMap) -> Result<Expiry, ExpiryRefused> {
+    let Some(max) = shared.config.expiry_max else { return Ok(Expiry::default()) };
+    let asked = read_expiry(headers).map_err(|ExpiryInvalid| ExpiryRefused::Invalid)?;
+    if asked.is_some_and(|asked| asked > max) {
+        return Err(ExpiryRefused::TooLong { max });
+    }
+    let in_force = asked.or(shared.config.ttl).unwrap_or(shared.backend.limits().ttl_default);
+    Ok(Expiry { asked, in_force: Some(in_force) })
+}
+
+/// The 400 of a refused expiry, counted.
+fn expiry_refused(refusal: ExpiryRefused) -> Response<Full<Bytes>> {
+    match refusal {
+        ExpiryRefused::TooLong { max } => counted("refused", expiry_too_long(&expiry_text(max))),
+        ExpiryRefused::Invalid => refused(Problem::ExpiryInvalid),
+    }
 }
 
 /// Claims the request's key: acquired, or the answer the claim gives
@@ -144,7 +189,10 @@ async fn claim<K: IdempotencyBackend>(
     admitted: &Admitted,
 ) -> Result<Acquired, Response<Full<Bytes>>> {
     let (config, wait) = (&shared.config, admitted.wait);
-    let options = config.claim_options(wait);
+    let options = match admitted.ttl {
+        Some(ttl) => config.claim_options(wait).ttl(ttl),
+        None => config.claim_options(wait),
+    };
     let claimed = shared.backend.claim(&admitted.scope, &admitted.key, admitted.fingerprint, options).await;
     match claimed {
         Ok(BackendClaim::Acquired { token, attempt, recovered, checkpoint }) => {
@@ -246,7 +294,7 @@ fn start<S, K: IdempotencyBackend, B: From<Bytes>>(
     acquired: Acquired,
     held: Option<Held>,
 ) -> (Started<S, K, B>, Watched) {
-    let Admitted { mut parts, body, scope, key, respond_async, .. } = admitted;
+    let Admitted { mut parts, body, scope, key, respond_async, expiry, .. } = admitted;
     let Acquired { token, attempt, recovered, checkpoint } = acquired;
     let points =
         Checkpoints::new(Arc::clone(&shared.backend), Arc::clone(&token), (attempt, recovered), checkpoint.clone());
@@ -255,7 +303,7 @@ fn start<S, K: IdempotencyBackend, B: From<Bytes>>(
     let request = Request::from_parts(parts, B::from(body));
     let answering = shared.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
     let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
-    let run = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false };
+    let run = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false, expiry };
     (Started { inner, shared, request, run, token }, Watched { started: waited, answering })
 }
 
@@ -374,6 +422,8 @@ struct Run {
     started: Option<tokio::sync::oneshot::Sender<()>>,
     /// Whether the handler panicked.
     panicked: bool,
+    /// The expiry in force, stated on the answer kept.
+    expiry: Option<Duration>,
 }
 
 impl Run {
@@ -445,6 +495,10 @@ where
     }
     if let Some(held) = &run.held {
         Box::pin(held.answered(&shared.backend, &method, parts.status, &mut parts.headers)).await;
+    }
+    // Kept with the answer, so that its replays state it too.
+    if let Some(value) = run.expiry.and_then(|expiry| HeaderValue::from_str(&expiry_text(expiry)).ok()) {
+        parts.headers.insert(EXPIRY_HEADER, value);
     }
     Ok(keep_handlers_answer(shared, kept, run, parts, body).await)
 }

@@ -1,5 +1,5 @@
-//! Reading the request headers the layer acts on: the idempotency key and
-//! `Prefer: wait=N`.
+//! Reading the request headers the layer acts on: the idempotency key,
+//! `Prefer: wait=N` and `Idempotency-Key-Expiry`.
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -100,6 +100,58 @@ pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
         })
 }
 
+/// The request header in which a client asks how long its answer is
+/// replayed, and the response header that states the expiry in force.
+pub(super) const EXPIRY_HEADER: HeaderName = HeaderName::from_static("idempotency-key-expiry");
+
+/// An `Idempotency-Key-Expiry` that is not one: not a whole number of a
+/// unit, zero, or more than one field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ExpiryInvalid;
+
+/// The expiry a client asks for: a whole number of seconds, minutes,
+/// hours or days (`90s`, `30m`, `24h`, `7d`; bare digits are seconds),
+/// at least one second. `Ok(None)` when there is none.
+pub(super) fn read_expiry(headers: &HeaderMap) -> Result<Option<Duration>, ExpiryInvalid> {
+    let mut values = headers.get_all(EXPIRY_HEADER).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ExpiryInvalid);
+    }
+    let text = value.to_str().map_err(|_| ExpiryInvalid)?.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, char)| !char.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let seconds_per_unit: u64 = match unit.to_ascii_lowercase().as_str() {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(ExpiryInvalid),
+    };
+    if digits.is_empty() || digits.len() > 12 {
+        return Err(ExpiryInvalid);
+    }
+    let count: u64 = digits.parse().map_err(|_| ExpiryInvalid)?;
+    match count.checked_mul(seconds_per_unit) {
+        Some(0) | None => Err(ExpiryInvalid),
+        Some(seconds) => Ok(Some(Duration::from_secs(seconds))),
+    }
+}
+
+/// `expiry` as the response states it: in the largest of days, hours,
+/// minutes and seconds that it is a whole number of (`24h` is `1d`), a
+/// part of a second rounded up.
+pub(super) fn expiry_text(expiry: Duration) -> String {
+    let seconds = expiry.as_secs().saturating_add(u64::from(expiry.subsec_nanos() > 0));
+    let (count, unit) = [(86_400, "d"), (3600, "h"), (60, "m")]
+        .into_iter()
+        .find(|(size, _)| seconds > 0 && seconds % size == 0)
+        .map_or((seconds, "s"), |(size, unit)| (seconds / size, unit));
+    format!("{count}{unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +205,41 @@ mod tests {
         assert_eq!(key_of(&["a", "a"]), Err(KeyError::Repeated));
         assert_eq!(key("\"a\", \"b\""), Err(KeyError::Repeated));
         assert_eq!(key("a,b"), Err(KeyError::Repeated));
+    }
+
+    fn expiry(values: &[&'static str]) -> Result<Option<Duration>, ExpiryInvalid> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(EXPIRY_HEADER, HeaderValue::from_static(value));
+        }
+        read_expiry(&headers)
+    }
+
+    #[test]
+    fn expiries_are_read_in_seconds_minutes_hours_and_days() {
+        let hours = |count: u64| Ok(Some(Duration::from_secs(count * 3600)));
+        assert_eq!(expiry(&["24h"]), hours(24));
+        assert_eq!(expiry(&[" 24H "]), hours(24));
+        assert_eq!(expiry(&["1d"]), hours(24));
+        assert_eq!(expiry(&["90"]), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(expiry(&["90s"]), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(expiry(&["30m"]), Ok(Some(Duration::from_secs(1800))));
+        assert_eq!(expiry(&[]), Ok(None));
+        for bad in ["", "h", "0s", "0", "-1h", "1.5h", "24 h", "1w", "24hours", "1h30m", "9999999999999d"] {
+            assert_eq!(expiry(&[bad]), Err(ExpiryInvalid), "{bad:?}");
+        }
+        assert_eq!(expiry(&["1h", "2h"]), Err(ExpiryInvalid), "two fields");
+    }
+
+    #[test]
+    fn an_expiry_is_stated_in_its_largest_whole_unit() {
+        let text = |seconds| expiry_text(Duration::from_secs(seconds));
+        assert_eq!(
+            (text(86_400), text(3 * 86_400), text(7200), text(90), text(120)),
+            ("1d".into(), "3d".into(), "2h".into(), "90s".into(), "2m".into())
+        );
+        assert_eq!(expiry_text(Duration::from_millis(2500)), "3s");
+        assert_eq!(expiry_text(Duration::ZERO), "0s");
     }
 
     #[test]

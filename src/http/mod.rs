@@ -25,17 +25,21 @@
 //!
 //! For the configured methods (POST and PATCH by default) the layer reads
 //! the key header, finds the request's scope (see [`LayerConfig::scoped`]),
-//! buffers the request body (within a limit), fingerprints method, path,
-//! query and body, and claims `(scope, key)`:
+//! buffers the request body (within a limit), fingerprints it (method,
+//! path, query and body's bytes by default; canonical JSON, chosen fields,
+//! headers or a function of the service's own with
+//! [`LayerConfig::fingerprint`]), and claims `(scope, key)`:
 //!
 //! | claim answer | response |
 //! |---|---|
 //! | acquired | the handler runs to its end (a client that leaves does not cancel it), with [`Attempt`] and [`Checkpoints`] extensions; what it answered is kept (see [`FailurePolicy`]) |
 //! | replay | the stored status, headers and body, plus `Idempotency-Replay: true`; the handler is not called |
 //! | in progress | 409 with `Retry-After` (at most [`LayerConfig::in_progress_retry_after`]); with `Prefer: wait=N` the layer first waits up to N seconds for the first request to finish, then replays with `Preference-Applied: wait=N` |
-//! | mismatch | 422 |
+//! | mismatch (another request under the key, by its fingerprint) | 422 `key-reused` |
+//! | a body that is not JSON under a JSON fingerprint ([`RequestFingerprint::json`]), or a request a fingerprint of the service's own refuses | 400 `body-not-json`, `fingerprint-refused`; nothing is claimed |
 //! | a new key in a scope at its quota ([`Error::QuotaExceeded`](crate::Error::QuotaExceeded), embedded store) | 429 with `Retry-After`; the handler is not called |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
+//! | an `Idempotency-Key-Expiry` over [`LayerConfig::expiry_max`], or malformed | 400 `expiry-too-long`, `expiry-invalid`; nothing is claimed (a kept answer states the expiry in force in its own `Idempotency-Key-Expiry`) |
 //! | the store fails the claim | 503 with `Retry-After: 1`; the handler is not called |
 //! | the resource the request names ([`LayerConfig::resource`]) held by another request | 409 `resource-locked` with `Retry-After`, or a wait under `Prefer: wait`; the key is not spent |
 //! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428 (decided before anything is held); the key is not spent |
@@ -109,6 +113,7 @@ mod store_answer;
 mod webhook;
 
 pub use crate::backend::{BackendClaim, BackendLimits, ClaimOptions, IdempotencyBackend};
+pub use crate::fingerprint::{FingerprintError, RequestFingerprint};
 pub use body::{Buffered, LayerBody};
 pub use checkpoints::Checkpoints;
 pub use config::IfMatch;

@@ -2,10 +2,12 @@
 //! stable `type` URI, a stable `code`, a fixed title and detail per kind,
 //! and never the text of an internal error (that goes to `tracing`).
 
+use crate::fingerprint::{FingerprintError, JsonErrorKind};
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::Full;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 /// The kinds of answer the layer gives on its own.
@@ -17,6 +19,9 @@ pub(super) enum Problem {
     ScopeMissing,
     ScopeTooLong,
     BodyTooLarge,
+    BodyNotJson(JsonErrorKind),
+    FingerprintRefused(&'static str),
+    ExpiryInvalid,
     InProgress,
     QuotaExceeded,
     KeyReused,
@@ -36,6 +41,11 @@ impl Problem {
             Problem::ScopeMissing => (StatusCode::BAD_REQUEST, "scope-missing", "no idempotency scope"),
             Problem::ScopeTooLong => (StatusCode::BAD_REQUEST, "scope-too-long", "idempotency scope too long"),
             Problem::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "request body too large"),
+            Problem::BodyNotJson(_) => (StatusCode::BAD_REQUEST, "body-not-json", "request body is not JSON"),
+            Problem::FingerprintRefused(_) => {
+                (StatusCode::BAD_REQUEST, "fingerprint-refused", "request refused by its fingerprint")
+            }
+            Problem::ExpiryInvalid => (StatusCode::BAD_REQUEST, "expiry-invalid", "Idempotency-Key-Expiry invalid"),
             Problem::InProgress => (StatusCode::CONFLICT, "in-progress", "request in progress"),
             Problem::QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota-exceeded", "idempotency quota exceeded"),
             Problem::KeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency-Key reused"),
@@ -55,11 +65,15 @@ impl Problem {
     fn detail(self) -> &'static str {
         match self {
             Problem::KeyMissing => "This endpoint requires an Idempotency-Key header.",
-            Problem::KeyInvalid(detail) => detail,
+            Problem::KeyInvalid(detail) | Problem::FingerprintRefused(detail) => detail,
             Problem::KeyRepeated => "Send exactly one Idempotency-Key field with one key.",
             Problem::ScopeMissing => "The request carries nothing that names its idempotency scope.",
             Problem::ScopeTooLong => "The request's idempotency scope is longer than the store accepts.",
             Problem::BodyTooLarge => "The request body is over the limit or could not be read.",
+            Problem::BodyNotJson(kind) => kind.detail(),
+            Problem::ExpiryInvalid => {
+                "Send one Idempotency-Key-Expiry of a whole number of seconds, minutes, hours or days, such as 24h."
+            }
             Problem::InProgress => "A request with this key is being processed; retry after Retry-After seconds.",
             Problem::QuotaExceeded => {
                 "This scope holds as many idempotency records as its quota allows; nothing was run. Retry after \
@@ -103,14 +117,45 @@ impl Problem {
     }
 }
 
+impl From<&FingerprintError> for Problem {
+    fn from(error: &FingerprintError) -> Self {
+        match error {
+            FingerprintError::BodyNotJson(json) => Problem::BodyNotJson(json.kind()),
+            FingerprintError::Refused(detail) => Problem::FingerprintRefused(detail),
+        }
+    }
+}
+
 /// The `application/problem+json` body of type `urn:idemkv:problem:<slug>`
-/// and its [`code`] (the fixed texts given carry no quote or backslash).
+/// and its [`code`] (the fixed texts given carry no quote or backslash;
+/// a detail a service wrote is escaped).
 fn body(status: StatusCode, slug: &str, title: &str, detail: &str) -> String {
     format!(
-        r#"{{"type":"urn:idemkv:problem:{slug}","code":"{}","title":"{title}","status":{},"detail":"{detail}"}}"#,
+        r#"{{"type":"urn:idemkv:problem:{slug}","code":"{}","title":"{title}","status":{},"detail":"{}"}}"#,
         code(slug),
-        status.as_u16()
+        status.as_u16(),
+        escaped(detail),
     )
+}
+
+/// `text` as the inside of a JSON string: `"`, `\` and control
+/// characters escaped.
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(|char: char| char == '"' || char == '\\' || char.is_control()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for char in text.chars() {
+        match char {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            control if control.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(control));
+            }
+            other => out.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The `code` member of the problem `slug`: a short name a client may
@@ -137,6 +182,14 @@ pub(super) fn response(status: StatusCode, slug: &str, title: &str, detail: &str
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
     response
+}
+
+/// 400 `expiry-too-long`: a client asked for its answer to be kept
+/// longer than `max`, the longest the service honours (`max_text`, as
+/// the answers state expiries).
+pub(super) fn expiry_too_long(max_text: &str) -> Response<Full<Bytes>> {
+    let detail = format!("The longest Idempotency-Key-Expiry this service honours is {max_text}; nothing was run.");
+    response(StatusCode::BAD_REQUEST, "expiry-too-long", "Idempotency-Key-Expiry too long", &detail)
 }
 
 /// 409 with `Retry-After` in whole seconds, at least 1.
@@ -186,6 +239,10 @@ mod tests {
             Problem::ScopeMissing,
             Problem::ScopeTooLong,
             Problem::BodyTooLarge,
+            Problem::BodyNotJson(JsonErrorKind::Syntax),
+            Problem::BodyNotJson(JsonErrorKind::DuplicateName),
+            Problem::FingerprintRefused("Send X-Api-Version."),
+            Problem::ExpiryInvalid,
             Problem::InProgress,
             Problem::QuotaExceeded,
             Problem::KeyReused,
@@ -217,6 +274,9 @@ mod tests {
             (Problem::BodyTooLarge, "payload-too-large"),
             (Problem::StoreUnavailable, "store-unavailable"),
             (Problem::KeyRepeated, "key-repeated"),
+            (Problem::BodyNotJson(JsonErrorKind::UnexpectedEnd), "body-not-json"),
+            (Problem::FingerprintRefused("No."), "fingerprint-refused"),
+            (Problem::ExpiryInvalid, "expiry-invalid"),
             (Problem::HandlerFailed, "handler-failed"),
         ];
         for (problem, code) in codes {
@@ -224,6 +284,16 @@ mod tests {
         }
         let other = body(StatusCode::CONFLICT, "resource-locked", "resource locked", "Held.");
         assert!(other.contains(r#""code":"resource-locked","#), "{other}");
+    }
+
+    /// Guards the problem body against a detail a service wrote: its
+    /// quotes, backslashes and control characters are escaped, so the
+    /// body stays JSON.
+    #[test]
+    fn a_services_detail_is_escaped() {
+        let body = Problem::FingerprintRefused("Send \"X-Api-Version\" \\ v1\n.").body();
+        assert!(body.ends_with(r#""detail":"Send \"X-Api-Version\" \\ v1\u000a."}"#), "{body}");
+        assert_eq!(escaped("plain"), std::borrow::Cow::Borrowed("plain"));
     }
 
     #[test]

@@ -6,6 +6,9 @@
 mod common;
 
 mod blocking_handler;
+mod fingerprint_headers_query;
+mod fingerprint_json;
+mod key_expiry;
 mod payments_abandoned;
 mod payments_example;
 mod payments_postgres;

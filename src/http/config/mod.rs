@@ -2,6 +2,7 @@
 //! which answers are kept, and how a request's scope is chosen.
 
 use crate::backend::ClaimOptions;
+use crate::fingerprint::RequestFingerprint;
 use crate::Checkpoint;
 use http::header::HeaderName;
 use http::request::Parts;
@@ -130,6 +131,8 @@ pub struct LayerConfig {
     pub(super) keep_validation_failures: bool,
     pub(super) resource: Option<ResourceRule>,
     pub(super) operations: Option<Operations>,
+    pub(super) fingerprint: RequestFingerprint,
+    pub(super) expiry_max: Option<Duration>,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -144,6 +147,7 @@ impl std::fmt::Debug for LayerConfig {
             .field("methods", &self.methods)
             .field("key_header", &self.key_header)
             .field("policy", &self.policy)
+            .field("fingerprint", &self.fingerprint)
             .finish_non_exhaustive()
     }
 }
@@ -201,6 +205,8 @@ impl LayerConfig {
             keep_validation_failures: false,
             resource: None,
             operations: None,
+            fingerprint: RequestFingerprint::default(),
+            expiry_max: None,
         }
     }
 
@@ -318,6 +324,72 @@ impl LayerConfig {
     #[must_use]
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// What makes a retry "the same request" as the first one under its
+    /// key (a retry that is not is answered 422 `key-reused`, never
+    /// replayed). Default [`RequestFingerprint::bytes`]: the method, the
+    /// path, the query and the body's bytes as sent. A request the
+    /// fingerprint refuses is answered 400 before anything is claimed:
+    /// `body-not-json` for a body that is not JSON under
+    /// [`RequestFingerprint::json`], `fingerprint-refused` when a
+    /// fingerprint of the service's own says
+    /// [`FingerprintError::Refused`](crate::fingerprint::FingerprintError::Refused).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::header::HeaderName;
+    /// use idemkv::fingerprint::RequestFingerprint;
+    /// use idemkv::http::LayerConfig;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A client may re-serialise the JSON body and change its trace id
+    /// // between retries; the API version it asks for counts.
+    /// let fingerprint = RequestFingerprint::json()
+    ///     .exclude("/metadata/trace_id")
+    ///     .header(HeaderName::from_static("x-api-version"))
+    ///     .ignore_query("utm_source")
+    ///     .build()?;
+    /// let config = LayerConfig::global().fingerprint(fingerprint);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn fingerprint(mut self, fingerprint: RequestFingerprint) -> Self {
+        self.fingerprint = fingerprint;
+        self
+    }
+
+    /// Clients may choose how long their answer is replayed, up to
+    /// `max`: a guarded request with `Idempotency-Key-Expiry: 24h` (a
+    /// whole number of `s`, `m`, `h` or `d`; bare digits are seconds) is
+    /// claimed with that [`ttl`](LayerConfig::ttl) instead of the layer's.
+    /// One longer than `max` is refused with 400 `expiry-too-long`,
+    /// whose detail names `max`; a malformed one with 400
+    /// `expiry-invalid` — before anything is claimed or run. Every
+    /// answer the layer keeps states the expiry in force (the one asked
+    /// for, else the layer's, else the backend's) in its own
+    /// `Idempotency-Key-Expiry` header, in its largest whole unit
+    /// (`24h` is stated `1d`); replays carry it as first stated. No
+    /// longer than the backend's `duration_max`, or the claims of
+    /// clients who ask for more are refused (503). Default none: the
+    /// header is not read, and answers state no expiry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::LayerConfig;
+    /// use std::time::Duration;
+    ///
+    /// // A day by default; a client may ask for up to a week.
+    /// let config = LayerConfig::global()
+    ///     .ttl(Duration::from_secs(24 * 3600))
+    ///     .expiry_max(Duration::from_secs(7 * 24 * 3600));
+    /// ```
+    #[must_use]
+    pub fn expiry_max(mut self, max: Duration) -> Self {
+        self.expiry_max = Some(max);
         self
     }
 

@@ -1,4 +1,46 @@
-//! Request fingerprints: SHA-256 over the request's semantic parts.
+//! What "the same request" is: a [`Fingerprint`], SHA-256 over a
+//! request's parts, and (feature `tower`) the function of a request that
+//! gives it, as the service chooses it — [`RequestFingerprint`]: the
+//! bytes as sent by default, or the body as canonical JSON with fields
+//! included or left out (by [`JsonPointer`]), headers included, query
+//! parameters ignored. One function serves every face of a service.
+//!
+//! # Examples
+//!
+//! ```
+//! # #[cfg(feature = "tower")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use idemkv::fingerprint::RequestFingerprint;
+//!
+//! // A payment is its amount and currency, whatever else the client sends
+//! // and however it spells the JSON.
+//! let fingerprint = RequestFingerprint::json().include("/amount").include("/currency").build()?;
+//! let (parts, _) = http::Request::post("/payments").body(())?.into_parts();
+//! assert_eq!(
+//!     fingerprint.of(&parts, br#"{"amount": 10.00, "currency": "EUR", "note": "rent"}"#)?,
+//!     fingerprint.of(&parts, br#"{"currency":"EUR","amount":1e1}"#)?,
+//! );
+//! # Ok(()) }
+//! # #[cfg(not(feature = "tower"))]
+//! # fn main() {}
+//! ```
+
+#[cfg(feature = "tower")]
+mod json;
+#[cfg(feature = "tower")]
+mod pointer;
+#[cfg(feature = "tower")]
+mod request;
+
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use json::{JsonError, JsonErrorKind, DEPTH_MAX as JSON_DEPTH_MAX};
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use pointer::{JsonPointer, PointerError};
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use request::{FingerprintError, FingerprintRules, RequestFingerprint};
 
 use sha2::{Digest, Sha256};
 use std::fmt;
