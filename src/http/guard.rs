@@ -143,7 +143,7 @@ where
     };
     let key = match key {
         Some(key) => key,
-        None => natural_key(shared, &parts, &body)?,
+        None => natural_key(shared, &parts, &body).map_err(refused)?,
     };
     let fingerprint = match config.fingerprint.of(&parts, &body) {
         Ok(fingerprint) => fingerprint,
@@ -158,19 +158,18 @@ where
 }
 
 /// The natural key of the request `parts` with `body`, held to a header
-/// key's rules; the 400 that refuses it otherwise, counted.
+/// key's rules; the 400 that refuses it otherwise.
 fn natural_key<K: IdempotencyBackend>(
     shared: &Shared<K>,
     parts: &http::request::Parts,
     body: &[u8],
-) -> Result<Vec<u8>, Response<Full<Bytes>>> {
-    let Some(natural) = &shared.config.natural_key else { return Err(refused(Problem::KeyMissing)) };
+) -> Result<Vec<u8>, Problem> {
+    let Some(natural) = &shared.config.natural_key else { return Err(Problem::KeyMissing) };
     let key = natural.of(parts, body).map_err(|error| {
         tracing::debug!(%error, "request refused: no natural key");
-        refused(Problem::from(&error))
+        Problem::from(&error)
     })?;
-    check_natural_key(&key, shared.backend.limits().key_bytes_max)
-        .map_err(|detail| refused(Problem::NaturalKeyInvalid(detail)))?;
+    check_natural_key(&key, shared.backend.limits().key_bytes_max).map_err(Problem::NaturalKeyInvalid)?;
     Ok(key)
 }
 
