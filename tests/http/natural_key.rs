@@ -3,7 +3,8 @@
 //! carries, or none — the handler runs once and the second is replayed;
 //! another id runs again; a request without the field, or with one that
 //! is no key, is a 400 problem with its stable `code`, and nothing runs
-//! for it; a path segment serves as the key of `POST /orders/{id}/pay`.
+//! for it; a path segment serves as the key of `POST /orders/{id}/pay`;
+//! a header's natural key lives in its request's scope.
 #![cfg(feature = "tower")]
 
 use crate::common::http::Server;
@@ -96,5 +97,34 @@ async fn a_path_segment_is_the_key_of_an_orders_payment() {
     let missing = send(post_to(&client, &server.url("/orders"), "click-3", "")).await;
     assert!(missing.is_problem(400, "natural-key-missing"), "{missing:?}");
     assert!(missing.body.contains(r#""code":"natural-key-missing""#), "{}", missing.body);
+    assert_eq!(runs.get(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_header_natural_key_lives_in_its_tenants_scope() {
+    let runs = Counter::default();
+    let charge = |State(runs): State<Counter>| async move { (StatusCode::CREATED, format!("run {}", runs.bump())) };
+    let routes = Router::new().route("/payments", post(charge)).with_state(runs.clone());
+    let tenant =
+        |request: &axum::http::request::Parts| request.headers.get("x-tenant").map(|tenant| tenant.as_bytes().to_vec());
+    let natural = NaturalKey::header(axum::http::HeaderName::from_static("x-merchant-reference"));
+    let server = Server::start(Config::new(), LayerConfig::scoped(tenant).natural_key(natural), routes).await;
+    let (client, url) = (client(), server.url("/payments"));
+    let pay = |tenant: &str, reference: &str, key: &str| {
+        post_to(&client, &url, key, "{}").header("x-tenant", tenant).header("x-merchant-reference", reference)
+    };
+
+    let first = send(pay("t-1", "ref-1", "a")).await;
+    assert_eq!((first.status, first.replayed(), first.body.as_str()), (201, false, "run 1"));
+    let again = send(pay("t-1", "ref-1", "b")).await;
+    assert_eq!((again.status, again.replayed(), &again.body), (201, true, &first.body), "{again:?}");
+    // Another tenant's reference of the same name is its own.
+    let other_tenant = send(pay("t-2", "ref-1", "a")).await;
+    assert_eq!((other_tenant.status, other_tenant.replayed(), other_tenant.body.as_str()), (201, false, "run 2"));
+
+    let missing = send(post_to(&client, &url, "a", "{}").header("x-tenant", "t-1")).await;
+    assert!(missing.is_problem(400, "natural-key-missing"), "{missing:?}");
+    let twice = send(pay("t-1", "ref-2", "a").header("x-merchant-reference", "ref-3")).await;
+    assert!(twice.is_problem(400, "natural-key-invalid"), "{twice:?}");
     assert_eq!(runs.get(), 2);
 }
