@@ -3,7 +3,9 @@
 //! gives it, as the service chooses it — [`RequestFingerprint`]: the
 //! bytes as sent by default, or the body as canonical JSON with fields
 //! included or left out (by [`JsonPointer`]), headers included, query
-//! parameters ignored. One function serves every face of a service.
+//! parameters ignored. One function serves every face of a service. So
+//! is where a request's key comes from when it is the request's own: a
+//! [`NaturalKey`] (a JSON field, a path segment, a header).
 //!
 //! # Examples
 //!
@@ -28,6 +30,8 @@
 #[cfg(feature = "tower")]
 mod json;
 #[cfg(feature = "tower")]
+mod natural;
+#[cfg(feature = "tower")]
 mod pointer;
 #[cfg(feature = "tower")]
 mod request;
@@ -35,6 +39,9 @@ mod request;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use json::{JsonError, JsonErrorKind, DEPTH_MAX as JSON_DEPTH_MAX};
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use natural::{NaturalKey, NaturalKeyError};
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use pointer::{JsonPointer, PointerError};

@@ -6,7 +6,9 @@ use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
 use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
-use super::key::{expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER};
+use super::key::{
+    check_natural_key, expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER,
+};
 use super::operations::{prefers_async, tell, Answering};
 use super::problem::{expiry_too_long, in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
@@ -78,14 +80,18 @@ where
     R::Error: Into<BoxError>,
 {
     let config = &shared.config;
-    let key = match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
-        Ok(Some(key)) => key,
-        // Boxed here and below: a path few requests take keeps its state
-        // out of every request's future.
-        Ok(None) if !config.require_key => return Box::pin(unkeyed(inner, shared, request)).await,
-        Ok(None) => return Ok(refused(Problem::KeyMissing).map(buffered)),
-        Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(buffered)),
-        Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(buffered)),
+    let key = match config.natural_key {
+        // A natural key is read with the body; the header is not read.
+        Some(_) => None,
+        None => match read_key(request.headers(), &config.key_header, shared.backend.limits().key_bytes_max) {
+            Ok(Some(key)) => Some(key),
+            // Boxed here and below: a path few requests take keeps its state
+            // out of every request's future.
+            Ok(None) if !config.require_key => return Box::pin(unkeyed(inner, shared, request)).await,
+            Ok(None) => return Ok(refused(Problem::KeyMissing).map(buffered)),
+            Err(KeyError::Repeated) => return Ok(refused(Problem::KeyRepeated).map(buffered)),
+            Err(KeyError::Invalid(detail)) => return Ok(refused(Problem::KeyInvalid(detail)).map(buffered)),
+        },
     };
     let mut admitted = match admit(&shared, request, key).await {
         Ok(admitted) => admitted,
@@ -108,10 +114,15 @@ where
     execute(inner, shared, admitted, acquired, held).await
 }
 
-/// Reads what the claim of a request with `key` needs: its scope (and a
-/// 428 when it can never run), its body (within the limit) and its
-/// fingerprint; the layer's refusal otherwise, counted.
-async fn admit<K, B>(shared: &Shared<K>, request: Request<B>, key: Vec<u8>) -> Result<Admitted, Response<Full<Bytes>>>
+/// Reads what the claim of a request with `key` (its natural key when
+/// `None`) needs: its scope (and a 428 when it can never run), its body
+/// (within the limit), its natural key and its fingerprint; the layer's
+/// refusal otherwise, counted.
+async fn admit<K, B>(
+    shared: &Shared<K>,
+    request: Request<B>,
+    key: Option<Vec<u8>>,
+) -> Result<Admitted, Response<Full<Bytes>>>
 where
     K: IdempotencyBackend,
     B: Body<Data = Bytes>,
@@ -130,6 +141,10 @@ where
     let Some(body) = read_request(body, config.request_bytes_max).await else {
         return Err(refused(Problem::BodyTooLarge));
     };
+    let key = match key {
+        Some(key) => key,
+        None => natural_key(shared, &parts, &body).map_err(refused)?,
+    };
     let fingerprint = match config.fingerprint.of(&parts, &body) {
         Ok(fingerprint) => fingerprint,
         Err(error) => {
@@ -140,6 +155,22 @@ where
     let wait = waits(config, &parts.headers);
     let respond_async = config.operations.is_some() && prefers_async(&parts.headers);
     Ok(Admitted { parts, body, scope, key, fingerprint, wait, respond_async, ttl, expiry })
+}
+
+/// The natural key of the request `parts` with `body`, held to a header
+/// key's rules; the 400 that refuses it otherwise.
+fn natural_key<K: IdempotencyBackend>(
+    shared: &Shared<K>,
+    parts: &http::request::Parts,
+    body: &[u8],
+) -> Result<Vec<u8>, Problem> {
+    let Some(natural) = &shared.config.natural_key else { return Err(Problem::KeyMissing) };
+    let key = natural.of(parts, body).map_err(|error| {
+        tracing::debug!(%error, "request refused: no natural key");
+        Problem::from(&error)
+    })?;
+    check_natural_key(&key, shared.backend.limits().key_bytes_max).map_err(Problem::NaturalKeyInvalid)?;
+    Ok(key)
 }
 
 /// What a request's `Idempotency-Key-Expiry` says, when the layer lets

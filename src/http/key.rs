@@ -34,13 +34,30 @@ fn parse_key(value: &HeaderValue, max: usize) -> Result<Vec<u8>, KeyError> {
         Some(rest) => sf_string(rest)?,
         None => bare(text)?,
     };
+    check_length(&key, max).map_err(KeyError::Invalid)?;
+    Ok(key)
+}
+
+/// Not empty, at most `max` bytes; why not otherwise.
+fn check_length(key: &[u8], max: usize) -> Result<(), &'static str> {
     if key.is_empty() {
-        return Err(KeyError::Invalid("The key is empty."));
+        return Err("The key is empty.");
     }
     if key.len() > max {
-        return Err(KeyError::Invalid("The key is too long."));
+        return Err("The key is too long.");
     }
-    Ok(key)
+    Ok(())
+}
+
+/// A key taken from the request itself (a natural key), held to the
+/// rules of a key sent in a header: not empty, at most `max` bytes, of
+/// what an sf-string may hold (visible ASCII and spaces); why not
+/// otherwise.
+pub(super) fn check_natural_key(key: &[u8], max: usize) -> Result<(), &'static str> {
+    if !key.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+        return Err("The key must be visible ASCII.");
+    }
+    check_length(key, max)
 }
 
 /// The rest of an sf-string after its opening quote; nothing but spaces may
@@ -197,6 +214,16 @@ mod tests {
         let message = Err(KeyError::Invalid("Parameters on the Idempotency-Key are not supported."));
         assert_eq!(key("\"abc\";v=1"), message);
         assert_eq!(key("abc;v=1"), message);
+    }
+
+    #[test]
+    fn natural_keys_are_held_to_the_rules_of_a_header_key() {
+        assert_eq!(check_natural_key(b"ord 7", 255), Ok(()));
+        assert_eq!(check_natural_key(b"", 255), Err("The key is empty."));
+        assert_eq!(check_natural_key(&[b'k'; 256], 255), Err("The key is too long."));
+        for bad in [&b"caf\xc3\xa9"[..], b"a\nb", b"\x7f"] {
+            assert_eq!(check_natural_key(bad, 255), Err("The key must be visible ASCII."), "{bad:?}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! stable `type` URI, a stable `code`, a fixed title and detail per kind,
 //! and never the text of an internal error (that goes to `tracing`).
 
-use crate::fingerprint::{FingerprintError, JsonErrorKind};
+use crate::fingerprint::{FingerprintError, JsonErrorKind, NaturalKeyError};
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
@@ -16,6 +16,8 @@ pub(super) enum Problem {
     KeyMissing,
     KeyInvalid(&'static str),
     KeyRepeated,
+    NaturalKeyMissing(&'static str),
+    NaturalKeyInvalid(&'static str),
     ScopeMissing,
     ScopeTooLong,
     BodyTooLarge,
@@ -38,6 +40,12 @@ impl Problem {
             Problem::KeyMissing => (StatusCode::BAD_REQUEST, "key-missing", "Idempotency-Key missing"),
             Problem::KeyInvalid(_) => (StatusCode::BAD_REQUEST, "key-invalid", "Idempotency-Key invalid"),
             Problem::KeyRepeated => (StatusCode::BAD_REQUEST, "key-repeated", "more than one Idempotency-Key"),
+            Problem::NaturalKeyMissing(_) => {
+                (StatusCode::BAD_REQUEST, "natural-key-missing", "the request lacks its idempotency key")
+            }
+            Problem::NaturalKeyInvalid(_) => {
+                (StatusCode::BAD_REQUEST, "natural-key-invalid", "the request's idempotency key is invalid")
+            }
             Problem::ScopeMissing => (StatusCode::BAD_REQUEST, "scope-missing", "no idempotency scope"),
             Problem::ScopeTooLong => (StatusCode::BAD_REQUEST, "scope-too-long", "idempotency scope too long"),
             Problem::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "request body too large"),
@@ -65,7 +73,10 @@ impl Problem {
     fn detail(self) -> &'static str {
         match self {
             Problem::KeyMissing => "This endpoint requires an Idempotency-Key header.",
-            Problem::KeyInvalid(detail) | Problem::FingerprintRefused(detail) => detail,
+            Problem::KeyInvalid(detail)
+            | Problem::FingerprintRefused(detail)
+            | Problem::NaturalKeyMissing(detail)
+            | Problem::NaturalKeyInvalid(detail) => detail,
             Problem::KeyRepeated => "Send exactly one Idempotency-Key field with one key.",
             Problem::ScopeMissing => "The request carries nothing that names its idempotency scope.",
             Problem::ScopeTooLong => "The request's idempotency scope is longer than the store accepts.",
@@ -122,6 +133,16 @@ impl From<&FingerprintError> for Problem {
         match error {
             FingerprintError::BodyNotJson(json) => Problem::BodyNotJson(json.kind()),
             FingerprintError::Refused(detail) => Problem::FingerprintRefused(detail),
+        }
+    }
+}
+
+impl From<&NaturalKeyError> for Problem {
+    fn from(error: &NaturalKeyError) -> Self {
+        match error {
+            NaturalKeyError::Missing(detail) => Problem::NaturalKeyMissing(detail),
+            NaturalKeyError::Invalid(detail) => Problem::NaturalKeyInvalid(detail),
+            NaturalKeyError::BodyNotJson(json) => Problem::BodyNotJson(json.kind()),
         }
     }
 }
@@ -236,6 +257,8 @@ mod tests {
             Problem::KeyMissing,
             Problem::KeyInvalid("The key is empty."),
             Problem::KeyRepeated,
+            Problem::NaturalKeyMissing("The request body lacks the field its idempotency key is taken from."),
+            Problem::NaturalKeyInvalid("The key must be visible ASCII."),
             Problem::ScopeMissing,
             Problem::ScopeTooLong,
             Problem::BodyTooLarge,
@@ -277,6 +300,8 @@ mod tests {
             (Problem::BodyNotJson(JsonErrorKind::UnexpectedEnd), "body-not-json"),
             (Problem::FingerprintRefused("No."), "fingerprint-refused"),
             (Problem::ExpiryInvalid, "expiry-invalid"),
+            (Problem::NaturalKeyMissing("No id."), "natural-key-missing"),
+            (Problem::NaturalKeyInvalid("Not ASCII."), "natural-key-invalid"),
             (Problem::HandlerFailed, "handler-failed"),
         ];
         for (problem, code) in codes {

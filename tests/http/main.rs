@@ -9,6 +9,7 @@ mod blocking_handler;
 mod fingerprint_headers_query;
 mod fingerprint_json;
 mod key_expiry;
+mod natural_key;
 mod payments_abandoned;
 mod payments_example;
 mod payments_postgres;

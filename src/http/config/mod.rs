@@ -2,7 +2,7 @@
 //! which answers are kept, and how a request's scope is chosen.
 
 use crate::backend::ClaimOptions;
-use crate::fingerprint::RequestFingerprint;
+use crate::fingerprint::{NaturalKey, RequestFingerprint};
 use crate::Checkpoint;
 use http::header::HeaderName;
 use http::request::Parts;
@@ -133,6 +133,7 @@ pub struct LayerConfig {
     pub(super) operations: Option<Operations>,
     pub(super) fingerprint: RequestFingerprint,
     pub(super) expiry_max: Option<Duration>,
+    pub(super) natural_key: Option<NaturalKey>,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -148,6 +149,7 @@ impl std::fmt::Debug for LayerConfig {
             .field("key_header", &self.key_header)
             .field("policy", &self.policy)
             .field("fingerprint", &self.fingerprint)
+            .field("natural_key", &self.natural_key)
             .finish_non_exhaustive()
     }
 }
@@ -207,6 +209,7 @@ impl LayerConfig {
             operations: None,
             fingerprint: RequestFingerprint::default(),
             expiry_max: None,
+            natural_key: None,
         }
     }
 
@@ -390,6 +393,56 @@ impl LayerConfig {
     #[must_use]
     pub fn expiry_max(mut self, max: Duration) -> Self {
         self.expiry_max = Some(max);
+        self
+    }
+
+    /// The key of every guarded request is the request's own, `natural`:
+    /// a field of its JSON body (an `external_payment_id`, a
+    /// `merchant_reference`), a segment of its path, a header, or what a
+    /// function of the service's says. Two requests with one natural key
+    /// in one scope are one operation: the second is replayed the first
+    /// one's answer (or 409 while it runs; 422 `key-reused` if it is not
+    /// the same request by the [`fingerprint`](LayerConfig::fingerprint)).
+    ///
+    /// The natural key wins: the [`key_header`](LayerConfig::key_header)
+    /// (`Idempotency-Key`) is not read, whatever it holds, or whether it
+    /// is there at all. Two clicks of one order whose client mints a new
+    /// header key for each are exactly the duplicate a natural key is
+    /// there to catch; refusing a header that differs would refuse it
+    /// rather than replay the first answer.
+    ///
+    /// The key taken is held to a header key's rules (not empty, no
+    /// longer than the backend's `key_bytes_max`, visible ASCII or
+    /// spaces). A request without it is refused with 400
+    /// `natural-key-missing`, one whose key breaks those rules (or is a
+    /// JSON object, array, boolean or `null`) with 400
+    /// `natural-key-invalid`, a body that is not JSON under
+    /// [`NaturalKey::json`] with 400 `body-not-json` — before anything is
+    /// claimed or run, whatever [`require_key`](LayerConfig::require_key)
+    /// says. Default none: the key is the `Idempotency-Key` header.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::fingerprint::{NaturalKey, RequestFingerprint};
+    /// use idemkv::http::LayerConfig;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // One payment per external payment id and tenant, however many
+    /// // times it is sent and with whatever Idempotency-Key.
+    /// let config = LayerConfig::scoped(|request| {
+    ///     request.headers.get("x-tenant").map(|tenant| tenant.as_bytes().to_vec())
+    /// })
+    /// .natural_key(NaturalKey::json("/external_payment_id")?)
+    /// .fingerprint(RequestFingerprint::json().build()?);
+    ///
+    /// // Or the order's id in `POST /orders/{id}/pay`.
+    /// let config = LayerConfig::global().natural_key(NaturalKey::path_segment(1));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn natural_key(mut self, natural: NaturalKey) -> Self {
+        self.natural_key = Some(natural);
         self
     }
 
