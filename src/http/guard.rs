@@ -196,6 +196,9 @@ enum ExpiryRefused {
 /// layer lets clients choose.
 fn expiry_of<K: IdempotencyBackend>(shared: &Shared<K>, headers: &http::HeaderMap) -> Result<Expiry, ExpiryRefused> {
     let Some(max) = shared.config.expiry_max else { return Ok(Expiry::default()) };
+    // Never past what the backend keeps: a longer ask is this 400, not
+    // the backend's refusal of the claim.
+    let max = max.min(shared.backend.limits().duration_max);
     let asked = read_expiry(headers).map_err(|ExpiryInvalid| ExpiryRefused::Invalid)?;
     if asked.is_some_and(|asked| asked > max) {
         return Err(ExpiryRefused::TooLong { max });

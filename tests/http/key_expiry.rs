@@ -4,7 +4,8 @@
 //! the layer's own hour — and the expiry in force is stated on the answer
 //! and on its replays; one over the maximum is a 400 `expiry-too-long`
 //! naming the maximum, a malformed one a 400 `expiry-invalid`, and
-//! neither runs the handler nor spends the key.
+//! neither runs the handler nor spends the key. A maximum past the
+//! backend's `duration_max` counts as the backend's.
 #![cfg(feature = "tower")]
 
 use crate::common::http::Server;
@@ -66,4 +67,25 @@ async fn a_clients_expiry_is_honoured_up_to_the_maximum_and_stated() {
     let lapsed = pay("pay-2", None).await;
     assert!(!lapsed.replayed(), "the layer's hour passed: {lapsed:?}");
     assert_eq!(runs.get(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maximum_past_the_backends_longest_counts_as_the_backends() {
+    let runs = Counter::default();
+    let charge = |State(runs): State<Counter>| async move { (StatusCode::CREATED, format!("payment {}", runs.bump())) };
+    let routes = Router::new().route("/payments", post(charge)).with_state(runs.clone());
+    let layer = LayerConfig::global().ttl(HOUR).expiry_max(7 * 24 * HOUR);
+    let server = Server::start(Config::new().duration_max(48 * HOUR), layer, routes).await;
+    let (client, url) = (client(), server.url("/payments"));
+    let pay = |key: &str, expiry: &str| {
+        send(post_to(&client, &url, key, "amount=10").header("idempotency-key-expiry", expiry))
+    };
+
+    let too_long = pay("pay-1", "3d").await;
+    assert!(too_long.is_problem(400, "expiry-too-long"), "not the backend's refusal: {too_long:?}");
+    assert!(too_long.body.contains("is 2d;"), "the backend's longest is named: {}", too_long.body);
+    assert_eq!(runs.get(), 0, "nothing ran");
+    let longest = pay("pay-1", "2d").await;
+    assert_eq!((longest.status, longest.header("idempotency-key-expiry")), (201, Some("2d")), "{longest:?}");
+    assert_eq!(runs.get(), 1);
 }

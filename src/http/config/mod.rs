@@ -374,10 +374,11 @@ impl LayerConfig {
     /// answer the layer keeps states the expiry in force (the one asked
     /// for, else the layer's, else the backend's) in its own
     /// `Idempotency-Key-Expiry` header, in its largest whole unit
-    /// (`24h` is stated `1d`); replays carry it as first stated. No
-    /// longer than the backend's `duration_max`, or the claims of
-    /// clients who ask for more are refused (503). Default none: the
-    /// header is not read, and answers state no expiry.
+    /// (`24h` is stated `1d`); replays carry it as first stated. A
+    /// `max` longer than the backend's `duration_max` counts as that:
+    /// a client asking for more is refused with the same 400, naming
+    /// the backend's. Default none: the header is not read, and answers
+    /// state no expiry.
     ///
     /// # Examples
     ///
