@@ -18,6 +18,8 @@ where
     F::Output: Send,
 {
     future: Option<Pin<Box<F>>>,
+    /// The span it was made in, which the task of its own goes on in.
+    span: tracing::Span,
 }
 
 impl<F: Future + Send + 'static> Detached<F>
@@ -25,7 +27,7 @@ where
     F::Output: Send,
 {
     pub(super) fn new(future: F) -> Self {
-        Detached { future: Some(Box::pin(future)) }
+        Detached { future: Some(Box::pin(future)), span: tracing::Span::current() }
     }
 }
 
@@ -64,7 +66,8 @@ where
     fn drop(&mut self) {
         if let Some(future) = self.future.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                drop(runtime.spawn(future));
+                let span = std::mem::replace(&mut self.span, tracing::Span::none());
+                drop(runtime.spawn(tracing::Instrument::instrument(future, span)));
             } else {
                 tracing::error!("a guarded request was dropped outside a tokio runtime; its handler stops");
             }

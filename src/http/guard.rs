@@ -63,8 +63,37 @@ struct Acquired {
     checkpoint: Option<crate::Checkpoint>,
 }
 
-/// Guards one request of a guarded method.
+/// Guards one request of a guarded method, in its span (see
+/// [`LayerConfig::span_scope`]).
 pub(super) async fn guard<S, K, B, R>(
+    inner: S,
+    shared: Arc<Shared<K>>,
+    request: Request<B>,
+) -> Result<Response<LayerBody<R>>, S::Error>
+where
+    S: tower::Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    K: IdempotencyBackend,
+    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    R: Body<Data = Bytes> + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    use tracing::field::Empty;
+    let span = tracing::info_span!(
+        "idempotent_request",
+        key = Empty,
+        scope = Empty,
+        outcome = Empty,
+        attempt = Empty,
+        recovered = Empty
+    );
+    tracing::Instrument::instrument(guarded(inner, shared, request), span).await
+}
+
+/// [`guard`], in the request's span.
+async fn guarded<S, K, B, R>(
     inner: S,
     shared: Arc<Shared<K>>,
     request: Request<B>,
@@ -97,10 +126,19 @@ where
         Ok(admitted) => admitted,
         Err(refusal) => return Ok(refusal.map(buffered)),
     };
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("key", String::from_utf8_lossy(&admitted.key).as_ref());
+        if config.span_scope {
+            span.record("scope", String::from_utf8_lossy(&admitted.scope).as_ref());
+        }
+    }
     let acquired = match claim(&shared, &admitted).await {
         Ok(acquired) => acquired,
         Err(answer) => return Ok(answer.map(buffered)),
     };
+    span.record("attempt", acquired.attempt);
+    span.record("recovered", acquired.recovered);
     let held = match shared.config.resource {
         None => None,
         Some(_) => match Box::pin(resource::hold(&shared, &admitted.scope, &mut admitted.parts, admitted.wait)).await {

@@ -16,5 +16,6 @@ mod payments_postgres;
 mod payments_resume;
 mod payments_two_instances;
 mod problem_details;
+mod request_span;
 mod store_failure;
 mod wait_counts;

@@ -134,6 +134,7 @@ pub struct LayerConfig {
     pub(super) fingerprint: RequestFingerprint,
     pub(super) expiry_max: Option<Duration>,
     pub(super) natural_key: Option<NaturalKey>,
+    pub(super) span_scope: bool,
 }
 
 impl std::fmt::Debug for LayerConfig {
@@ -150,6 +151,7 @@ impl std::fmt::Debug for LayerConfig {
             .field("policy", &self.policy)
             .field("fingerprint", &self.fingerprint)
             .field("natural_key", &self.natural_key)
+            .field("span_scope", &self.span_scope)
             .finish_non_exhaustive()
     }
 }
@@ -210,6 +212,7 @@ impl LayerConfig {
             fingerprint: RequestFingerprint::default(),
             expiry_max: None,
             natural_key: None,
+            span_scope: false,
         }
     }
 
@@ -394,6 +397,30 @@ impl LayerConfig {
     #[must_use]
     pub fn expiry_max(mut self, max: Duration) -> Self {
         self.expiry_max = Some(max);
+        self
+    }
+
+    /// Whether the span of each guarded request names its scope. Every
+    /// guarded request runs in a `tracing` span `idempotent_request`,
+    /// the handler included, so that every line logged for it can be
+    /// tied to its key: the span's fields are `key`, `outcome` (the
+    /// layer's decision, as `idempo_http_responses_total` counts it:
+    /// `executed`, `replay`, `in_progress`, `mismatch`, `refused`, …),
+    /// `attempt` and `recovered` once the key is acquired, and `scope`
+    /// only when this is on: a scope may name a tenant or a user, which
+    /// not every service lets into its logs. Default off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::LayerConfig;
+    ///
+    /// // Scopes are tenant ids this service logs anyway.
+    /// let config = LayerConfig::global().span_scope(true);
+    /// ```
+    #[must_use]
+    pub fn span_scope(mut self, on: bool) -> Self {
+        self.span_scope = on;
         self
     }
 
