@@ -1,0 +1,79 @@
+//! The request body the layer reads: the actix payload, pumped by a task
+//! on the worker (the payload is bound to its thread) into a channel the
+//! layer can read from any thread, or the bytes the layer buffered.
+
+use actix_web::dev::Payload;
+use actix_web::error::PayloadError;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body::{Body, Frame, SizeHint};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// Chunks in flight between the payload's task and the layer: the pump
+/// waits for the layer, so a body is never read faster than it is used.
+const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// A request body as the layer sees it.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// Bytes already read (what the layer buffered and hands on).
+    Whole(Option<Bytes>),
+    /// The actix payload, as it arrives.
+    Streamed(mpsc::Receiver<Result<Bytes, std::io::Error>>),
+}
+
+impl From<Bytes> for RequestBody {
+    fn from(bytes: Bytes) -> Self {
+        RequestBody::Whole((!bytes.is_empty()).then_some(bytes))
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            RequestBody::Whole(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            RequestBody::Streamed(chunks) => chunks.poll_recv(context).map(|chunk| chunk.map(|chunk| chunk.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, RequestBody::Whole(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Whole(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |bytes| bytes.len() as u64)),
+            RequestBody::Streamed(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// `payload` as a body the layer can read from any thread: a task of the
+/// worker's own reads it into a channel, and stops when the layer drops
+/// the body (a replay, a refusal: the rest is never read).
+pub fn pumped(mut payload: Payload) -> RequestBody {
+    let (sender, receiver) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    drop(actix_web::rt::spawn(async move {
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|error| std::io::Error::other(error.to_string()));
+            if sender.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    }));
+    RequestBody::Streamed(receiver)
+}
+
+/// `body` as the payload of the actix handler's request.
+pub fn payload_of(body: RequestBody) -> Payload {
+    if let RequestBody::Whole(bytes) = body {
+        return bytes.map_or(Payload::None, Payload::from);
+    }
+    let chunks = http_body_util::BodyExt::into_data_stream(body).map(|chunk| chunk.map_err(PayloadError::Io));
+    Payload::Stream { payload: Box::pin(chunks) }
+}
