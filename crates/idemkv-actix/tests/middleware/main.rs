@@ -1,0 +1,8 @@
+//! The middleware on a real actix-web server on loopback, driven by a
+//! real HTTP client (reqwest): one module per scenario.
+
+mod client_leaves;
+mod refusals;
+mod replay;
+mod same_as_tower;
+mod server;
