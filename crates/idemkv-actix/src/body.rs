@@ -37,7 +37,9 @@ impl Body for RequestBody {
     fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             RequestBody::Whole(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
-            RequestBody::Streamed(chunks) => chunks.poll_recv(context).map(|chunk| chunk.map(|chunk| chunk.map(Frame::data))),
+            RequestBody::Streamed(chunks) => {
+                chunks.poll_recv(context).map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
+            }
         }
     }
 

@@ -49,7 +49,9 @@ pub fn request_of(request: &HttpRequest, body: RequestBody) -> Result<http::Requ
 ///
 /// # Errors
 /// When the handler's body fails while it is read.
-pub async fn response_of<B: MessageBody>(response: HttpResponse<B>) -> Result<http::Response<Full<Bytes>>, HandlerFailed> {
+pub async fn response_of<B: MessageBody>(
+    response: HttpResponse<B>,
+) -> Result<http::Response<Full<Bytes>>, HandlerFailed> {
     let (head, body) = response.into_parts();
     let bytes = actix_web::body::to_bytes(body).await.map_err(|error| HandlerFailed::new(error.into().to_string()))?;
     let mut builder = http::Response::builder().status(head.status().as_u16());

@@ -2,6 +2,8 @@
 //! real HTTP client (reqwest): one module per scenario.
 
 mod client_leaves;
+mod handler_panic;
+mod long_operations;
 mod refusals;
 mod replay;
 mod same_as_tower;

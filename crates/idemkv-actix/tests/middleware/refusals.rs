@@ -25,7 +25,8 @@ async fn no_key_is_400_when_required_and_passes_through_when_not() {
     let client = client();
     let missing = send(client.post(required.url("/payments")).body("amount=1")).await;
     assert!(missing.is_problem(400, "key-missing"), "{missing:?}");
-    let repeated = send(post(&client, &required.url("/payments"), "a", "amount=1").header("idempotency-key", "b")).await;
+    let repeated =
+        send(post(&client, &required.url("/payments"), "a", "amount=1").header("idempotency-key", "b")).await;
     assert!(repeated.is_problem(400, "key-repeated"), "{repeated:?}");
     assert_eq!(required.runs.get(), 0, "a refused request ran");
     required.stop().await;

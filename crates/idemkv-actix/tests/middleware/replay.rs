@@ -14,7 +14,11 @@ async fn a_new_key_runs_once_and_a_retry_replays_its_answer() {
     let url = server.url("/payments");
     let first = send(post(&client, &url, "\"order-1\"", "amount=10")).await;
     let again = send(post(&client, &url, "\"order-1\"", "amount=10")).await;
-    assert_eq!((first.status, first.body.as_str(), first.replayed()), (201, "payment 1 of 9 bytes", false), "{first:?}");
+    assert_eq!(
+        (first.status, first.body.as_str(), first.replayed()),
+        (201, "payment 1 of 9 bytes", false),
+        "{first:?}"
+    );
     assert_eq!((again.status, again.body.as_str(), again.replayed()), (201, "payment 1 of 9 bytes", true), "{again:?}");
     assert_eq!(again.header("x-run"), Some("1"), "the handler's own header is replayed: {again:?}");
     assert_eq!(again.header("idempotency-replay"), Some("true"), "{again:?}");

@@ -15,7 +15,11 @@ const HEADERS: [&str; 6] =
 fn axum_routes(runs: Counter) -> axum::Router {
     let payment = |axum::extract::State(runs): axum::extract::State<Counter>, body: axum::body::Bytes| async move {
         let run = runs.bump();
-        (axum::http::StatusCode::CREATED, [("x-run", run.to_string())], format!("payment {run} of {} bytes", body.len()))
+        (
+            axum::http::StatusCode::CREATED,
+            [("x-run", run.to_string())],
+            format!("payment {run} of {} bytes", body.len()),
+        )
     };
     axum::Router::new().route("/payments", axum_post(payment)).with_state(runs)
 }

@@ -3,9 +3,9 @@
 
 use actix_web::dev::ServerHandle;
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use idemkv::conformance::http::harness::Counter;
-use idemkv::http::{IdempotencyLayer, LayerConfig, NotSpent};
+use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, NotSpent};
 use idemkv::{Config, Durability, Store};
 use idemkv_actix::Idempotency;
 use std::time::Duration;
@@ -58,12 +58,23 @@ async fn not_spent(runs: web::Data<Counter>) -> HttpResponse {
     response
 }
 
+/// Panics on its first run; on the next, answers with its [`Attempt`].
+async fn fragile(runs: web::Data<Counter>, request: HttpRequest) -> HttpResponse {
+    let run = runs.bump();
+    assert!(run > 1, "the first run dies half-way");
+    let Some(attempt) = request.extensions().get::<Attempt>().cloned() else {
+        return HttpResponse::InternalServerError().body("no attempt");
+    };
+    HttpResponse::Created().body(format!("attempt {}, recovered {}", attempt.attempt, attempt.recovered))
+}
+
 /// The routes of the scenarios.
 pub fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/payments", web::post().to(payment))
         .route("/slow", web::post().to(slow))
-        .route("/not-spent", web::post().to(not_spent));
+        .route("/not-spent", web::post().to(not_spent))
+        .route("/fragile", web::post().to(fragile));
 }
 
 /// A store in a temporary directory, buffered (the scenarios need no
