@@ -99,6 +99,11 @@ mod body;
 mod bridge;
 mod convert;
 
+// The README's example, compiled with the doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::HttpRequest;
