@@ -2,6 +2,7 @@
 //! real HTTP client (reqwest): one module per scenario.
 
 mod client_leaves;
+mod draft_vectors;
 mod handler_panic;
 mod long_operations;
 mod refusals;
