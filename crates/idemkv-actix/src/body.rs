@@ -79,3 +79,62 @@ pub fn payload_of(body: RequestBody) -> Payload {
     let chunks = http_body_util::BodyExt::into_data_stream(body).map(|chunk| chunk.map_err(PayloadError::Io));
     Payload::Stream { payload: Box::pin(chunks) }
 }
+
+/// A response body the layer can read from any thread: the actix
+/// handler's body, pumped by a task on the worker (the body is bound to
+/// its thread), with its length when the handler stated it.
+#[derive(Debug)]
+pub struct ResponseBody {
+    /// What is left of the handler's stated length (its `Content-Length`).
+    length: Option<u64>,
+    chunks: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    /// Nothing more is coming: the channel said so.
+    ended: bool,
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = std::task::ready!(this.chunks.poll_recv(context));
+        this.ended = frame.is_none();
+        // The hint is of what is left: a reader that read a part of the
+        // body (the layer, before it knew it too large to keep) hands on
+        // the rest with the rest's length.
+        if let (Some(length), Some(Ok(chunk))) = (this.length.as_mut(), frame.as_ref()) {
+            *length = length.saturating_sub(chunk.len() as u64);
+        }
+        Poll::Ready(frame.map(|chunk| chunk.map(Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.length == Some(0)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length.map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}
+
+/// The handler's `body`, pumped into a channel by a task on the worker, a
+/// few chunks at a time; the task stops when the layer drops the body.
+pub fn pumped_response<B: actix_web::body::MessageBody + 'static>(body: B) -> ResponseBody {
+    let length = match body.size() {
+        actix_web::body::BodySize::None => Some(0),
+        actix_web::body::BodySize::Sized(length) => Some(length),
+        actix_web::body::BodySize::Stream => None,
+    };
+    let (sender, receiver) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    drop(actix_web::rt::spawn(async move {
+        let mut body = Box::pin(body);
+        while let Some(chunk) = std::future::poll_fn(|context| body.as_mut().poll_next(context)).await {
+            let chunk = chunk.map_err(|error| std::io::Error::other(error.into().to_string()));
+            if sender.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    }));
+    ResponseBody { length, chunks: receiver, ended: false }
+}

@@ -3,14 +3,12 @@
 //! it lets through to a task on the actix worker ([`handle`]), where the
 //! actix service (bound to its thread) runs, and awaits its answer.
 
-use crate::body::{payload_of, RequestBody};
+use crate::body::{payload_of, RequestBody, ResponseBody};
 use crate::convert::response_of;
 use crate::HandlerFailed;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use actix_web::{HttpMessage, HttpRequest};
-use bytes::Bytes;
-use http_body_util::Full;
 use idemkv::http::{Attempt, Checkpoints, ResourceHold};
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +18,7 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 /// The handler's answer, sent back to the layer.
-type Reply = oneshot::Sender<Result<http::Response<Full<Bytes>>, HandlerFailed>>;
+type Reply = oneshot::Sender<Result<http::Response<ResponseBody>, HandlerFailed>>;
 
 /// The request the layer lets through, with where to send its answer.
 pub type Handoff = (http::Request<RequestBody>, Reply);
@@ -42,7 +40,7 @@ pub struct Bridge {
 }
 
 impl tower::Service<http::Request<RequestBody>> for Bridge {
-    type Response = http::Response<Full<Bytes>>;
+    type Response = http::Response<ResponseBody>;
     type Error = HandlerFailed;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, HandlerFailed>> + Send>>;
 
@@ -89,7 +87,7 @@ pub async fn handle<S, B>(
     back: oneshot::Sender<HttpRequest>,
 ) where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
+    B: MessageBody + 'static,
 {
     let Ok((let_through, reply)) = handoff.await else {
         drop(back.send(request));
@@ -101,9 +99,9 @@ pub async fn handle<S, B>(
         Ok(response) => {
             let (request, response) = response.into_parts();
             drop(back.send(request));
-            response_of(response).await
+            response_of(response)
         }
-        Err(error) => response_of(error.error_response()).await,
+        Err(error) => response_of(error.error_response()),
     };
     drop(reply.send(answer));
 }

@@ -3,15 +3,16 @@
 //! [`NotSpent`] mark cross it; the bytes of names and values are the same
 //! on both sides, so nothing is reinterpreted.
 
-use crate::body::RequestBody;
+use crate::body::{pumped_response, RequestBody, ResponseBody};
 use crate::HandlerFailed;
-use actix_web::body::{BoxBody, MessageBody};
+use actix_web::body::{BodyStream, BoxBody, MessageBody, SizedStream};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::{StatusCode, Version};
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
+use futures_util::TryStreamExt;
 use http_body::Body;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use idemkv::http::NotSpent;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,22 +44,21 @@ pub fn request_of(request: &HttpRequest, body: RequestBody) -> Result<http::Requ
     builder.body(body)
 }
 
-/// The actix handler's answer in `http` 1 types, its body read whole (the
-/// layer keeps it; actix bodies may not leave their thread), marked
-/// [`NotSpent`] when the handler marked it so.
+/// The actix handler's answer in `http` 1 types, its body pumped from the
+/// worker (actix bodies may not leave their thread), marked [`NotSpent`]
+/// when the handler marked it so.
 ///
 /// # Errors
-/// When the handler's body fails while it is read.
-pub async fn response_of<B: MessageBody>(
+/// When the head does not convert (not expected: the same grammar).
+pub fn response_of<B: MessageBody + 'static>(
     response: HttpResponse<B>,
-) -> Result<http::Response<Full<Bytes>>, HandlerFailed> {
+) -> Result<http::Response<ResponseBody>, HandlerFailed> {
     let (head, body) = response.into_parts();
-    let bytes = actix_web::body::to_bytes(body).await.map_err(|error| HandlerFailed::new(error.into().to_string()))?;
     let mut builder = http::Response::builder().status(head.status().as_u16());
     for (name, value) in head.headers() {
         builder = builder.header(name.as_str(), value.as_bytes());
     }
-    let mut response = builder.body(Full::new(bytes)).map_err(|error| HandlerFailed::new(error.to_string()))?;
+    let mut response = builder.body(pumped_response(body)).map_err(|error| HandlerFailed::new(error.to_string()))?;
     if head.extensions().get::<NotSpent>().is_some() {
         response.extensions_mut().insert(NotSpent);
     }
@@ -66,21 +66,22 @@ pub async fn response_of<B: MessageBody>(
 }
 
 /// The layer's answer as an actix response: its status, its headers, in
-/// their order, and its body, read whole (it is in memory already: the
-/// handler's was read whole), so that it goes out with a `Content-Length`
-/// as the tower layer's answers do.
-///
-/// # Errors
-/// When the body fails while it is read (a handler's body that failed).
-pub async fn answer_of<R>(answer: http::Response<R>) -> Result<HttpResponse<BoxBody>, actix_web::Error>
+/// their order, and its body, streamed, with a `Content-Length` when its
+/// length is known (a kept answer, a replay, a refusal, a handler's body
+/// of a stated length), as the tower layer's answers go out under hyper.
+pub fn answer_of<R>(answer: http::Response<R>) -> HttpResponse<BoxBody>
 where
-    R: Body<Data = Bytes>,
+    R: Body<Data = Bytes> + 'static,
     R::Error: Into<BoxError>,
 {
     let (parts, body) = answer.into_parts();
-    let bytes = body.collect().await.map_err(|error| HandlerFailed::new(error.into().to_string()))?.to_bytes();
+    let length = body.size_hint().exact();
+    let chunks = body.into_data_stream().map_err(|error| std::io::Error::other(error.into()));
     let status = StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status).body(bytes);
+    let mut response = match length {
+        Some(length) => HttpResponse::build(status).body(SizedStream::new(length, chunks)),
+        None => HttpResponse::build(status).body(BodyStream::new(chunks)),
+    };
     let headers = response.headers_mut();
     for (name, value) in &parts.headers {
         let name = HeaderName::from_bytes(name.as_str().as_bytes());
@@ -89,5 +90,5 @@ where
             headers.append(name, value);
         }
     }
-    Ok(response)
+    response
 }

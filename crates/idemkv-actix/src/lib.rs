@@ -230,7 +230,7 @@ where
     // Not handed over: the worker's task gives the request back at once.
     let handed_over = bridge::take(&slot).is_none();
     let request = if handed_over { returned_now(returned) } else { returned.await.ok() };
-    let response = convert::answer_of(answer?).await?;
+    let response = convert::answer_of(answer?);
     Ok(ServiceResponse::new(request.unwrap_or_else(|| stand_in(method, &uri)), response))
 }
 

@@ -9,3 +9,4 @@ mod refusals;
 mod replay;
 mod same_as_tower;
 mod server;
+mod streamed_get;

@@ -68,13 +68,29 @@ async fn fragile(runs: web::Data<Counter>, request: HttpRequest) -> HttpResponse
     HttpResponse::Created().body(format!("attempt {}, recovered {}", attempt.attempt, attempt.recovered))
 }
 
+/// Streams `first`, then, a [`SLOW`] later, `second`.
+async fn stream() -> HttpResponse {
+    let chunks = futures_util::stream::unfold(0_u8, |sent| async move {
+        match sent {
+            0 => Some((Ok::<_, std::io::Error>(web::Bytes::from_static(b"first ")), 1)),
+            1 => {
+                actix_web::rt::time::sleep(SLOW).await;
+                Some((Ok(web::Bytes::from_static(b"second")), 2))
+            }
+            _ => None,
+        }
+    });
+    HttpResponse::Ok().streaming(chunks)
+}
+
 /// The routes of the scenarios.
 pub fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/payments", web::post().to(payment))
         .route("/slow", web::post().to(slow))
         .route("/not-spent", web::post().to(not_spent))
-        .route("/fragile", web::post().to(fragile));
+        .route("/fragile", web::post().to(fragile))
+        .route("/stream", web::get().to(stream));
 }
 
 /// A store in a temporary directory, buffered (the scenarios need no
