@@ -1,6 +1,7 @@
-//! The request body the layer reads: the actix payload, pumped by a task
-//! on the worker (the payload is bound to its thread) into a channel the
-//! layer can read from any thread, or the bytes the layer buffered.
+//! The bodies the layer reads: the actix request's payload and the actix
+//! handler's answer, each pumped by a task on the worker (both are bound
+//! to its thread) into a channel the layer can read from any thread; and
+//! the bytes of a request the layer buffered.
 
 use actix_web::dev::Payload;
 use actix_web::error::PayloadError;

@@ -71,25 +71,31 @@
 //!    whose inner service is a bridge: when the layer lets the request
 //!    through, the bridge hands it, over a one-shot channel, to a task on
 //!    the actix worker, which moves the layer's extensions onto the actix
-//!    request, runs the actix service and sends its answer back, its body
-//!    read whole (the layer keeps it; an actix body cannot leave its
-//!    thread). An error of the actix service goes back as actix would
-//!    answer it (its error response), and is kept like any answer. The
+//!    request, runs the actix service and sends its answer's head back,
+//!    its body pumped by the worker into a channel the layer reads (an
+//!    actix body cannot leave its thread; its stated length goes along as
+//!    the body's exact size). An error of the actix service goes back as
+//!    actix would answer it (its error response), and is kept like any
+//!    answer. The
 //!    handler runs in that task, not in the middleware's future: a client
 //!    that leaves drops the middleware's future, never the handler's run
 //!    (the layer keeps awaiting the bridge in a task of its own).
-//! 3. The layer's answer is converted back, status, headers (in their
-//!    order) and body, and goes out with a `Content-Length`.
+//! 3. The layer's answer is converted back, status and headers (in their
+//!    order), its body streamed, with a `Content-Length` when its length
+//!    is known (a kept answer, a replay, a refusal, a handler's body of a
+//!    stated length), as under hyper.
 //!
 //! So replays, refusals (`application/problem+json`, the same
 //! `urn:idemkv:problem:*` types), `Retry-After`, `Idempotency-Replay`,
 //! `Idempotency-Stored` and the failure policy are the tower layer's own,
-//! byte for byte. What differs: the handler's answer is read whole before
-//! it goes out (under tower, an unguarded answer streams); and when the
-//! layer answers while the handler still runs (a `202` of a long
-//! operation), the actix request is still the handler's, so the
-//! response carries a stand-in request with the same method and URI
-//! (what outer middleware may read from `ServiceResponse::request`).
+//! byte for byte, and what the layer does not guard streams through
+//! untouched. What differs: when the layer answers while the handler
+//! still runs (a `202` of a long operation), the actix request is still
+//! the handler's, so the response carries a stand-in request with the
+//! same method and URI (what outer middleware may read from
+//! `ServiceResponse::request`). The middleware spawns its tasks on the
+//! actix worker (`actix_web::rt::spawn`): it runs under actix's runtime
+//! (`HttpServer`, `actix_web::test`), not on a bare tokio runtime.
 //!
 //! A panic in the handler ends the worker's task; the layer then sees the
 //! handler fail (the key stays in progress until its lease ends, as under
@@ -114,9 +120,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use tower::{Layer, Service as _};
 
-/// A handler that failed to answer (it panicked, its body failed, its
-/// worker stopped): what the layer sees, and what the middleware answers
-/// with a bare 500.
+/// A handler that failed to answer (it panicked, its worker stopped):
+/// what the layer sees, and what the middleware answers with a bare 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the handler failed to answer: {reason}")]
 pub struct HandlerFailed {
