@@ -1,6 +1,7 @@
 //! What the middleware refuses, as the tower layer does: another request
 //! under a key (422), no key (400 when required, passed through when
-//! not), and a store that fails the claim (503, nothing run).
+//! not), a body over the limit (413), and a store that fails the claim
+//! (503, nothing run).
 
 use crate::server::start;
 use idemkv::conformance::http::harness::{client, post, send};
@@ -52,5 +53,18 @@ async fn a_store_that_fails_the_claim_is_503_and_nothing_runs() {
     assert_eq!(refused.header("retry-after"), Some("1"), "nothing ran, so it says when to retry: {refused:?}");
     assert!(!refused.body.to_lowercase().contains("closed"), "the internal error leaked: {}", refused.body);
     assert_eq!(server.runs.get(), 1, "the handler ran without its claim");
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn a_body_over_the_limit_is_413_and_nothing_runs() {
+    let server = start(LayerConfig::global().request_bytes_max(64)).await;
+    let client = client();
+    let url = server.url("/payments");
+    let refused = send(post(&client, &url, "big-1", &"x".repeat(64 * 1024))).await;
+    assert!(refused.is_problem(413, "body-too-large"), "{refused:?}");
+    let within = send(post(&client, &url, "big-2", &"x".repeat(64))).await;
+    assert_eq!((within.status, within.body.as_str()), (201, "payment 1 of 64 bytes"), "{within:?}");
+    assert_eq!(server.runs.get(), 1, "the body over the limit ran the handler");
     server.stop().await;
 }
