@@ -137,10 +137,18 @@ impl HandlerFailed {
 impl actix_web::ResponseError for HandlerFailed {}
 
 /// The middleware (an actix [`Transform`]): wrap an `App`, a scope or a
-/// resource with it.
-#[derive(Clone, Debug)]
+/// resource with it. Its clones share one layer (one backend, one keeper
+/// thread): make it once, clone it into each worker's `App`.
+#[derive(Debug)]
 pub struct Idempotency<K> {
     layer: IdempotencyLayer<K>,
+}
+
+// By hand: the backend is shared, so it need not be `Clone` itself.
+impl<K> Clone for Idempotency<K> {
+    fn clone(&self) -> Self {
+        Idempotency { layer: self.layer.clone() }
+    }
 }
 
 impl<K: IdempotencyBackend> Idempotency<K> {
