@@ -83,7 +83,7 @@ mod webhooks;
 
 pub use client_disconnect::client_disconnect;
 pub use conditional::{etags, hold_takeover, one_per_resource, racing_writers};
-pub use draft_vectors::draft_vectors;
+pub use draft_vectors::{draft_vectors, draft_vectors_on, VectorTarget};
 pub use handler_panic::{handler_panic, not_spent};
 pub use hostile_tenants::hostile_tenants;
 pub use key_parsing::{key_parameters, sf_string, two_key_fields};

@@ -26,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 mod vectors;
@@ -241,10 +242,10 @@ impl Clients {
         Clients { title, lower: builder().build().expect("client") }
     }
 
-    async fn send(&self, served: &Served, step: &Step) -> Reply {
+    async fn send(&self, base: &str, step: &Step) -> Reply {
         let lowercase = step.headers.iter().all(|(name, _)| name.bytes().all(|byte| !byte.is_ascii_uppercase()));
         let client = if lowercase { &self.lower } else { &self.title };
-        let mut request = client.request(step.method.clone(), served.url(step.path));
+        let mut request = client.request(step.method.clone(), format!("{base}{}", step.path));
         for (name, value) in &step.headers {
             request = request.header(*name, value);
         }
@@ -256,8 +257,8 @@ impl Clients {
 
     /// The fixture's count of runs, read as the suite reads it: `GET
     /// /counter`, through the layer.
-    async fn runs(&self, served: &Served) -> u64 {
-        let reply = read(self.title.get(served.url("/counter")).send().await.expect("send")).await;
+    async fn runs(&self, base: &str) -> u64 {
+        let reply = read(self.title.get(format!("{base}/counter")).send().await.expect("send")).await;
         let count: serde_json::Value = serde_json::from_str(&reply.body).expect("a JSON count");
         count["count"].as_u64().expect("a count")
     }
@@ -307,17 +308,60 @@ fn check(step: &Step, reply: &Reply, runs: u64, bodies: &HashMap<&str, String>) 
     failures
 }
 
-/// Runs `vector` on a fresh fixture (its count at zero) behind the layer
-/// with `config` over `backend`; what failed, if anything.
-async fn run<B: IdempotencyBackend + Clone>(
-    backend: &B,
+/// Where the vectors run: a server of the fixture's routes behind the
+/// contract, the tower layer on axum for [`draft_vectors`], or another
+/// implementation of it (an actix-web middleware, say) for
+/// [`draft_vectors_on`].
+///
+/// The fixture counts each run of a `POST` route in the [`Counter`] it is
+/// served with: `POST /echo` answers 201 with the request's body and
+/// `Content-Type` (`application/octet-stream` if none); `POST
+/// /status/{code}` answers `code` with `Content-Type: text/plain` and
+/// `status:{code}`; `POST /slow?ms=N` sleeps N ms, then answers 200
+/// `slept:N`; `POST /large?bytes=N` answers 200 with N bytes `x`,
+/// `application/octet-stream`; `GET /counter` answers
+/// `{"count": <runs>}`, `application/json`, without a run.
+pub trait VectorTarget {
+    /// What stops a served fixture.
+    type Running;
+
+    /// Serves the fixture, counting its runs in `runs`, behind the
+    /// contract configured with `config`, on a free loopback port; its
+    /// base URL (`http://127.0.0.1:<port>`) and what stops it.
+    fn serve(&self, config: LayerConfig, runs: Counter) -> impl Future<Output = (String, Self::Running)>;
+
+    /// Stops a fixture [`VectorTarget::serve`] served.
+    fn stop(&self, running: Self::Running) -> impl Future<Output = ()>;
+}
+
+/// The tower layer over a backend, on an axum server.
+struct Tower<'a, B>(&'a B);
+
+impl<B: IdempotencyBackend + Clone> VectorTarget for Tower<'_, B> {
+    type Running = Served;
+
+    async fn serve(&self, config: LayerConfig, runs: Counter) -> (String, Served) {
+        let served = Served::start(self.0, config, fixture(runs)).await;
+        (served.base.clone(), served)
+    }
+
+    async fn stop(&self, running: Served) {
+        running.stop().await;
+    }
+}
+
+/// Runs `vector` on a fresh fixture (its count at zero) served by
+/// `target` with `config`; what failed, if anything.
+async fn run<T: VectorTarget>(
+    target: &T,
     setting: &Setting,
     clients: &Clients,
     vector: &Vector,
     config: LayerConfig,
 ) -> Vec<String> {
     let runs = Counter::default();
-    let served = Served::start(backend, config, fixture(runs.clone())).await;
+    let (base, served) = target.serve(config, runs.clone()).await;
+    let base = base.as_str();
     let (mut failures, mut bodies) = (Vec::new(), HashMap::new());
     let mut steps = vector.steps.iter().peekable();
     while let Some(step) = steps.next() {
@@ -328,21 +372,21 @@ async fn run<B: IdempotencyBackend + Clone>(
         match steps.next_if(|next| next.concurrent) {
             Some(next) => {
                 let before = runs.get();
-                let (pending, ()) = tokio::join!(clients.send(&served, step), async {
+                let (pending, ()) = tokio::join!(clients.send(base, step), async {
                     runs.reach(before + 1, Duration::from_secs(10), "the pending step's handler runs").await;
-                    answered.push((next, clients.send(&served, next).await));
+                    answered.push((next, clients.send(base, next).await));
                 });
                 answered.insert(0, (step, pending));
             }
-            None => answered.push((step, clients.send(&served, step).await)),
+            None => answered.push((step, clients.send(base, step).await)),
         }
-        let count = clients.runs(&served).await;
+        let count = clients.runs(base).await;
         for (step, reply) in answered {
             failures.extend(check(step, &reply, count, &bodies));
             bodies.insert(step.id, reply.body);
         }
     }
-    served.stop().await;
+    target.stop(served).await;
     failures
 }
 
@@ -369,14 +413,25 @@ fn defaults(setting: &Setting, vector: &Vector, name: &str) -> LayerConfig {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn draft_vectors<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    draft_vectors_on(&Tower(backend), setting).await;
+}
+
+/// The vectors of [`draft_vectors`] on the fixture `target` serves: the
+/// same contract behind another server (an actix-web middleware, say).
+/// `setting` names the keys (each vector's in a scope of its own) and
+/// lets time pass for the target's backend.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn draft_vectors_on<T: VectorTarget>(target: &T, setting: &Setting) {
     let clients = Clients::new();
     let (mut core, mut profile, mut profile_by_default, mut unmet) = (0, 0, 0, Vec::new());
     let vectors = vectors();
     for vector in &vectors {
-        let by_default = run(backend, setting, &clients, vector, defaults(setting, vector, "default")).await;
+        let by_default = run(target, setting, &clients, vector, defaults(setting, vector, "default")).await;
         let (claimed, under) = match vector.setting {
             Some((name, set)) => {
-                (run(backend, setting, &clients, vector, set(defaults(setting, vector, "set"))).await, name)
+                (run(target, setting, &clients, vector, set(defaults(setting, vector, "set"))).await, name)
             }
             None if vector.short_ttl => (by_default.clone(), "ttl(2 s), the suite's short-ttl capability"),
             None => (by_default.clone(), "the defaults"),

@@ -1,0 +1,126 @@
+//! An actix-web server on a free loopback port behind the middleware,
+//! with routes that count their runs.
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use idemkv::conformance::http::harness::Counter;
+use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, NotSpent};
+use idemkv::{Config, Durability, Store};
+use idemkv_actix::Idempotency;
+use std::time::Duration;
+
+/// How long `/slow` takes.
+pub const SLOW: Duration = Duration::from_millis(1500);
+
+/// A served app, stopped by [`Actix::stop`].
+pub struct Actix {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The store behind the middleware.
+    pub store: Store,
+    /// The runs of every route.
+    pub runs: Counter,
+    handle: ServerHandle,
+    _dir: tempfile::TempDir,
+}
+
+impl Actix {
+    /// The URL of `path` on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+    }
+}
+
+async fn payment(runs: web::Data<Counter>, body: web::Bytes) -> HttpResponse {
+    let run = runs.bump();
+    HttpResponse::Created()
+        .insert_header(("x-run", run.to_string()))
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("payment {run} of {} bytes", body.len()))
+}
+
+async fn slow(runs: web::Data<Counter>) -> HttpResponse {
+    let run = runs.bump();
+    actix_web::rt::time::sleep(SLOW).await;
+    HttpResponse::Created().body(format!("slow {run}"))
+}
+
+async fn not_spent(runs: web::Data<Counter>) -> HttpResponse {
+    runs.bump();
+    let mut response = HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE).body("try again");
+    response.extensions_mut().insert(NotSpent);
+    response
+}
+
+/// Panics on its first run; on the next, answers with its [`Attempt`].
+async fn fragile(runs: web::Data<Counter>, request: HttpRequest) -> HttpResponse {
+    let run = runs.bump();
+    assert!(run > 1, "the first run dies half-way");
+    let Some(attempt) = request.extensions().get::<Attempt>().cloned() else {
+        return HttpResponse::InternalServerError().body("no attempt");
+    };
+    HttpResponse::Created().body(format!("attempt {}, recovered {}", attempt.attempt, attempt.recovered))
+}
+
+/// Streams `first`, then, a [`SLOW`] later, `second`.
+async fn stream() -> HttpResponse {
+    let chunks = futures_util::stream::unfold(0_u8, |sent| async move {
+        match sent {
+            0 => Some((Ok::<_, std::io::Error>(web::Bytes::from_static(b"first ")), 1)),
+            1 => {
+                actix_web::rt::time::sleep(SLOW).await;
+                Some((Ok(web::Bytes::from_static(b"second")), 2))
+            }
+            _ => None,
+        }
+    });
+    HttpResponse::Ok().streaming(chunks)
+}
+
+/// The routes of the scenarios.
+pub fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/payments", web::post().to(payment))
+        .route("/slow", web::post().to(slow))
+        .route("/not-spent", web::post().to(not_spent))
+        .route("/fragile", web::post().to(fragile))
+        .route("/stream", web::get().to(stream));
+}
+
+/// A store in a temporary directory, buffered (the scenarios need no
+/// durability).
+pub fn store() -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+    (store, dir)
+}
+
+/// Serves [`routes`] behind the middleware over a new store with `config`,
+/// on two workers: one layer for both, as a service would.
+pub async fn start(config: LayerConfig) -> Actix {
+    let (store, dir) = store();
+    let runs = Counter::default();
+    let layer = IdempotencyLayer::new(store.clone(), config);
+    let counted = runs.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(counted.clone()))
+            .wrap(Idempotency::from_layer(layer.clone()))
+            .configure(routes)
+    })
+    .workers(2)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let base = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    drop(actix_web::rt::spawn(server));
+    Actix { base, store, runs, handle, _dir: dir }
+}
