@@ -63,37 +63,22 @@ struct Acquired {
     checkpoint: Option<crate::Checkpoint>,
 }
 
-/// Guards one request of a guarded method, in its span (see
-/// [`LayerConfig::span_scope`]).
-pub(super) async fn guard<S, K, B, R>(
-    inner: S,
-    shared: Arc<Shared<K>>,
-    request: Request<B>,
-) -> Result<Response<LayerBody<R>>, S::Error>
-where
-    S: tower::Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    K: IdempotencyBackend,
-    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    R: Body<Data = Bytes> + Send + 'static,
-    R::Error: Into<BoxError>,
-{
+/// The span a guarded request runs in (see [`LayerConfig::span_scope`]):
+/// its fields are recorded as the request goes.
+pub(super) fn request_span() -> tracing::Span {
     use tracing::field::Empty;
-    let span = tracing::info_span!(
+    tracing::info_span!(
         "idempotent_request",
         key = Empty,
         scope = Empty,
         outcome = Empty,
         attempt = Empty,
         recovered = Empty
-    );
-    tracing::Instrument::instrument(guarded(inner, shared, request), span).await
+    )
 }
 
-/// [`guard`], in the request's span.
-async fn guarded<S, K, B, R>(
+/// Guards one request of a guarded method, run in a [`request_span`].
+pub(super) async fn guard<S, K, B, R>(
     inner: S,
     shared: Arc<Shared<K>>,
     request: Request<B>,

@@ -291,6 +291,6 @@ where
             // held and checked all the same, its answer not kept.
             return Box::pin(guard::unkeyed(inner, shared, request));
         }
-        Box::pin(guard::guard(inner, shared, request))
+        Box::pin(tracing::Instrument::instrument(guard::guard(inner, shared, request), guard::request_span()))
     }
 }
