@@ -5,6 +5,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod call_span;
+mod concurrency_limit;
 mod exactly_once;
 mod http_sink;
+mod rate_limit_reset;
 mod retry_policy;
