@@ -6,7 +6,10 @@
 //! server behind `IdempotencyLayer` logs in its own span
 //! `idempotent_request` with the same key, so the two sides' lines meet.
 //! The subscriber is the thread's default and the runtime has one thread,
-//! so that the server's tasks report to it too.
+//! so that the server's tasks report to it too; the test runs in a
+//! process of its own, since tracing caches whether a span's callsite is
+//! wanted for the whole process, and a test on another thread that made
+//! a call first (with no subscriber) would have it cached as unwanted.
 #![cfg(all(feature = "client", feature = "conformance-http", feature = "tracing"))]
 
 use crate::common::http::Server;
@@ -150,8 +153,15 @@ fn inner() -> Inner {
     tower::util::BoxCloneService::new(service)
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_call_runs_in_a_span_with_its_key_attempts_and_outcome() {
+#[test]
+fn a_call_runs_in_a_span_with_its_key_attempts_and_outcome() {
+    crate::common::own_process(module_path!(), "a_call_runs_in_a_span_with_its_key_attempts_and_outcome", || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(calls_in_spans());
+    });
+}
+
+async fn calls_in_spans() {
     let keep = Keep::default();
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let charge = || async {
