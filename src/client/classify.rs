@@ -283,7 +283,13 @@ mod tests {
         ] {
             assert!(reason.is_overload(), "{reason:?}");
         }
-        for reason in [RetryReason::Connect, RetryReason::Reset, RetryReason::Transport, RetryReason::InProgress, RetryReason::TooEarly] {
+        for reason in [
+            RetryReason::Connect,
+            RetryReason::Reset,
+            RetryReason::Transport,
+            RetryReason::InProgress,
+            RetryReason::TooEarly,
+        ] {
             assert!(!reason.is_overload(), "{reason:?}");
         }
     }

@@ -66,6 +66,9 @@ impl ClientError {
     /// anything.
     #[must_use]
     pub fn nothing_sent(&self) -> bool {
-        matches!(self, ClientError::CircuitOpen { .. } | ClientError::ConcurrencyLimited { .. } | ClientError::Body { .. })
+        matches!(
+            self,
+            ClientError::CircuitOpen { .. } | ClientError::ConcurrencyLimited { .. } | ClientError::Body { .. }
+        )
     }
 }

@@ -270,7 +270,9 @@ impl Attempts {
         let Some(limiter) = self.shared.limiter(&self.destination) else { return Ok(None) };
         match tokio::time::timeout_at(self.deadline, limiter.acquire()).await {
             Ok(slot) => Ok(slot),
-            Err(_) => Err(ClientError::ConcurrencyLimited { destination: self.destination.clone(), limit: limiter.limit() }),
+            Err(_) => {
+                Err(ClientError::ConcurrencyLimited { destination: self.destination.clone(), limit: limiter.limit() })
+            }
         }
     }
 

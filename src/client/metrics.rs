@@ -46,7 +46,10 @@ pub(super) fn describe() {
         metrics::describe_counter!(RETRY_BUDGET_EXHAUSTED_TOTAL, "Retries refused by the route's retry budget");
         metrics::describe_counter!(BREAKER_TRANSITIONS_TOTAL, "Circuit breaker transitions, by the state entered");
         metrics::describe_counter!(BREAKER_REFUSED_TOTAL, "Calls refused by an open circuit breaker");
-        metrics::describe_counter!(RATE_LIMIT_IGNORED_TOTAL, "Rate-limit fields ignored by the retry layer, by field and reason");
+        metrics::describe_counter!(
+            RATE_LIMIT_IGNORED_TOTAL,
+            "Rate-limit fields ignored by the retry layer, by field and reason"
+        );
         metrics::describe_gauge!(CONCURRENCY_LIMIT, "Attempts the retry layer lets be in flight to the destination");
     }
 }

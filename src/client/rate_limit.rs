@@ -420,7 +420,8 @@ mod sf {
                     Member { name, params }
                 }
                 sfv::ListEntry::InnerList(inner) => {
-                    let params = inner.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
+                    let params =
+                        inner.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
                     Member { name: None, params }
                 }
             })
@@ -471,7 +472,8 @@ mod tests {
 
     #[test]
     fn without_t_the_policys_window_counts() {
-        let fields = [("ratelimit", r#""perhr";r=0"#), ("ratelimit-policy", r#""permin";q=50;w=60,"perhr";q=1000;w=45"#)];
+        let fields =
+            [("ratelimit", r#""perhr";r=0"#), ("ratelimit-policy", r#""permin";q=50;w=60,"perhr";q=1000;w=45"#)];
         assert_eq!(wait(&fields), RateLimitWait { wait: secs(45), ignored: vec![] });
         let other = [("ratelimit", r#""daily";r=0"#), ("ratelimit-policy", r#""perhr";q=1000;w=45"#)];
         assert_eq!(wait(&other).wait, None, "no policy of that name");
@@ -491,7 +493,11 @@ mod tests {
             r#"("a" "b");r=0;t=30"#,
             "7;r=0;t=30",
         ] {
-            assert_eq!(wait(&[("ratelimit", value)]), RateLimitWait { wait: None, ignored: malformed.to_vec() }, "{value}");
+            assert_eq!(
+                wait(&[("ratelimit", value)]),
+                RateLimitWait { wait: None, ignored: malformed.to_vec() },
+                "{value}"
+            );
         }
         for value in ["", ";;;", r#""default";r=0;t=30,"#, r#""default;r=0"#, "r=0, t=30 garbage"] {
             assert_eq!(wait(&[("ratelimit", value)]).ignored, malformed, "{value:?}");
@@ -506,7 +512,10 @@ mod tests {
         assert_eq!(wait(&[("ratelimit-reset", "7")]).wait, secs(7), "no remaining: spent");
         assert_eq!(wait(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "7")]).wait, secs(7));
         assert_eq!(wait(&[("ratelimit-remaining", "3"), ("ratelimit-reset", "7")]).wait, None);
-        assert_eq!(wait(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", " 1.25 ")]).wait, Some(Duration::from_millis(1_250)));
+        assert_eq!(
+            wait(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", " 1.25 ")]).wait,
+            Some(Duration::from_millis(1_250))
+        );
         let both = [("ratelimit", r#""a";r=0;t=10"#), ("x-ratelimit-reset", "20"), ("ratelimit-reset", "15")];
         assert_eq!(wait(&both).wait, secs(20), "the longest of every field");
     }
@@ -522,7 +531,10 @@ mod tests {
         let past = (epoch - 5).to_string();
         assert_eq!(wait(&[("ratelimit-reset", past.as_str())]).wait, Some(Duration::ZERO), "already reset");
         let far = wait(&[("x-ratelimit-reset", "99999999999999999999999")]);
-        assert_eq!(far, RateLimitWait { wait: None, ignored: vec![(RateLimitField::XRateLimitReset, IgnoredReason::TooLong)] });
+        assert_eq!(
+            far,
+            RateLimitWait { wait: None, ignored: vec![(RateLimitField::XRateLimitReset, IgnoredReason::TooLong)] }
+        );
     }
 
     #[test]
@@ -536,15 +548,27 @@ mod tests {
         }
         // A remaining that does not parse counts as absent.
         let remaining = wait(&[("x-ratelimit-remaining", "none"), ("x-ratelimit-reset", "4")]);
-        assert_eq!(remaining, RateLimitWait { wait: secs(4), ignored: vec![(RateLimitField::XRateLimitRemaining, IgnoredReason::Malformed)] });
+        assert_eq!(
+            remaining,
+            RateLimitWait {
+                wait: secs(4),
+                ignored: vec![(RateLimitField::XRateLimitRemaining, IgnoredReason::Malformed)]
+            }
+        );
         let long = wait(&[("ratelimit", r#""a";r=0;t=61"#), ("ratelimit-reset", "60")]);
-        assert_eq!(long, RateLimitWait { wait: secs(60), ignored: vec![(RateLimitField::RateLimit, IgnoredReason::TooLong)] });
+        assert_eq!(
+            long,
+            RateLimitWait { wait: secs(60), ignored: vec![(RateLimitField::RateLimit, IgnoredReason::TooLong)] }
+        );
     }
 
     #[test]
     fn a_huge_field_is_not_parsed() {
         let huge = format!(r#""a";r=0;t=1{}"#, ", \"b\";r=1".repeat(1_000));
-        assert_eq!(wait(&[("ratelimit", huge.as_str())]).ignored, [(RateLimitField::RateLimit, IgnoredReason::Malformed)]);
+        assert_eq!(
+            wait(&[("ratelimit", huge.as_str())]).ignored,
+            [(RateLimitField::RateLimit, IgnoredReason::Malformed)]
+        );
     }
 
     /// Field values: anything a `HeaderValue` may hold, and text shaped
@@ -558,8 +582,15 @@ mod tests {
         ]
     }
 
-    const NAMES: [&str; 7] =
-        ["ratelimit", "ratelimit-policy", "ratelimit-reset", "ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-remaining", "date"];
+    const NAMES: [&str; 7] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "ratelimit-reset",
+        "ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-ratelimit-remaining",
+        "date",
+    ];
 
     proptest! {
         #[test]

@@ -169,7 +169,8 @@ async fn calls_in_spans() {
         (StatusCode::CREATED, "charged")
     };
     let refuse = || async { (StatusCode::UNPROCESSABLE_ENTITY, "no such account") };
-    let routes = Router::new().route("/payments", post(charge)).route("/flaky", post(charge)).route("/refused", post(refuse));
+    let routes =
+        Router::new().route("/payments", post(charge)).route("/flaky", post(charge)).route("/refused", post(refuse));
     let server = Server::start(Config::new(), LayerConfig::global(), routes).await;
     let policy = RetryPolicy::new()
         .backoff(Backoff::new(Duration::from_millis(5), Duration::from_millis(5)).jitter(Jitter::None))
@@ -194,8 +195,10 @@ async fn calls_in_spans() {
 
     let calls = keep.seen(CALL);
     assert_eq!(calls.len(), 4, "one span a call: {calls:?}");
-    let fields: Vec<_> =
-        calls.iter().map(|span| (span.field("key"), span.field("attempt"), span.field("outcome"), span.field("status"))).collect();
+    let fields: Vec<_> = calls
+        .iter()
+        .map(|span| (span.field("key"), span.field("attempt"), span.field("outcome"), span.field("status")))
+        .collect();
     let expected = [
         (Some("pay-1"), Some("1"), Some("success"), Some("201")),
         (Some("pay-1"), Some("1"), Some("replayed"), Some("201")),

@@ -133,7 +133,9 @@ async fn rise_and_fall() -> (String, u32) {
     stop.store(true, Ordering::SeqCst);
     tasks.join_all().await;
 
-    println!("held at once: {healthy} healthy, {failing} failing (limit {fallen}), {after} recovered (limit {recovered})");
+    println!(
+        "held at once: {healthy} healthy, {failing} failing (limit {fallen}), {after} recovered (limit {recovered})"
+    );
     assert!(healthy >= 8, "sixteen callers kept the healthy server busy: {healthy}");
     assert!(failing <= 2, "the server held at most the fallen limit at once: {failing}");
     assert!(failing < healthy && after > failing, "{healthy} → {failing} → {after}");

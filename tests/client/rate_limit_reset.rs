@@ -81,7 +81,8 @@ fn gap(seen: &Mutex<Vec<(Instant, SystemTime)>>) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_with_ratelimit_reset_is_retried_after_the_reset() {
-    let (base, seen) = serve(|| vec![("ratelimit-remaining", "0".to_owned()), ("ratelimit-reset", "1".to_owned())]).await;
+    let (base, seen) =
+        serve(|| vec![("ratelimit-remaining", "0".to_owned()), ("ratelimit-reset", "1".to_owned())]).await;
     assert_eq!(call(&base).await, (201, 2));
     let gap = gap(&seen);
     assert!(gap >= Duration::from_secs(1), "retried after {gap:?}, before the reset");
@@ -103,7 +104,8 @@ async fn a_429_with_the_drafts_ratelimit_is_retried_after_its_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_window_stands_in_for_a_missing_t() {
-    let fields: Fields = || vec![("ratelimit-policy", r#""burst";q=10;w=1"#.to_owned()), ("ratelimit", r#""burst";r=0"#.to_owned())];
+    let fields: Fields =
+        || vec![("ratelimit-policy", r#""burst";q=10;w=1"#.to_owned()), ("ratelimit", r#""burst";r=0"#.to_owned())];
     let (base, seen) = serve(fields).await;
     assert_eq!(call(&base).await, (201, 2));
     let gap = gap(&seen);
