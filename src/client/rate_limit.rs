@@ -331,13 +331,12 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
         if limit.remaining > 0 {
             continue;
         }
-        let seconds = match limit.reset {
-            Some(reset) => Some((RateLimitField::RateLimit, reset)),
-            None => {
-                let windows = policies.get_or_insert_with(|| policy_windows(headers, &mut found.ignored));
-                let window = windows.iter().find(|(name, _)| limit.policy.as_ref() == Some(name));
-                window.map(|(_, window)| (RateLimitField::RateLimitPolicy, *window))
-            }
+        let seconds = if let Some(reset) = limit.reset {
+            Some((RateLimitField::RateLimit, reset))
+        } else {
+            let windows = policies.get_or_insert_with(|| policy_windows(headers, &mut found.ignored));
+            let window = windows.iter().find(|(name, _)| limit.policy.as_ref() == Some(name));
+            window.map(|(_, window)| (RateLimitField::RateLimitPolicy, *window))
         };
         if let Some((field, seconds)) = seconds {
             found.ask(field, Duration::from_secs(seconds), cap);
@@ -349,11 +348,8 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
 /// Item, no `r`, or `r` or `t` not a non-negative Integer).
 fn service_limit(member: &sf::Member) -> Option<ServiceLimit> {
     member.name.as_ref()?;
-    let remaining = member.integer("r")??;
-    let reset = match member.integer("t") {
-        None => None,
-        Some(reset) => Some(reset?),
-    };
+    let remaining = member.integer("r").ok()??;
+    let reset = member.integer("t").ok()?;
     Some(ServiceLimit { policy: member.name.clone(), remaining, reset })
 }
 
@@ -374,8 +370,8 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
     let mut windows = Vec::new();
     for member in members {
         match (member.name.clone(), member.integer("w")) {
-            (Some(name), Some(Some(window))) if window > 0 => windows.push((name, window)),
-            (_, None) => {}
+            (Some(name), Ok(Some(window))) if window > 0 => windows.push((name, window)),
+            (_, Ok(None)) => {}
             _ => ignored.push((RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)),
         }
     }
@@ -385,6 +381,9 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
 /// The structured-field List (RFC 9651), parsed by the `sfv` crate, as
 /// the members the rate-limit fields use: a name and parameters.
 mod sf {
+    /// A parameter that is not a non-negative Integer.
+    pub(super) struct NotAnInteger;
+
     /// One member of a list: its name (a String or Token Item; `None` for
     /// an Inner List or an Item of another type) and its parameters.
     pub(super) struct Member {
@@ -393,14 +392,16 @@ mod sf {
     }
 
     impl Member {
-        /// Parameter `key` as a non-negative Integer: `None` if absent,
-        /// `Some(None)` if it is something else.
-        pub(super) fn integer(&self, key: &str) -> Option<Option<u64>> {
-            let (_, value) = self.params.iter().rev().find(|(name, _)| name == key)?;
-            Some(match value {
-                sfv::BareItem::Integer(integer) => u64::try_from(i64::from(*integer)).ok(),
-                _ => None,
-            })
+        /// Parameter `key` as a non-negative Integer: `Ok(None)` if
+        /// absent, `Err` if it is something else.
+        pub(super) fn integer(&self, key: &str) -> Result<Option<u64>, NotAnInteger> {
+            let Some((_, value)) = self.params.iter().rev().find(|(name, _)| name == key) else { return Ok(None) };
+            match value {
+                sfv::BareItem::Integer(integer) => {
+                    u64::try_from(i64::from(*integer)).map(Some).map_err(|_| NotAnInteger)
+                }
+                _ => Err(NotAnInteger),
+            }
         }
     }
 
@@ -454,27 +455,30 @@ mod tests {
         rate_limit_wait(&headers(fields), now(), CAP)
     }
 
-    fn secs(seconds: u64) -> Option<Duration> {
-        Some(Duration::from_secs(seconds))
+    fn secs(seconds: u64) -> Duration {
+        Duration::from_secs(seconds)
     }
 
     #[test]
     fn the_drafts_spent_limit_asks_for_its_window() {
-        assert_eq!(wait(&[("ratelimit", r#""default";r=0;t=30"#)]), RateLimitWait { wait: secs(30), ignored: vec![] });
-        assert_eq!(wait(&[("ratelimit", "default;r=0;t=5")]).wait, secs(5), "a token name");
+        assert_eq!(
+            wait(&[("ratelimit", r#""default";r=0;t=30"#)]),
+            RateLimitWait { wait: Some(secs(30)), ignored: vec![] }
+        );
+        assert_eq!(wait(&[("ratelimit", "default;r=0;t=5")]).wait, Some(secs(5)), "a token name");
         assert_eq!(wait(&[("ratelimit", r#""default";r=50;t=30"#)]).wait, None, "quota left");
         assert_eq!(wait(&[("ratelimit", r#""default";r=0"#)]).wait, None, "no window known");
         let two = r#""burst";r=0;t=10, "daily";r=5;t=3000, "hourly";r=0;t=20;pk=:cHsdsRa894==:"#;
-        assert_eq!(wait(&[("ratelimit", two)]).wait, secs(20), "the longest spent one");
+        assert_eq!(wait(&[("ratelimit", two)]).wait, Some(secs(20)), "the longest spent one");
         let split = [("ratelimit", r#""a";r=0;t=4"#), ("ratelimit", r#""b";r=0;t=9"#)];
-        assert_eq!(wait(&split).wait, secs(9), "lines of one list");
+        assert_eq!(wait(&split).wait, Some(secs(9)), "lines of one list");
     }
 
     #[test]
     fn without_t_the_policys_window_counts() {
         let fields =
             [("ratelimit", r#""perhr";r=0"#), ("ratelimit-policy", r#""permin";q=50;w=60,"perhr";q=1000;w=45"#)];
-        assert_eq!(wait(&fields), RateLimitWait { wait: secs(45), ignored: vec![] });
+        assert_eq!(wait(&fields), RateLimitWait { wait: Some(secs(45)), ignored: vec![] });
         let other = [("ratelimit", r#""daily";r=0"#), ("ratelimit-policy", r#""perhr";q=1000;w=45"#)];
         assert_eq!(wait(&other).wait, None, "no policy of that name");
         let bad = [("ratelimit", r#""perhr";r=0"#), ("ratelimit-policy", "perhr;q=1000;w=")];
@@ -504,30 +508,30 @@ mod tests {
         }
         // A good member beside a bad one still counts.
         let mixed = wait(&[("ratelimit", r#""a";r=0;t=8, "b";t=99"#)]);
-        assert_eq!(mixed, RateLimitWait { wait: secs(8), ignored: malformed.to_vec() });
+        assert_eq!(mixed, RateLimitWait { wait: Some(secs(8)), ignored: malformed.to_vec() });
     }
 
     #[test]
     fn the_older_fields_as_delays() {
-        assert_eq!(wait(&[("ratelimit-reset", "7")]).wait, secs(7), "no remaining: spent");
-        assert_eq!(wait(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "7")]).wait, secs(7));
+        assert_eq!(wait(&[("ratelimit-reset", "7")]).wait, Some(secs(7)), "no remaining: spent");
+        assert_eq!(wait(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "7")]).wait, Some(secs(7)));
         assert_eq!(wait(&[("ratelimit-remaining", "3"), ("ratelimit-reset", "7")]).wait, None);
         assert_eq!(
             wait(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", " 1.25 ")]).wait,
             Some(Duration::from_millis(1_250))
         );
         let both = [("ratelimit", r#""a";r=0;t=10"#), ("x-ratelimit-reset", "20"), ("ratelimit-reset", "15")];
-        assert_eq!(wait(&both).wait, secs(20), "the longest of every field");
+        assert_eq!(wait(&both).wait, Some(secs(20)), "the longest of every field");
     }
 
     #[test]
     fn the_older_fields_as_timestamps_from_the_servers_date() {
         let epoch = now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
         let in_42 = (epoch + 42).to_string();
-        assert_eq!(wait(&[("x-ratelimit-reset", in_42.as_str())]).wait, secs(42), "from now without a Date");
+        assert_eq!(wait(&[("x-ratelimit-reset", in_42.as_str())]).wait, Some(secs(42)), "from now without a Date");
         // The server's clock is 10 s behind ours: its Date counts.
         let date = httpdate::fmt_http_date(now() - Duration::from_secs(10));
-        assert_eq!(wait(&[("date", date.as_str()), ("x-ratelimit-reset", in_42.as_str())]).wait, secs(52));
+        assert_eq!(wait(&[("date", date.as_str()), ("x-ratelimit-reset", in_42.as_str())]).wait, Some(secs(52)));
         let past = (epoch - 5).to_string();
         assert_eq!(wait(&[("ratelimit-reset", past.as_str())]).wait, Some(Duration::ZERO), "already reset");
         let far = wait(&[("x-ratelimit-reset", "99999999999999999999999")]);
@@ -551,14 +555,14 @@ mod tests {
         assert_eq!(
             remaining,
             RateLimitWait {
-                wait: secs(4),
+                wait: Some(secs(4)),
                 ignored: vec![(RateLimitField::XRateLimitRemaining, IgnoredReason::Malformed)]
             }
         );
         let long = wait(&[("ratelimit", r#""a";r=0;t=61"#), ("ratelimit-reset", "60")]);
         assert_eq!(
             long,
-            RateLimitWait { wait: secs(60), ignored: vec![(RateLimitField::RateLimit, IgnoredReason::TooLong)] }
+            RateLimitWait { wait: Some(secs(60)), ignored: vec![(RateLimitField::RateLimit, IgnoredReason::TooLong)] }
         );
     }
 
