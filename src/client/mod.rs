@@ -48,11 +48,11 @@
 //! - on a 429 or 503 without `Retry-After`, waits at least until the
 //!   spent quota resets, as the rate-limit fields say ([`rate_limit_wait`]):
 //!
-//! | field | read as |
-//! |---|---|
-//! | `RateLimit: "default";r=0;t=30` (the IETF httpapi draft) | `r=0`: spent; wait `t` seconds, or without `t` the `w` of the same-named `RateLimit-Policy` item |
-//! | `RateLimit-Remaining: 0` + `RateLimit-Reset: 30` (the older drafts) | remaining `0` or absent: wait until the reset |
-//! | `X-RateLimit-Remaining: 0` + `X-RateLimit-Reset: 1767225600` | the same; a reset of at least 10⁹ is a Unix timestamp, counted from the answer's `Date` |
+//!   | field | read as |
+//!   |---|---|
+//!   | `RateLimit: "default";r=0;t=30` (the IETF httpapi draft) | `r=0`: spent; wait `t` seconds, or without `t` the `w` of the same-named `RateLimit-Policy` item |
+//!   | `RateLimit-Remaining: 0` + `RateLimit-Reset: 30` (the older drafts) | remaining `0` or absent: wait until the reset |
+//!   | `X-RateLimit-Remaining: 0` + `X-RateLimit-Reset: 1767225600` | the same; a reset of at least 10⁹ is a Unix timestamp, counted from the answer's `Date` |
 //!
 //!   A field that does not parse, or asks for more than
 //!   [`rate_limit_wait_max`](RetryPolicy::rate_limit_wait_max), is ignored
