@@ -72,6 +72,23 @@ impl RetryReason {
     pub fn is_destination_failure(self) -> bool {
         !matches!(self, RetryReason::InProgress | RetryReason::TooEarly | RetryReason::Throttled)
     }
+
+    /// Whether this outcome is a sign of overload, which lowers the
+    /// destination's concurrency limit: a timeout, 408, 429 and 5xx. A
+    /// refused, reset or otherwise failed connection says nothing of the
+    /// load; 425 and an in-progress 409 are answers of a server coping.
+    #[must_use]
+    pub fn is_overload(self) -> bool {
+        matches!(
+            self,
+            RetryReason::Timeout
+                | RetryReason::RequestTimeout
+                | RetryReason::Throttled
+                | RetryReason::Unavailable
+                | RetryReason::Gateway
+                | RetryReason::ServerError
+        )
+    }
 }
 
 /// The verdict on an answer with `status`. `retry_after` says whether it
@@ -252,5 +269,28 @@ mod tests {
         assert!(!RetryReason::Throttled.is_destination_failure());
         assert!(!RetryReason::InProgress.is_destination_failure());
         assert!(!RetryReason::TooEarly.is_destination_failure());
+    }
+
+    #[test]
+    fn overload_signs() {
+        for reason in [
+            RetryReason::Timeout,
+            RetryReason::RequestTimeout,
+            RetryReason::Throttled,
+            RetryReason::Unavailable,
+            RetryReason::Gateway,
+            RetryReason::ServerError,
+        ] {
+            assert!(reason.is_overload(), "{reason:?}");
+        }
+        for reason in [
+            RetryReason::Connect,
+            RetryReason::Reset,
+            RetryReason::Transport,
+            RetryReason::InProgress,
+            RetryReason::TooEarly,
+        ] {
+            assert!(!reason.is_overload(), "{reason:?}");
+        }
     }
 }

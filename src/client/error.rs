@@ -19,6 +19,17 @@ pub enum ClientError {
         /// half-open breaker's probes are all out).
         retry_in: Duration,
     },
+    /// No place among the attempts in flight to the destination freed
+    /// before the deadline (its adaptive concurrency limit, see
+    /// [`RetryPolicy::concurrency`](super::RetryPolicy::concurrency)):
+    /// nothing was sent.
+    #[error("no place under the concurrency limit ({limit}) of {destination:?} before the deadline")]
+    ConcurrencyLimited {
+        /// The destination (the request's authority).
+        destination: String,
+        /// Its concurrency limit when the wait ended.
+        limit: u32,
+    },
     /// The request body could not be read, or is larger than the layer
     /// buffers for replay: nothing was sent.
     #[error("request body unreadable or over {bytes_max} bytes")]
@@ -50,10 +61,14 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether nothing reached the destination (breaker or body): sending
-    /// the same request later cannot have doubled anything.
+    /// Whether nothing reached the destination (breaker, concurrency limit
+    /// or body): sending the same request later cannot have doubled
+    /// anything.
     #[must_use]
     pub fn nothing_sent(&self) -> bool {
-        matches!(self, ClientError::CircuitOpen { .. } | ClientError::Body { .. })
+        matches!(
+            self,
+            ClientError::CircuitOpen { .. } | ClientError::ConcurrencyLimited { .. } | ClientError::Body { .. }
+        )
     }
 }

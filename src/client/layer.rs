@@ -3,11 +3,15 @@
 //! attempts, the deadline, the budget or the breaker say stop.
 
 use super::classify::{classify_status, transport_reason, RetryReason, Verdict};
+use super::concurrency::LoadSignal;
 use super::error::{BoxError, ClientError};
 use super::key::{self, Replay};
+use super::limiter::Slot;
 use super::metrics;
 use super::policy::RetryPolicy;
+use super::rate_limit::rate_limit_wait;
 use super::retry_after::retry_after;
+use super::span::{CallSpan, Ending};
 use super::state::{Permit, Shared};
 use bytes::Bytes;
 use http::header::{HeaderValue, RETRY_AFTER};
@@ -30,6 +34,11 @@ pub struct RetryInfo {
     pub attempts: u32,
     /// The `Idempotency-Key` every attempt carried, if any.
     pub idempotency_key: Option<HeaderValue>,
+    /// Whether the server marked the answer as the replay of one it gave
+    /// before ([`RetryPolicy::replay_header`], `Idempotency-Replay` by
+    /// default): the request had run already, perhaps on an attempt
+    /// whose answer was lost.
+    pub replayed: bool,
 }
 
 /// A `tower::Layer` that retries outgoing HTTP requests under a
@@ -73,6 +82,24 @@ impl RetryLayer {
         metrics::describe();
         RetryLayer { shared: Arc::new(Shared::new(policy)) }
     }
+
+    /// The adaptive concurrency limit of `destination` (a URI's
+    /// authority, such as `"api.example.com:443"`) as it stands: `None`
+    /// when the policy sets no [`concurrency`](RetryPolicy::concurrency)
+    /// or no request has gone there yet. Shared by the layer's services.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::client::{ConcurrencyConfig, RetryLayer, RetryPolicy};
+    ///
+    /// let layer = RetryLayer::new(RetryPolicy::new().concurrency(Some(ConcurrencyConfig::default())));
+    /// assert_eq!(layer.concurrency_limit("api.example.com"), None, "no request yet");
+    /// ```
+    #[must_use]
+    pub fn concurrency_limit(&self, destination: &str) -> Option<u32> {
+        self.shared.concurrency_limit(destination)
+    }
 }
 
 impl<S> tower::Layer<S> for RetryLayer {
@@ -94,6 +121,15 @@ pub struct RetryService<S> {
 impl<S> std::fmt::Debug for RetryService<S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("RetryService").field("policy", &self.shared.policy).finish_non_exhaustive()
+    }
+}
+
+impl<S> RetryService<S> {
+    /// The adaptive concurrency limit of `destination`, as
+    /// [`RetryLayer::concurrency_limit`] tells it.
+    #[must_use]
+    pub fn concurrency_limit(&self, destination: &str) -> Option<u32> {
+        self.shared.concurrency_limit(destination)
     }
 }
 
@@ -120,17 +156,22 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let shared = Arc::clone(&self.shared);
-        Box::pin(async move {
+        let (mut parts, body) = request.into_parts();
+        let replay = key::prepare(&mut parts, shared.policy.keys);
+        let span = CallSpan::new(&parts, replay.key());
+        let future = span.clone().instrument(async move {
             let bytes_max = shared.policy.body_bytes_max;
-            let (mut parts, body) = request.into_parts();
-            let body = Limited::new(body, bytes_max)
-                .collect()
-                .await
-                .map_err(|source| ClientError::Body { bytes_max, source })?
-                .to_bytes();
-            let replay = key::prepare(&mut parts, shared.policy.keys);
-            Attempts::new(shared, parts, body, replay).run(inner).await
-        })
+            let body = match Limited::new(body, bytes_max).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(source) => {
+                    let refused: Result<Response<R>, ClientError> = Err(ClientError::Body { bytes_max, source });
+                    span.finish(&refused, Ending::Final);
+                    return refused;
+                }
+            };
+            Attempts::new(shared, parts, body, replay, span).run(inner).await
+        });
+        Box::pin(future)
     }
 }
 
@@ -153,10 +194,13 @@ struct Attempts {
     previous_delay: Duration,
     /// `Prefer: wait` for the next attempt, after an in-progress 409.
     wait: Option<Duration>,
+    span: CallSpan,
+    /// How the call ended, once it has.
+    ending: Ending,
 }
 
 impl Attempts {
-    fn new(shared: Arc<Shared>, parts: Parts, body: Bytes, replay: Replay) -> Self {
+    fn new(shared: Arc<Shared>, parts: Parts, body: Bytes, replay: Replay, span: CallSpan) -> Self {
         let destination = parts.uri.authority().map(ToString::to_string).unwrap_or_default();
         let route = shared.policy.route.as_ref().map_or_else(|| destination.clone(), |route| route(&parts));
         let now = Instant::now();
@@ -172,10 +216,23 @@ impl Attempts {
             made: 0,
             previous_delay: Duration::ZERO,
             wait: None,
+            span,
+            ending: Ending::Final,
         }
     }
 
     async fn run<S, R>(mut self, inner: S) -> Result<Response<R>, ClientError>
+    where
+        S: tower::Service<Request<Full<Bytes>>, Response = Response<R>> + Clone,
+        S::Error: Into<BoxError>,
+    {
+        let result = self.attempts(inner).await;
+        self.span.finish(&result, self.ending);
+        result
+    }
+
+    /// Attempts until an answer is final or something says stop.
+    async fn attempts<S, R>(&mut self, inner: S) -> Result<Response<R>, ClientError>
     where
         S: tower::Service<Request<Full<Bytes>>, Response = Response<R>> + Clone,
         S::Error: Into<BoxError>,
@@ -188,18 +245,17 @@ impl Attempts {
             let permit = match self.shared.admit(&self.destination) {
                 Ok(permit) => permit,
                 Err(refused) => {
-                    return match last {
-                        Some(outcome) => self.give_up(outcome),
-                        None => Err(ClientError::CircuitOpen {
-                            destination: self.destination.clone(),
-                            retry_in: refused.retry_in,
-                        }),
-                    };
+                    let destination = self.destination.clone();
+                    return self.refused(last, ClientError::CircuitOpen { destination, retry_in: refused.retry_in });
                 }
             };
-            let outcome = self.attempt(inner.clone(), permit).await?;
-            let Some(reason) = self.verdict(&outcome) else { return self.give_up(outcome) };
-            let Some(delay) = self.next_delay(&outcome, reason) else { return self.give_up(outcome) };
+            let slot = match self.slot().await {
+                Ok(slot) => slot,
+                Err(error) => return self.refused(last, error),
+            };
+            let outcome = self.attempt(inner.clone(), permit, slot).await?;
+            let Some(reason) = self.verdict(&outcome) else { return self.give_up(outcome, Ending::Final) };
+            let Some(delay) = self.next_delay(&outcome, reason) else { return self.give_up(outcome, Ending::Stopped) };
             metrics::retry(reason, delay);
             #[cfg(feature = "tracing")]
             tracing::debug!(reason = reason.as_str(), attempt = self.made, ?delay, "retrying request");
@@ -208,13 +264,27 @@ impl Attempts {
         }
     }
 
-    /// Sends one attempt and tells the breaker how it went.
-    async fn attempt<S, R>(&mut self, inner: S, permit: Permit) -> Result<Outcome<R>, ClientError>
+    /// A place among the attempts in flight to the destination, waited
+    /// for until the deadline; `None` when it has no concurrency limit.
+    async fn slot(&self) -> Result<Option<Slot>, ClientError> {
+        let Some(limiter) = self.shared.limiter(&self.destination) else { return Ok(None) };
+        match tokio::time::timeout_at(self.deadline, limiter.acquire()).await {
+            Ok(slot) => Ok(slot),
+            Err(_) => {
+                Err(ClientError::ConcurrencyLimited { destination: self.destination.clone(), limit: limiter.limit() })
+            }
+        }
+    }
+
+    /// Sends one attempt and tells the breaker and the concurrency limit
+    /// how it went.
+    async fn attempt<S, R>(&mut self, inner: S, permit: Permit, slot: Option<Slot>) -> Result<Outcome<R>, ClientError>
     where
         S: tower::Service<Request<Full<Bytes>>, Response = Response<R>>,
         S::Error: Into<BoxError>,
     {
         self.made += 1;
+        self.span.attempt(self.made);
         let request = self.request();
         let mut until = self.deadline;
         if let Some(timeout) = self.shared.policy.attempt_timeout {
@@ -227,18 +297,24 @@ impl Attempts {
             Err(elapsed) if until < self.deadline => Outcome::Failed(Box::new(elapsed)),
             Err(_) => {
                 permit.record(false);
+                if let Some(slot) = slot {
+                    slot.record(LoadSignal::Overload);
+                }
                 let deadline = self.shared.policy.deadline;
                 return Err(ClientError::DeadlineExceeded { attempts: self.made, deadline });
             }
         };
-        let destination_failed = match &outcome {
+        let reason = match &outcome {
             Outcome::Answer(response) => match classify_status(response.status(), false) {
-                Verdict::Retry(reason) => reason.is_destination_failure(),
-                Verdict::Done => false,
+                Verdict::Retry(reason) => Some(reason),
+                Verdict::Done => None,
             },
-            Outcome::Failed(_) => true,
+            Outcome::Failed(error) => Some(transport_reason(error.as_ref())),
         };
-        permit.record(!destination_failed);
+        permit.record(!reason.is_some_and(RetryReason::is_destination_failure));
+        if let Some(slot) = slot {
+            slot.record(load_signal(reason));
+        }
         Ok(outcome)
     }
 
@@ -287,7 +363,7 @@ impl Attempts {
         let retry = self.made - 1;
         let mut delay = self.shared.policy.backoff.delay(retry, self.previous_delay, self.shared.unit());
         let asked = match outcome {
-            Outcome::Answer(response) => retry_after(response.headers(), SystemTime::now()),
+            Outcome::Answer(response) => self.server_wait(response),
             Outcome::Failed(_) => None,
         };
         let left = self.deadline.saturating_duration_since(Instant::now());
@@ -302,15 +378,58 @@ impl Attempts {
         Some(delay)
     }
 
-    /// The caller's answer when no more attempts follow `outcome`.
-    fn give_up<R>(&self, outcome: Outcome<R>) -> Result<Response<R>, ClientError> {
+    /// The wait the answer asks for: its `Retry-After`, which takes
+    /// precedence, or on a 429 or 503 the reset of its spent rate-limit
+    /// quota, up to [`RetryPolicy::rate_limit_wait_max`].
+    fn server_wait<R>(&self, response: &Response<R>) -> Option<Duration> {
+        let now = SystemTime::now();
+        if let Some(wait) = retry_after(response.headers(), now) {
+            return Some(wait);
+        }
+        if !matches!(response.status().as_u16(), 429 | 503) {
+            return None;
+        }
+        let found = rate_limit_wait(response.headers(), now, self.shared.policy.rate_limit_wait_max);
+        for (field, reason) in found.ignored {
+            metrics::rate_limit_ignored(field, reason);
+        }
+        found.wait
+    }
+
+    /// The caller's answer, or `error`, when something refused the next
+    /// attempt: the last attempt's outcome if there was one.
+    fn refused<R>(&mut self, last: Option<Outcome<R>>, error: ClientError) -> Result<Response<R>, ClientError> {
+        match last {
+            Some(outcome) => self.give_up(outcome, Ending::Stopped),
+            None => Err(error),
+        }
+    }
+
+    /// The caller's answer when no more attempts follow `outcome`, which
+    /// is final or was `Stopped`.
+    fn give_up<R>(&mut self, outcome: Outcome<R>, ending: Ending) -> Result<Response<R>, ClientError> {
+        self.ending = ending;
         match outcome {
             Outcome::Answer(mut response) => {
-                let info = RetryInfo { attempts: self.made, idempotency_key: self.replay.key().cloned() };
+                let replayed = response.headers().contains_key(&self.shared.policy.replay_header);
+                if replayed && ending == Ending::Final {
+                    self.ending = Ending::Replayed;
+                }
+                let info = RetryInfo { attempts: self.made, idempotency_key: self.replay.key().cloned(), replayed };
                 response.extensions_mut().insert(info);
                 Ok(response)
             }
             Outcome::Failed(source) => Err(ClientError::Transport { attempts: self.made, source }),
         }
+    }
+}
+
+/// What an attempt's outcome (its retry reason, `None` for a final
+/// answer) says of the destination's load.
+fn load_signal(reason: Option<RetryReason>) -> LoadSignal {
+    match reason {
+        Some(reason) if reason.is_overload() => LoadSignal::Overload,
+        Some(RetryReason::Connect | RetryReason::Reset | RetryReason::Transport) => LoadSignal::Ignore,
+        _ => LoadSignal::Success,
     }
 }

@@ -45,44 +45,77 @@
 //!
 //! - waits [`Backoff`] (capped exponential with [`Jitter`]), at least the
 //!   answer's [`retry_after`], never past the [deadline](RetryPolicy::deadline);
+//! - on a 429 or 503 without `Retry-After`, waits at least until the
+//!   spent quota resets, as the rate-limit fields say ([`rate_limit_wait`]):
+//!
+//!   | field | read as |
+//!   |---|---|
+//!   | `RateLimit: "default";r=0;t=30` (the IETF httpapi draft) | `r=0`: spent; wait `t` seconds, or without `t` the `w` of the same-named `RateLimit-Policy` item |
+//!   | `RateLimit-Remaining: 0` + `RateLimit-Reset: 30` (the older drafts) | remaining `0` or absent: wait until the reset |
+//!   | `X-RateLimit-Remaining: 0` + `X-RateLimit-Reset: 1767225600` | the same; a reset of at least 10⁹ is a Unix timestamp, counted from the answer's `Date` |
+//!
+//!   A field that does not parse, or asks for more than
+//!   [`rate_limit_wait_max`](RetryPolicy::rate_limit_wait_max), is ignored
+//!   and counted (`rate_limit_ignored_total{field,reason}`);
 //! - spends a [`RetryBudget`] per route: retries stop when they would add
 //!   more than a fraction of the route's recent requests;
 //! - asks the destination's [`CircuitBreaker`], which opens when too many
 //!   recent calls failed and then refuses at once with
 //!   [`ClientError::CircuitOpen`];
+//! - with [`RetryPolicy::concurrency`] (off by default), keeps the
+//!   attempts in flight to each destination under an adaptive
+//!   [`ConcurrencyLimit`]: it falls as timeouts, 5xx, 408 and 429 come back
+//!   and rises as they stop ([`RetryLayer::concurrency_limit`] reads it,
+//!   the gauge `concurrency_limit{destination}` shows it); an attempt over
+//!   the limit waits, until the deadline at most
+//!   ([`ClientError::ConcurrencyLimited`]);
+//! - runs in a `tracing` span `idempotent_call` (feature `tracing`) with
+//!   the key, method, authority, path, attempt, outcome and status, so
+//!   that every line logged for the call, the inner service's included,
+//!   can be tied to its key (the server layer's span is
+//!   `idempotent_request`, with the same `key`);
 //! - counts all of it through `metrics` (the names are in the table of
 //!   the `metrics` module source, and in the README).
 //!
 //! A retryable answer after the last attempt is handed back as it is (the
 //! caller sees the 503); a transport error after it is
 //! [`ClientError::Transport`]. Each response carries [`RetryInfo`] in its
-//! extensions: the attempts made and the key used.
+//! extensions: the attempts made, the key used, and whether the server
+//! said the answer is a replay.
 //!
 
-// Module map: classify, backoff, retry_after, budget and breaker are pure
-// (told the time and the random numbers); key attaches the key; policy is
-// the builder; state holds the budgets and breakers a layer shares;
-// layer runs the attempts; metrics names what is counted; error is the
-// caller's.
+// Module map: classify, backoff, retry_after, rate_limit, budget, breaker
+// and concurrency are pure (told the time, the outcomes and the random
+// numbers); limiter holds a destination's permits to its concurrency
+// limit; key attaches the key; policy is the builder; state holds the
+// budgets, breakers and limiters a layer shares; span is the call's
+// tracing span; layer runs the attempts; metrics names what is counted;
+// error is the caller's.
 
 mod backoff;
 mod breaker;
 mod budget;
 mod classify;
+mod concurrency;
 mod error;
 mod key;
 mod layer;
+mod limiter;
 mod metrics;
 mod policy;
+mod rate_limit;
 mod retry_after;
+mod span;
 mod state;
 
 pub use backoff::{Backoff, Jitter};
 pub use breaker::{BreakerConfig, BreakerState, CircuitBreaker, Refused};
 pub use budget::{BudgetConfig, RetryBudget};
 pub use classify::{classify_status, transport_reason, RetryReason, Verdict};
+pub use concurrency::{ConcurrencyConfig, ConcurrencyLimit, LoadSample, LoadSignal};
 pub use error::{BoxError, ClientError};
 pub use key::IDEMPOTENCY_KEY;
 pub use layer::{RetryInfo, RetryLayer, RetryService};
 pub use policy::{KeyKind, RetryPolicy};
+pub use rate_limit::{rate_limit_wait, IgnoredReason, RateLimitField, RateLimitWait};
 pub use retry_after::retry_after;

@@ -3,6 +3,8 @@
 use super::backoff::Backoff;
 use super::breaker::BreakerConfig;
 use super::budget::BudgetConfig;
+use super::concurrency::ConcurrencyConfig;
+use http::header::HeaderName;
 use http::request::Parts;
 use std::error::Error as StdError;
 use std::fmt;
@@ -45,6 +47,9 @@ pub struct RetryPolicy {
     pub(super) backoff: Backoff,
     pub(super) budget: Option<BudgetConfig>,
     pub(super) breaker: Option<BreakerConfig>,
+    pub(super) concurrency: Option<ConcurrencyConfig>,
+    pub(super) rate_limit_wait_max: Duration,
+    pub(super) replay_header: HeaderName,
     pub(super) prefer_wait: Option<Duration>,
     pub(super) keys: KeyKind,
     pub(super) body_bytes_max: usize,
@@ -69,6 +74,9 @@ impl fmt::Debug for RetryPolicy {
             .field("backoff", &self.backoff)
             .field("budget", &self.budget)
             .field("breaker", &self.breaker)
+            .field("concurrency", &self.concurrency)
+            .field("rate_limit_wait_max", &self.rate_limit_wait_max)
+            .field("replay_header", &self.replay_header)
             .field("prefer_wait", &self.prefer_wait)
             .field("keys", &self.keys)
             .field("body_bytes_max", &self.body_bytes_max)
@@ -87,6 +95,9 @@ impl RetryPolicy {
             backoff: Backoff::default(),
             budget: Some(BudgetConfig::default()),
             breaker: Some(BreakerConfig::default()),
+            concurrency: None,
+            rate_limit_wait_max: Duration::from_secs(60),
+            replay_header: HeaderName::from_static("idempotency-replay"),
             prefer_wait: Some(Duration::from_secs(30)),
             keys: KeyKind::V7,
             body_bytes_max: 1 << 20,
@@ -148,6 +159,54 @@ impl RetryPolicy {
     #[must_use]
     pub fn breaker(mut self, breaker: Option<BreakerConfig>) -> Self {
         self.breaker = breaker;
+        self
+    }
+
+    /// An adaptive limit on the attempts in flight to each destination
+    /// (the URI's authority), which falls as timeouts and overload answers
+    /// (5xx, 408, 429) come back and rises again as they stop; an attempt
+    /// over the limit waits for a place, never past the deadline (default
+    /// `None`: no limit, nothing waits). Off by default because it makes
+    /// callers wait, which only the service can judge worth it, and
+    /// because its right size depends on the destination.
+    /// See [`ConcurrencyLimit`](super::ConcurrencyLimit) for how it moves,
+    /// and [`RetryLayer::concurrency_limit`](super::RetryLayer::concurrency_limit)
+    /// to read it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::client::{ConcurrencyConfig, RetryPolicy};
+    ///
+    /// let policy = RetryPolicy::new().concurrency(Some(ConcurrencyConfig { max_limit: 64, ..ConcurrencyConfig::default() }));
+    /// ```
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: Option<ConcurrencyConfig>) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// The longest wait a rate-limit field may ask for before a retry
+    /// (default 60 s; the deadline bounds it too). A 429 or 503 whose
+    /// spent quota resets sooner is retried after the reset at the
+    /// earliest; a reset further off is ignored (counted in
+    /// `rate_limit_ignored_total{reason="too_long"}`) and the retry goes
+    /// on with its backoff. See [`rate_limit_wait`](super::rate_limit_wait)
+    /// for the fields and their rules.
+    #[must_use]
+    pub fn rate_limit_wait_max(mut self, wait: Duration) -> Self {
+        self.rate_limit_wait_max = wait;
+        self
+    }
+
+    /// The field by which a server marks an answer as the replay of one
+    /// it gave before (default `Idempotency-Replay`, the name the server
+    /// layer `idemkv::http::IdempotencyLayer` uses unless told another):
+    /// [`RetryInfo::replayed`](super::RetryInfo::replayed) and the call's
+    /// span say so.
+    #[must_use]
+    pub fn replay_header(mut self, name: HeaderName) -> Self {
+        self.replay_header = name;
         self
     }
 

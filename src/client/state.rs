@@ -1,9 +1,11 @@
 //! What the services of one layer share: a retry budget per route, a
-//! circuit breaker per destination, the jitter's random numbers. Every
-//! lock is held for a few arithmetic steps, never across an await.
+//! circuit breaker and a concurrency limiter per destination, the
+//! jitter's random numbers. Every lock is held for a few arithmetic
+//! steps, never across an await.
 
 use super::breaker::{BreakerState, CircuitBreaker, Refused};
 use super::budget::RetryBudget;
+use super::limiter::Limiter;
 use super::metrics;
 use super::policy::RetryPolicy;
 use parking_lot::Mutex;
@@ -12,8 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Routes and destinations tracked at most; past it, new routes share one
-/// budget and new destinations have no breaker, so that a client calling
-/// unbounded hosts holds bounded memory.
+/// budget and new destinations have no breaker and no concurrency limit,
+/// so that a client calling unbounded hosts holds bounded memory.
 const TRACKED_MAX: usize = 4_096;
 
 /// The budget new routes share once `TRACKED_MAX` are tracked.
@@ -23,6 +25,7 @@ pub(super) struct Shared {
     pub(super) policy: RetryPolicy,
     budgets: Mutex<HashMap<String, RetryBudget>>,
     breakers: Mutex<HashMap<String, CircuitBreaker>>,
+    limiters: Mutex<HashMap<String, Arc<Limiter>>>,
     rng: Mutex<fastrand::Rng>,
 }
 
@@ -34,7 +37,13 @@ pub(super) fn now() -> Instant {
 impl Shared {
     pub(super) fn new(policy: RetryPolicy) -> Self {
         let rng = policy.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
-        Shared { policy, budgets: Mutex::default(), breakers: Mutex::default(), rng: Mutex::new(rng) }
+        Shared {
+            policy,
+            budgets: Mutex::default(),
+            breakers: Mutex::default(),
+            limiters: Mutex::default(),
+            rng: Mutex::new(rng),
+        }
     }
 
     /// A random number in `[0, 1)` for the jitter.
@@ -89,6 +98,28 @@ impl Shared {
                 Err(refused)
             }
         }
+    }
+
+    /// The concurrency limiter of `destination`: `None` when the policy
+    /// has none, or when too many destinations are tracked.
+    pub(super) fn limiter(&self, destination: &str) -> Option<Arc<Limiter>> {
+        let config = self.policy.concurrency?;
+        let mut limiters = self.limiters.lock();
+        if let Some(limiter) = limiters.get(destination) {
+            return Some(Arc::clone(limiter));
+        }
+        if limiters.len() >= TRACKED_MAX {
+            return None;
+        }
+        let limiter = Arc::new(Limiter::new(config, destination));
+        limiters.insert(destination.to_owned(), Arc::clone(&limiter));
+        Some(limiter)
+    }
+
+    /// The concurrency limit of `destination`, if it has one yet.
+    pub(super) fn concurrency_limit(&self, destination: &str) -> Option<u32> {
+        let limiter = self.limiters.lock().get(destination).map(Arc::clone)?;
+        Some(limiter.limit())
     }
 
     fn finish(&self, destination: &str, outcome: Option<bool>) {

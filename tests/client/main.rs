@@ -5,6 +5,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod call_span;
+mod concurrency_limit;
+mod concurrency_wait;
 mod exactly_once;
 mod http_sink;
+mod rate_limit_deadline;
+mod rate_limit_reset;
 mod retry_policy;
