@@ -4,7 +4,10 @@
 //! `recovered` once acquired, and its scope only when the layer says so;
 //! what the handler logs sits in that span. The subscriber is the
 //! thread's default and the runtime has one thread, so that the server's
-//! tasks report to it.
+//! tasks report to it; each test runs in a process of its own, since
+//! tracing caches whether a span's callsite is wanted for the whole
+//! process, and a test on another thread that sent a request first (with
+//! no subscriber) could have it cached as unwanted.
 #![cfg(feature = "tower")]
 
 use crate::common::http::Server;
@@ -117,8 +120,15 @@ async fn payments(layer: LayerConfig) -> (Server, Counter) {
     (Server::start(Config::new(), layer, routes).await, runs)
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_guarded_request_runs_in_a_span_with_its_key_and_outcome() {
+#[test]
+fn a_guarded_request_runs_in_a_span_with_its_key_and_outcome() {
+    crate::common::own_process(module_path!(), "a_guarded_request_runs_in_a_span_with_its_key_and_outcome", || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(key_and_outcome());
+    });
+}
+
+async fn key_and_outcome() {
     let keep = Keep::default();
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let (server, runs) = payments(LayerConfig::global()).await;
@@ -141,8 +151,15 @@ async fn a_guarded_request_runs_in_a_span_with_its_key_and_outcome() {
     assert!(seen.iter().all(|span| span.field("scope").is_none()), "no scope unless allowed: {seen:?}");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn the_scope_is_in_the_span_only_when_the_layer_allows() {
+#[test]
+fn the_scope_is_in_the_span_only_when_the_layer_allows() {
+    crate::common::own_process(module_path!(), "the_scope_is_in_the_span_only_when_the_layer_allows", || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(scope_when_allowed());
+    });
+}
+
+async fn scope_when_allowed() {
     let keep = Keep::default();
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let layer = LayerConfig::scoped(|request| request.headers.get("x-tenant").map(|tenant| tenant.as_bytes().to_vec()))
