@@ -29,8 +29,9 @@
 //!
 //! Beside each rate, the CPU time the whole process spent per request
 //! (all its threads, from `/proc/self/task/*/schedstat`: server, layer
-//! and client),
-//! its ratio to the bare route's and what it adds to it. On a shared
+//! and client), its ratio to the bare route's and what it adds to it.
+//! The bench prints how many request spans the subscriber saw, one a
+//! request of its row (and one before the rows). On a shared
 //! machine the rates move with other work; the CPU a request moves much
 //! less, and is the figure to read.
 //!
