@@ -140,6 +140,10 @@ pub struct Record {
     /// Lease end for Processing, expiry for Completed and Failed (ms since
     /// the epoch).
     pub deadline_ms: u64,
+    /// How long the record is kept once finished (ms): the TTL its claim
+    /// set, or the backend's default. While Processing, how long its
+    /// answer will be kept.
+    pub ttl_ms: u64,
     /// The stored response; empty while Processing.
     pub response: Vec<u8>,
     /// While Processing, the last checkpoint a holder stored
@@ -268,6 +272,7 @@ impl<'a> RecordRef<'a> {
             created_ms: header.created_ms,
             updated_ms: header.updated_ms,
             deadline_ms: header.deadline_ms,
+            ttl_ms: header.ttl_ms,
             response: response.to_vec(),
             checkpoint,
         }

@@ -9,7 +9,7 @@ use super::detached::{watched, Detached, Panicked};
 use super::key::{
     check_natural_key, expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER,
 };
-use super::operations::{prefers_async, tell, Answering};
+use super::operations::{expiry_in_force, prefers_async, tell, Answering};
 use super::problem::{expiry_too_long, in_progress, quota_exceeded, store_unavailable, Problem};
 use super::resource::{self, Held};
 use super::response::{encode_response, encoded_head_bytes, replay, Kept as StoredPart, NOT_STORED_HEADER};
@@ -263,7 +263,11 @@ async fn claim<K: IdempotencyBackend>(
             let respond_async = admitted.respond_async;
             // A long operation's retry: the same 202 as its first answer.
             if let Some(operations) = config.operations.as_ref().filter(|ops| respond_async || ops.after.is_some()) {
-                return Err(counted("accepted", operations.accepted(&admitted.key, retry_after, respond_async)));
+                // Boxed: a path few requests take keeps its state out of
+                // every request's future.
+                let expiry = Box::pin(expiry_in_force(&*shared.backend, config, &admitted.scope, &admitted.key)).await;
+                let accepted = operations.accepted(&admitted.key, retry_after, respond_async, expiry);
+                return Err(counted("accepted", accepted));
             }
             Err(counted("in_progress", waited(in_progress(retry_after), wait)))
         }
@@ -299,6 +303,7 @@ where
     R::Error: Into<BoxError>,
 {
     // Not an `async fn`: its arguments would stay in the future.
+    let expiry = admitted.expiry;
     let (started, waited) = start(inner, Arc::clone(&shared), admitted, acquired, held);
     let Started { inner, shared: its, request, run: state, token } = started;
     let mut run = Detached::new(run(inner, its, request, state));
@@ -315,7 +320,7 @@ where
                     if answering.accept() {
                         drop(run);
                         let retry_after = shared.config.in_progress_retry_after;
-                        let accepted = operations.accepted(&token.key, retry_after, preferred);
+                        let accepted = operations.accepted(&token.key, retry_after, preferred, expiry);
                         return Ok(counted("accepted", accepted.map(buffered)));
                     }
                 }

@@ -39,7 +39,7 @@
 //! | a body that is not JSON under a JSON fingerprint ([`RequestFingerprint::json`]), or a request a fingerprint of the service's own refuses | 400 `body-not-json`, `fingerprint-refused`; nothing is claimed |
 //! | a new key in a scope at its quota ([`Error::QuotaExceeded`](crate::Error::QuotaExceeded), embedded store) | 429 with `Retry-After`; the handler is not called |
 //! | no key (when required), a malformed, repeated or too long key, no scope | 400 |
-//! | an `Idempotency-Key-Expiry` over [`LayerConfig::expiry_max`], or malformed | 400 `expiry-too-long`, `expiry-invalid`; nothing is claimed (a kept answer states the expiry in force in its own `Idempotency-Key-Expiry`) |
+//! | an `Idempotency-Key-Expiry` over [`LayerConfig::expiry_max`], or malformed | 400 `expiry-too-long`, `expiry-invalid`; nothing is claimed (a kept answer, its replays and a long operation's 202s state the expiry in force in their own `Idempotency-Key-Expiry`) |
 //! | the store fails the claim | 503 with `Retry-After: 1`; the handler is not called |
 //! | the resource the request names ([`LayerConfig::resource`]) held by another request | 409 `resource-locked` with `Retry-After`, or a wait under `Prefer: wait`; the key is not spent |
 //! | a versioned resource ([`LayerConfig::versioned_resource`]) not at the `If-Match` version, or no `If-Match` where required | 412, 428 (decided before anything is held); the key is not spent |

@@ -17,13 +17,14 @@
 //!
 //! | the operation | its status resource |
 //! |---|---|
-//! | running, its lease held | 202 with `Retry-After` |
+//! | running, its lease held | 202 with `Retry-After` (and, with [`LayerConfig::expiry_max`], the expiry in force in `Idempotency-Key-Expiry`, as its request's 202 and its kept answer state it) |
 //! | answered, the answer kept | the answer, with `Idempotency-Replay: true` |
 //! | answered after its 202, the answer not kept (the failure policy or [`NotSpent`](super::NotSpent) freed the key) | the answer, with `Idempotency-Stored: false`, for as long as a kept one would be told (the store's TTL) or until the key runs again |
 //! | its run ended without an answer (a panic, a killed process) and its lease lapsed | 500 `operation-abandoned`: send the request again with its key, to run it again as a recovered attempt |
 //! | unknown in this scope | 404 `operation-unknown` |
 
 use super::config::{LayerConfig, Operations};
+use super::key::{expiry_text, EXPIRY_HEADER};
 use super::problem;
 use super::response::{decode_response, replay, Stored, NOT_STORED_HEADER};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -78,9 +79,17 @@ impl Operations {
         Some(unhex(id).unwrap_or_default())
     }
 
-    /// 202 with `Location` of the request with `key`, `Retry-After`, and
-    /// `Preference-Applied: respond-async` when it was asked for.
-    pub(super) fn accepted(&self, key: &[u8], retry_after: Duration, preferred: bool) -> Response<Full<Bytes>> {
+    /// 202 with `Location` of the request with `key`, `Retry-After`,
+    /// `Preference-Applied: respond-async` when it was asked for, and
+    /// `Idempotency-Key-Expiry` with `expiry`, the expiry in force, when
+    /// clients may choose one (as its final answer will).
+    pub(super) fn accepted(
+        &self,
+        key: &[u8],
+        retry_after: Duration,
+        preferred: bool,
+        expiry: Option<Duration>,
+    ) -> Response<Full<Bytes>> {
         let location = self.location(key);
         let body = format!(r#"{{"status":"running","location":"{location}"}}"#);
         let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -94,7 +103,38 @@ impl Operations {
         if preferred {
             headers.insert("preference-applied", HeaderValue::from_static("respond-async"));
         }
+        if let Some(value) = expiry.and_then(|expiry| HeaderValue::from_str(&expiry_text(expiry)).ok()) {
+            headers.insert(EXPIRY_HEADER, value);
+        }
         response
+    }
+}
+
+/// The expiry in force of the key of `record`, to state on a 202 of its
+/// operation, when the layer lets clients choose one: the TTL its first
+/// request's claim set, not what a retry asks.
+fn expiry_of_record(config: &LayerConfig, record: &Record) -> Option<Duration> {
+    config.expiry_max.map(|_| Duration::from_millis(record.ttl_ms))
+}
+
+/// The expiry in force of `key` in `scope`, held by a running operation,
+/// when the layer lets clients choose one (see [`expiry_of_record`]): read
+/// from its record, for the 202 a retry of the operation gets. `None`
+/// when the record is gone or cannot be read (the 202 then goes without).
+pub(super) async fn expiry_in_force<K: IdempotencyBackend>(
+    backend: &K,
+    config: &LayerConfig,
+    scope: &[u8],
+    key: &[u8],
+) -> Option<Duration> {
+    // Nothing to read when clients may not choose.
+    config.expiry_max?;
+    match backend.get(scope, key).await {
+        Ok(record) => expiry_of_record(config, &record?),
+        Err(error) => {
+            tracing::debug!(%error, "reading a running operation's expiry failed; its 202 goes without");
+            None
+        }
     }
 }
 
@@ -223,7 +263,7 @@ async fn of_record<K: IdempotencyBackend>(
         return Ok(abandoned());
     };
     let retry_after = config.in_progress_retry_after.min(Duration::from_millis(left_ms));
-    Ok(operations.accepted(key, retry_after, false))
+    Ok(operations.accepted(key, retry_after, false, expiry_of_record(config, record)))
 }
 
 /// The told answer of the operation of `key` in `scope` (see [`tell`]),

@@ -60,9 +60,10 @@ pub struct ModelRecord {
 }
 
 impl ModelRecord {
-    /// The model's view of `record`, a record read from a store, whose TTL
-    /// the caller knows (a [`Record`] does not carry it). A crash test
-    /// adopts what the store holds after a cut this way.
+    /// The model's view of `record`, a record read from a store, with the
+    /// TTL `ttl_ms` the caller expects of it (its own
+    /// [`Record::ttl_ms`] where the caller has nothing else to go by). A
+    /// crash test adopts what the store holds after a cut this way.
     #[must_use]
     pub fn from_record(record: &Record, ttl_ms: u64) -> Self {
         ModelRecord {

@@ -20,6 +20,7 @@ mod postgres_reaper;
 mod postgres_reaper_elected;
 mod postgres_scan_reads;
 mod postgres_transaction;
+mod record_ttl;
 mod redis_failover;
 mod redis_fast_claims;
 mod redis_kill_restart;

@@ -5,7 +5,11 @@
 //! and on its replays; one over the maximum is a 400 `expiry-too-long`
 //! naming the maximum, a malformed one a 400 `expiry-invalid`, and
 //! neither runs the handler nor spends the key. A maximum past the
-//! backend's `duration_max` counts as the backend's.
+//! backend's `duration_max` counts as the backend's. A long operation
+//! states its expiry in force on every answer that stands for its key:
+//! its 202, a retry's 202 (the first request's expiry, whatever the
+//! retry asks), its status resource while it runs, and its answer there
+//! and in replays.
 #![cfg(feature = "tower")]
 
 use crate::common::http::Server;
@@ -18,6 +22,7 @@ use idemkv::http::LayerConfig;
 use idemkv::{Config, ManualClock};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -88,4 +93,64 @@ async fn a_maximum_past_the_backends_longest_counts_as_the_backends() {
     let longest = pay("pay-1", "2d").await;
     assert_eq!((longest.status, longest.header("idempotency-key-expiry")), (201, Some("2d")), "{longest:?}");
     assert_eq!(runs.get(), 1);
+}
+
+/// What the long operations' handler shares: its runs, and the gate each
+/// run waits at until the test opens it.
+#[derive(Clone, Default)]
+struct Gated {
+    runs: Counter,
+    gate: Arc<Notify>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_operation_states_its_expiry_on_its_202s_and_status_resource() {
+    let gated = Gated::default();
+    let report = |State(gated): State<Gated>| async move {
+        gated.gate.notified().await;
+        (StatusCode::CREATED, format!("report {}", gated.runs.bump()))
+    };
+    let routes = Router::new().route("/reports", post(report)).with_state(gated.clone());
+    let layer = LayerConfig::global().ttl(HOUR).expiry_max(7 * 24 * HOUR).operations("/operations");
+    let server = Server::start(Config::new(), layer, routes).await;
+    let (client, url) = (client(), server.url("/reports"));
+    let ask = |key: &str, expiry: Option<&str>| {
+        let request = post_to(&client, &url, key, "pages=3").header("prefer", "respond-async");
+        send(match expiry {
+            Some(expiry) => request.header("idempotency-key-expiry", expiry),
+            None => request,
+        })
+    };
+    let stated = |reply: &Reply| reply.header("idempotency-key-expiry").map(str::to_owned);
+    let status = |location: &str| send(client.get(server.url(location)));
+
+    let accepted = ask("report-1", Some("2h")).await;
+    assert_eq!((accepted.status, stated(&accepted).as_deref()), (202, Some("2h")), "{accepted:?}");
+    let location = accepted.header("location").expect("a status resource").to_owned();
+    let retried = ask("report-1", Some("5m")).await;
+    assert_eq!((retried.status, stated(&retried).as_deref()), (202, Some("2h")), "the first's: {retried:?}");
+    let running = status(&location).await;
+    assert_eq!((running.status, stated(&running).as_deref()), (202, Some("2h")), "{running:?}");
+    let default = ask("report-2", None).await;
+    assert_eq!((default.status, stated(&default).as_deref()), (202, Some("1h")), "the layer's: {default:?}");
+    let default_location = default.header("location").expect("a status resource").to_owned();
+    let default_running = status(&default_location).await;
+    assert_eq!((default_running.status, stated(&default_running).as_deref()), (202, Some("1h")));
+
+    gated.gate.notify_waiters();
+    gated.runs.reach(2, Duration::from_secs(10), "both reports ran").await;
+    for (location, key, expiry) in [(&location, "report-1", "2h"), (&default_location, "report-2", "1h")] {
+        let mut done = status(location).await;
+        for _ in 0..100 {
+            if done.status != 202 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            done = status(location).await;
+        }
+        assert_eq!((done.status, done.replayed(), stated(&done).as_deref()), (201, true, Some(expiry)), "{done:?}");
+        let replay = ask(key, Some("30m")).await;
+        assert_eq!((replay.status, replay.replayed(), stated(&replay).as_deref()), (201, true, Some(expiry)));
+    }
+    assert_eq!(gated.runs.get(), 2, "each ran once");
 }

@@ -637,7 +637,7 @@ impl PostgresBackend {
         let rows = self.call_rows("scan", statement, &[&stored.as_ref(), &after, &limit]).await?;
         rows.iter()
             .map(|row| {
-                let key: Vec<u8> = row.try_get(10).map_err(|_| protocol("scan: key"))?;
+                let key: Vec<u8> = row.try_get(11).map_err(|_| protocol("scan: key"))?;
                 reply::record(Address { keyspace, scope, key: &key }, row)
             })
             .collect()

@@ -132,7 +132,7 @@ fn unsigned(row: &Row, index: usize, what: &str) -> Result<u64> {
 
 /// The record of `(scope, key)` from the `GET` statement's columns: state,
 /// fingerprint, token, attempt, recovered, created ms, updated ms,
-/// deadline ms, response, checkpoint.
+/// deadline ms, response, checkpoint, TTL ms.
 pub(super) fn record(address: Address<'_>, row: &Row) -> Result<Record> {
     let Address { keyspace, scope, key } = address;
     let state: String = column(row, 0, "get: state")?;
@@ -159,6 +159,7 @@ pub(super) fn record(address: Address<'_>, row: &Row) -> Result<Record> {
         created_ms: unsigned(row, 5, "get: created")?,
         updated_ms: unsigned(row, 6, "get: updated")?,
         deadline_ms: unsigned(row, 7, "get: deadline")?,
+        ttl_ms: unsigned(row, 10, "get: ttl")?,
         response: column(row, 8, "get: response")?,
         checkpoint: match state {
             State::Processing => checkpoint(column(row, 9, "get: checkpoint")?, "get")?,

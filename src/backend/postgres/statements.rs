@@ -79,7 +79,7 @@ impl Statements {
             reap: call("idemkv_reap", "$1"),
             get: format!(
                 "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
-                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint \
+                 {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, {TTL_MS} \
                  FROM {} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()",
                 schema.object("idempo_store")
             ),
@@ -101,12 +101,15 @@ impl Statements {
     }
 }
 
+/// A row's TTL, in whole ms: the `get` statement's last column.
+const TTL_MS: &str = "(extract(epoch FROM ttl) * 1000)::bigint";
+
 /// The start of a page's statement: `get`'s columns, then the key, of the
 /// live rows of scope `$1` after key `$2` (`NULL`: from the first).
 fn page(ms: &str, table: &str) -> String {
     format!(
         "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
-         {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, key \
+         {ms}(CASE WHEN state = 'P' THEN lease_end ELSE expires_at END), response, checkpoint, {TTL_MS}, key \
          FROM {table} WHERE scope = $1 AND key > coalesce($2::bytea, '\\x'::bytea) \
          AND expires_at > clock_timestamp()"
     )

@@ -56,7 +56,7 @@ pub(super) fn checkpoint(bytes: &[u8]) -> Result<Option<Checkpoint>> {
 /// answers (see the scripts' docs for their order).
 pub(super) fn record(address: Address<'_>, fields: &[Value]) -> Result<Record> {
     let Address { keyspace, scope, key } = address;
-    let [state, fingerprint, attempt, recovered, token, created, updated, deadline, _ttl, stored_scope, stored_key, response, point] =
+    let [state, fingerprint, attempt, recovered, token, created, updated, deadline, ttl, stored_scope, stored_key, response, point] =
         fields
     else {
         return Err(protocol("get: not thirteen fields"));
@@ -85,6 +85,7 @@ pub(super) fn record(address: Address<'_>, fields: &[Value]) -> Result<Record> {
         created_ms: number(created)?,
         updated_ms: number(updated)?,
         deadline_ms: number(deadline)?,
+        ttl_ms: number(ttl)?,
         response: bytes(response)?,
         checkpoint: match state {
             State::Processing => checkpoint(&bytes(point)?)?,

@@ -377,7 +377,10 @@ impl LayerConfig {
     /// answer the layer keeps states the expiry in force (the one asked
     /// for, else the layer's, else the backend's) in its own
     /// `Idempotency-Key-Expiry` header, in its largest whole unit
-    /// (`24h` is stated `1d`); replays carry it as first stated. A
+    /// (`24h` is stated `1d`); replays carry it as first stated. So do
+    /// the `202 Accepted` answers of a long operation and its status
+    /// resource while it runs (its first request's, whatever a retry
+    /// asks). A
     /// `max` longer than the backend's `duration_max` counts as that:
     /// a client asking for more is refused with the same 400, naming
     /// the backend's. Default none: the header is not read, and answers
