@@ -118,7 +118,12 @@ async fn drive(client: &PaymentsClient, seconds: f64, replay: bool, slice: usize
                 while Instant::now() < until {
                     let serial = if replay { 0 } else { n + 1 };
                     let request_id = format!("{task:08x}-{slice:04x}-4000-8000-{serial:012x}");
-                    let request = ChargeRequest { request_id, account: "acme".into(), amount_cents: 1000, currency: "EUR".into() };
+                    let request = ChargeRequest {
+                        request_id,
+                        account: "acme".into(),
+                        amount_cents: 1000,
+                        currency: "EUR".into(),
+                    };
                     let reply = client.charge(Request::new(request)).await.expect("charged");
                     assert_eq!(reply.get_ref().amount_cents, 1000);
                     count.fetch_add(1, Ordering::Relaxed);
@@ -133,6 +138,46 @@ async fn drive(client: &PaymentsClient, seconds: f64, replay: bool, slice: usize
     tally.seconds += started.elapsed().as_secs_f64();
     tally.cpu_seconds += support::cpu_seconds() - cpu_started;
     tally.calls += count.load(Ordering::Relaxed);
+}
+
+/// Calls `service`'s `charge` in process, no network or codec between,
+/// from `CLIENTS` tasks for `seconds`: what the face itself costs a call.
+async fn in_process<T: Payments>(service: &Arc<T>, seconds: f64, replay: bool) -> Tally {
+    let count = Arc::new(AtomicU64::new(0));
+    let (started, cpu_started) = (Instant::now(), support::cpu_seconds());
+    let until = started + Duration::from_secs_f64(seconds);
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|task| {
+            let (service, count) = (Arc::clone(service), Arc::clone(&count));
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                // Each task watches the time itself: a call that is always
+                // ready never lets a timer fire.
+                while Instant::now() < until {
+                    let serial = if replay { 0 } else { n + 1 };
+                    let request_id = format!("{task:08x}-ffff-4000-8000-{serial:012x}");
+                    let request = ChargeRequest {
+                        request_id,
+                        account: "acme".into(),
+                        amount_cents: 1000,
+                        currency: "EUR".into(),
+                    };
+                    let reply = service.charge(Request::new(request)).await.expect("charged");
+                    assert_eq!(reply.get_ref().amount_cents, 1000);
+                    count.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    Tally {
+        calls: count.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+        cpu_seconds: support::cpu_seconds() - cpu_started,
+    }
 }
 
 fn print(name: &str, row: &Tally, bare: &Tally) {
@@ -176,5 +221,15 @@ fn main() {
         for (name, row) in names.iter().zip(&rows) {
             print(name, row, &rows[0]);
         }
+
+        println!("in process (the service's charge called directly, no network, no codec):");
+        let in_process_dir = tempfile::tempdir().expect("tempdir");
+        let (bare, face) = (Arc::new(Bare), Arc::new(guarded(in_process_dir.path(), Durability::Buffered)));
+        let bare_row = in_process(&bare, seconds, false).await;
+        let fresh = in_process(&face, seconds, false).await;
+        let replays = in_process(&face, seconds, true).await;
+        print("bare handler", &bare_row, &bare_row);
+        print("face, Buffered, new keys", &fresh, &bare_row);
+        print("face, Buffered, replays", &replays, &bare_row);
     });
 }

@@ -158,12 +158,16 @@ fn within(budget: usize, encode: impl Fn(u8) -> Vec<u8>) -> Vec<u8> {
     encoded
 }
 
-/// Appends `bytes` with their length. Lengths over `u32::MAX` cannot
-/// arise: a backend keeps far less, and the budget is checked first.
+/// The most bytes (or entries) one length says.
+const LENGTH_MAX: usize = u32::MAX as usize;
+
+/// Appends `bytes` with their length. Lengths over `u32::MAX` do not
+/// arise (a backend keeps far less); were one to, it would be cut there,
+/// and the backend refuse the answer for its size.
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    let length = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&length.to_le_bytes());
-    out.extend_from_slice(&bytes[..length as usize]);
+    let kept = &bytes[..bytes.len().min(LENGTH_MAX)];
+    out.extend_from_slice(&u32::try_from(kept.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(kept);
 }
 
 fn put_metadata(out: &mut Vec<u8>, headers: Option<&HeaderMap>) {
@@ -171,9 +175,9 @@ fn put_metadata(out: &mut Vec<u8>, headers: Option<&HeaderMap>) {
         out.extend_from_slice(&0u32.to_le_bytes());
         return;
     };
-    let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&count.to_le_bytes());
-    for (name, value) in headers.iter().take(count as usize) {
+    let count = headers.len().min(LENGTH_MAX);
+    out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
+    for (name, value) in headers.iter().take(count) {
         put_bytes(out, name.as_str().as_bytes());
         put_bytes(out, value.as_bytes());
     }
@@ -324,7 +328,10 @@ mod tests {
                 let _answer_or_error = decode(&damaged);
             }
         }
-        assert_eq!(decode(&[VERSION + 1, 0, 0]).expect_err("a newer version"), AnswerError::UnknownVersion { version: VERSION + 1 });
+        assert_eq!(
+            decode(&[VERSION + 1, 0, 0]).expect_err("a newer version"),
+            AnswerError::UnknownVersion { version: VERSION + 1 }
+        );
         let mut trailing = encoded;
         trailing.push(0);
         assert_eq!(decode(&trailing).expect_err("trailing bytes"), AnswerError::TrailingBytes { extra: 1 });

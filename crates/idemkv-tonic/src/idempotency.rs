@@ -84,6 +84,7 @@ impl<B: IdempotencyBackend> Idempotency<B> {
     /// default scope: a call for which `scope` answers `None` is refused
     /// (`INVALID_ARGUMENT`), and a service with one tenant says so with
     /// `|_, _| Some(Vec::new())`.
+    #[must_use]
     pub fn new(
         backend: B,
         scope: impl Fn(&MetadataMap, &Extensions) -> Option<Vec<u8>> + Send + Sync + 'static,
@@ -93,6 +94,7 @@ impl<B: IdempotencyBackend> Idempotency<B> {
 
     /// As [`new`](Idempotency::new), for a backend shared with others (an
     /// HTTP layer of the same service).
+    #[must_use]
     pub fn shared(
         backend: Arc<B>,
         scope: impl Fn(&MetadataMap, &Extensions) -> Option<Vec<u8>> + Send + Sync + 'static,
@@ -291,8 +293,9 @@ impl<B: IdempotencyBackend> Shared<B> {
                 Err(Refusal::InProgress { retry_after: retry_after.min(self.in_progress_retry_after) }.status())
             }
             (Ok(Once::Mismatch), _) => Err(Refusal::Mismatch.status()),
-            // `Ran` without an answer cannot be: the closure that ran set it.
-            (Ok(_), None) => Err(Refusal::HandlerFailed.status()),
+            // `Ran` without an answer cannot be (the closure that ran set
+            // it), nor an answer of a kind this build does not know.
+            (Ok(_), _) => Err(Refusal::HandlerFailed.status()),
         }
     }
 

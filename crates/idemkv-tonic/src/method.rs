@@ -66,7 +66,7 @@ impl<Req> fmt::Debug for Method<Req> {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         let key = match &self.key {
             Key::Metadata => crate::KEY_METADATA,
-            Key::RequestId { field, .. } | Key::Field { field, .. } => field,
+            Key::RequestId { field, .. } | Key::Field { field, .. } => *field,
         };
         formatter
             .debug_struct("Method")
@@ -145,12 +145,12 @@ impl<Req: prost::Message> Method<Req> {
         let (source_name, key) = match &self.key {
             Key::Metadata => (KeySource::Metadata, metadata_key(request)?),
             Key::RequestId { field, read } => {
-                let source_name = KeySource::Field(field);
+                let source_name = KeySource::Field(*field);
                 let value = read(request.get_ref());
                 let key = if value.is_empty() { None } else { Some(request_id(value, &source_name)?) };
                 (source_name, key)
             }
-            Key::Field { field, read } => (KeySource::Field(field), read(request.get_ref()).map(str::to_owned)),
+            Key::Field { field, read } => (KeySource::Field(*field), read(request.get_ref()).map(str::to_owned)),
         };
         let Some(key) = key else {
             return if self.require_key { Err(Refusal::KeyMissing { source_name }) } else { Ok(None) };

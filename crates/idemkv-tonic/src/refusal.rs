@@ -158,7 +158,7 @@ impl Refusal {
     #[must_use]
     pub fn status(&self) -> Status {
         let mut details = ErrorDetails::new();
-        details.set_error_info(self.reason(), ERROR_DOMAIN, HashMap::new());
+        details.set_error_info(self.reason(), ERROR_DOMAIN, HashMap::<String, String>::new());
         match self {
             Refusal::KeyMissing { source_name }
             | Refusal::KeyRepeated { source_name }

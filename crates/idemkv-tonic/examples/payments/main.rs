@@ -42,8 +42,11 @@ impl Payments for PaymentsService {
                     return Err(Status::invalid_argument("amount_cents must be positive"));
                 }
                 let number = charges.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut reply = Response::new(ChargeReply { charge_id: format!("ch_{number}"), amount_cents: charge.amount_cents });
-                reply.metadata_mut().insert("x-ledger-entry", number.to_string().parse().map_err(|_| Status::internal("metadata"))?);
+                let mut reply =
+                    Response::new(ChargeReply { charge_id: format!("ch_{number}"), amount_cents: charge.amount_cents });
+                reply
+                    .metadata_mut()
+                    .insert("x-ledger-entry", number.to_string().parse().map_err(|_| Status::internal("metadata"))?);
                 Ok(reply)
             })
             .await

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tonic::{Code, Response};
 
 /// The lease of the calls: short, so that the takeover comes soon.
-const LEASE: Duration = Duration::from_millis(500);
+const LEASE: Duration = Duration::from_secs(1);
 
 /// The scenario over `backend`.
 pub async fn scenario(backend: AnyBackend) {

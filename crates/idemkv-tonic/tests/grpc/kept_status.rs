@@ -17,7 +17,8 @@ pub async fn scenario(backend: AnyBackend) {
     let declined = handler(move |_request| {
         counted.fetch_add(1, Ordering::SeqCst);
         async {
-            let details = ErrorDetails::with_error_info("CARD_DECLINED", "payments.example", HashMap::new());
+            let details =
+                ErrorDetails::with_error_info("CARD_DECLINED", "payments.example", HashMap::<String, String>::new());
             let mut status = Status::with_error_details(Code::FailedPrecondition, "card declined", details);
             status.metadata_mut().insert("x-decline-code", "insufficient_funds".parse().expect("ascii"));
             Err(status)

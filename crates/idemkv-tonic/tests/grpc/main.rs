@@ -16,6 +16,7 @@ mod redis_server;
 mod server;
 
 mod backends;
+mod client_cancels;
 mod crash_mid_call;
 mod in_progress_then_replay;
 mod kept_status;

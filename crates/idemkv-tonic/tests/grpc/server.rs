@@ -15,8 +15,11 @@ use tonic::{Request, Response, Status};
 /// What a handler answers.
 pub type Answer = Result<Response<ChargeReply>, Status>;
 
+/// A handler's answer to come.
+pub type Answering = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
 /// A test's handler.
-pub type Handler = Arc<dyn Fn(Request<ChargeRequest>) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync>;
+pub type Handler = Arc<dyn Fn(Request<ChargeRequest>) -> Answering + Send + Sync>;
 
 /// The handler `f`, boxed.
 pub fn handler<F, Fut>(f: F) -> Handler
@@ -24,7 +27,7 @@ where
     F: Fn(Request<ChargeRequest>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send + 'static,
 {
-    Arc::new(move |request| Box::pin(f(request)))
+    Arc::new(move |request| -> Answering { Box::pin(f(request)) })
 }
 
 /// The service under test: the face over a backend, `Charge` keyed by its
@@ -80,7 +83,11 @@ pub async fn serve(idempotency: Idempotency<AnyBackend>, handler: Handler) -> Se
 }
 
 /// Serves `handler` behind `idempotency` as `charge` says.
-pub async fn serve_method(idempotency: Idempotency<AnyBackend>, charge: Method<ChargeRequest>, handler: Handler) -> Served {
+pub async fn serve_method(
+    idempotency: Idempotency<AnyBackend>,
+    charge: Method<ChargeRequest>,
+    handler: Handler,
+) -> Served {
     let service = Service { idempotency, charge, handler };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("address"));
@@ -102,7 +109,8 @@ pub struct Process {
 impl Process {
     /// Serves `handler` behind `idempotency` on a runtime of its own.
     pub async fn start(idempotency: Idempotency<AnyBackend>, handler: Handler) -> Process {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
         let served = runtime.spawn(serve(idempotency, handler)).await.expect("serve");
         Process { url: served.detach(), runtime: Some(runtime) }
     }
@@ -133,7 +141,13 @@ pub fn request_id() -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_nanos());
     let low = u64::try_from(nanos % (1 << 48)).unwrap_or(0);
-    format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{low:012x}", n & 0xffff_ffff, (n >> 32) & 0xffff, n & 0xfff, std::process::id() & 0xfff)
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{low:012x}",
+        n & 0xffff_ffff,
+        (n >> 32) & 0xffff,
+        n & 0xfff,
+        std::process::id() & 0xfff
+    )
 }
 
 /// A charge of `amount_cents` by account `acme`, named `request_id`.
@@ -162,7 +176,8 @@ pub fn counting(runs: &Arc<AtomicU64>, gate: Option<Arc<Gate>>) -> Handler {
                 gate.open.notified().await;
             }
             let charge = request.into_inner();
-            let mut reply = Response::new(ChargeReply { charge_id: format!("ch_{number}"), amount_cents: charge.amount_cents });
+            let mut reply =
+                Response::new(ChargeReply { charge_id: format!("ch_{number}"), amount_cents: charge.amount_cents });
             reply.metadata_mut().insert("x-ledger-entry", number.to_string().parse().expect("ascii"));
             Ok(reply)
         }
