@@ -115,9 +115,10 @@ impl<B: IdempotencyBackend> Idempotency<B> {
     /// Changes a setting of a face not yet shared (its clones see the
     /// settings they were cloned with).
     fn with(mut self, change: impl FnOnce(&mut Shared<B>)) -> Self {
-        match Arc::get_mut(&mut self.shared) {
-            Some(shared) => change(shared),
-            None => tracing::warn!("idemkv-tonic: a setting changed on a face already cloned is ignored"),
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            change(shared);
+        } else {
+            tracing::warn!("idemkv-tonic: a setting changed on a face already cloned is ignored");
         }
         self
     }
@@ -379,6 +380,7 @@ fn unreadable(refusal: &Refusal) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     #[derive(Clone, PartialEq, prost::Message)]
     struct Reply {
@@ -393,8 +395,14 @@ mod tests {
         let message = Reply { id: "ch_1".into() }.encode_to_vec();
         let replayed: Response<Reply> = replay(&answer::encode_message(&message, &metadata, 1024)).expect("message");
         assert_eq!(replayed.get_ref().id, "ch_1");
-        assert_eq!(replayed.metadata().get("x-charge").map(|value| value.as_bytes()), Some(&b"ch_1"[..]));
-        assert_eq!(replayed.metadata().get(REPLAYED_METADATA).map(|value| value.as_bytes()), Some(&b"true"[..]));
+        assert_eq!(
+            replayed.metadata().get("x-charge").map(tonic::metadata::MetadataValue::as_bytes),
+            Some(&b"ch_1"[..])
+        );
+        assert_eq!(
+            replayed.metadata().get(REPLAYED_METADATA).map(tonic::metadata::MetadataValue::as_bytes),
+            Some(&b"true"[..])
+        );
     }
 
     #[test]
@@ -403,7 +411,10 @@ mod tests {
         let replayed: Response<Reply> =
             replay(&answer::encode_message(&message, &MetadataMap::new(), 40)).expect("message");
         assert_eq!(replayed.get_ref(), &Reply::default());
-        assert_eq!(replayed.metadata().get(REPLAYED_METADATA).map(|value| value.as_bytes()), Some(&b"omitted"[..]));
+        assert_eq!(
+            replayed.metadata().get(REPLAYED_METADATA).map(tonic::metadata::MetadataValue::as_bytes),
+            Some(&b"omitted"[..])
+        );
     }
 
     #[test]

@@ -64,8 +64,8 @@
 //! let first = call(idempotency.clone()).await.expect("charged");
 //! let retry = call(idempotency.clone()).await.expect("replayed");
 //! assert_eq!(first.get_ref(), retry.get_ref());
-//! assert_eq!(retry.metadata().get("x-ledger").map(|value| value.as_bytes()), Some(&b"posted"[..]));
-//! assert_eq!(retry.metadata().get("idempotent-replayed").map(|value| value.as_bytes()), Some(&b"true"[..]));
+//! assert_eq!(retry.metadata().get("x-ledger").map(tonic::metadata::MetadataValue::as_bytes), Some(&b"posted"[..]));
+//! assert_eq!(retry.metadata().get("idempotent-replayed").map(tonic::metadata::MetadataValue::as_bytes), Some(&b"true"[..]));
 //! # });
 //! ```
 //!

@@ -84,6 +84,14 @@ pub(crate) struct Identity {
     pub fingerprint: Fingerprint,
 }
 
+impl<Req> Method<Req> {
+    /// The method's path.
+    #[must_use]
+    pub fn path(&self) -> &'static str {
+        self.path
+    }
+}
+
 impl<Req: prost::Message> Method<Req> {
     /// The method at `path` (`/package.Service/Method`, as in the
     /// generated client), its key in the `idempotency-key` metadata, the
@@ -133,35 +141,28 @@ impl<Req: prost::Message> Method<Req> {
         self
     }
 
-    /// The method's path.
-    #[must_use]
-    pub fn path(&self) -> &'static str {
-        self.path
-    }
-
     /// The key and fingerprint of `request`; `None` for a call without a
     /// key that may run unguarded.
     pub(crate) fn identity(&self, request: &Request<Req>, key_bytes_max: usize) -> Result<Option<Identity>, Refusal> {
         let (source_name, key) = match &self.key {
             Key::Metadata => (KeySource::Metadata, metadata_key(request)?),
             Key::RequestId { field, read } => {
-                let source_name = KeySource::Field(*field);
+                let source_name = KeySource::Field(field);
                 let value = read(request.get_ref());
                 let key = if value.is_empty() { None } else { Some(request_id(value, &source_name)?) };
                 (source_name, key)
             }
-            Key::Field { field, read } => (KeySource::Field(*field), read(request.get_ref()).map(str::to_owned)),
+            Key::Field { field, read } => (KeySource::Field(field), read(request.get_ref()).map(str::to_owned)),
         };
         let Some(key) = key else {
             return if self.require_key { Err(Refusal::KeyMissing { source_name }) } else { Ok(None) };
         };
         check_key(&key, &source_name, key_bytes_max)?;
-        let fingerprint = match &self.fingerprint {
-            Some(fingerprint) => fingerprint(request.get_ref()),
-            None => {
-                let encoded = request.get_ref().encode_to_vec();
-                Fingerprint::builder().part(self.path.as_bytes()).part(&encoded).finish()
-            }
+        let fingerprint = if let Some(fingerprint) = &self.fingerprint {
+            fingerprint(request.get_ref())
+        } else {
+            let encoded = request.get_ref().encode_to_vec();
+            Fingerprint::builder().part(self.path.as_bytes()).part(&encoded).finish()
         };
         Ok(Some(Identity { key: key.into_bytes(), fingerprint }))
     }

@@ -48,7 +48,7 @@ impl NotSpent {
     /// Whether `status` was marked with [`NotSpent::status`].
     #[must_use]
     pub fn is_marked(status: &Status) -> bool {
-        std::error::Error::source(status).is_some_and(|source| source.is::<NotSpent>())
+        std::error::Error::source(status).is_some_and(<dyn std::error::Error>::is::<NotSpent>)
     }
 }
 
@@ -90,11 +90,13 @@ impl FailurePolicy {
         if NotSpent::is_marked(status) {
             return true;
         }
-        match (self, status.code()) {
-            (FailurePolicy::KeepAll, _) => false,
-            (FailurePolicy::Default | FailurePolicy::ReleaseRetryable, Code::InvalidArgument) => true,
-            (FailurePolicy::ReleaseRetryable, Code::Unavailable | Code::ResourceExhausted | Code::Aborted) => true,
-            _ => false,
+        let code = status.code();
+        match self {
+            FailurePolicy::KeepAll => false,
+            FailurePolicy::Default => code == Code::InvalidArgument,
+            FailurePolicy::ReleaseRetryable => {
+                matches!(code, Code::InvalidArgument | Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
+            }
         }
     }
 }

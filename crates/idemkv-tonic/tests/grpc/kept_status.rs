@@ -32,7 +32,10 @@ pub async fn scenario(backend: AnyBackend) {
     assert_eq!(retry.message(), "card declined");
     assert_eq!(retry.details(), first.details());
     assert_eq!(retry.get_details_error_info().map(|info| info.reason).as_deref(), Some("CARD_DECLINED"));
-    assert_eq!(retry.metadata().get("x-decline-code").map(|value| value.as_bytes()), Some(&b"insufficient_funds"[..]));
+    assert_eq!(
+        retry.metadata().get("x-decline-code").map(tonic::metadata::MetadataValue::as_bytes),
+        Some(&b"insufficient_funds"[..])
+    );
     assert_eq!(replayed(first.metadata()), None);
     assert_eq!(replayed(retry.metadata()).as_deref(), Some("true"));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");

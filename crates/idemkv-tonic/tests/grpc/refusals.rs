@@ -58,7 +58,7 @@ async fn a_key_in_metadata_is_one_value() {
     let keyed = |values: &[&'static str]| {
         let mut request = charge("", 1000);
         for value in values {
-            request.metadata_mut().append("idempotency-key", tonic::metadata::MetadataValue::from_static(*value));
+            request.metadata_mut().append("idempotency-key", tonic::metadata::MetadataValue::from_static(value));
         }
         request
     };
