@@ -124,8 +124,8 @@ async fn drive(client: &PaymentsClient, seconds: f64, replay: bool, slice: usize
                         amount_cents: 1000,
                         currency: "EUR".into(),
                     };
-                    let reply = client.charge(Request::new(request)).await.expect("charged");
-                    assert_eq!(reply.get_ref().amount_cents, 1000);
+                    let answer = client.charge(Request::new(request)).await.expect("charged");
+                    assert_eq!(answer.get_ref().amount_cents, 1000);
                     count.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                 }
@@ -162,8 +162,8 @@ async fn in_process<T: Payments>(service: &Arc<T>, seconds: f64, replay: bool) -
                         amount_cents: 1000,
                         currency: "EUR".into(),
                     };
-                    let reply = service.charge(Request::new(request)).await.expect("charged");
-                    assert_eq!(reply.get_ref().amount_cents, 1000);
+                    let answer = service.charge(Request::new(request)).await.expect("charged");
+                    assert_eq!(answer.get_ref().amount_cents, 1000);
                     count.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                 }

@@ -1,4 +1,4 @@
-//! The idempotency contract of [idemkv](idemkv) on gRPC over tonic: a
+//! The idempotency contract of [idemkv] on gRPC over tonic: a
 //! unary handler runs once per `(scope, key)`, and every retry gets its
 //! whole first answer back — the message and its metadata, or the status
 //! with its code, message, details and metadata — over any
