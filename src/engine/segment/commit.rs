@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::events::event;
 use crate::io::StorageFile;
 #[cfg(feature = "tokio")]
-use event_listener::{Event, EventListener};
+use event_listener::{Event, EventListener, IntoNotification};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -331,10 +331,15 @@ impl GroupCommit {
         self.wake(batch.number);
         if hand_on {
             // One waiter of the next batch runs it (a blocking one or an
-            // async one, whichever is there; both may look).
+            // async one, whichever is there; both may look). One more
+            // listener, not "at least one": the event is shared with the
+            // batch before this one, whose waiters `wake` notified, and a
+            // task among them not yet polled still counts as notified — a
+            // plain `notify(1)` would then wake nobody of the next batch,
+            // and, with no later write, nobody would ever run it.
             self.done[parity(batch.number + 1)].notify_one();
             #[cfg(feature = "tokio")]
-            self.done_async[parity(batch.number + 1)].notify(1);
+            self.done_async[parity(batch.number + 1)].notify(1.additional());
         }
         if self.is_poisoned() {
             // No batch runs after this one: its waiters learn so now.
@@ -398,6 +403,8 @@ mod tests {
         fsyncs: AtomicU64,
         fail_at: u64,
         failed_covering: AtomicU64,
+        /// When set, each fsync waits for a message on it first.
+        gate: Mutex<Option<Receiver<()>>>,
     }
 
     impl StorageFile for Log {
@@ -415,6 +422,9 @@ mod tests {
         }
         fn sync(&self) -> std::io::Result<()> {
             let covered = self.written.load(Ordering::SeqCst);
+            if let Some(gate) = self.gate.lock().as_ref() {
+                gate.recv_timeout(Duration::from_secs(20)).expect("the test opens the gate");
+            }
             // An fsync takes a while, so that callers pile up behind it.
             std::thread::sleep(Duration::from_micros(200));
             if self.fsyncs.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at {
@@ -566,5 +576,55 @@ mod tests {
                 assert!(failed_in_batch >= 1, "nobody was told of the failed fsync");
             }
         }
+    }
+
+    /// Regression: a batch's waiters were handed the next batch with
+    /// `notify(1)`, which notifies nobody new while a waiter of the batch
+    /// before (same event, woken but not yet polled) still counts as
+    /// notified; the next batch then never ran, and its async waiters hung
+    /// once writes stopped (seen as a rare hang of a Sync store's burst of
+    /// async calls ending).
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn the_next_batch_is_handed_on_while_a_waiter_of_the_batch_before_is_not_yet_polled() {
+        use super::AsyncTurn;
+        use event_listener::{EventListener, Listener};
+        let shard = Shard::new(0);
+        let (open, gate) = std::sync::mpsc::channel();
+        *shard.log.gate.lock() = Some(gate);
+        let running = |shard: &Arc<Shard>| {
+            while !shard.commit.lock().running {
+                std::thread::yield_now();
+            }
+        };
+        let listen = |lsn: u64| -> EventListener {
+            match shard.commit.turn_async(lsn).expect("turn") {
+                AsyncTurn::Listen(listener) => listener,
+                other => panic!("record {lsn}: {other:?}"),
+            }
+        };
+        // Batch 1, held in its fsync; a waiter of it (never polled) and one of batch 2.
+        let first = shard.write(0);
+        let blocking = Arc::clone(&shard);
+        let batch_one = std::thread::spawn(move || blocking.sync_to(first));
+        running(&shard);
+        let stale = listen(first);
+        let second = shard.write(0);
+        let handed_two = listen(second);
+        open.send(()).expect("gate");
+        batch_one.join().expect("batch 1").expect("durable");
+        assert!(handed_two.wait_timeout(Duration::from_secs(5)).is_some(), "batch 2 not handed on");
+        // Batch 2, run by its waiter, held in its fsync; a waiter of batch 3
+        // listens on the event of batch 1, whose `stale` waiter is notified.
+        assert!(matches!(shard.commit.turn_async(second).expect("turn"), AsyncTurn::Block));
+        let blocking = Arc::clone(&shard);
+        let batch_two = std::thread::spawn(move || blocking.sync_to(second));
+        running(&shard);
+        let third = shard.write(0);
+        let handed_three = listen(third);
+        open.send(()).expect("gate");
+        batch_two.join().expect("batch 2").expect("durable");
+        assert!(handed_three.wait_timeout(Duration::from_secs(5)).is_some(), "batch 3 not handed on: nobody runs it");
+        drop(stale);
     }
 }

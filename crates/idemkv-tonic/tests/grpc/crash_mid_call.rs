@@ -1,0 +1,69 @@
+//! A server that dies mid-handler (its runtime stopped, every task
+//! dropped where it stands) does not free its key: a retry meanwhile is
+//! told the key is in progress. Once the lease has run out, a retry on
+//! another server runs the handler again as attempt 2, `recovered`.
+
+use crate::server::{charge, client, face, handler, request_id, serve, Gate, Process};
+use idemkv::backend::AnyBackend;
+use idemkv_tonic::Attempt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::{Code, Response};
+
+/// The lease of the calls: short, so that the takeover comes soon.
+const LEASE: Duration = Duration::from_secs(1);
+
+/// The scenario over `backend`.
+pub async fn scenario(backend: AnyBackend) {
+    let gate = Arc::new(Gate::default());
+    let held = Arc::clone(&gate);
+    let hangs = handler(move |_request| {
+        let held = Arc::clone(&held);
+        async move {
+            held.entered.notify_one();
+            held.open.notified().await;
+            Err(tonic::Status::internal("never reached: the process dies first"))
+        }
+    });
+    let mut process = Process::start(face(backend.clone()).lease(LEASE), hangs).await;
+    let id = request_id();
+    let mut doomed = client(&process.url).await;
+    let doomed_id = id.clone();
+    let cut = tokio::spawn(async move { doomed.charge(charge(&doomed_id, 1000)).await });
+    crate::server::entered(&gate).await;
+    process.crash();
+    assert!(cut.await.expect("the client's task").is_err(), "the dead server answered");
+
+    let attempts: Arc<tokio::sync::Mutex<Vec<(u32, bool)>>> = Arc::default();
+    let recorded = Arc::clone(&attempts);
+    let recovers = handler(move |request| {
+        let recorded = Arc::clone(&recorded);
+        async move {
+            let attempt = request.extensions().get::<Attempt>().cloned().expect("an attempt");
+            recorded.lock().await.push((attempt.attempt, attempt.recovered));
+            Ok(Response::new(crate::api::ChargeReply { charge_id: "ch_recovered".into(), amount_cents: 1000 }))
+        }
+    });
+    let served = serve(face(backend).lease(LEASE), recovers).await;
+    let mut client = client(&served.url).await;
+    let in_progress = client.charge(charge(&id, 1000)).await.expect_err("still in progress");
+    assert_eq!(in_progress.code(), Code::Aborted, "{in_progress:?}");
+    let started = Instant::now();
+    let reply = loop {
+        match client.charge(charge(&id, 1000)).await {
+            Ok(reply) => break reply,
+            Err(status) if status.code() == Code::Aborted && started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(LEASE / 5).await;
+            }
+            Err(status) => panic!("no takeover: {status:?}"),
+        }
+    };
+    assert_eq!(reply.get_ref().charge_id, "ch_recovered");
+    assert_eq!(*attempts.lock().await, vec![(2, true)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store() {
+    let (_dir, store) = crate::backends::embedded();
+    scenario(store).await;
+}

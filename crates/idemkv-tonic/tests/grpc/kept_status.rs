@@ -1,0 +1,48 @@
+//! A handler's error status is kept and replayed whole: code, message,
+//! details (google.rpc `ErrorInfo` here) and its metadata (trailers),
+//! marked replayed; the handler runs once.
+
+use crate::server::{charge, client, face, handler, replayed, request_id, serve};
+use idemkv::backend::AnyBackend;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The scenario over `backend`.
+pub async fn scenario(backend: AnyBackend) {
+    let runs = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&runs);
+    let declined = handler(move |_request| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            let details =
+                ErrorDetails::with_error_info("CARD_DECLINED", "payments.example", HashMap::<String, String>::new());
+            let mut status = Status::with_error_details(Code::FailedPrecondition, "card declined", details);
+            status.metadata_mut().insert("x-decline-code", "insufficient_funds".parse().expect("ascii"));
+            Err(status)
+        }
+    });
+    let served = serve(face(backend), declined).await;
+    let id = request_id();
+    let first = client(&served.url).await.charge(charge(&id, 1000)).await.expect_err("declined");
+    let retry = client(&served.url).await.charge(charge(&id, 1000)).await.expect_err("declined again");
+    assert_eq!((first.code(), retry.code()), (Code::FailedPrecondition, Code::FailedPrecondition));
+    assert_eq!(retry.message(), "card declined");
+    assert_eq!(retry.details(), first.details());
+    assert_eq!(retry.get_details_error_info().map(|info| info.reason).as_deref(), Some("CARD_DECLINED"));
+    assert_eq!(
+        retry.metadata().get("x-decline-code").map(tonic::metadata::MetadataValue::as_bytes),
+        Some(&b"insufficient_funds"[..])
+    );
+    assert_eq!(replayed(first.metadata()), None);
+    assert_eq!(replayed(retry.metadata()).as_deref(), Some("true"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store() {
+    let (_dir, store) = crate::backends::embedded();
+    scenario(store).await;
+}

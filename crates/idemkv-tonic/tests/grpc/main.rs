@@ -1,0 +1,25 @@
+//! The gRPC face on a real tonic server and client over loopback.
+//!
+//! One scenario per module; each module's docs say what it guards. The
+//! scenarios that hold for every backend take one, and run on the
+//! embedded store in their own module and on Redis and PostgreSQL (real
+//! servers, started here) in `backends`.
+
+#[path = "../../examples/payments/api.rs"]
+mod api;
+#[allow(dead_code, reason = "the root package's fixture; these tests use a part")]
+#[path = "../../../../tests/common/postgres.rs"]
+mod postgres_server;
+#[allow(dead_code, reason = "the root package's fixture; these tests use a part")]
+#[path = "../../../../tests/common/redis.rs"]
+mod redis_server;
+mod server;
+
+mod backends;
+mod client_cancels;
+mod crash_mid_call;
+mod in_progress_then_replay;
+mod kept_status;
+mod mismatch;
+mod not_spent;
+mod refusals;
