@@ -1,7 +1,10 @@
 //! The middleware on a real actix-web server on loopback, driven by a
-//! real HTTP client (reqwest): one module per scenario.
+//! real HTTP client (reqwest): one module per scenario, and the HTTP
+//! conformance scenarios of `idemkv::conformance::http` on the middleware
+//! (`conformance`, served by `target`).
 
 mod client_leaves;
+mod conformance;
 mod draft_vectors;
 mod handler_panic;
 mod long_operations;
@@ -10,3 +13,4 @@ mod replay;
 mod same_as_tower;
 mod server;
 mod streamed_get;
+mod target;
