@@ -15,18 +15,18 @@ use std::sync::Arc;
 /// The keys the handler was run with.
 type Seen = Arc<parking_lot::Mutex<Vec<Vec<u8>>>>;
 
-async fn create(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
+fn create(seen: &Seen, request: FixtureRequest) -> std::future::Ready<FixtureAnswer> {
     let Some(attempt) = request.attempt else {
-        return FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt");
+        return std::future::ready(FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt"));
     };
     let mut seen = seen.lock();
     seen.push(attempt.key);
-    FixtureAnswer::text(StatusCode::CREATED, format!("payment {}", seen.len()))
+    std::future::ready(FixtureAnswer::text(StatusCode::CREATED, format!("payment {}", seen.len())))
 }
 
 async fn server<'t, T: ServeTarget>(target: &'t T, seen: &Seen) -> Server<'t, T> {
     let seen = Arc::clone(seen);
-    let fixture = Fixture::new().route(Method::POST, "/payments", move |request| create(Arc::clone(&seen), request));
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |request| create(&seen, request));
     Server::start(target, LayerConfig::global(), fixture).await
 }
 

@@ -33,7 +33,8 @@
 //! layer, router-wide on axum) over the backend it is given; its twin
 //! ending in `_on` (`double_send_on`, `waiters_on`, ...) runs the same
 //! steps and assertions on any target, such as the actix-web middleware
-//! of the crate `idemkv-actix`, whose tests run them.
+//! of the crate `idemkv-actix`, whose tests run them; [`run_all_on`] runs
+//! them all on a target, as [`run_all`] does on the tower layer.
 //!
 //! Five stay on the tower layer, for what they drive that no target
 //! offers: `restart` and `restart_ttl` restart the backend under a served
@@ -187,6 +188,53 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
         None => skip(&mut report, "quota", Capability::Quotas),
     }
     restarts(&mut report, backend, &mut capabilities, &run).await;
+    report
+}
+
+/// Runs each scenario named (its `_on` form), in turn, on `$target` with
+/// the setting of its name (without `_on`) in `$run`, into `$report`.
+macro_rules! run_on {
+    ($report:expr, $target:expr, $run:expr; $($name:ident),+ $(,)?) => {
+        $({
+            let name = stringify!($name).trim_end_matches("_on");
+            scenario($report, name, $name($target, &$run.of(name))).await;
+        })+
+    };
+}
+
+/// Runs every HTTP scenario that runs on any target on `target`, in turn,
+/// with what `capabilities` says its backend offers; what ran and what
+/// was skipped. The scenarios that stay on the tower layer (see
+/// [Targets](self#targets)) are not among them, nor named in the report.
+///
+/// # Panics
+/// When a scenario fails: the message names the scenario and what broke.
+/// The scenarios after a failed one do not run.
+pub async fn run_all_on<T: ServeTarget>(target: &T, capabilities: &Capabilities<T::Backend>) -> Report {
+    let mut report = Report::default();
+    let (run, t) = (capabilities.setting(), target);
+    run_on!(&mut report, t, run; double_send_on, concurrent_sends_on, refused_keys_on, release_5xx_on);
+    run_on!(&mut report, t, run; client_disconnect_on, handler_panic_on, not_spent_on);
+    run_on!(&mut report, t, run; two_key_fields_on, sf_string_on, key_parameters_on);
+    run_on!(&mut report, t, run; not_kept_routing_on, kept_handler_404_on, not_kept_validation_on, kept_validation_on);
+    run_on!(&mut report, t, run; replay_headers_on, waited_replay_on, over_budget_on, edge_of_budget_on);
+    run_on!(&mut report, t, run; headers_over_budget_on, tenant_scopes_on, waiters_on, draft_vectors_on);
+    scenario(&mut report, "streamed_get", streamed_get_on(t)).await;
+    run_on!(&mut report, t, run; etags_on, hostile_tenants_on, racing_writers_on, one_per_resource_on);
+    run_on!(&mut report, t, run; every_method_checked_on, unconditional_writers_on, not_modified_on);
+    run_on!(&mut report, t, run; respond_async_on, async_after_on, async_abandoned_on, async_not_kept_on);
+    run_on!(&mut report, t, run; async_no_route_on, status_reads_answers_on);
+    if run.clock().is_none() {
+        run_on!(&mut report, t, run; keepalive_on, hold_takeover_on, keepalive_streaming_on);
+    } else {
+        for name in ["keepalive", "keepalive_streaming", "hold_takeover"] {
+            skip(&mut report, name, Capability::RealTime);
+        }
+    }
+    match capabilities.quota_scope() {
+        Some(limited) => scenario(&mut report, "quota", quota_on(t, &run.of("quota"), limited)).await,
+        None => skip(&mut report, "quota", Capability::Quotas),
+    }
     report
 }
 

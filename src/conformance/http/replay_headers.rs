@@ -17,17 +17,18 @@ use http::{HeaderValue, Method, StatusCode};
 /// fresh one.
 const OLD_DATE: &str = "Mon, 01 Jan 2001 00:00:00 GMT";
 
-async fn create(runs: Counter) -> FixtureAnswer {
+fn create(runs: &Counter) -> std::future::Ready<FixtureAnswer> {
     let run = runs.bump();
     let request_id = HeaderValue::from_str(&format!("req-{run}")).unwrap_or(HeaderValue::from_static("req-?"));
-    FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
+    let answer = FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
         .header(ETAG, HeaderValue::from_static("\"v1\""))
         .header(HeaderName::from_static("x-request-id"), request_id)
         .header(HeaderName::from_static("x-payment-region"), HeaderValue::from_static("eu-west"))
         .append(SET_COOKIE, HeaderValue::from_static("session=abc; Path=/"))
         .append(SET_COOKIE, HeaderValue::from_static("theme=dark; Path=/"))
         .header(DATE, HeaderValue::from_static(OLD_DATE))
-        .header(HeaderName::from_static("x-internal-trace"), HeaderValue::from_static("node-7"))
+        .header(HeaderName::from_static("x-internal-trace"), HeaderValue::from_static("node-7"));
+    std::future::ready(answer)
 }
 
 /// A replay carries the stored headers (`ETag`, `x-request-id`, a custom
@@ -47,7 +48,7 @@ pub async fn replay_headers<B: IdempotencyBackend + Clone>(backend: &B, setting:
 pub async fn replay_headers_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
     let counted = runs.clone();
-    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(counted.clone()));
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(&counted));
     let layer = LayerConfig::global().replay_deny(vec![HeaderName::from_static("x-internal-trace")]);
     let server = Server::start(target, layer, fixture).await;
     let client = client();

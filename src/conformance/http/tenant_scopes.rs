@@ -12,10 +12,10 @@ use crate::http::LayerConfig;
 use http::header::LOCATION;
 use http::{HeaderValue, Method, StatusCode};
 
-async fn create(runs: Counter) -> FixtureAnswer {
+fn create(runs: &Counter) -> std::future::Ready<FixtureAnswer> {
     let run = runs.bump();
     let location = HeaderValue::from_str(&format!("/payments/{run}")).unwrap_or(HeaderValue::from_static("/"));
-    FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}")).header(LOCATION, location)
+    std::future::ready(FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}")).header(LOCATION, location))
 }
 
 /// Keys scoped by an `X-Account` header are per tenant: two tenants with
@@ -35,7 +35,7 @@ pub async fn tenant_scopes<B: IdempotencyBackend + Clone>(backend: &B, setting: 
 pub async fn tenant_scopes_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
     let counted = runs.clone();
-    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(counted.clone()));
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(&counted));
     let layer =
         LayerConfig::scoped(|request| request.headers.get("x-account").map(|account| account.as_bytes().to_vec()));
     let server = Server::start(target, layer, fixture).await;
