@@ -237,7 +237,7 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
 /// A transfer on the account the request names: counted while it runs
 /// (600 ms), answered with its hold's token.
 async fn run_transfer(running: Arc<Running>, request: FixtureRequest) -> FixtureAnswer {
-    let Some(hold) = request.hold else {
+    let Some(hold) = &request.hold else {
         return FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no hold");
     };
     let account = request.path().strip_prefix("/accounts/").and_then(|path| path.split('/').next());
@@ -342,8 +342,7 @@ pub async fn hold_takeover<B: IdempotencyBackend + Clone>(backend: &B, setting: 
 /// # Panics
 /// When the target answers otherwise.
 pub async fn hold_takeover_on<T: ServeTarget>(target: &T, setting: &Setting) {
-    let routes = Fixture::new()
-        .route(Method::POST, "/accounts/{id}/transfers", |request| fragile_transfer(&request));
+    let routes = Fixture::new().route(Method::POST, "/accounts/{id}/transfers", |request| fragile_transfer(&request));
     let layer = LayerConfig::global().lease(Duration::from_secs(2)).resource(account_of);
     let server = Server::start(target, layer, routes).await;
     let account = key(setting, "a");

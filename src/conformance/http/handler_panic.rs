@@ -17,21 +17,24 @@ use std::time::Duration;
 /// The attempts the handler was run with, in order.
 type Seen = Arc<parking_lot::Mutex<Vec<(u32, bool)>>>;
 
-/// Notes the run's attempt; how many runs there were.
-fn note(seen: &Seen, request: &FixtureRequest) -> Result<usize, FixtureAnswer> {
-    let Some(attempt) = &request.attempt else {
-        return Err(FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt"));
-    };
+/// Notes the run's attempt; how many runs there were (none without an
+/// attempt).
+fn note(seen: &Seen, request: &FixtureRequest) -> Option<usize> {
+    let attempt = request.attempt.as_ref()?;
     let mut seen = seen.lock();
     seen.push((attempt.attempt, attempt.recovered));
-    Ok(seen.len())
+    Some(seen.len())
+}
+
+/// What the handler answers when the layer gave it no attempt.
+fn no_attempt() -> FixtureAnswer {
+    FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt")
 }
 
 /// Panics on its first run, answers 201 after.
 async fn fragile(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
-    let run = match note(&seen, &request) {
-        Ok(run) => run,
-        Err(refused) => return refused,
+    let Some(run) = note(&seen, &request) else {
+        return no_attempt();
     };
     assert!(run > 1, "the first run fails half-way");
     let attempt = request.attempt.map_or(0, |attempt| attempt.attempt);
@@ -95,9 +98,9 @@ pub async fn handler_panic_on<T: ServeTarget>(target: &T, setting: &Setting) {
 /// Says "nothing happened" on its first run, answers 201 after.
 async fn not_yet(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
     match note(&seen, &request) {
-        Ok(1) => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
-        Ok(_) => FixtureAnswer::text(StatusCode::CREATED, "charged"),
-        Err(refused) => refused,
+        Some(1) => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
+        Some(_) => FixtureAnswer::text(StatusCode::CREATED, "charged"),
+        None => no_attempt(),
     }
 }
 

@@ -34,8 +34,12 @@ fn id(request: &FixtureRequest) -> String {
 async fn service<T: ServeTarget>(target: &T) -> Server<'_, T> {
     let text = |status: StatusCode, body: String| async move { FixtureAnswer::text(status, body) };
     let routes = Fixture::new()
-        .route(Method::POST, "/accounts/{id}", move |request| text(StatusCode::CREATED, format!("opened {}", id(&request))))
-        .route(Method::PATCH, "/accounts/{id}", move |request| text(StatusCode::OK, format!("changed {}", id(&request))))
+        .route(Method::POST, "/accounts/{id}", move |request| {
+            text(StatusCode::CREATED, format!("opened {}", id(&request)))
+        })
+        .route(Method::PATCH, "/accounts/{id}", move |request| {
+            text(StatusCode::OK, format!("changed {}", id(&request)))
+        })
         .route(Method::GET, "/accounts/{id}", move |request| text(StatusCode::OK, format!("account {}", id(&request))))
         .route(Method::POST, "/work", move |request| text(StatusCode::CREATED, format!("did {}", request.text())));
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
@@ -44,7 +48,12 @@ async fn service<T: ServeTarget>(target: &T) -> Server<'_, T> {
     Server::start(target, layer, routes).await
 }
 
-fn request<T: ServeTarget>(server: &Server<'_, T>, method: reqwest::Method, path: &str, tenant: &str) -> reqwest::RequestBuilder {
+fn request<T: ServeTarget>(
+    server: &Server<'_, T>,
+    method: reqwest::Method,
+    path: &str,
+    tenant: &str,
+) -> reqwest::RequestBuilder {
     client().request(method, server.url(path)).header("x-account", tenant.to_owned())
 }
 
@@ -91,7 +100,13 @@ async fn hostile_post<T: ServeTarget>(server: &Server<'_, T>, tenant: &str, key:
 }
 
 /// The account's owner holds, versions and writes it.
-async fn owner_writes<T: ServeTarget>(server: &Server<'_, T>, owner: &str, account: &str, setting: &Setting, round: usize) -> Reply {
+async fn owner_writes<T: ServeTarget>(
+    server: &Server<'_, T>,
+    owner: &str,
+    account: &str,
+    setting: &Setting,
+    round: usize,
+) -> Reply {
     let path = format!("/accounts/{account}");
     let opened = send(
         request(server, reqwest::Method::PATCH, &path, owner)

@@ -57,7 +57,8 @@ pub async fn keepalive<B: IdempotencyBackend + Clone>(backend: &B, setting: &Set
 /// When the target answers otherwise.
 pub async fn keepalive_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let server = Server::start(target, LayerConfig::global().lease(Duration::from_secs(1)), payments(&runs, long)).await;
+    let server =
+        Server::start(target, LayerConfig::global().lease(Duration::from_secs(1)), payments(&runs, long)).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-long");
@@ -138,7 +139,9 @@ async fn runs_once_past_its_lease<T: ServeTarget>(target: &T, routes: Fixture, r
 /// When the layer over the backend answers otherwise.
 pub async fn keepalive_blocking<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let runs = Counter::default();
-    let body = runs_once_past_its_lease(&Tower(backend), payments(&runs, blocking), &runs, &key(setting, "order-blocking")).await;
+    let body =
+        runs_once_past_its_lease(&Tower(backend), payments(&runs, blocking), &runs, &key(setting, "order-blocking"))
+            .await;
     assert_eq!(body, "payment 1");
 }
 

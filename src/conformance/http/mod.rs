@@ -122,8 +122,7 @@ pub use operations::{
     async_abandoned, async_after, async_no_route, async_not_kept, respond_async, status_reads_answers,
 };
 pub use operations::{
-    async_abandoned_on, async_after_on, async_no_route_on, async_not_kept_on, respond_async_on,
-    status_reads_answers_on,
+    async_abandoned_on, async_after_on, async_no_route_on, async_not_kept_on, respond_async_on, status_reads_answers_on,
 };
 pub use quota::{quota, quota_on};
 pub use replay_headers::{replay_headers, replay_headers_on, waited_replay, waited_replay_on};
@@ -205,7 +204,8 @@ macro_rules! run_on {
 /// Runs every HTTP scenario that runs on any target on `target`, in turn,
 /// with what `capabilities` says its backend offers; what ran and what
 /// was skipped. The scenarios that stay on the tower layer (see
-/// [Targets](self#targets)) are not among them, nor named in the report.
+/// [Targets](crate::conformance::http#targets)) are not among them, nor
+/// named in the report.
 ///
 /// # Panics
 /// When a scenario fails: the message names the scenario and what broke.

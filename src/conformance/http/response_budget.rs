@@ -54,9 +54,11 @@ fn budget<B: IdempotencyBackend>(backend: &B) -> usize {
 
 async fn server<'t, T: ServeTarget>(target: &'t T, runs: &Counter) -> Server<'t, T> {
     let (blobs, streams) = (runs.clone(), runs.clone());
-    let routes = Fixture::new()
-        .route(Method::POST, "/blobs", move |request| blob(&blobs, &request))
-        .route(Method::POST, "/streams", move |request| streamed(&streams, &request));
+    let routes = Fixture::new().route(Method::POST, "/blobs", move |request| blob(&blobs, &request)).route(
+        Method::POST,
+        "/streams",
+        move |request| streamed(&streams, &request),
+    );
     Server::start(target, LayerConfig::global(), routes).await
 }
 

@@ -41,9 +41,10 @@ pub async fn streamed_get<B: IdempotencyBackend + Clone>(backend: &B) {
 /// # Panics
 /// When the target answers otherwise.
 pub async fn streamed_get_on<T: ServeTarget>(target: &T) {
-    let routes = Fixture::new()
-        .route(Method::GET, "/ticks", |_| ticker())
-        .route(Method::POST, "/payments", |_| async { FixtureAnswer::text(StatusCode::CREATED, "ok") });
+    let routes =
+        Fixture::new()
+            .route(Method::GET, "/ticks", |_| ticker())
+            .route(Method::POST, "/payments", |_| async { FixtureAnswer::text(StatusCode::CREATED, "ok") });
     let server = Server::start(target, LayerConfig::global(), routes).await;
     let client = client();
 

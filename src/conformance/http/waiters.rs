@@ -64,9 +64,11 @@ pub async fn waiters_on<T: ServeTarget>(target: &T, setting: &Setting) {
 async fn serve<T: ServeTarget>(target: &T) -> (Server<'_, T>, Arc<Shared>, Counter) {
     let shared = Arc::new(Shared::default());
     let running = Arc::clone(&shared);
-    let fixture = Fixture::new()
-        .route(Method::POST, "/payments", move |_| slow(Arc::clone(&running)))
-        .route(Method::POST, "/quick", |_| async { FixtureAnswer::text(StatusCode::CREATED, "quick") });
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| slow(Arc::clone(&running))).route(
+        Method::POST,
+        "/quick",
+        |_| async { FixtureAnswer::text(StatusCode::CREATED, "quick") },
+    );
     let arrived = fixture.arrivals().clone();
     (Server::start(target, LayerConfig::global(), fixture).await, shared, arrived)
 }

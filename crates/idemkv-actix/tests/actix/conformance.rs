@@ -45,7 +45,6 @@ fn setting(name: &str) -> Setting {
     Setting::new(format!("actix-{name}-"))
 }
 
-
 /// A request sent twice with one key runs once.
 #[actix_web::test]
 async fn double_send() {
@@ -88,7 +87,7 @@ async fn handler_panic() {
     scenarios::handler_panic_on(&target, &setting("handler_panic")).await;
 }
 
-/// A handler's NotSpent frees its key.
+/// A handler's `NotSpent` frees its key.
 #[actix_web::test]
 async fn not_spent() {
     let (target, _dir) = target();
@@ -116,7 +115,7 @@ async fn key_parameters() {
     scenarios::key_parameters_on(&target, &setting("key_parameters")).await;
 }
 
-/// The router's own 404 and 405 marked NotSpent free the key.
+/// The router's own 404 and 405 marked `NotSpent` free the key.
 #[actix_web::test]
 async fn not_kept_routing() {
     let (target, _dir) = target();
@@ -200,7 +199,7 @@ async fn waiters() {
     scenarios::waiters_on(&target, &setting("waiters")).await;
 }
 
-/// The payment flow with ETag, If-Match and keys.
+/// The payment flow with `ETag`, `If-Match` and keys.
 #[actix_web::test]
 async fn etags() {
     let (target, _dir) = target();
@@ -235,14 +234,14 @@ async fn every_method_checked() {
     scenarios::every_method_checked_on(&target, &setting("every_method_checked")).await;
 }
 
-/// Writers without If-Match never hold off a valid one.
+/// Writers without `If-Match` never hold off a valid one.
 #[actix_web::test]
 async fn unconditional_writers() {
     let (target, _dir) = target();
     scenarios::unconditional_writers_on(&target, &setting("unconditional_writers")).await;
 }
 
-/// If-None-Match with the current tag is 304.
+/// `If-None-Match` with the current tag is 304.
 #[actix_web::test]
 async fn not_modified() {
     let (target, _dir) = target();
@@ -256,7 +255,7 @@ async fn respond_async() {
     scenarios::respond_async_on(&target, &setting("respond_async")).await;
 }
 
-/// A run past respond_async_after is 202.
+/// A run past `respond_async_after` is 202.
 #[actix_web::test]
 async fn async_after() {
     let (target, _dir) = target();

@@ -3,7 +3,7 @@
 //! served by one actix-web handler behind [`Idempotency`] on a real
 //! actix-web server, arrivals counted by a middleware in front of it.
 
-use actix_web::dev::{Service, ServerHandle};
+use actix_web::dev::{ServerHandle, Service};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};

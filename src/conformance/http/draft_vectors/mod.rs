@@ -49,8 +49,7 @@ fn status(request: &FixtureRequest) -> FixtureAnswer {
     let Some(status) = code.parse().ok().and_then(|code| StatusCode::from_u16(code).ok()) else {
         return FixtureAnswer::text(StatusCode::BAD_REQUEST, format!("no status {code}"));
     };
-    FixtureAnswer::bytes(status, format!("status:{code}"))
-        .header(CONTENT_TYPE, HeaderValue::from_static("text/plain"))
+    FixtureAnswer::bytes(status, format!("status:{code}")).header(CONTENT_TYPE, HeaderValue::from_static("text/plain"))
 }
 
 fn number(request: &FixtureRequest, name: &str) -> u64 {
