@@ -17,6 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
+/// Why a handler gave no answer.
+const DIED: &str = "the handler panicked or its worker stopped";
+
 /// The handler's answer, sent back to the layer.
 type Reply = oneshot::Sender<Result<http::Response<ResponseBody>, HandlerFailed>>;
 
@@ -50,11 +53,23 @@ impl tower::Service<http::Request<RequestBody>> for Bridge {
 
     fn call(&mut self, request: http::Request<RequestBody>) -> Self::Future {
         let handoff = take(&self.slot);
+        // The layer gives a guarded run its attempt.
+        let guarded = request.extensions().get::<Attempt>().is_some();
         Box::pin(async move {
             let handoff = handoff.ok_or_else(|| HandlerFailed::new("the request was handed over already"))?;
             let (reply, answer) = oneshot::channel();
             handoff.send((request, reply)).map_err(|_| HandlerFailed::new("the worker's task is gone"))?;
-            answer.await.map_err(|_| HandlerFailed::new("the handler panicked or its worker stopped"))?
+            match answer.await {
+                Ok(answer) => answer,
+                // The handler's task ended without an answer: it panicked
+                // (or its worker stopped) after it started, so its side
+                // effect may have happened. A guarded run's layer learns it
+                // as it learns a tower handler's panic, by the unwind of the
+                // handler's future: the key stays in progress and a held
+                // resource lapses. No panic hook runs again.
+                Err(_) if guarded => std::panic::resume_unwind(Box::new(HandlerFailed::new(DIED))),
+                Err(_) => Err(HandlerFailed::new(DIED)),
+            }
         })
     }
 }

@@ -97,9 +97,14 @@
 //! actix worker (`actix_web::rt::spawn`): it runs under actix's runtime
 //! (`HttpServer`, `actix_web::test`), not on a bare tokio runtime.
 //!
-//! A panic in the handler ends the worker's task; the layer then sees the
-//! handler fail (the key stays in progress until its lease ends, as under
-//! tower) and the middleware answers 500.
+//! A panic in the handler ends the worker's task. For a guarded request
+//! the bridge carries it to the layer as the unwind of the handler's
+//! future (`resume_unwind`, which runs no panic hook again), so that the
+//! layer does what it does for a tower handler that panics: the answer is
+//! its 500 `handler-failed` problem, the key stays in progress until its
+//! lease ends, and a held resource is left to lapse, so that its next
+//! holder runs recovered. A request the layer does not guard gets a bare
+//! 500 ([`HandlerFailed`]).
 
 mod body;
 mod bridge;
