@@ -79,7 +79,12 @@
 //!    answer. The
 //!    handler runs in that task, not in the middleware's future: a client
 //!    that leaves drops the middleware's future, never the handler's run
-//!    (the layer keeps awaiting the bridge in a task of its own).
+//!    (the layer keeps awaiting the bridge in a task of its own). The
+//!    bridge's future waits from the start, so it takes over telling the
+//!    layer when the handler itself first waits
+//!    ([`FirstWait`](idemkv::http::FirstWait)): a request that asked to
+//!    respond async is answered `202` once the actix handler waits, and at
+//!    once when it answered at once (a route that does not exist).
 //! 3. The layer's answer is converted back, status and headers (in their
 //!    order), its body streamed, with a `Content-Length` when its length
 //!    is known (a kept answer, a replay, a refusal, a handler's body of a
