@@ -36,7 +36,7 @@
 //! of the crate `idemkv-actix`, whose tests run them; [`run_all_on`] runs
 //! them all on a target, as [`run_all`] does on the tower layer.
 //!
-//! Five stay on the tower layer, for what they drive that no target
+//! Four stay on the tower layer, for what they drive that no target
 //! offers: `restart` and `restart_ttl` restart the backend under a served
 //! layer (a target is bound to one backend for its life);
 //! `dropped_request` drops the layer's own future mid-call, a tower
@@ -44,8 +44,9 @@
 //! same promise is [`client_disconnect`]'s, which runs everywhere);
 //! `keepalive_blocking` blocks its worker inside tokio's
 //! `block_in_place`, which a server of current-thread workers (actix-web)
-//! refuses with a panic; and the webhook scenarios test `WebhookLayer`,
-//! a tower layer of its own rather than the `Idempotency-Key` contract.
+//! refuses with a panic. The webhook scenarios stay too: they test
+//! `WebhookLayer`, a tower layer of its own, not the `Idempotency-Key`
+//! contract.
 //!
 //! The scenarios keep their keys under the run's prefix
 //! ([`Capabilities::key_prefix`]), bind free loopback ports, take a
