@@ -3,6 +3,7 @@
 //! request's future), it hands what is left to a task of its own. Until
 //! then it runs inline, in the caller's task, at no cost of a spawn.
 
+use super::first_wait::FirstWait;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -77,17 +78,14 @@ where
 
 /// Polls `future` to its end, a panic in it answered as [`Panicked`]
 /// (the future is then never polled again); the first time it waits on
-/// something (is pending), `started` is told: the run is a long one.
-pub(super) async fn watched<F: Future>(
-    future: F,
-    mut started: Option<tokio::sync::oneshot::Sender<()>>,
-) -> Result<F::Output, Panicked> {
+/// something (is pending), `started` is told: the run is a long one —
+/// unless the inner service claimed `started`, to tell it itself.
+pub(super) async fn watched<F: Future>(future: F, mut started: Option<FirstWait>) -> Result<F::Output, Panicked> {
     let mut future = std::pin::pin!(future);
     std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
         Ok(Poll::Pending) => {
-            if let Some(started) = started.take() {
-                // Nobody may wait for it any more: nothing to tell then.
-                let _told = started.send(());
+            if let Some(started) = started.take().filter(|started| !started.claimed()) {
+                started.waits();
             }
             Poll::Pending
         }
@@ -128,12 +126,20 @@ mod tests {
     #[tokio::test]
     async fn a_watched_future_says_when_it_first_waits() {
         let (started, mut waited) = tokio::sync::oneshot::channel();
-        assert_eq!(watched(async { 7 }, Some(started)).await, Ok(7));
+        assert_eq!(watched(async { 7 }, Some(FirstWait::new(started))).await, Ok(7));
         assert!(waited.try_recv().is_err(), "answered at once: never waited");
         let (started, waited) = tokio::sync::oneshot::channel();
-        let slow = watched(tokio::time::sleep(Duration::from_millis(10)), Some(started));
+        let slow = watched(tokio::time::sleep(Duration::from_millis(10)), Some(FirstWait::new(started)));
         let (slept, told) = tokio::join!(slow, waited);
         assert_eq!((slept, told), (Ok(()), Ok(())));
+        // Claimed by the inner service: its own waits tell nothing.
+        let (started, mut waited) = tokio::sync::oneshot::channel();
+        let claimed = FirstWait::new(started);
+        claimed.claim();
+        let slept = watched(tokio::time::sleep(Duration::from_millis(10)), Some(claimed.clone())).await;
+        assert_eq!((slept, waited.try_recv().is_err()), (Ok(()), true), "the layer told a claimed first wait");
+        claimed.waits();
+        assert_eq!(waited.await, Ok(()), "told by whoever claimed it");
         assert_eq!(watched(async { panic!("handler bug") }, None).await, Err::<(), _>(Panicked));
     }
 

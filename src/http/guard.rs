@@ -6,6 +6,7 @@ use super::checkpoints::Checkpoints;
 use super::config::{Attempt, LayerConfig, NotSpent};
 use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
+use super::first_wait::FirstWait;
 use super::key::{
     check_natural_key, expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER,
 };
@@ -362,9 +363,13 @@ fn start<S, K: IdempotencyBackend, B: From<Bytes>>(
         Checkpoints::new(Arc::clone(&shared.backend), Arc::clone(&token), (attempt, recovered), checkpoint.clone());
     parts.extensions.insert(points);
     parts.extensions.insert(Attempt { scope, key, attempt, recovered, checkpoint });
+    let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
+    let started = started.map(FirstWait::new);
+    if let Some(first_wait) = &started {
+        parts.extensions.insert(first_wait.clone());
+    }
     let request = Request::from_parts(parts, B::from(body));
     let answering = shared.config.operations.as_ref().map(|_| Arc::new(Answering::default()));
-    let (started, waited) = respond_async.then(tokio::sync::oneshot::channel).unzip();
     let run = Run { token: Arc::clone(&token), held, answering: answering.clone(), started, panicked: false, expiry };
     (Started { inner, shared, request, run, token }, Watched { started: waited, answering })
 }
@@ -481,7 +486,7 @@ struct Run {
     answering: Option<Arc<Answering>>,
     /// Told when the handler first waits on something, when the request
     /// asked to respond async.
-    started: Option<tokio::sync::oneshot::Sender<()>>,
+    started: Option<FirstWait>,
     /// Whether the handler panicked.
     panicked: bool,
     /// The expiry in force, stated on the answer kept.

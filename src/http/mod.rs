@@ -101,6 +101,7 @@ mod checkpoints;
 mod config;
 mod counted;
 mod detached;
+mod first_wait;
 mod guard;
 mod key;
 mod operations;
@@ -118,6 +119,7 @@ pub use body::{Buffered, LayerBody};
 pub use checkpoints::Checkpoints;
 pub use config::IfMatch;
 pub use config::{Attempt, FailurePolicy, LayerConfig, NotSpent};
+pub use first_wait::FirstWait;
 pub use resource::ResourceHold;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]

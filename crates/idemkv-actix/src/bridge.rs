@@ -9,13 +9,16 @@ use crate::HandlerFailed;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use actix_web::{HttpMessage, HttpRequest};
-use idemkv::http::{Attempt, Checkpoints, ResourceHold};
+use idemkv::http::{Attempt, Checkpoints, FirstWait, ResourceHold};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
+
+/// Why a handler gave no answer.
+const DIED: &str = "the handler panicked or its worker stopped";
 
 /// The handler's answer, sent back to the layer.
 type Reply = oneshot::Sender<Result<http::Response<ResponseBody>, HandlerFailed>>;
@@ -50,11 +53,28 @@ impl tower::Service<http::Request<RequestBody>> for Bridge {
 
     fn call(&mut self, request: http::Request<RequestBody>) -> Self::Future {
         let handoff = take(&self.slot);
+        // The layer gives a guarded run its attempt.
+        let guarded = request.extensions().get::<Attempt>().is_some();
+        // This future waits from the start, whatever the handler does: the
+        // handler's own first wait is told from the worker's task.
+        if let Some(first_wait) = request.extensions().get::<FirstWait>() {
+            first_wait.claim();
+        }
         Box::pin(async move {
             let handoff = handoff.ok_or_else(|| HandlerFailed::new("the request was handed over already"))?;
             let (reply, answer) = oneshot::channel();
             handoff.send((request, reply)).map_err(|_| HandlerFailed::new("the worker's task is gone"))?;
-            answer.await.map_err(|_| HandlerFailed::new("the handler panicked or its worker stopped"))?
+            match answer.await {
+                Ok(answer) => answer,
+                // The handler's task ended without an answer: it panicked
+                // (or its worker stopped) after it started, so its side
+                // effect may have happened. A guarded run's layer learns it
+                // as it learns a tower handler's panic, by the unwind of the
+                // handler's future: the key stays in progress and a held
+                // resource lapses. No panic hook runs again.
+                Err(_) if guarded => std::panic::resume_unwind(Box::new(HandlerFailed::new(DIED))),
+                Err(_) => Err(HandlerFailed::new(DIED)),
+            }
         })
     }
 }
@@ -93,9 +113,11 @@ pub async fn handle<S, B>(
         drop(back.send(request));
         return;
     };
-    let (parts, body) = let_through.into_parts();
+    let (mut parts, body) = let_through.into_parts();
+    let first_wait = parts.extensions.remove::<FirstWait>();
     hand_over(parts.extensions, &request);
-    let answer = match service.call(ServiceRequest::from_parts(request, payload_of(body))).await {
+    let called = service.call(ServiceRequest::from_parts(request, payload_of(body)));
+    let answer = match first_waits(called, first_wait).await {
         Ok(response) => {
             let (request, response) = response.into_parts();
             drop(back.send(request));
@@ -104,4 +126,18 @@ pub async fn handle<S, B>(
         Err(error) => response_of(error.error_response()),
     };
     drop(reply.send(answer));
+}
+
+/// Polls `future` to its end; the first time it waits on something (is
+/// pending), `first_wait` is told: the handler did not answer at once.
+async fn first_waits<F: Future>(future: F, mut first_wait: Option<FirstWait>) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(move |context| {
+        let polled = future.as_mut().poll(context);
+        if let (Poll::Pending, Some(first_wait)) = (&polled, first_wait.take()) {
+            first_wait.waits();
+        }
+        polled
+    })
+    .await
 }

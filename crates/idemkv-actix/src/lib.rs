@@ -79,7 +79,12 @@
 //!    answer. The
 //!    handler runs in that task, not in the middleware's future: a client
 //!    that leaves drops the middleware's future, never the handler's run
-//!    (the layer keeps awaiting the bridge in a task of its own).
+//!    (the layer keeps awaiting the bridge in a task of its own). The
+//!    bridge's future waits from the start, so it takes over telling the
+//!    layer when the handler itself first waits
+//!    ([`FirstWait`](idemkv::http::FirstWait)): a request that asked to
+//!    respond async is answered `202` once the actix handler waits, and at
+//!    once when it answered at once (a route that does not exist).
 //! 3. The layer's answer is converted back, status and headers (in their
 //!    order), its body streamed, with a `Content-Length` when its length
 //!    is known (a kept answer, a replay, a refusal, a handler's body of a
@@ -97,9 +102,14 @@
 //! actix worker (`actix_web::rt::spawn`): it runs under actix's runtime
 //! (`HttpServer`, `actix_web::test`), not on a bare tokio runtime.
 //!
-//! A panic in the handler ends the worker's task; the layer then sees the
-//! handler fail (the key stays in progress until its lease ends, as under
-//! tower) and the middleware answers 500.
+//! A panic in the handler ends the worker's task. For a guarded request
+//! the bridge carries it to the layer as the unwind of the handler's
+//! future (`resume_unwind`, which runs no panic hook again), so that the
+//! layer does what it does for a tower handler that panics: the answer is
+//! its 500 `handler-failed` problem, the key stays in progress until its
+//! lease ends, and a held resource is left to lapse, so that its next
+//! holder runs recovered. A request the layer does not guard gets a bare
+//! 500 ([`HandlerFailed`]).
 
 mod body;
 mod bridge;

@@ -2,15 +2,14 @@
 //! is not cancelled, it finishes, its answer is kept, and the retry replays
 //! it without a second run.
 
+use super::fixture::{Fixture, FixtureAnswer};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::LayerConfig;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
+use http::{Method, StatusCode};
 use std::time::Duration;
 
 #[derive(Clone, Default)]
@@ -20,11 +19,11 @@ struct Runs {
 }
 
 /// Takes 1 s.
-async fn slow(State(runs): State<Runs>) -> (StatusCode, String) {
+async fn slow(runs: Runs) -> FixtureAnswer {
     let run = runs.started.bump();
     tokio::time::sleep(Duration::from_secs(1)).await;
     runs.finished.bump();
-    (StatusCode::CREATED, format!("payment {run}"))
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
 }
 
 /// A client that hangs up mid-handler does not cancel the handler: it
@@ -34,9 +33,18 @@ async fn slow(State(runs): State<Runs>) -> (StatusCode, String) {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn client_disconnect<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    client_disconnect_on(&Tower(backend), setting).await;
+}
+
+/// [`client_disconnect`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn client_disconnect_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Runs::default();
-    let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
-    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let counted = runs.clone();
+    let routes = Fixture::new().route(Method::POST, "/payments", move |_| slow(counted.clone()));
+    let server = Server::start(target, LayerConfig::global(), routes).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-gone");
@@ -52,4 +60,5 @@ pub async fn client_disconnect<B: IdempotencyBackend + Clone>(backend: &B, setti
     let retry = send(post_to(&client, &url, &order, "amount=1").header("Prefer", "wait=10")).await;
     assert_eq!((retry.status, retry.body.as_str(), retry.replayed()), (201, "payment 1", true), "{retry:?}");
     assert_eq!(runs.started.get(), 1, "the handler ran once");
+    server.stop().await;
 }

@@ -6,15 +6,14 @@
 //! `resource-locked`, or a wait under `Prefer: wait`); a holder that died
 //! is taken over with `recovered` after its lease.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, send, Reply};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
-use crate::http::{IfMatch, LayerConfig, ResourceHold};
-use axum::extract::{Extension, Path, State};
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
+use crate::http::{IfMatch, LayerConfig};
+use http::{Method, StatusCode};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,48 +27,61 @@ fn payment_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
     parts.uri.path().strip_prefix("/payments/").map(|id| id.as_bytes().to_vec())
 }
 
+/// The `{id}` of `/payments/{id}`.
+fn id(request: &FixtureRequest) -> String {
+    request.path().strip_prefix("/payments/").unwrap_or_default().to_owned()
+}
+
+/// Sets the payment the request names to its body, answering `status`.
+fn set(payments: &Payments, request: &FixtureRequest, status: StatusCode) -> std::future::Ready<FixtureAnswer> {
+    payments.lock().insert(id(request), request.text().parse().unwrap_or(0));
+    std::future::ready(FixtureAnswer::empty(status))
+}
+
 /// A payments service: POST creates, PATCH sets, GET reads a value.
-async fn payments<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Payments) {
+async fn payments<T: ServeTarget>(target: &T) -> (Server<'_, T>, Payments) {
     let payments = Payments::default();
-    let routes = Router::new()
-        .route(
-            "/payments/{id}",
-            post(|State(payments): State<Payments>, Path(id): Path<String>, body: String| async move {
-                payments.lock().insert(id, body.parse().unwrap_or(0));
-                StatusCode::CREATED
-            })
-            .patch(|State(payments): State<Payments>, Path(id): Path<String>, body: String| async move {
-                payments.lock().insert(id, body.parse().unwrap_or(0));
-                StatusCode::OK
-            })
-            .get(|State(payments): State<Payments>, Path(id): Path<String>| async move {
-                match payments.lock().get(&id) {
-                    Some(value) => (StatusCode::OK, value.to_string()),
-                    None => (StatusCode::NOT_FOUND, String::new()),
-                }
-            }),
-        )
-        .with_state(Arc::clone(&payments));
+    let (created, patched, read) = (Arc::clone(&payments), Arc::clone(&payments), Arc::clone(&payments));
+    let routes = Fixture::new()
+        .route(Method::POST, "/payments/{id}", move |request| set(&created, &request, StatusCode::CREATED))
+        .route(Method::PATCH, "/payments/{id}", move |request| set(&patched, &request, StatusCode::OK))
+        .route(Method::GET, "/payments/{id}", move |request| {
+            let answer = match read.lock().get(&id(&request)) {
+                Some(value) => FixtureAnswer::text(StatusCode::OK, value.to_string()),
+                None => FixtureAnswer::text(StatusCode::NOT_FOUND, String::new()),
+            };
+            std::future::ready(answer)
+        });
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
         .methods(vec![http::Method::POST, http::Method::PATCH, http::Method::PUT, http::Method::DELETE])
         .require_key(false)
         .versioned_resource(payment_of, IfMatch::Required);
-    (Served::start(backend, layer, routes).await, payments)
+    (Server::start(target, layer, routes).await, payments)
 }
 
 /// A write of `body` to payment `id` as account `acct-1`.
-fn write(
-    server: &Served,
+fn write<T: ServeTarget>(
+    server: &Server<'_, T>,
     method: reqwest::Method,
     id: &str,
     key: Option<&str>,
     tag: Option<&str>,
     body: &str,
 ) -> reqwest::RequestBuilder {
-    let mut request = client()
-        .request(method, server.url(&format!("/payments/{id}")))
-        .header("x-account", "acct-1")
-        .body(body.to_owned());
+    write_at(&server.base, method, id, key, tag, body)
+}
+
+/// [`write`] to the server at `base`.
+fn write_at(
+    base: &str,
+    method: reqwest::Method,
+    id: &str,
+    key: Option<&str>,
+    tag: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut request =
+        client().request(method, format!("{base}/payments/{id}")).header("x-account", "acct-1").body(body.to_owned());
     if let Some(key) = key {
         request = request.header("idempotency-key", key.to_owned());
     }
@@ -79,8 +91,12 @@ fn write(
     request
 }
 
-fn read(server: &Served, id: &str, account: &str) -> reqwest::RequestBuilder {
-    client().get(server.url(&format!("/payments/{id}"))).header("x-account", account.to_owned())
+fn read<T: ServeTarget>(server: &Server<'_, T>, id: &str, account: &str) -> reqwest::RequestBuilder {
+    read_at(&server.base, id, account)
+}
+
+fn read_at(base: &str, id: &str, account: &str) -> reqwest::RequestBuilder {
+    client().get(format!("{base}/payments/{id}")).header("x-account", account.to_owned())
 }
 
 /// The payment flow with `ETag` / `If-Match` and `Idempotency-Key`
@@ -91,7 +107,15 @@ fn read(server: &Served, id: &str, account: &str) -> reqwest::RequestBuilder {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn etags<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, payments) = payments(backend).await;
+    etags_on(&Tower(backend), setting).await;
+}
+
+/// [`etags`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn etags_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, payments) = payments(target).await;
     let (id, k) = (key(setting, "p"), |name: &str| key(setting, name));
     let tag = |version: u32| format!("\"{id}-v{version}\"");
     let (post, patch, put) = (reqwest::Method::POST, reqwest::Method::PATCH, reqwest::Method::PUT);
@@ -131,29 +155,36 @@ pub async fn etags<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn racing_writers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, payments) = payments(backend).await;
+    racing_writers_on(&Tower(backend), setting).await;
+}
+
+/// [`racing_writers`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn racing_writers_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, payments) = payments(target).await;
     let id = key(setting, "counter");
     assert_eq!(
         send(write(&server, reqwest::Method::POST, &id, Some(&key(setting, "create")), None, "0")).await.status,
         201
     );
-    let server = Arc::new(server);
     let (writers, per_writer) = (8, 5);
     let tasks: Vec<_> = (0..writers)
         .map(|writer| {
-            let (server, id, prefix) = (Arc::clone(&server), id.clone(), key(setting, "w"));
+            let (base, id, prefix) = (server.base.clone(), id.clone(), key(setting, "w"));
             tokio::spawn(async move {
                 let mut done = 0;
                 for round in 0..200 {
                     if done == per_writer {
                         break;
                     }
-                    let current: Reply = send(read(&server, &id, "acct-1")).await;
+                    let current: Reply = send(read_at(&base, &id, "acct-1")).await;
                     let value: i64 = current.body.parse().expect("a value");
                     let tag = current.header("etag").expect("a tag").to_owned();
                     let key = format!("{prefix}{writer}-{round}");
                     let body = (value + 1).to_string();
-                    let reply = send(write(&server, reqwest::Method::PATCH, &id, Some(&key), Some(&tag), &body)).await;
+                    let reply = send(write_at(&base, reqwest::Method::PATCH, &id, Some(&key), Some(&tag), &body)).await;
                     match reply.status {
                         200 => done += 1,
                         409 | 412 => {}
@@ -173,7 +204,7 @@ pub async fn racing_writers<B: IdempotencyBackend + Clone>(backend: &B, setting:
     assert_eq!(payments.lock()[&id], i64::from(total), "no update lost");
     let current = send(read(&server, &id, "acct-1")).await;
     assert_eq!(current.header("etag"), Some(format!("\"{id}-v{}\"", total + 1).as_str()));
-    Arc::into_inner(server).expect("the writers are done").stop().await;
+    server.stop().await;
 }
 
 /// How many transfers run at once on each account, the most seen on
@@ -203,6 +234,42 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
     Some(path.split('/').next()?.as_bytes().to_vec())
 }
 
+/// A transfer on the account the request names: counted while it runs
+/// (600 ms), answered with its hold's token.
+async fn run_transfer(running: Arc<Running>, request: FixtureRequest) -> FixtureAnswer {
+    let Some(hold) = &request.hold else {
+        return FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no hold");
+    };
+    let account = request.path().strip_prefix("/accounts/").and_then(|path| path.split('/').next());
+    let account = account.unwrap_or_default().to_owned();
+    let now = {
+        let mut now = running.now.lock();
+        let count = now.entry(account.clone()).or_default();
+        *count += 1;
+        *count
+    };
+    {
+        let mut most = running.most.lock();
+        let seen = most.entry(account.clone()).or_default();
+        *seen = (*seen).max(now);
+    }
+    running.started.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    *running.now.lock().entry(account).or_default() -= 1;
+    FixtureAnswer::text(StatusCode::OK, format!("moved under hold {}", hold.token))
+}
+
+/// A transfer that dies holding its account when its body says `crash`,
+/// else answers whether its hold was taken over.
+fn fragile_transfer(request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    assert!(request.body != "crash", "the handler dies holding the account");
+    let answer = match &request.hold {
+        Some(hold) => FixtureAnswer::text(StatusCode::OK, format!("recovered={}", hold.recovered)),
+        None => FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no hold"),
+    };
+    std::future::ready(answer)
+}
+
 /// Two requests with different keys on one account never run at once: the
 /// second is 409 `resource-locked` with `Retry-After` (and runs when sent
 /// again), or under `Prefer: wait` waits its turn; another account never
@@ -211,34 +278,19 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn one_per_resource<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    one_per_resource_on(&Tower(backend), setting).await;
+}
+
+/// [`one_per_resource`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn one_per_resource_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let running = Arc::new(Running::default());
-    let routes = Router::new()
-        .route(
-            "/accounts/{id}/transfers",
-            post(
-                |Extension(running): Extension<Arc<Running>>,
-                 Extension(hold): Extension<ResourceHold>,
-                 Path(account): Path<String>| async move {
-                    let now = {
-                        let mut now = running.now.lock();
-                        let count = now.entry(account.clone()).or_default();
-                        *count += 1;
-                        *count
-                    };
-                    {
-                        let mut most = running.most.lock();
-                        let seen = most.entry(account.clone()).or_default();
-                        *seen = (*seen).max(now);
-                    }
-                    running.started.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(600)).await;
-                    *running.now.lock().entry(account).or_default() -= 1;
-                    format!("moved under hold {}", hold.token)
-                },
-            ),
-        )
-        .layer(Extension(Arc::clone(&running)));
-    let server = Served::start(backend, LayerConfig::global().resource(account_of), routes).await;
+    let counted = Arc::clone(&running);
+    let routes = Fixture::new()
+        .route(Method::POST, "/accounts/{id}/transfers", move |request| run_transfer(Arc::clone(&counted), request));
+    let server = Server::start(target, LayerConfig::global().resource(account_of), routes).await;
     let (a, b) = (key(setting, "a"), key(setting, "b"));
     let transfer = |account: &str, name: &str| {
         client()
@@ -282,15 +334,17 @@ pub async fn one_per_resource<B: IdempotencyBackend + Clone>(backend: &B, settin
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn hold_takeover<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let routes = Router::new().route(
-        "/accounts/{id}/transfers",
-        post(|Extension(hold): Extension<ResourceHold>, body: String| async move {
-            assert!(body != "crash", "the handler dies holding the account");
-            format!("recovered={}", hold.recovered)
-        }),
-    );
+    hold_takeover_on(&Tower(backend), setting).await;
+}
+
+/// [`hold_takeover`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn hold_takeover_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let routes = Fixture::new().route(Method::POST, "/accounts/{id}/transfers", |request| fragile_transfer(&request));
     let layer = LayerConfig::global().lease(Duration::from_secs(2)).resource(account_of);
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, routes).await;
     let account = key(setting, "a");
     let transfer = |name: &str, body: &str| {
         client()

@@ -3,30 +3,52 @@
 //! run), and after the lease ends the retry runs as a recovered second
 //! attempt. Also guards `NotSpent`: the handler's word frees the key.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, post as post_to, send};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
-use crate::http::{Attempt, LayerConfig, NotSpent};
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::{Extension, Router};
+use crate::http::LayerConfig;
+use http::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The attempts the handler was run with, in order.
 type Seen = Arc<parking_lot::Mutex<Vec<(u32, bool)>>>;
 
+/// Notes the run's attempt; how many runs there were (none without an
+/// attempt).
+fn note(seen: &Seen, request: &FixtureRequest) -> Option<usize> {
+    let attempt = request.attempt.as_ref()?;
+    let mut seen = seen.lock();
+    seen.push((attempt.attempt, attempt.recovered));
+    Some(seen.len())
+}
+
+/// What the handler answers when the layer gave it no attempt.
+fn no_attempt() -> FixtureAnswer {
+    FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt")
+}
+
 /// Panics on its first run, answers 201 after.
-async fn fragile(State(seen): State<Seen>, Extension(attempt): Extension<Attempt>) -> (StatusCode, String) {
-    let run = {
-        let mut seen = seen.lock();
-        seen.push((attempt.attempt, attempt.recovered));
-        seen.len()
+async fn fragile(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
+    let Some(run) = note(&seen, &request) else {
+        return no_attempt();
     };
     assert!(run > 1, "the first run fails half-way");
-    (StatusCode::CREATED, format!("payment on attempt {}", attempt.attempt))
+    let attempt = request.attempt.map_or(0, |attempt| attempt.attempt);
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment on attempt {attempt}"))
+}
+
+/// `POST /payments` answered by `answering` with what it has seen.
+fn payments<F, A>(seen: &Seen, answering: F) -> Fixture
+where
+    F: Fn(Seen, FixtureRequest) -> A + Send + Sync + 'static,
+    A: std::future::Future<Output = FixtureAnswer> + Send + 'static,
+{
+    let seen = Arc::clone(seen);
+    Fixture::new().route(Method::POST, "/payments", move |request| answering(Arc::clone(&seen), request))
 }
 
 /// A handler that panics is answered 500 `handler-failed` (the panic
@@ -37,12 +59,19 @@ async fn fragile(State(seen): State<Seen>, Extension(attempt): Extension<Attempt
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn handler_panic<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    handler_panic_on(&Tower(backend), setting).await;
+}
+
+/// [`handler_panic`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn handler_panic_on<T: ServeTarget>(target: &T, setting: &Setting) {
     // On a movable clock the lease is 5 s, moved past at once; on real
     // time 1 s, slept through.
     let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
     let seen = Seen::default();
-    let routes = Router::new().route("/payments", post(fragile)).with_state(Arc::clone(&seen));
-    let server = Served::start(backend, LayerConfig::global().lease(lease), routes).await;
+    let server = Server::start(target, LayerConfig::global().lease(lease), payments(&seen, fragile)).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-p");
@@ -63,20 +92,15 @@ pub async fn handler_panic<B: IdempotencyBackend + Clone>(backend: &B, setting: 
     let replay = send(post_to(&client, &url, &order, "amount=1")).await;
     assert_eq!((replay.status, replay.replayed(), &replay.body), (201, true, &recovered.body), "{replay:?}");
     assert_eq!(seen.lock().len(), 2);
+    server.stop().await;
 }
 
 /// Says "nothing happened" on its first run, answers 201 after.
-async fn not_yet(State(seen): State<Seen>, Extension(attempt): Extension<Attempt>) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let run = {
-        let mut seen = seen.lock();
-        seen.push((attempt.attempt, attempt.recovered));
-        seen.len()
-    };
-    if run == 1 {
-        (StatusCode::SERVICE_UNAVAILABLE, Extension(NotSpent), "try again").into_response()
-    } else {
-        (StatusCode::CREATED, "charged").into_response()
+async fn not_yet(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
+    match note(&seen, &request) {
+        Some(1) => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
+        Some(_) => FixtureAnswer::text(StatusCode::CREATED, "charged"),
+        None => no_attempt(),
     }
 }
 
@@ -86,9 +110,16 @@ async fn not_yet(State(seen): State<Seen>, Extension(attempt): Extension<Attempt
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn not_spent<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    not_spent_on(&Tower(backend), setting).await;
+}
+
+/// [`not_spent`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn not_spent_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let seen = Seen::default();
-    let routes = Router::new().route("/payments", post(not_yet)).with_state(Arc::clone(&seen));
-    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let server = Server::start(target, LayerConfig::global(), payments(&seen, not_yet)).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-n");
@@ -101,4 +132,5 @@ pub async fn not_spent<B: IdempotencyBackend + Clone>(backend: &B, setting: &Set
     let replay = send(post_to(&client, &url, &order, "amount=1")).await;
     assert_eq!((replay.status, replay.body.as_str(), replay.replayed()), (201, "charged", true), "{replay:?}");
     assert_eq!(seen.lock().len(), 2);
+    server.stop().await;
 }

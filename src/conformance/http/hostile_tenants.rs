@@ -11,38 +11,49 @@
 //! its dead letters are listed and re-driven; and every hostile tenant's
 //! own request replays as its own.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, send, Reply};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::{IfMatch, LayerConfig};
-use axum::extract::Path;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
+use http::{Method, StatusCode};
 use std::fmt::Write as _;
 
 fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
     parts.uri.path().strip_prefix("/accounts/").map(|id| id.as_bytes().to_vec())
 }
 
+/// The `{id}` of `/accounts/{id}`.
+fn id(request: &FixtureRequest) -> String {
+    request.path().strip_prefix("/accounts/").unwrap_or_default().to_owned()
+}
+
 /// Accounts (held and versioned), a plain route, long operations.
-async fn service<B: IdempotencyBackend + Clone>(backend: &B) -> Served {
-    let routes = Router::new()
-        .route(
-            "/accounts/{id}",
-            post(|Path(id): Path<String>| async move { (StatusCode::CREATED, format!("opened {id}")) })
-                .patch(|Path(id): Path<String>| async move { (StatusCode::OK, format!("changed {id}")) })
-                .get(|Path(id): Path<String>| async move { format!("account {id}") }),
-        )
-        .route("/work", post(|body: String| async move { (StatusCode::CREATED, format!("did {body}")) }));
+async fn service<T: ServeTarget>(target: &T) -> Server<'_, T> {
+    let text = |status: StatusCode, body: String| async move { FixtureAnswer::text(status, body) };
+    let routes = Fixture::new()
+        .route(Method::POST, "/accounts/{id}", move |request| {
+            text(StatusCode::CREATED, format!("opened {}", id(&request)))
+        })
+        .route(Method::PATCH, "/accounts/{id}", move |request| {
+            text(StatusCode::OK, format!("changed {}", id(&request)))
+        })
+        .route(Method::GET, "/accounts/{id}", move |request| text(StatusCode::OK, format!("account {}", id(&request))))
+        .route(Method::POST, "/work", move |request| text(StatusCode::CREATED, format!("did {}", request.text())));
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
         .versioned_resource(account_of, IfMatch::Optional)
         .operations("/operations");
-    Served::start(backend, layer, routes).await
+    Server::start(target, layer, routes).await
 }
 
-fn request(server: &Served, method: reqwest::Method, path: &str, tenant: &str) -> reqwest::RequestBuilder {
+fn request<T: ServeTarget>(
+    server: &Server<'_, T>,
+    method: reqwest::Method,
+    path: &str,
+    tenant: &str,
+) -> reqwest::RequestBuilder {
     client().request(method, server.url(path)).header("x-account", tenant.to_owned())
 }
 
@@ -80,7 +91,7 @@ fn hostile_names(owner: &str, consumer: &str) -> Vec<String> {
 
 /// A hostile tenant's keyed POST of `/work` with `key`: its own record,
 /// run once and replayed.
-async fn hostile_post(server: &Served, tenant: &str, key: &str) {
+async fn hostile_post<T: ServeTarget>(server: &Server<'_, T>, tenant: &str, key: &str) {
     let post = || request(server, reqwest::Method::POST, "/work", tenant).header("idempotency-key", key.to_owned());
     let first = send(post().body(key.to_owned())).await;
     assert_eq!(first.status, 201, "{tenant} {key}: {first:?}");
@@ -89,7 +100,13 @@ async fn hostile_post(server: &Served, tenant: &str, key: &str) {
 }
 
 /// The account's owner holds, versions and writes it.
-async fn owner_writes(server: &Served, owner: &str, account: &str, setting: &Setting, round: usize) -> Reply {
+async fn owner_writes<T: ServeTarget>(
+    server: &Server<'_, T>,
+    owner: &str,
+    account: &str,
+    setting: &Setting,
+    round: usize,
+) -> Reply {
     let path = format!("/accounts/{account}");
     let opened = send(
         request(server, reqwest::Method::PATCH, &path, owner)
@@ -120,7 +137,15 @@ async fn owner_writes(server: &Served, owner: &str, account: &str, setting: &Set
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn hostile_tenants<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let server = service(backend).await;
+    hostile_tenants_on(&Tower(backend), setting).await;
+}
+
+/// [`hostile_tenants`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn hostile_tenants_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let server = service(target).await;
     let (owner, account) = (key(setting, "owner"), key(setting, "acct"));
     let consumer: String =
         key(setting, "ledger").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
@@ -139,7 +164,7 @@ pub async fn hostile_tenants<B: IdempotencyBackend + Clone>(backend: &B, setting
         owner_writes(&server, &owner, &account, setting, round + 1).await;
     }
     #[cfg(feature = "messaging")]
-    messages_run_once(backend, &consumer, names.len()).await;
+    messages_run_once(target.backend(), &consumer, names.len()).await;
     server.stop().await;
 }
 

@@ -3,12 +3,20 @@
 //! (and, on a movable clock, expiry), a 5xx released under
 //! `FailurePolicy::ReleaseOnServerError`, and a request dropped
 //! mid-handler whose handler still finishes.
+//!
+//! The restart and the dropped request run on the tower layer alone: the
+//! restart swaps the backend under a served layer (a target is bound to
+//! one backend), and the dropped request drops the layer's own future, a
+//! tower `Service` call that no HTTP server exposes (on a real server the
+//! same promise is `client_disconnect`'s, which runs on every target).
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
 use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::{Restart, Setting};
 use crate::http::{FailurePolicy, IdempotencyLayer, LayerConfig};
-use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use http::{Method, StatusCode};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,37 +29,55 @@ struct Ledger {
     fail_first: AtomicU32,
 }
 
-async fn charge(State(ledger): State<Arc<Ledger>>, body: Bytes) -> (StatusCode, String) {
+async fn charge(ledger: Arc<Ledger>, request: FixtureRequest) -> FixtureAnswer {
     tokio::time::sleep(Duration::from_millis(150)).await;
     if ledger.fail_first.load(Ordering::SeqCst) > 0 {
         ledger.fail_first.fetch_sub(1, Ordering::SeqCst);
-        return (StatusCode::SERVICE_UNAVAILABLE, "try again".into());
+        return FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again");
     }
     let number = ledger.charges.fetch_add(1, Ordering::SeqCst) + 1;
-    (StatusCode::CREATED, format!("payment {number} for {}", String::from_utf8_lossy(&body)))
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment {number} for {}", request.text()))
 }
 
-struct Server {
+/// `POST /payments`, charged to `ledger`.
+fn payments(ledger: &Arc<Ledger>) -> Fixture {
+    let ledger = Arc::clone(ledger);
+    Fixture::new().route(Method::POST, "/payments", move |request| charge(Arc::clone(&ledger), request))
+}
+
+struct Payments<'t, T: ServeTarget> {
+    url: String,
+    ledger: Arc<Ledger>,
+    server: Server<'t, T>,
+}
+
+async fn start<T: ServeTarget>(target: &T, ledger: Arc<Ledger>) -> Payments<'_, T> {
+    start_with(target, ledger, LayerConfig::global()).await
+}
+
+async fn start_with<T: ServeTarget>(target: &T, ledger: Arc<Ledger>, layer: LayerConfig) -> Payments<'_, T> {
+    let server = Server::start(target, layer, payments(&ledger)).await;
+    Payments { url: server.url("/payments"), ledger, server }
+}
+
+impl<T: ServeTarget> Payments<'_, T> {
+    /// Stops serving, so that nothing holds the backend any more.
+    async fn stop(self) {
+        self.server.stop().await;
+    }
+}
+
+/// The payments on the tower layer over `backend`, owning nothing of it
+/// (the restart swaps the backend while the client keeps its key).
+struct TowerPayments {
     url: String,
     ledger: Arc<Ledger>,
     served: Served,
 }
 
-async fn start<B: IdempotencyBackend + Clone>(backend: &B, ledger: Arc<Ledger>) -> Server {
-    start_with(backend, ledger, LayerConfig::global()).await
-}
-
-async fn start_with<B: IdempotencyBackend + Clone>(backend: &B, ledger: Arc<Ledger>, layer: LayerConfig) -> Server {
-    let routes = Router::new().route("/payments", post(charge)).with_state(Arc::clone(&ledger));
-    let served = Served::start(backend, layer, routes).await;
-    Server { url: served.url("/payments"), ledger, served }
-}
-
-impl Server {
-    /// Stops serving, so that nothing holds the backend any more.
-    async fn stop(self) {
-        self.served.stop().await;
-    }
+async fn start_tower<B: IdempotencyBackend + Clone>(backend: &B, ledger: Arc<Ledger>) -> TowerPayments {
+    let (base, served) = Tower(backend).serve(LayerConfig::global(), payments(&ledger)).await;
+    TowerPayments { url: format!("{base}/payments"), ledger, served }
 }
 
 async fn send(
@@ -85,7 +111,15 @@ fn client() -> reqwest::Client {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn double_send<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let server = start(backend, Arc::default()).await;
+    double_send_on(&Tower(backend), setting).await;
+}
+
+/// [`double_send`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn double_send_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let server = start(target, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-1");
     let first = send(&client, &server.url, Some(&order), "amount=10", &[]).await;
@@ -103,7 +137,15 @@ pub async fn double_send<B: IdempotencyBackend + Clone>(backend: &B, setting: &S
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn concurrent_sends<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let server = start(backend, Arc::default()).await;
+    concurrent_sends_on(&Tower(backend), setting).await;
+}
+
+/// [`concurrent_sends`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn concurrent_sends_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let server = start(target, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-2");
     let sends: Vec<_> = (0..8)
@@ -139,7 +181,15 @@ pub async fn concurrent_sends<B: IdempotencyBackend + Clone>(backend: &B, settin
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn refused_keys<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let server = start(backend, Arc::default()).await;
+    refused_keys_on(&Tower(backend), setting).await;
+}
+
+/// [`refused_keys`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn refused_keys_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let server = start(target, Arc::default()).await;
     let client = client();
     let order = key(setting, "order-3");
     assert_eq!(send(&client, &server.url, Some(&order), "amount=30", &[]).await.0, 201);
@@ -170,17 +220,17 @@ async fn restart_replays<B: IdempotencyBackend + Clone>(
     backend: B,
     restart: &mut Restart<B>,
     setting: &Setting,
-) -> (B, Server, reqwest::Client, String) {
+) -> (B, TowerPayments, reqwest::Client, String) {
     let client = client();
     let order = key(setting, "order-4");
-    let server = start(&backend, Arc::default()).await;
+    let server = start_tower(&backend, Arc::default()).await;
     let first = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
     assert_eq!(first.0, 201);
-    server.stop().await;
+    server.served.stop().await;
     let backend = restart(backend).await;
 
     let ledger = Arc::new(Ledger::default());
-    let server = start(&backend, Arc::clone(&ledger)).await;
+    let server = start_tower(&backend, Arc::clone(&ledger)).await;
     let again = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
     assert_eq!((again.0, &again.1, again.2.as_deref()), (201, &first.1, Some("true")));
     assert_eq!(ledger.charges.load(Ordering::SeqCst), 0, "the restarted server replayed");
@@ -196,7 +246,7 @@ async fn restart_replays<B: IdempotencyBackend + Clone>(
 /// When the layer over the backend answers otherwise.
 pub async fn restart<B: IdempotencyBackend + Clone>(backend: B, restart: &mut Restart<B>, setting: &Setting) -> B {
     let (backend, server, _, _) = restart_replays(backend, restart, setting).await;
-    server.stop().await;
+    server.served.stop().await;
     backend
 }
 
@@ -211,7 +261,7 @@ pub async fn restart_ttl<B: IdempotencyBackend + Clone>(backend: B, restart: &mu
     let expired = send(&client, &server.url, Some(&order), "amount=40", &[]).await;
     assert_eq!((expired.0, expired.2.as_deref()), (201, None));
     assert_eq!(server.ledger.charges.load(Ordering::SeqCst), 1, "after the TTL the key runs again");
-    server.stop().await;
+    server.served.stop().await;
     backend
 }
 
@@ -221,10 +271,18 @@ pub async fn restart_ttl<B: IdempotencyBackend + Clone>(backend: B, restart: &mu
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn release_5xx<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    release_5xx_on(&Tower(backend), setting).await;
+}
+
+/// [`release_5xx`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn release_5xx_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let ledger = Arc::new(Ledger::default());
     ledger.fail_first.store(1, Ordering::SeqCst);
     let layer = LayerConfig::global().failure_policy(FailurePolicy::ReleaseOnServerError);
-    let server = start_with(backend, Arc::clone(&ledger), layer).await;
+    let server = start_with(target, Arc::clone(&ledger), layer).await;
     let client = client();
     let order = key(setting, "order-5");
     let failed = send(&client, &server.url, Some(&order), "amount=50", &[]).await;

@@ -25,6 +25,29 @@
 //! scenario [`Capability::Quotas`], the restart [`Capability::Persistence`]
 //! (and its expiry after the restart [`Capability::MovableClock`]).
 //!
+//! # Targets
+//!
+//! A scenario serves a [`Fixture`] — routes whose answers are functions
+//! of the request — on a [`ServeTarget`], which puts the contract in
+//! front of it. Each scenario named here runs on [`Tower`] (the tower
+//! layer, router-wide on axum) over the backend it is given; its twin
+//! ending in `_on` (`double_send_on`, `waiters_on`, ...) runs the same
+//! steps and assertions on any target, such as the actix-web middleware
+//! of the crate `idemkv-actix`, whose tests run them; [`run_all_on`] runs
+//! them all on a target, as [`run_all`] does on the tower layer.
+//!
+//! Four stay on the tower layer, for what they drive that no target
+//! offers: `restart` and `restart_ttl` restart the backend under a served
+//! layer (a target is bound to one backend for its life);
+//! `dropped_request` drops the layer's own future mid-call, a tower
+//! `Service` call that no HTTP server exposes (over a real server the
+//! same promise is [`client_disconnect`]'s, which runs everywhere);
+//! `keepalive_blocking` blocks its worker inside tokio's
+//! `block_in_place`, which a server of current-thread workers (actix-web)
+//! refuses with a panic. The webhook scenarios stay too: they test
+//! `WebhookLayer`, a tower layer of its own, not the `Idempotency-Key`
+//! contract.
+//!
 //! The scenarios keep their keys under the run's prefix
 //! ([`Capabilities::key_prefix`]), bind free loopback ports, take a
 //! minute or more in all (they sleep through leases, and a backend on a
@@ -32,7 +55,7 @@
 //! the scenario allows), and want a multi-threaded runtime with four
 //! workers (one scenario blocks a worker for seconds, as a handler may).
 //! The server and the client they run on are public in [`harness`], for
-//! tests of your own.
+//! tests of your own, and so are the fixture and the targets.
 //!
 //! # Examples
 //!
@@ -63,6 +86,7 @@
 mod client_disconnect;
 mod conditional;
 mod draft_vectors;
+mod fixture;
 mod handler_panic;
 pub mod harness;
 mod hostile_tenants;
@@ -75,31 +99,42 @@ mod quota;
 mod replay_headers;
 mod response_budget;
 mod streaming_passthrough;
+mod target;
 mod tenant_scopes;
 mod versioned_methods;
 mod waiters;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
-pub use client_disconnect::client_disconnect;
+pub use client_disconnect::{client_disconnect, client_disconnect_on};
 pub use conditional::{etags, hold_takeover, one_per_resource, racing_writers};
-pub use draft_vectors::{draft_vectors, draft_vectors_on, VectorTarget};
-pub use handler_panic::{handler_panic, not_spent};
-pub use hostile_tenants::hostile_tenants;
-pub use key_parsing::{key_parameters, sf_string, two_key_fields};
+pub use conditional::{etags_on, hold_takeover_on, one_per_resource_on, racing_writers_on};
+pub use draft_vectors::{draft_vectors, draft_vectors_on};
+pub use fixture::{Fixture, FixtureAnswer, FixtureBody, FixtureRequest, FIXTURE_BODY_BYTES_MAX};
+pub use handler_panic::{handler_panic, handler_panic_on, not_spent, not_spent_on};
+pub use hostile_tenants::{hostile_tenants, hostile_tenants_on};
+pub use key_parsing::{key_parameters, key_parameters_on, sf_string, sf_string_on, two_key_fields, two_key_fields_on};
 pub use layer::{concurrent_sends, double_send, dropped_request, refused_keys, release_5xx, restart, restart_ttl};
-pub use lease_keepalive::{keepalive, keepalive_blocking, keepalive_streaming};
+pub use layer::{concurrent_sends_on, double_send_on, refused_keys_on, release_5xx_on};
+pub use lease_keepalive::{keepalive, keepalive_blocking, keepalive_on, keepalive_streaming, keepalive_streaming_on};
 pub use not_kept::{kept_handler_404, kept_validation, not_kept_routing, not_kept_validation};
+pub use not_kept::{kept_handler_404_on, kept_validation_on, not_kept_routing_on, not_kept_validation_on};
 pub use operations::{
     async_abandoned, async_after, async_no_route, async_not_kept, respond_async, status_reads_answers,
 };
-pub use quota::quota;
-pub use replay_headers::{replay_headers, waited_replay};
-pub use response_budget::{edge_of_budget, headers_over_budget, over_budget};
-pub use streaming_passthrough::streamed_get;
-pub use tenant_scopes::tenant_scopes;
+pub use operations::{
+    async_abandoned_on, async_after_on, async_no_route_on, async_not_kept_on, respond_async_on, status_reads_answers_on,
+};
+pub use quota::{quota, quota_on};
+pub use replay_headers::{replay_headers, replay_headers_on, waited_replay, waited_replay_on};
+pub use response_budget::{edge_of_budget, edge_of_budget_on, headers_over_budget, headers_over_budget_on};
+pub use response_budget::{over_budget, over_budget_on};
+pub use streaming_passthrough::{streamed_get, streamed_get_on};
+pub use target::{ServeTarget, Server, Tower};
+pub use tenant_scopes::{tenant_scopes, tenant_scopes_on};
 pub use versioned_methods::{every_method_checked, not_modified, unconditional_writers};
-pub use waiters::waiters;
+pub use versioned_methods::{every_method_checked_on, not_modified_on, unconditional_writers_on};
+pub use waiters::{waiters, waiters_on};
 #[cfg(all(feature = "webhooks", feature = "client"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "webhooks", feature = "client"))))]
 pub use webhooks::webhooks_signed_sink;
@@ -153,6 +188,54 @@ pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities
         None => skip(&mut report, "quota", Capability::Quotas),
     }
     restarts(&mut report, backend, &mut capabilities, &run).await;
+    report
+}
+
+/// Runs each scenario named (its `_on` form), in turn, on `$target` with
+/// the setting of its name (without `_on`) in `$run`, into `$report`.
+macro_rules! run_on {
+    ($report:expr, $target:expr, $run:expr; $($name:ident),+ $(,)?) => {
+        $({
+            let name = stringify!($name).trim_end_matches("_on");
+            scenario($report, name, $name($target, &$run.of(name))).await;
+        })+
+    };
+}
+
+/// Runs every HTTP scenario that runs on any target on `target`, in turn,
+/// with what `capabilities` says its backend offers; what ran and what
+/// was skipped. The scenarios that stay on the tower layer (see
+/// [Targets](crate::conformance::http#targets)) are not among them, nor
+/// named in the report.
+///
+/// # Panics
+/// When a scenario fails: the message names the scenario and what broke.
+/// The scenarios after a failed one do not run.
+pub async fn run_all_on<T: ServeTarget>(target: &T, capabilities: &Capabilities<T::Backend>) -> Report {
+    let mut report = Report::default();
+    let (run, t) = (capabilities.setting(), target);
+    run_on!(&mut report, t, run; double_send_on, concurrent_sends_on, refused_keys_on, release_5xx_on);
+    run_on!(&mut report, t, run; client_disconnect_on, handler_panic_on, not_spent_on);
+    run_on!(&mut report, t, run; two_key_fields_on, sf_string_on, key_parameters_on);
+    run_on!(&mut report, t, run; not_kept_routing_on, kept_handler_404_on, not_kept_validation_on, kept_validation_on);
+    run_on!(&mut report, t, run; replay_headers_on, waited_replay_on, over_budget_on, edge_of_budget_on);
+    run_on!(&mut report, t, run; headers_over_budget_on, tenant_scopes_on, waiters_on, draft_vectors_on);
+    scenario(&mut report, "streamed_get", streamed_get_on(t)).await;
+    run_on!(&mut report, t, run; etags_on, hostile_tenants_on, racing_writers_on, one_per_resource_on);
+    run_on!(&mut report, t, run; every_method_checked_on, unconditional_writers_on, not_modified_on);
+    run_on!(&mut report, t, run; respond_async_on, async_after_on, async_abandoned_on, async_not_kept_on);
+    run_on!(&mut report, t, run; async_no_route_on, status_reads_answers_on);
+    if run.clock().is_none() {
+        run_on!(&mut report, t, run; keepalive_on, hold_takeover_on, keepalive_streaming_on);
+    } else {
+        for name in ["keepalive", "keepalive_streaming", "hold_takeover"] {
+            skip(&mut report, name, Capability::RealTime);
+        }
+    }
+    match capabilities.quota_scope() {
+        Some(limited) => scenario(&mut report, "quota", quota_on(t, &run.of("quota"), limited)).await,
+        None => skip(&mut report, "quota", Capability::Quotas),
+    }
     report
 }
 

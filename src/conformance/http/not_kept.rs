@@ -6,62 +6,63 @@
 //! three tries — while the router's own 404 and 405, marked `NotSpent` by
 //! its fallbacks, free the key for the corrected request.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
-use crate::http::{LayerConfig, NotSpent};
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::post;
-use axum::{Extension, Router};
+use crate::http::LayerConfig;
+use http::{Method, StatusCode};
 
 /// `bad` is a 400, `unprocessable` a 422, anything else a 201.
-async fn validate(State(runs): State<Counter>, body: String) -> (StatusCode, String) {
+fn validate(runs: &Counter, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
     let run = runs.bump();
-    let status = match body.as_str() {
+    let status = match request.text().as_str() {
         "bad" => StatusCode::BAD_REQUEST,
         "unprocessable" => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::CREATED,
     };
-    (status, format!("run {run}"))
+    std::future::ready(FixtureAnswer::text(status, format!("run {run}")))
 }
 
-async fn server<B: IdempotencyBackend + Clone>(backend: &B, runs: &Counter, layer: LayerConfig) -> Served {
-    let routes = Router::new().route("/payments", post(validate)).with_state(runs.clone());
-    Served::start(backend, layer, routes).await
+/// `POST /payments`, validated.
+fn payments(runs: &Counter) -> Fixture {
+    let runs = runs.clone();
+    Fixture::new().route(Method::POST, "/payments", move |request| validate(&runs, &request))
 }
 
-/// The router's own answers when no handler runs, marked: nothing happened.
-async fn no_route() -> impl IntoResponse {
-    (StatusCode::NOT_FOUND, Extension(NotSpent))
-}
-
-async fn no_method() -> impl IntoResponse {
-    (StatusCode::METHOD_NOT_ALLOWED, Extension(NotSpent))
+async fn server<'t, T: ServeTarget>(target: &'t T, runs: &Counter, layer: LayerConfig) -> Server<'t, T> {
+    Server::start(target, layer, payments(runs)).await
 }
 
 /// Cancels an order that was already gone: the work is done (a refund
 /// issued, say), and the answer is 404.
-async fn cancel(State(runs): State<Counter>) -> (StatusCode, String) {
-    let run = runs.bump();
-    (StatusCode::NOT_FOUND, format!("no open order; refund {run} issued"))
+fn cancellations(runs: &Counter) -> Fixture {
+    let runs = runs.clone();
+    Fixture::new().route(Method::POST, "/orders/{id}/cancel", move |_| {
+        let run = runs.bump();
+        std::future::ready(FixtureAnswer::text(StatusCode::NOT_FOUND, format!("no open order; refund {run} issued")))
+    })
 }
 
-/// The router's own 404 and 405, marked `NotSpent` by its fallbacks, do not
+/// The router's own 404 and 405, marked `NotSpent` by its fallbacks (the
+/// fixture's [`unrouted_not_spent`](Fixture::unrouted_not_spent)), do not
 /// spend the key: the corrected request runs.
 ///
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn not_kept_routing<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    not_kept_routing_on(&Tower(backend), setting).await;
+}
+
+/// [`not_kept_routing`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn not_kept_routing_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new()
-        .route("/payments", post(validate))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_method)
-        .with_state(runs.clone());
-    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let server = Server::start(target, LayerConfig::global(), payments(&runs).unrouted_not_spent()).await;
     let client = client();
     let (order_404, order_405) = (key(setting, "order-404"), key(setting, "order-405"));
 
@@ -76,6 +77,7 @@ pub async fn not_kept_routing<B: IdempotencyBackend + Clone>(backend: &B, settin
     let corrected = send(post_to(&client, &server.url("/payments"), &order_405, "amount=1")).await;
     assert_eq!((corrected.status, corrected.replayed()), (201, false), "the 405 was kept: {corrected:?}");
     assert_eq!(runs.get(), 2, "only the corrected requests reached the handler");
+    server.stop().await;
 }
 
 /// A handler's own 404 is kept like any answer and runs once for three
@@ -84,13 +86,16 @@ pub async fn not_kept_routing<B: IdempotencyBackend + Clone>(backend: &B, settin
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn kept_handler_404<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    kept_handler_404_on(&Tower(backend), setting).await;
+}
+
+/// [`kept_handler_404`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn kept_handler_404_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new()
-        .route("/orders/{id}/cancel", post(cancel))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_method)
-        .with_state(runs.clone());
-    let server = Served::start(backend, LayerConfig::global(), routes).await;
+    let server = Server::start(target, LayerConfig::global(), cancellations(&runs).unrouted_not_spent()).await;
     let client = client();
     let url = server.url("/orders/o-1/cancel");
     let cancel = key(setting, "cancel-o-1");
@@ -104,12 +109,7 @@ pub async fn kept_handler_404<B: IdempotencyBackend + Clone>(backend: &B, settin
     assert_eq!(runs.get(), 1, "the handler's 404 is its answer: one refund for three tries");
     // Without the router's word, its own 404 is kept too: never a second
     // run on a guess.
-    let unmarked = Served::start(
-        backend,
-        LayerConfig::global(),
-        Router::new().route("/orders/{id}/cancel", post(cancel)).with_state(runs.clone()),
-    )
-    .await;
+    let unmarked = Server::start(target, LayerConfig::global(), cancellations(&runs)).await;
     let typo = key(setting, "cancel-typo");
     let missed = send(post_to(&client, &unmarked.url("/order/o-2/cancel"), &typo, "")).await;
     assert_eq!(missed.status, 404, "{missed:?}");
@@ -126,8 +126,16 @@ pub async fn kept_handler_404<B: IdempotencyBackend + Clone>(backend: &B, settin
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn not_kept_validation<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    not_kept_validation_on(&Tower(backend), setting).await;
+}
+
+/// [`not_kept_validation`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn not_kept_validation_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let server = server(backend, &runs, LayerConfig::global()).await;
+    let server = server(target, &runs, LayerConfig::global()).await;
     let client = client();
     let url = server.url("/payments");
 
@@ -143,6 +151,7 @@ pub async fn not_kept_validation<B: IdempotencyBackend + Clone>(backend: &B, set
         let corrected = send(post_to(&client, &url, &key, "amount=1")).await;
         assert_eq!((corrected.status, corrected.replayed()), (201, false), "{corrected:?}");
     }
+    server.stop().await;
 }
 
 /// With `keep_validation_failures(true)` a handler's 400 or 422 is kept and
@@ -151,8 +160,16 @@ pub async fn not_kept_validation<B: IdempotencyBackend + Clone>(backend: &B, set
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn kept_validation<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    kept_validation_on(&Tower(backend), setting).await;
+}
+
+/// [`kept_validation`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn kept_validation_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let server = server(backend, &runs, LayerConfig::global().keep_validation_failures(true)).await;
+    let server = server(target, &runs, LayerConfig::global().keep_validation_failures(true)).await;
     let client = client();
     let url = server.url("/payments");
 
@@ -169,4 +186,5 @@ pub async fn kept_validation<B: IdempotencyBackend + Clone>(backend: &B, setting
         assert!(other.is_problem(422, "key-reused"), "{other:?}");
         assert_eq!(runs.get(), before + 1);
     }
+    server.stop().await;
 }

@@ -10,45 +10,42 @@
 //! while the key stays free, to its scope alone; a request to no route is answered at once,
 //! never 202; bytes that are no answer are never read as one.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, send, Counter, Reply};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::conformance::Setting;
-use crate::http::{Attempt, LayerConfig, NotSpent};
+use crate::http::LayerConfig;
 use crate::{
     backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
     Fingerprint,
 };
-use axum::extract::Extension;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
+use http::{Method, StatusCode};
 use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A report that takes as many ms as the request's body says.
+async fn report_run(runs: Counter, request: FixtureRequest) -> FixtureAnswer {
+    runs.bump();
+    let millis = request.text().parse().unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    FixtureAnswer::text(StatusCode::CREATED, format!("report after {millis} ms"))
+}
+
 /// Reports that take as many ms as their body says; 202 past a second.
-async fn reports<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Counter) {
+async fn reports<T: ServeTarget>(target: &T) -> (Server<'_, T>, Counter) {
     let runs = Counter::default();
-    let routes = Router::new()
-        .route(
-            "/reports",
-            post(|Extension(runs): Extension<Counter>, body: String| async move {
-                runs.bump();
-                let millis = body.parse().unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(millis)).await;
-                (StatusCode::CREATED, format!("report after {millis} ms"))
-            }),
-        )
-        .layer(Extension(runs.clone()));
+    let counted = runs.clone();
+    let routes = Fixture::new().route(Method::POST, "/reports", move |request| report_run(counted.clone(), request));
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
         .operations("/operations")
         .respond_async_after(Duration::from_secs(1));
-    (Served::start(backend, layer, routes).await, runs)
+    (Server::start(target, layer, routes).await, runs)
 }
 
-fn report(server: &Served, key: &str, millis: u64) -> reqwest::RequestBuilder {
+fn report<T: ServeTarget>(server: &Server<'_, T>, key: &str, millis: u64) -> reqwest::RequestBuilder {
     client()
         .post(server.url("/reports"))
         .header("x-account", "acct-1")
@@ -56,12 +53,12 @@ fn report(server: &Served, key: &str, millis: u64) -> reqwest::RequestBuilder {
         .body(millis.to_string())
 }
 
-fn status(server: &Served, location: &str, account: &str) -> reqwest::RequestBuilder {
+fn status<T: ServeTarget>(server: &Server<'_, T>, location: &str, account: &str) -> reqwest::RequestBuilder {
     client().get(server.url(location)).header("x-account", account.to_owned())
 }
 
 /// The status resource once it is no longer 202, within a few seconds.
-async fn finished(server: &Served, location: &str) -> Reply {
+async fn finished<T: ServeTarget>(server: &Server<'_, T>, location: &str) -> Reply {
     let mut reply = send(status(server, location, "acct-1")).await;
     for _ in 0..100 {
         if reply.status != 202 {
@@ -81,7 +78,15 @@ async fn finished(server: &Served, location: &str) -> Reply {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn respond_async<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, runs) = reports(backend).await;
+    respond_async_on(&Tower(backend), setting).await;
+}
+
+/// [`respond_async`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn respond_async_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, runs) = reports(target).await;
     let r1 = key(setting, "r1");
     let accepted = send(report(&server, &r1, 2_000).header("prefer", "respond-async")).await;
     assert_eq!(accepted.status, 202, "{accepted:?}");
@@ -116,7 +121,15 @@ pub async fn respond_async<B: IdempotencyBackend + Clone>(backend: &B, setting: 
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn async_after<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, runs) = reports(backend).await;
+    async_after_on(&Tower(backend), setting).await;
+}
+
+/// [`async_after`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn async_after_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, runs) = reports(target).await;
     let quick = send(report(&server, &key(setting, "quick"), 0)).await;
     assert_eq!((quick.status, quick.body.as_str()), (201, "report after 0 ms"), "done in time: its own answer");
     let slow_key = key(setting, "slow");
@@ -137,26 +150,32 @@ type Seen = Arc<Mutex<Vec<(u32, bool)>>>;
 
 /// Dies half-way on its first run (after it waited on something, so that
 /// its caller was answered 202), answers 201 after.
-async fn fragile(Extension(seen): Extension<Seen>, Extension(attempt): Extension<Attempt>) -> (StatusCode, String) {
+async fn fragile(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
     tokio::time::sleep(Duration::from_millis(50)).await;
+    let Some(attempt) = request.attempt else {
+        return FixtureAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "no attempt");
+    };
     let run = {
         let mut seen = seen.lock();
         seen.push((attempt.attempt, attempt.recovered));
         seen.len()
     };
     assert!(run > 1, "the first run dies half-way");
-    (StatusCode::CREATED, format!("report on attempt {}, recovered {}", attempt.attempt, attempt.recovered))
+    FixtureAnswer::text(
+        StatusCode::CREATED,
+        format!("report on attempt {}, recovered {}", attempt.attempt, attempt.recovered),
+    )
 }
 
 /// Checks that wait a little, then answer as their body says: `invalid`
 /// a 422 (not kept by default), `busy` a 503 marked `NotSpent`, else 201.
-async fn check(Extension(runs): Extension<Counter>, body: String) -> Response {
+async fn check(runs: Counter, request: FixtureRequest) -> FixtureAnswer {
     runs.bump();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    match body.as_str() {
-        "invalid" => (StatusCode::UNPROCESSABLE_ENTITY, "the amount is not a number").into_response(),
-        "busy" => (StatusCode::SERVICE_UNAVAILABLE, Extension(NotSpent), "try again").into_response(),
-        _ => (StatusCode::CREATED, format!("checked {body}")).into_response(),
+    match request.text().as_str() {
+        "invalid" => FixtureAnswer::text(StatusCode::UNPROCESSABLE_ENTITY, "the amount is not a number"),
+        "busy" => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
+        body => FixtureAnswer::text(StatusCode::CREATED, format!("checked {body}")),
     }
 }
 
@@ -165,7 +184,7 @@ fn account(parts: &http::request::Parts) -> Option<Vec<u8>> {
 }
 
 /// A POST of `body` to `path` with `key`, asking to respond async.
-fn async_post(server: &Served, path: &str, key: &str, body: &str) -> reqwest::RequestBuilder {
+fn async_post<T: ServeTarget>(server: &Server<'_, T>, path: &str, key: &str, body: &str) -> reqwest::RequestBuilder {
     client()
         .post(server.url(path))
         .header("x-account", "acct-1")
@@ -181,13 +200,22 @@ fn async_post(server: &Served, path: &str, key: &str, body: &str) -> reqwest::Re
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn async_abandoned<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    async_abandoned_on(&Tower(backend), setting).await;
+}
+
+/// [`async_abandoned`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn async_abandoned_on<T: ServeTarget>(target: &T, setting: &Setting) {
     // On a movable clock the lease is 5 s, moved past at once; on real
     // time 1 s, slept through.
     let lease = if setting.clock().is_some() { Duration::from_secs(5) } else { Duration::from_secs(1) };
     let seen = Seen::default();
-    let routes = Router::new().route("/fragile", post(fragile)).layer(Extension(Arc::clone(&seen)));
+    let noted = Arc::clone(&seen);
+    let routes = Fixture::new().route(Method::POST, "/fragile", move |request| fragile(Arc::clone(&noted), request));
     let layer = LayerConfig::scoped(account).lease(lease).operations("/operations");
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, routes).await;
     let f1 = key(setting, "f1");
 
     let accepted = send(async_post(&server, "/fragile", &f1, "")).await;
@@ -222,9 +250,18 @@ pub async fn async_abandoned<B: IdempotencyBackend + Clone>(backend: &B, setting
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn async_not_kept<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    async_not_kept_on(&Tower(backend), setting).await;
+}
+
+/// [`async_not_kept`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn async_not_kept_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new().route("/checks", post(check)).layer(Extension(runs.clone()));
-    let server = Served::start(backend, LayerConfig::scoped(account).operations("/operations"), routes).await;
+    let counted = runs.clone();
+    let routes = Fixture::new().route(Method::POST, "/checks", move |request| check(counted.clone(), request));
+    let server = Server::start(target, LayerConfig::scoped(account).operations("/operations"), routes).await;
     let (c1, c2) = (key(setting, "c1"), key(setting, "c2"));
 
     let accepted = send(async_post(&server, "/checks", &c1, "invalid")).await;
@@ -266,7 +303,15 @@ pub async fn async_not_kept<B: IdempotencyBackend + Clone>(backend: &B, setting:
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn async_no_route<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, runs) = reports(backend).await;
+    async_no_route_on(&Tower(backend), setting).await;
+}
+
+/// [`async_no_route`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn async_no_route_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, runs) = reports(target).await;
     let missed = send(async_post(&server, "/reprots", &key(setting, "typo"), "2000")).await;
     assert_eq!(missed.status, 404, "no 202 for a run that never ran: {missed:?}");
     assert_eq!((missed.header("location"), missed.header("preference-applied")), (None, None));
@@ -281,7 +326,16 @@ pub async fn async_no_route<B: IdempotencyBackend + Clone>(backend: &B, setting:
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn status_reads_answers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, _runs) = reports(backend).await;
+    status_reads_answers_on(&Tower(backend), setting).await;
+}
+
+/// [`status_reads_answers`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn status_reads_answers_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, _runs) = reports(target).await;
+    let backend = target.backend();
     for (name, bytes) in [("letter", &[0x01u8, 0x03, 0, 0][..]), ("progress", b"{\"sent\":3}"), ("empty", b"")] {
         let key = key(setting, name);
         let claimed = backend.claim(b"acct-1", key.as_bytes(), Fingerprint::of(b"other"), ClaimOptions::new()).await;

@@ -4,15 +4,14 @@
 //! other tenants are not affected. Leaves the scope as empty as it found
 //! it.
 
+use super::fixture::{Fixture, FixtureAnswer};
+use super::harness::key;
 use super::harness::{client, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::{QuotaScope, Setting};
 use crate::http::LayerConfig;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
+use http::{Method, StatusCode};
 
 /// A new key in a scope at its quota
 /// ([`Capabilities::quota`](crate::conformance::Capabilities::quota)) is
@@ -24,17 +23,23 @@ use axum::Router;
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn quota<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting, quota: &QuotaScope) {
+    quota_on(&Tower(backend), setting, quota).await;
+}
+
+/// [`quota`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn quota_on<T: ServeTarget>(target: &T, setting: &Setting, quota: &QuotaScope) {
     let runs = Counter::default();
-    let routes = Router::new()
-        .route(
-            "/payments",
-            post(
-                |State(runs): State<Counter>| async move { (StatusCode::CREATED, format!("payment {}", runs.bump())) },
-            ),
-        )
-        .with_state(runs.clone());
+    let counted = runs.clone();
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| {
+        let run = counted.bump();
+        async move { FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}")) }
+    });
     let layer = LayerConfig::scoped(|request| request.headers.get("x-account").map(|value| value.as_bytes().to_vec()));
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, fixture).await;
+    let backend = target.backend();
     let client = client();
     let url = server.url("/payments");
     let limited = String::from_utf8(quota.scope().to_vec()).expect("a visible ASCII scope");
@@ -68,4 +73,5 @@ pub async fn quota<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting
     for order in orders.iter().filter(|order| *order != freed) {
         assert!(backend.remove(quota.scope(), order.as_bytes()).await.expect("remove"), "{order} was kept");
     }
+    server.stop().await;
 }

@@ -3,32 +3,32 @@
 //! first answer's `Date`, and no header on the `replay_deny` list; and what
 //! a waited replay says of its preference.
 
+use super::fixture::{Fixture, FixtureAnswer};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::LayerConfig;
-use axum::extract::State;
-use axum::http::header::{HeaderName, DATE, ETAG, SET_COOKIE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::routing::post;
-use axum::Router;
+use http::header::{HeaderName, DATE, ETAG, SET_COOKIE};
+use http::{HeaderValue, Method, StatusCode};
 
 /// A `Date` no server would send today, to tell the first answer's from a
 /// fresh one.
 const OLD_DATE: &str = "Mon, 01 Jan 2001 00:00:00 GMT";
 
-async fn create(State(runs): State<Counter>) -> (StatusCode, HeaderMap, String) {
+fn create(runs: &Counter) -> std::future::Ready<FixtureAnswer> {
     let run = runs.bump();
-    let mut headers = HeaderMap::new();
-    headers.insert(ETAG, HeaderValue::from_static("\"v1\""));
-    headers.insert("x-request-id", HeaderValue::from_str(&format!("req-{run}")).expect("value"));
-    headers.insert("x-payment-region", HeaderValue::from_static("eu-west"));
-    headers.append(SET_COOKIE, HeaderValue::from_static("session=abc; Path=/"));
-    headers.append(SET_COOKIE, HeaderValue::from_static("theme=dark; Path=/"));
-    headers.insert(DATE, HeaderValue::from_static(OLD_DATE));
-    headers.insert("x-internal-trace", HeaderValue::from_static("node-7"));
-    (StatusCode::CREATED, headers, format!("payment {run}"))
+    let request_id = HeaderValue::from_str(&format!("req-{run}")).unwrap_or(HeaderValue::from_static("req-?"));
+    let answer = FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
+        .header(ETAG, HeaderValue::from_static("\"v1\""))
+        .header(HeaderName::from_static("x-request-id"), request_id)
+        .header(HeaderName::from_static("x-payment-region"), HeaderValue::from_static("eu-west"))
+        .append(SET_COOKIE, HeaderValue::from_static("session=abc; Path=/"))
+        .append(SET_COOKIE, HeaderValue::from_static("theme=dark; Path=/"))
+        .header(DATE, HeaderValue::from_static(OLD_DATE))
+        .header(HeaderName::from_static("x-internal-trace"), HeaderValue::from_static("node-7"));
+    std::future::ready(answer)
 }
 
 /// A replay carries the stored headers (`ETag`, `x-request-id`, a custom
@@ -38,10 +38,19 @@ async fn create(State(runs): State<Counter>) -> (StatusCode, HeaderMap, String) 
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn replay_headers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    replay_headers_on(&Tower(backend), setting).await;
+}
+
+/// [`replay_headers`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn replay_headers_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
+    let counted = runs.clone();
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(&counted));
     let layer = LayerConfig::global().replay_deny(vec![HeaderName::from_static("x-internal-trace")]);
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, fixture).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-h");
@@ -60,13 +69,14 @@ pub async fn replay_headers<B: IdempotencyBackend + Clone>(backend: &B, setting:
     assert_eq!(replay.header_all("set-cookie"), ["session=abc; Path=/", "theme=dark; Path=/"]);
     assert_ne!(replay.header("date"), Some(OLD_DATE), "the first answer's Date was replayed");
     assert_eq!(replay.header("x-internal-trace"), None, "a header in replay_deny was replayed");
+    server.stop().await;
 }
 
 /// Takes 1 s, so that duplicates arrive while it runs.
-async fn slow(State(runs): State<Counter>) -> (StatusCode, String) {
+async fn slow(runs: Counter) -> FixtureAnswer {
     let run = runs.bump();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    (StatusCode::CREATED, format!("payment {run}"))
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
 }
 
 /// A duplicate that waited (`Prefer: wait=N`) is told `Preference-Applied:
@@ -76,10 +86,19 @@ async fn slow(State(runs): State<Counter>) -> (StatusCode, String) {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn waited_replay<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    waited_replay_on(&Tower(backend), setting).await;
+}
+
+/// [`waited_replay`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn waited_replay_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new().route("/payments", post(slow)).with_state(runs.clone());
+    let counted = runs.clone();
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| slow(counted.clone()));
     let layer = LayerConfig::global().wait_max(std::time::Duration::from_secs(20));
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, fixture).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-wait");
@@ -94,4 +113,5 @@ pub async fn waited_replay<B: IdempotencyBackend + Clone>(backend: &B, setting: 
     assert_eq!(waited.header("preference-applied"), Some("wait=20"), "{waited:?}");
     assert_eq!(first.await.expect("join").body, "payment 1");
     assert_eq!(runs.get(), 1);
+    server.stop().await;
 }

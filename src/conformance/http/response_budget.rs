@@ -7,40 +7,44 @@
 //! An answer at the edge of the budget is kept whole or without its body,
 //! and either way never runs twice.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter, Reply};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::LayerConfig;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::post;
-use axum::Router;
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{Method, StatusCode};
 
 /// What the stored form of the handler's answer takes besides its body:
 /// the format's prefix (4), status and header count (4), and
 /// `content-type: application/octet-stream` (6 + 12 + 24).
 const HEAD: usize = 8 + 6 + "content-type".len() + "application/octet-stream".len();
 
-/// Answers 201 with as many bytes as the request body says.
-async fn blob(State(runs): State<Counter>, body: String) -> impl IntoResponse {
+/// The length the request's body says.
+fn length(runs: &Counter, request: &FixtureRequest) -> usize {
     runs.bump();
-    let len: usize = body.parse().expect("a length");
-    (StatusCode::CREATED, [(CONTENT_TYPE, "application/octet-stream")], vec![b'x'; len])
+    request.text().parse().expect("a length")
+}
+
+const OCTETS: HeaderValue = HeaderValue::from_static("application/octet-stream");
+
+/// Answers 201 with as many bytes as the request body says.
+fn blob(runs: &Counter, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    let len = length(runs, request);
+    std::future::ready(FixtureAnswer::bytes(StatusCode::CREATED, vec![b'x'; len]).header(CONTENT_TYPE, OCTETS))
 }
 
 /// Answers 201 with as many bytes as the request body says, streamed in
 /// chunks of 1000 bytes, its length unknown until it ends.
-async fn streamed(State(runs): State<Counter>, body: String) -> impl IntoResponse {
-    runs.bump();
-    let len: usize = body.parse().expect("a length");
-    let chunks: Vec<Result<Vec<u8>, std::convert::Infallible>> =
-        (0..len).step_by(1000).map(|at| Ok(vec![b'y'; (len - at).min(1000)])).collect();
-    let body = Body::from_stream(futures_util::stream::iter(chunks));
-    (StatusCode::CREATED, [(CONTENT_TYPE, "application/octet-stream")], body)
+fn streamed(runs: &Counter, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    let len = length(runs, request);
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        (0..len).step_by(1000).map(|at| Ok(Bytes::from(vec![b'y'; (len - at).min(1000)]))).collect();
+    let body = Box::pin(futures_util::stream::iter(chunks));
+    std::future::ready(FixtureAnswer::streamed(StatusCode::CREATED, body).header(CONTENT_TYPE, OCTETS))
 }
 
 /// The response budget: the backend's limit on a stored response.
@@ -48,9 +52,14 @@ fn budget<B: IdempotencyBackend>(backend: &B) -> usize {
     backend.limits().response_bytes_max
 }
 
-async fn server<B: IdempotencyBackend + Clone>(backend: &B, runs: &Counter) -> Served {
-    let routes = Router::new().route("/blobs", post(blob)).route("/streams", post(streamed)).with_state(runs.clone());
-    Served::start(backend, LayerConfig::global(), routes).await
+async fn server<'t, T: ServeTarget>(target: &'t T, runs: &Counter) -> Server<'t, T> {
+    let (blobs, streams) = (runs.clone(), runs.clone());
+    let routes = Fixture::new().route(Method::POST, "/blobs", move |request| blob(&blobs, &request)).route(
+        Method::POST,
+        "/streams",
+        move |request| streamed(&streams, &request),
+    );
+    Server::start(target, LayerConfig::global(), routes).await
 }
 
 /// The handler's answer, whole, told the first caller.
@@ -80,10 +89,18 @@ fn assert_omitted(retry: &Reply, what: &str) {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn over_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    over_budget_on(&Tower(backend), setting).await;
+}
+
+/// [`over_budget`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn over_budget_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let server = server(backend, &runs).await;
+    let server = server(target, &runs).await;
     let client = client();
-    let over = budget(backend) - HEAD + 1;
+    let over = budget(target.backend()) - HEAD + 1;
     for (path, byte, len) in [("/blobs", b'x', over), ("/blobs", b'x', over + 36 * 1024), ("/streams", b'y', over * 3)]
     {
         let (url, what) = (server.url(path), format!("{path}, body of {len}"));
@@ -107,11 +124,19 @@ pub async fn over_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &S
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn edge_of_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    edge_of_budget_on(&Tower(backend), setting).await;
+}
+
+/// [`edge_of_budget`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn edge_of_budget_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let server = server(backend, &runs).await;
+    let server = server(target, &runs).await;
     let client = client();
     let url = server.url("/blobs");
-    let budget = budget(backend);
+    let budget = budget(target.backend());
     // Exactly the budget, one byte over it, and a little under it.
     for (case, len) in [budget - HEAD, budget - HEAD + 1, budget - HEAD - 1, budget - HEAD - 40].into_iter().enumerate()
     {
@@ -140,10 +165,12 @@ fn summary(reply: &Reply) -> (u16, Option<&str>, Option<&str>, usize) {
 
 /// Answers 201 with an empty body and one header as long as the request
 /// body says: cookies, CSP and Link headers past a small budget.
-async fn headers(State(runs): State<Counter>, body: String) -> impl IntoResponse {
-    runs.bump();
-    let len: usize = body.parse().expect("a length");
-    (StatusCode::CREATED, [("x-policy", "p".repeat(len))], "created")
+fn headers(runs: &Counter, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    let len = length(runs, request);
+    let policy = HeaderValue::from_str(&"p".repeat(len)).expect("visible ASCII");
+    std::future::ready(
+        FixtureAnswer::text(StatusCode::CREATED, "created").header(HeaderName::from_static("x-policy"), policy),
+    )
 }
 
 /// Headers alone over the response budget reach the caller whole; what is
@@ -153,14 +180,23 @@ async fn headers(State(runs): State<Counter>, body: String) -> impl IntoResponse
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn headers_over_budget<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    headers_over_budget_on(&Tower(backend), setting).await;
+}
+
+/// [`headers_over_budget`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn headers_over_budget_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new().route("/policies", post(headers)).with_state(runs.clone());
+    let counted = runs.clone();
+    let routes = Fixture::new().route(Method::POST, "/policies", move |request| headers(&counted, &request));
     let lease = std::time::Duration::from_secs(1);
     let layer = LayerConfig::global().lease(lease);
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, routes).await;
     let client = client();
     let url = server.url("/policies");
-    let over = budget(backend) + 904;
+    let over = budget(target.backend()) + 904;
     for (name, len) in [("headers-over", over), ("headers-far-over", 200_000)] {
         let key = &key(setting, name);
         let before = runs.get();

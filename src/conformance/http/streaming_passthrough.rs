@@ -1,21 +1,19 @@
 //! Guards the pass-through of requests the layer does not guard: a
 //! streamed GET behind a router-wide layer reaches the client as it is
 //! produced, not buffered until its end.
+use super::fixture::{Fixture, FixtureAnswer};
 use super::harness::client;
-use super::harness::Served;
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::http::LayerConfig;
-use axum::body::{Body, Bytes};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::Router;
+use bytes::Bytes;
 use futures_util::stream;
-use std::convert::Infallible;
+use http::{Method, StatusCode};
 use std::time::{Duration, Instant};
 
 /// A chunk, a 2 s pause, another chunk.
-async fn ticker() -> Body {
-    Body::from_stream(stream::unfold(0, |sent| async move {
+fn ticker() -> std::future::Ready<FixtureAnswer> {
+    let chunks = stream::unfold(0, |sent| async move {
         let chunk = match sent {
             0 => "first;",
             1 => {
@@ -24,8 +22,9 @@ async fn ticker() -> Body {
             }
             _ => return None,
         };
-        Some((Ok::<_, Infallible>(Bytes::from_static(chunk.as_bytes())), sent + 1))
-    }))
+        Some((Ok::<_, std::io::Error>(Bytes::from_static(chunk.as_bytes())), sent + 1))
+    });
+    std::future::ready(FixtureAnswer::streamed(StatusCode::OK, Box::pin(chunks)))
 }
 
 /// A streamed GET behind a router-wide layer (a request the layer does not
@@ -34,9 +33,19 @@ async fn ticker() -> Body {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn streamed_get<B: IdempotencyBackend + Clone>(backend: &B) {
+    streamed_get_on(&Tower(backend)).await;
+}
+
+/// [`streamed_get`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn streamed_get_on<T: ServeTarget>(target: &T) {
     let routes =
-        Router::new().route("/ticks", get(ticker)).route("/payments", post(|| async { (StatusCode::CREATED, "ok") }));
-    let server = Served::start(backend, LayerConfig::global(), routes).await;
+        Fixture::new()
+            .route(Method::GET, "/ticks", |_| ticker())
+            .route(Method::POST, "/payments", |_| async { FixtureAnswer::text(StatusCode::CREATED, "ok") });
+    let server = Server::start(target, LayerConfig::global(), routes).await;
     let client = client();
 
     let started = Instant::now();
@@ -53,4 +62,5 @@ pub async fn streamed_get<B: IdempotencyBackend + Clone>(backend: &B) {
     assert!(first_at < Duration::from_secs(1), "the first chunk waited for the stream's end: {first_at:?}");
     assert!(end_at >= Duration::from_millis(1900), "the stream did not pause, the test proves nothing: {end_at:?}");
     assert!(response.headers().get("idempotency-replay").is_none());
+    server.stop().await;
 }

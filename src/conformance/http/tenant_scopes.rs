@@ -2,21 +2,20 @@
 //! tenant, so two tenants with the same key and body each get their own
 //! run and answer; a request that names no tenant is refused.
 
+use super::fixture::{Fixture, FixtureAnswer};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::LayerConfig;
-use axum::extract::State;
-use axum::http::header::LOCATION;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::post;
-use axum::Router;
+use http::header::LOCATION;
+use http::{HeaderValue, Method, StatusCode};
 
-async fn create(State(runs): State<Counter>) -> impl IntoResponse {
+fn create(runs: &Counter) -> std::future::Ready<FixtureAnswer> {
     let run = runs.bump();
-    (StatusCode::CREATED, [(LOCATION, format!("/payments/{run}"))], format!("payment {run}"))
+    let location = HeaderValue::from_str(&format!("/payments/{run}")).unwrap_or(HeaderValue::from_static("/"));
+    std::future::ready(FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}")).header(LOCATION, location))
 }
 
 /// Keys scoped by an `X-Account` header are per tenant: two tenants with
@@ -26,11 +25,20 @@ async fn create(State(runs): State<Counter>) -> impl IntoResponse {
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn tenant_scopes<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
+    tenant_scopes_on(&Tower(backend), setting).await;
+}
+
+/// [`tenant_scopes`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn tenant_scopes_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let runs = Counter::default();
-    let routes = Router::new().route("/payments", post(create)).with_state(runs.clone());
+    let counted = runs.clone();
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| create(&counted));
     let layer =
         LayerConfig::scoped(|request| request.headers.get("x-account").map(|account| account.as_bytes().to_vec()));
-    let server = Served::start(backend, layer, routes).await;
+    let server = Server::start(target, layer, fixture).await;
     let client = client();
     let url = server.url("/payments");
     let order = key(setting, "order-1");
@@ -53,4 +61,5 @@ pub async fn tenant_scopes<B: IdempotencyBackend + Clone>(backend: &B, setting: 
     let nobody = send(post_to(&client, &url, &order, "amount=10")).await;
     assert!(nobody.is_problem(400, "scope-missing"), "{nobody:?}");
     assert_eq!(runs.get(), 2, "a request without a tenant did not run");
+    server.stop().await;
 }

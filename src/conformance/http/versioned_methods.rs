@@ -7,15 +7,14 @@
 //! off a writer that can. A `GET` or `HEAD` with `If-None-Match` naming
 //! the current tag is 304 with the `ETag`, the handler not run.
 
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
+use super::harness::key;
 use super::harness::{client, send, Counter, Reply};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::{IfMatch, LayerConfig};
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
+use http::{Method, StatusCode};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,14 +28,44 @@ struct Accounts {
     reads: Counter,
 }
 
+/// The `{id}` of `/accounts/{id}`.
+fn id(request: &FixtureRequest) -> String {
+    request.path().strip_prefix("/accounts/").unwrap_or_default().to_owned()
+}
+
 /// Sets the account; a body `slow` holds it for 600 ms first.
-async fn set(State(accounts): State<Accounts>, Path(id): Path<String>, body: String) -> StatusCode {
+async fn set(accounts: Accounts, request: FixtureRequest) -> FixtureAnswer {
     accounts.writes.bump();
+    let body = request.text();
     if body == "slow" {
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
-    accounts.values.lock().insert(id, body);
-    StatusCode::OK
+    accounts.values.lock().insert(id(&request), body);
+    FixtureAnswer::empty(StatusCode::OK)
+}
+
+/// Creates the account.
+fn create(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    accounts.writes.bump();
+    accounts.values.lock().insert(id(request), request.text());
+    std::future::ready(FixtureAnswer::empty(StatusCode::CREATED))
+}
+
+/// Removes the account.
+fn remove(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    accounts.writes.bump();
+    accounts.values.lock().remove(&id(request));
+    std::future::ready(FixtureAnswer::empty(StatusCode::NO_CONTENT))
+}
+
+/// Reads the account.
+fn read(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
+    accounts.reads.bump();
+    let answer = match accounts.values.lock().get(&id(request)) {
+        Some(value) => FixtureAnswer::text(StatusCode::OK, value.clone()),
+        None => FixtureAnswer::text(StatusCode::NOT_FOUND, String::new()),
+    };
+    std::future::ready(answer)
 }
 
 fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
@@ -45,47 +74,41 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
 
 /// `/accounts/{id}`: POST creates, PUT and PATCH set, DELETE removes, GET
 /// reads; the layer guards its default methods (POST and PATCH) with keys.
-async fn accounts<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Accounts) {
+async fn accounts<T: ServeTarget>(target: &T) -> (Server<'_, T>, Accounts) {
     let accounts = Accounts::default();
-    let routes = Router::new()
-        .route(
-            "/accounts/{id}",
-            post(|State(accounts): State<Accounts>, Path(id): Path<String>, body: String| async move {
-                accounts.writes.bump();
-                accounts.values.lock().insert(id, body);
-                StatusCode::CREATED
-            })
-            .put(set)
-            .patch(set)
-            .delete(|State(accounts): State<Accounts>, Path(id): Path<String>| async move {
-                accounts.writes.bump();
-                accounts.values.lock().remove(&id);
-                StatusCode::NO_CONTENT
-            })
-            .get(|State(accounts): State<Accounts>, Path(id): Path<String>| async move {
-                accounts.reads.bump();
-                match accounts.values.lock().get(&id) {
-                    Some(value) => (StatusCode::OK, value.clone()),
-                    None => (StatusCode::NOT_FOUND, String::new()),
-                }
-            }),
-        )
-        .with_state(accounts.clone());
+    let [created, put, patched, deleted, read_by] = [(); 5].map(|()| accounts.clone());
+    let routes = Fixture::new()
+        .route(Method::POST, "/accounts/{id}", move |request| create(&created, &request))
+        .route(Method::PUT, "/accounts/{id}", move |request| set(put.clone(), request))
+        .route(Method::PATCH, "/accounts/{id}", move |request| set(patched.clone(), request))
+        .route(Method::DELETE, "/accounts/{id}", move |request| remove(&deleted, &request))
+        .route(Method::GET, "/accounts/{id}", move |request| read(&read_by, &request));
     let layer = LayerConfig::scoped(|parts| parts.headers.get("x-account").map(|account| account.as_bytes().to_vec()))
         .versioned_resource(account_of, IfMatch::Required);
-    (Served::start(backend, layer, routes).await, accounts)
+    (Server::start(target, layer, routes).await, accounts)
 }
 
 /// A request of `method` on account `id` of tenant `acct-1`, with the
 /// key and the `If-Match` given.
-fn request(
-    server: &Served,
+fn request<T: ServeTarget>(
+    server: &Server<'_, T>,
     method: reqwest::Method,
     id: &str,
     key: Option<&str>,
     tag: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    let mut request = client().request(method, server.url(&format!("/accounts/{id}"))).header("x-account", "acct-1");
+    request_at(&server.base, method, id, key, tag)
+}
+
+/// [`request`] to the server at `base`.
+fn request_at(
+    base: &str,
+    method: reqwest::Method,
+    id: &str,
+    key: Option<&str>,
+    tag: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let mut request = client().request(method, format!("{base}/accounts/{id}")).header("x-account", "acct-1");
     if let Some(key) = key {
         request = request.header("idempotency-key", key.to_owned());
     }
@@ -103,7 +126,15 @@ fn request(
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn every_method_checked<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, accounts) = accounts(backend).await;
+    every_method_checked_on(&Tower(backend), setting).await;
+}
+
+/// [`every_method_checked`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn every_method_checked_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, accounts) = accounts(target).await;
     let (id, k) = (key(setting, "acct"), |name: &str| key(setting, name));
     let tag = |version: u32| format!("\"{id}-v{version}\"");
     let (put, delete, patch) = (reqwest::Method::PUT, reqwest::Method::DELETE, reqwest::Method::PATCH);
@@ -142,24 +173,31 @@ pub async fn every_method_checked<B: IdempotencyBackend + Clone>(backend: &B, se
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn unconditional_writers<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, accounts) = accounts(backend).await;
-    let server = Arc::new(server);
+    unconditional_writers_on(&Tower(backend), setting).await;
+}
+
+/// [`unconditional_writers`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn unconditional_writers_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, accounts) = accounts(target).await;
     let id = key(setting, "busy");
     let created =
         send(request(&server, reqwest::Method::POST, &id, Some(&key(setting, "create")), None).body("0")).await;
     assert_eq!(created.status, 201, "{created:?}");
     let bad = |name: String| {
-        let (server, id) = (Arc::clone(&server), id.clone());
+        let (base, id) = (server.base.clone(), id.clone());
         tokio::spawn(
-            async move { send(request(&server, reqwest::Method::PATCH, &id, Some(&name), None).body("x")).await },
+            async move { send(request_at(&base, reqwest::Method::PATCH, &id, Some(&name), None).body("x")).await },
         )
     };
     let statuses = |replies: Vec<Reply>| replies.iter().map(|reply| reply.status).collect::<Vec<_>>();
 
     let slow = {
-        let (server, id, key) = (Arc::clone(&server), id.clone(), key(setting, "slow"));
+        let (base, id, key) = (server.base.clone(), id.clone(), key(setting, "slow"));
         tokio::spawn(async move {
-            send(request(&server, reqwest::Method::PATCH, &id, Some(&key), Some(&format!("\"{id}-v1\""))).body("slow"))
+            send(request_at(&base, reqwest::Method::PATCH, &id, Some(&key), Some(&format!("\"{id}-v1\""))).body("slow"))
                 .await
         })
     };
@@ -188,7 +226,7 @@ pub async fn unconditional_writers<B: IdempotencyBackend + Clone>(backend: &B, s
         assert_eq!(statuses(replies), vec![428; 16], "round {round}");
     }
     assert_eq!(accounts.writes.get(), 2 + 5, "the creation, the slow write and one valid write a round");
-    Arc::into_inner(server).expect("the writers are done").stop().await;
+    server.stop().await;
 }
 
 /// A `GET` or `HEAD` with `If-None-Match` naming the current tag (strong or
@@ -198,7 +236,15 @@ pub async fn unconditional_writers<B: IdempotencyBackend + Clone>(backend: &B, s
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn not_modified<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, accounts) = accounts(backend).await;
+    not_modified_on(&Tower(backend), setting).await;
+}
+
+/// [`not_modified`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn not_modified_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, accounts) = accounts(target).await;
     let id = key(setting, "cached");
     let created =
         send(request(&server, reqwest::Method::POST, &id, Some(&key(setting, "create")), None).body("10")).await;

@@ -6,17 +6,14 @@
 //! scenario and then checks the store's counts: each waiting request one
 //! claim answered by a replay, never a conflict, and no waiter polling.)
 
+use super::fixture::{Fixture, FixtureAnswer};
+use super::harness::key;
 use super::harness::{client, post as post_to, send, Counter};
-use super::harness::{key, Served};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
-use crate::http::{IdempotencyLayer, LayerConfig};
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::routing::post;
-use axum::Router;
+use crate::http::LayerConfig;
+use http::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -25,8 +22,6 @@ const WAITERS: u32 = 500;
 
 #[derive(Default)]
 struct Shared {
-    /// Requests that reached the server (counted outside the layer).
-    arrived: Counter,
     started: Counter,
     finished: Counter,
     /// Lets the slow handler end once the test has measured the other key.
@@ -34,17 +29,12 @@ struct Shared {
 }
 
 /// Takes 2 s, and longer until the test says so (20 s at most).
-async fn slow(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+async fn slow(shared: Arc<Shared>) -> FixtureAnswer {
     let run = shared.started.bump();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let _released_or_not = tokio::time::timeout(Duration::from_secs(20), shared.release.notified()).await;
     shared.finished.bump();
-    (StatusCode::CREATED, format!("payment {run}"))
-}
-
-async fn arrive(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    shared.arrived.bump();
-    next.run(request).await
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment {run}"))
 }
 
 /// 500 duplicates waiting (`Prefer: wait`) on one key whose handler still
@@ -56,26 +46,36 @@ async fn arrive(State(shared): State<Arc<Shared>>, request: Request, next: Next)
 /// # Panics
 /// When the layer over the backend answers otherwise.
 pub async fn waiters<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    crowd(backend, setting).await;
-    alone(backend, setting).await;
+    waiters_on(&Tower(backend), setting).await;
+}
+
+/// [`waiters`] on any target.
+///
+/// # Panics
+/// When the target answers otherwise.
+pub async fn waiters_on<T: ServeTarget>(target: &T, setting: &Setting) {
+    crowd(target, setting).await;
+    alone(target, setting).await;
 }
 
 /// The slow handler at `/payments` and a quick one at `/quick` behind the
-/// layer over `backend`, arrivals counted outside the layer.
-async fn serve<B: IdempotencyBackend + Clone>(backend: &B) -> (Served, Arc<Shared>) {
+/// contract on `target`; arrivals are counted outside it, in the
+/// fixture's [`arrivals`](Fixture::arrivals).
+async fn serve<T: ServeTarget>(target: &T) -> (Server<'_, T>, Arc<Shared>, Counter) {
     let shared = Arc::new(Shared::default());
-    let app = Router::new()
-        .route("/payments", post(slow))
-        .route("/quick", post(|| async { (StatusCode::CREATED, "quick") }))
-        .with_state(Arc::clone(&shared))
-        .layer(IdempotencyLayer::new(backend.clone(), LayerConfig::global()))
-        .layer(middleware::from_fn_with_state(Arc::clone(&shared), arrive));
-    (Served::serve(app).await, shared)
+    let running = Arc::clone(&shared);
+    let fixture = Fixture::new().route(Method::POST, "/payments", move |_| slow(Arc::clone(&running))).route(
+        Method::POST,
+        "/quick",
+        |_| async { FixtureAnswer::text(StatusCode::CREATED, "quick") },
+    );
+    let arrived = fixture.arrivals().clone();
+    (Server::start(target, LayerConfig::global(), fixture).await, shared, arrived)
 }
 
 /// The 500 waiters and the other key.
-async fn crowd<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, shared) = serve(backend).await;
+async fn crowd<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, shared, arrived) = serve(target).await;
     let (crowd, other_key) = (key(setting, "order-crowd"), key(setting, "order-other"));
     let client = client();
     let url = server.url("/payments");
@@ -85,7 +85,7 @@ async fn crowd<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
     let waiters: Vec<_> = (0..WAITERS)
         .map(|_| tokio::spawn(send(post_to(&client, &url, &crowd, "amount=1").header("Prefer", "wait=30"))))
         .collect();
-    shared.arrived.reach(WAITERS + 1, Duration::from_secs(20), "every waiter reached the server").await;
+    arrived.reach(WAITERS + 1, Duration::from_secs(20), "every waiter reached the server").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(shared.finished.get(), 0, "the handler is still running, the waiters are waiting");
 
@@ -117,14 +117,14 @@ async fn crowd<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
 
 /// One request that waits (`Prefer: wait=10`) half a second while the
 /// first runs: the replay, and one run.
-async fn alone<B: IdempotencyBackend + Clone>(backend: &B, setting: &Setting) {
-    let (server, shared) = serve(backend).await;
+async fn alone<T: ServeTarget>(target: &T, setting: &Setting) {
+    let (server, shared, arrived) = serve(target).await;
     let client = client();
     let (url, order) = (server.url("/payments"), key(setting, "order-wait"));
     let first = tokio::spawn(send(post_to(&client, &url, &order, "amount=1")));
     shared.started.reach(1, Duration::from_secs(10), "the first request's handler started").await;
     let waiter = tokio::spawn(send(post_to(&client, &url, &order, "amount=1").header("Prefer", "wait=10")));
-    shared.arrived.reach(2, Duration::from_secs(20), "the waiting request reached the server").await;
+    arrived.reach(2, Duration::from_secs(20), "the waiting request reached the server").await;
     // Its claim found the key in progress; let it wait a while.
     tokio::time::sleep(Duration::from_millis(500)).await;
     shared.release.notify_one();

@@ -1,8 +1,13 @@
 //! The middleware on a real actix-web server on loopback, driven by a
-//! real HTTP client (reqwest): one module per scenario.
+//! real HTTP client (reqwest): one module per scenario, and the HTTP
+//! conformance scenarios of `idemkv::conformance::http` on the middleware
+//! (`conformance`, served by `target`), over the embedded store and over
+//! Redis and PostgreSQL (`fleets`).
 
 mod client_leaves;
+mod conformance;
 mod draft_vectors;
+mod fleets;
 mod handler_panic;
 mod long_operations;
 mod refusals;
@@ -10,3 +15,4 @@ mod replay;
 mod same_as_tower;
 mod server;
 mod streamed_get;
+mod target;

@@ -13,20 +13,16 @@
 //! claimed; a vector that waits on a behaviour not built yet is run and
 //! reported, not asserted.
 
-use super::harness::Served;
+use super::fixture::{Fixture, FixtureAnswer, FixtureRequest};
 use super::harness::{read, Counter, Reply};
+use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
 use crate::http::LayerConfig;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Method, StatusCode};
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 
 mod vectors;
@@ -42,48 +38,61 @@ const REPLAYED: &str = "idempotency-replayed";
 
 // The fixture: every POST route counts a run.
 
-async fn echo(State(runs): State<Counter>, headers: HeaderMap, body: Bytes) -> Response {
-    runs.bump();
+fn echo(request: &FixtureRequest) -> FixtureAnswer {
     let content_type =
-        headers.get(CONTENT_TYPE).cloned().unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    (StatusCode::CREATED, [(CONTENT_TYPE, content_type)], body).into_response()
+        request.headers.get(CONTENT_TYPE).cloned().unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    FixtureAnswer::bytes(StatusCode::CREATED, request.body.clone()).header(CONTENT_TYPE, content_type)
 }
 
-async fn status(State(runs): State<Counter>, Path(code): Path<u16>) -> Response {
-    runs.bump();
-    let status = StatusCode::from_u16(code).expect("a status the vector names");
-    (status, [(CONTENT_TYPE, "text/plain")], format!("status:{code}")).into_response()
+fn status(request: &FixtureRequest) -> FixtureAnswer {
+    let code = request.path().strip_prefix("/status/").unwrap_or_default();
+    let Some(status) = code.parse().ok().and_then(|code| StatusCode::from_u16(code).ok()) else {
+        return FixtureAnswer::text(StatusCode::BAD_REQUEST, format!("no status {code}"));
+    };
+    FixtureAnswer::bytes(status, format!("status:{code}")).header(CONTENT_TYPE, HeaderValue::from_static("text/plain"))
 }
 
-fn number(query: &HashMap<String, String>, name: &str) -> u64 {
-    query.get(name).and_then(|value| value.parse().ok()).unwrap_or(0)
+fn number(request: &FixtureRequest, name: &str) -> u64 {
+    request.query(name).and_then(|value| value.parse().ok()).unwrap_or(0)
 }
 
-async fn slow(State(runs): State<Counter>, Query(query): Query<HashMap<String, String>>) -> String {
-    runs.bump();
-    let ms = number(&query, "ms");
+async fn slow(request: FixtureRequest) -> FixtureAnswer {
+    let ms = number(&request, "ms");
     tokio::time::sleep(Duration::from_millis(ms)).await;
-    format!("slept:{ms}")
+    FixtureAnswer::text(StatusCode::OK, format!("slept:{ms}"))
 }
 
-async fn large(State(runs): State<Counter>, Query(query): Query<HashMap<String, String>>) -> Response {
-    runs.bump();
-    let bytes = vec![b'x'; usize::try_from(number(&query, "bytes")).expect("a length")];
-    (StatusCode::OK, [(CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
+fn large(request: &FixtureRequest) -> FixtureAnswer {
+    let bytes = vec![b'x'; usize::try_from(number(request, "bytes")).unwrap_or(0)];
+    FixtureAnswer::bytes(StatusCode::OK, Bytes::from(bytes))
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))
 }
 
-async fn counter(State(runs): State<Counter>) -> Response {
-    ([(CONTENT_TYPE, "application/json")], format!(r#"{{"count": {}}}"#, runs.get())).into_response()
-}
-
-fn fixture(runs: Counter) -> Router {
-    Router::new()
-        .route("/echo", post(echo))
-        .route("/status/{code}", post(status))
-        .route("/slow", post(slow))
-        .route("/large", post(large))
-        .route("/counter", get(counter))
-        .with_state(runs)
+/// The suite's fixture routes, their runs counted in `runs`.
+fn fixture(runs: &Counter) -> Fixture {
+    let counted = |runs: &Counter, answer: fn(&FixtureRequest) -> FixtureAnswer| {
+        let runs = runs.clone();
+        move |request: FixtureRequest| {
+            runs.bump();
+            std::future::ready(answer(&request))
+        }
+    };
+    let (slow_runs, read_runs) = (runs.clone(), runs.clone());
+    Fixture::new()
+        .route(Method::POST, "/echo", counted(runs, echo))
+        .route(Method::POST, "/status/{code}", counted(runs, status))
+        .route(Method::POST, "/slow", move |request| {
+            slow_runs.bump();
+            slow(request)
+        })
+        .route(Method::POST, "/large", counted(runs, large))
+        .route(Method::GET, "/counter", move |_| {
+            let count = format!(r#"{{"count": {}}}"#, read_runs.get());
+            std::future::ready(
+                FixtureAnswer::bytes(StatusCode::OK, count)
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            )
+        })
 }
 
 // The vectors, as data.
@@ -308,51 +317,9 @@ fn check(step: &Step, reply: &Reply, runs: u64, bodies: &HashMap<&str, String>) 
     failures
 }
 
-/// Where the vectors run: a server of the fixture's routes behind the
-/// contract, the tower layer on axum for [`draft_vectors`], or another
-/// implementation of it (an actix-web middleware, say) for
-/// [`draft_vectors_on`].
-///
-/// The fixture counts each run of a `POST` route in the [`Counter`] it is
-/// served with: `POST /echo` answers 201 with the request's body and
-/// `Content-Type` (`application/octet-stream` if none); `POST
-/// /status/{code}` answers `code` with `Content-Type: text/plain` and
-/// `status:{code}`; `POST /slow?ms=N` sleeps N ms, then answers 200
-/// `slept:N`; `POST /large?bytes=N` answers 200 with N bytes `x`,
-/// `application/octet-stream`; `GET /counter` answers
-/// `{"count": <runs>}`, `application/json`, without a run.
-pub trait VectorTarget {
-    /// What stops a served fixture.
-    type Running;
-
-    /// Serves the fixture, counting its runs in `runs`, behind the
-    /// contract configured with `config`, on a free loopback port; its
-    /// base URL (`http://127.0.0.1:<port>`) and what stops it.
-    fn serve(&self, config: LayerConfig, runs: Counter) -> impl Future<Output = (String, Self::Running)>;
-
-    /// Stops a fixture [`VectorTarget::serve`] served.
-    fn stop(&self, running: Self::Running) -> impl Future<Output = ()>;
-}
-
-/// The tower layer over a backend, on an axum server.
-struct Tower<'a, B>(&'a B);
-
-impl<B: IdempotencyBackend + Clone> VectorTarget for Tower<'_, B> {
-    type Running = Served;
-
-    async fn serve(&self, config: LayerConfig, runs: Counter) -> (String, Served) {
-        let served = Served::start(self.0, config, fixture(runs)).await;
-        (served.base.clone(), served)
-    }
-
-    async fn stop(&self, running: Served) {
-        running.stop().await;
-    }
-}
-
 /// Runs `vector` on a fresh fixture (its count at zero) served by
 /// `target` with `config`; what failed, if anything.
-async fn run<T: VectorTarget>(
+async fn run<T: ServeTarget>(
     target: &T,
     setting: &Setting,
     clients: &Clients,
@@ -360,8 +327,8 @@ async fn run<T: VectorTarget>(
     config: LayerConfig,
 ) -> Vec<String> {
     let runs = Counter::default();
-    let (base, served) = target.serve(config, runs.clone()).await;
-    let base = base.as_str();
+    let served = Server::start(target, config, fixture(&runs)).await;
+    let base = served.base.as_str();
     let (mut failures, mut bodies) = (Vec::new(), HashMap::new());
     let mut steps = vector.steps.iter().peekable();
     while let Some(step) = steps.next() {
@@ -386,7 +353,7 @@ async fn run<T: VectorTarget>(
             bodies.insert(step.id, reply.body);
         }
     }
-    target.stop(served).await;
+    served.stop().await;
     failures
 }
 
@@ -416,14 +383,23 @@ pub async fn draft_vectors<B: IdempotencyBackend + Clone>(backend: &B, setting: 
     draft_vectors_on(&Tower(backend), setting).await;
 }
 
-/// The vectors of [`draft_vectors`] on the fixture `target` serves: the
-/// same contract behind another server (an actix-web middleware, say).
-/// `setting` names the keys (each vector's in a scope of its own) and
-/// lets time pass for the target's backend.
+/// The vectors of [`draft_vectors`] on `target`: the same contract behind
+/// another server (an actix-web middleware, say). `setting` names the
+/// keys (each vector's in a scope of its own) and lets time pass for the
+/// target's backend.
+///
+/// The fixture it serves counts each run of a `POST` route: `POST /echo`
+/// answers 201 with the request's body and `Content-Type`
+/// (`application/octet-stream` if none); `POST /status/{code}` answers
+/// `code` with `Content-Type: text/plain` and `status:{code}`; `POST
+/// /slow?ms=N` sleeps N ms, then answers 200 `slept:N`; `POST
+/// /large?bytes=N` answers 200 with N bytes `x`,
+/// `application/octet-stream`; `GET /counter` answers `{"count": <runs>}`,
+/// `application/json`, without a run.
 ///
 /// # Panics
 /// When the target answers otherwise.
-pub async fn draft_vectors_on<T: VectorTarget>(target: &T, setting: &Setting) {
+pub async fn draft_vectors_on<T: ServeTarget>(target: &T, setting: &Setting) {
     let clients = Clients::new();
     let (mut core, mut profile, mut profile_by_default, mut unmet) = (0, 0, 0, Vec::new());
     let vectors = vectors();
