@@ -147,13 +147,15 @@ pub(super) fn read_expiry(headers: &HeaderMap) -> Result<Option<Duration>, Expir
         "d" => 86_400,
         _ => return Err(ExpiryInvalid),
     };
-    if digits.is_empty() || digits.len() > 12 {
+    if digits.is_empty() {
         return Err(ExpiryInvalid);
     }
-    let count: u64 = digits.parse().map_err(|_| ExpiryInvalid)?;
-    match count.checked_mul(seconds_per_unit) {
-        Some(0) | None => Err(ExpiryInvalid),
-        Some(seconds) => Ok(Some(Duration::from_secs(seconds))),
+    // Digits alone, so only a number past u64 fails to parse: a whole
+    // number still, longer than any maximum (refused as too long).
+    let count: u64 = digits.parse().unwrap_or(u64::MAX);
+    match count.saturating_mul(seconds_per_unit) {
+        0 => Err(ExpiryInvalid),
+        seconds => Ok(Some(Duration::from_secs(seconds))),
     }
 }
 
@@ -252,8 +254,15 @@ mod tests {
         assert_eq!(expiry(&["90s"]), Ok(Some(Duration::from_secs(90))));
         assert_eq!(expiry(&["30m"]), Ok(Some(Duration::from_secs(1800))));
         assert_eq!(expiry(&[]), Ok(None));
-        for bad in ["", "h", "0s", "0", "-1h", "1.5h", "24 h", "1w", "24hours", "1h30m", "9999999999999d"] {
+        for bad in ["", "h", "0s", "0", "-1h", "1.5h", "24 h", "1w", "24hours", "1h30m", "000d"] {
             assert_eq!(expiry(&[bad]), Err(ExpiryInvalid), "{bad:?}");
+        }
+        // A whole number however long is an expiry, longer than any
+        // maximum: refused as too long, not as malformed.
+        assert_eq!(expiry(&["9999999999999d"]), Ok(Some(Duration::from_secs(9_999_999_999_999 * 86_400))));
+        let longest = Ok(Some(Duration::from_secs(u64::MAX)));
+        for long in ["99999999999999999999999999s", "213503982334602d"] {
+            assert_eq!(expiry(&[long]), longest, "{long:?}");
         }
         assert_eq!(expiry(&["1h", "2h"]), Err(ExpiryInvalid), "two fields");
     }

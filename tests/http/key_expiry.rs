@@ -55,6 +55,8 @@ async fn a_clients_expiry_is_honoured_up_to_the_maximum_and_stated() {
     assert!(too_long.is_problem(400, "expiry-too-long"), "{too_long:?}");
     assert!(too_long.body.contains(r#""code":"expiry-too-long""#), "{}", too_long.body);
     assert!(too_long.body.contains("is 7d;"), "the maximum is named: {}", too_long.body);
+    let past_any_clock = pay("pay-3", Some("99999999999999999999d")).await;
+    assert!(past_any_clock.is_problem(400, "expiry-too-long"), "a whole number, however long: {past_any_clock:?}");
     for malformed in ["tomorrow", "0s", "1.5h", "24 hours"] {
         let refused = pay("pay-3", Some(malformed)).await;
         assert!(refused.is_problem(400, "expiry-invalid"), "{malformed}: {refused:?}");

@@ -62,13 +62,28 @@ impl<B> std::fmt::Debug for Idempotency<B> {
 /// What every call of the face shares.
 struct Shared<B> {
     once: RunOnce<B>,
-    scope: Box<ScopeFn>,
+    scope: Arc<ScopeFn>,
     lease: Duration,
     ttl: Option<Duration>,
     wait: Option<Duration>,
     reuse: ReusePolicy,
     failure_policy: FailurePolicy,
     in_progress_retry_after: Duration,
+}
+
+impl<B> Clone for Shared<B> {
+    fn clone(&self) -> Self {
+        Shared {
+            once: self.once.clone(),
+            scope: Arc::clone(&self.scope),
+            lease: self.lease,
+            ttl: self.ttl,
+            wait: self.wait,
+            reuse: self.reuse,
+            failure_policy: self.failure_policy,
+            in_progress_retry_after: self.in_progress_retry_after,
+        }
+    }
 }
 
 /// A call admitted to claim its key.
@@ -101,7 +116,7 @@ impl<B: IdempotencyBackend> Idempotency<B> {
     ) -> Self {
         let shared = Shared {
             once: RunOnce::shared(backend).lease(LEASE_DEFAULT),
-            scope: Box::new(scope),
+            scope: Arc::new(scope),
             lease: LEASE_DEFAULT,
             ttl: None,
             wait: None,
@@ -112,14 +127,11 @@ impl<B: IdempotencyBackend> Idempotency<B> {
         Idempotency { shared: Arc::new(shared) }
     }
 
-    /// Changes a setting of a face not yet shared (its clones see the
-    /// settings they were cloned with).
+    /// Changes a setting of this face; its clones made before keep the
+    /// settings they were cloned with (the settings are copied when they
+    /// are shared).
     fn with(mut self, change: impl FnOnce(&mut Shared<B>)) -> Self {
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            change(shared);
-        } else {
-            tracing::warn!("idemkv-tonic: a setting changed on a face already cloned is ignored");
-        }
+        change(Arc::make_mut(&mut self.shared));
         self
     }
 
@@ -415,6 +427,18 @@ mod tests {
             replayed.metadata().get(REPLAYED_METADATA).map(tonic::metadata::MetadataValue::as_bytes),
             Some(&b"omitted"[..])
         );
+    }
+
+    #[test]
+    fn a_setting_changed_on_a_cloned_face_holds_for_it_and_not_for_the_clone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = idemkv::Store::open(dir.path(), idemkv::Config::new()).expect("open");
+        let base = Idempotency::new(store, |_, _| Some(Vec::new()));
+        let kept = base.clone();
+        let changed = base.lease(Duration::from_secs(3)).wait(Some(Duration::from_secs(2)));
+        assert_eq!((changed.shared.lease, changed.shared.wait), (Duration::from_secs(3), Some(Duration::from_secs(2))));
+        assert_eq!((kept.shared.lease, kept.shared.wait), (LEASE_DEFAULT, None));
+        assert!(Arc::ptr_eq(changed.backend(), kept.backend()), "one backend still");
     }
 
     #[test]

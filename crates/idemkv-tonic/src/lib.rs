@@ -82,7 +82,8 @@
 //! | same key, same request, first answered | the first answer whole: message and metadata, or status code, message, details and metadata; marked `idempotent-replayed: true` |
 //! | same key while the first runs | `ABORTED` with `RetryInfo` (at most [`Idempotency::in_progress_retry_after`], 1 s) and `ErrorInfo` `IDEMPOTENCY_KEY_IN_PROGRESS`; with [`Idempotency::wait`], waits for the first answer |
 //! | same key, another request (by the fingerprint) | `FAILED_PRECONDITION` with `PreconditionFailure` and `ErrorInfo` `IDEMPOTENCY_KEY_REUSED` |
-//! | no key (when required), a malformed `request_id`, a repeated, empty or too long key, no scope | `INVALID_ARGUMENT` with `BadRequest` naming the metadata or field |
+//! | no key (when required), a malformed `request_id`, a repeated, empty or too long key | `INVALID_ARGUMENT` with `BadRequest` naming the metadata or field |
+//! | no scope, a scope too long | `INVALID_ARGUMENT` with `ErrorInfo` `IDEMPOTENCY_SCOPE_*` |
 //! | the scope at its quota (embedded store) | `RESOURCE_EXHAUSTED` with `RetryInfo` and `QuotaFailure`; nothing ran |
 //! | the backend does not answer the claim | `UNAVAILABLE` with `RetryInfo` (1 s); nothing ran |
 //! | the handler panicked, or the process died mid-call | `INTERNAL` (when there is a process to answer); the key stays in progress until its lease ends, then the next call runs with `Attempt::recovered` |
