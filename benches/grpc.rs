@@ -22,7 +22,7 @@
 
 mod support;
 
-#[path = "../crates/idemkv-tonic/examples/payments/api.rs"]
+#[path = "../crates/idemkv-tonic/examples/grpc_payments/api.rs"]
 mod api;
 
 use api::{ChargeReply, ChargeRequest, Payments, PaymentsClient, PaymentsServer, CHARGE};

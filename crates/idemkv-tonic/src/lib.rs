@@ -72,7 +72,7 @@
 //! In a tonic service the handler is the body of the generated trait's
 //! method: `self.idempotency.unary(&self.charge, request, move |request|
 //! async move { ... }).await`. `docs/grpc.md` and the example
-//! `examples/payments` show a whole service with its server and client.
+//! `examples/grpc_payments` show a whole service with its server and client.
 //!
 //! # What a call gets
 //!

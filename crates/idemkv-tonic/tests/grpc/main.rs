@@ -5,7 +5,7 @@
 //! embedded store in their own module and on Redis and PostgreSQL (real
 //! servers, started here) in `backends`.
 
-#[path = "../../examples/payments/api.rs"]
+#[path = "../../examples/grpc_payments/api.rs"]
 mod api;
 #[allow(dead_code, reason = "the root package's fixture; these tests use a part")]
 #[path = "../../../../tests/common/postgres.rs"]

@@ -5,7 +5,7 @@
 //! sends a malformed id.
 //!
 //! ```text
-//! cargo run -p idemkv-tonic --example payments
+//! cargo run -p idemkv-tonic --example grpc_payments
 //! ```
 
 mod api;
