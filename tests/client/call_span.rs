@@ -13,6 +13,7 @@
 #![cfg(all(feature = "client", feature = "conformance-http", feature = "tracing"))]
 
 use crate::common::http::Server;
+use crate::common::spans::KeepSpans;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
@@ -23,112 +24,14 @@ use hyper_util::rt::TokioExecutor;
 use idemkv::client::{Backoff, BoxError, Jitter, RetryInfo, RetryLayer, RetryPolicy};
 use idemkv::http::LayerConfig;
 use idemkv::Config;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tower::{Layer as _, ServiceExt};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Subscriber};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
 
 const CALL: &str = "idempotent_call";
 const REQUEST: &str = "idempotent_request";
-
-/// A span as seen: its name, fields, and the events of interest in it.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    name: &'static str,
-    fields: BTreeMap<String, String>,
-    /// The inner service's lines ("sending"), and the handler's ("charging").
-    sending: usize,
-    charging: usize,
-}
-
-impl Seen {
-    fn field(&self, name: &str) -> Option<&str> {
-        self.fields.get(name).map(String::as_str)
-    }
-}
-
-/// Every client and server span in the order made; the open ones by id.
-#[derive(Default)]
-struct Spans {
-    seen: Vec<Seen>,
-    open: HashMap<u64, usize>,
-}
-
-#[derive(Clone, Default)]
-struct Keep(Arc<Mutex<Spans>>);
-
-impl Keep {
-    fn seen(&self, name: &str) -> Vec<Seen> {
-        self.0.lock().expect("spans").seen.iter().filter(|span| span.name == name).cloned().collect()
-    }
-}
-
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Keep {
-    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, _context: Context<'_, S>) {
-        let name = attributes.metadata().name();
-        if name != CALL && name != REQUEST {
-            return;
-        }
-        let mut spans = self.0.lock().expect("spans");
-        let mut seen = Seen { name, ..Seen::default() };
-        attributes.record(&mut Fields(&mut seen.fields));
-        spans.seen.push(seen);
-        let index = spans.seen.len() - 1;
-        spans.open.insert(id.into_u64(), index);
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, _context: Context<'_, S>) {
-        let mut spans = self.0.lock().expect("spans");
-        if let Some(&index) = spans.open.get(&id.into_u64()) {
-            values.record(&mut Fields(&mut spans.seen[index].fields));
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
-        let mut message = BTreeMap::new();
-        event.record(&mut Fields(&mut message));
-        let line = message.get("message").map(String::as_str);
-        let (wanted, sending) = match line {
-            Some("sending") => (CALL, true),
-            Some("charging") => (REQUEST, false),
-            _ => return,
-        };
-        let found = context.event_scope(event).and_then(|mut scope| scope.find(|span| span.name() == wanted));
-        if let Some(span) = found {
-            let mut spans = self.0.lock().expect("spans");
-            if let Some(&index) = spans.open.get(&span.id().into_u64()) {
-                if sending {
-                    spans.seen[index].sending += 1;
-                } else {
-                    spans.seen[index].charging += 1;
-                }
-            }
-        }
-    }
-
-    fn on_close(&self, id: Id, _context: Context<'_, S>) {
-        self.0.lock().expect("spans").open.remove(&id.into_u64());
-    }
-}
 
 type Inner = tower::util::BoxCloneService<http::Request<Full<Bytes>>, http::Response<Full<Bytes>>, BoxError>;
 
@@ -162,7 +65,7 @@ fn a_call_runs_in_a_span_with_its_key_attempts_and_outcome() {
 }
 
 async fn calls_in_spans() {
-    let keep = Keep::default();
+    let keep = KeepSpans::new(&[CALL, REQUEST]);
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let charge = || async {
         tracing::info!("charging");
@@ -212,11 +115,12 @@ async fn calls_in_spans() {
         assert!(span.fields.values().all(|value| !value.contains("secret")), "no query in the span: {span:?}");
     }
     assert_eq!(calls[0].field("path"), Some("/payments"));
-    let sending: Vec<_> = calls.iter().map(|span| span.sending).collect();
+    let sending: Vec<_> = calls.iter().map(|span| span.lines("sending")).collect();
     assert_eq!(sending, [1, 1, 2, 1], "the inner service's lines sit in their call's span, every attempt's");
 
     // The server's line sits in its own span, under the same key.
     let requests = keep.seen(REQUEST);
-    let charged: Vec<_> = requests.iter().filter(|span| span.charging > 0).map(|span| span.field("key")).collect();
+    let charged: Vec<_> =
+        requests.iter().filter(|span| span.lines("charging") > 0).map(|span| span.field("key")).collect();
     assert_eq!(charged, [Some("pay-1"), Some("pay-2")], "{requests:?}");
 }

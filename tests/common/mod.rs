@@ -80,6 +80,10 @@ pub mod crash_load;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+/// The spans a test's requests and calls made, with their fields and lines.
+#[cfg(feature = "tracing")]
+pub mod spans;
+
 /// The name the test harness gives test `name` of the module at
 /// `module_path` (`module_path!()`): its path in the test binary, without
 /// the binary's own name. For a test that runs itself again in a child.

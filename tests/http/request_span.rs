@@ -11,6 +11,7 @@
 #![cfg(feature = "tower")]
 
 use crate::common::http::Server;
+use crate::common::spans::KeepSpans;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -18,97 +19,9 @@ use axum::Router;
 use idemkv::conformance::http::harness::{client, post as post_to, send, Counter};
 use idemkv::http::LayerConfig;
 use idemkv::Config;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Subscriber};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
 
 const SPAN: &str = "idempotent_request";
-
-/// A request's span as seen: its fields, and the handler's events in it.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    fields: BTreeMap<String, String>,
-    handler_events: usize,
-}
-
-impl Seen {
-    fn field(&self, name: &str) -> Option<&str> {
-        self.fields.get(name).map(String::as_str)
-    }
-}
-
-/// Every request span in the order made; the open ones by id.
-#[derive(Default)]
-struct Spans {
-    seen: Vec<Seen>,
-    open: HashMap<u64, usize>,
-}
-
-#[derive(Clone, Default)]
-struct Keep(Arc<Mutex<Spans>>);
-
-impl Keep {
-    fn seen(&self) -> Vec<Seen> {
-        self.0.lock().expect("spans").seen.clone()
-    }
-}
-
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Keep {
-    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, _context: Context<'_, S>) {
-        if attributes.metadata().name() != SPAN {
-            return;
-        }
-        let mut spans = self.0.lock().expect("spans");
-        let mut seen = Seen::default();
-        attributes.record(&mut Fields(&mut seen.fields));
-        spans.seen.push(seen);
-        let index = spans.seen.len() - 1;
-        spans.open.insert(id.into_u64(), index);
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, _context: Context<'_, S>) {
-        let mut spans = self.0.lock().expect("spans");
-        if let Some(&index) = spans.open.get(&id.into_u64()) {
-            values.record(&mut Fields(&mut spans.seen[index].fields));
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
-        let mut message = BTreeMap::new();
-        event.record(&mut Fields(&mut message));
-        if message.get("message").map(String::as_str) != Some("charging") {
-            return;
-        }
-        let request = context.event_scope(event).and_then(|mut scope| scope.find(|span| span.name() == SPAN));
-        if let Some(span) = request {
-            let mut spans = self.0.lock().expect("spans");
-            if let Some(&index) = spans.open.get(&span.id().into_u64()) {
-                spans.seen[index].handler_events += 1;
-            }
-        }
-    }
-
-    fn on_close(&self, id: Id, _context: Context<'_, S>) {
-        self.0.lock().expect("spans").open.remove(&id.into_u64());
-    }
-}
 
 async fn payments(layer: LayerConfig) -> (Server, Counter) {
     let runs = Counter::default();
@@ -129,7 +42,7 @@ fn a_guarded_request_runs_in_a_span_with_its_key_and_outcome() {
 }
 
 async fn key_and_outcome() {
-    let keep = Keep::default();
+    let keep = KeepSpans::new(&[SPAN]);
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let (server, runs) = payments(LayerConfig::global()).await;
     let (client, url) = (client(), server.url("/payments"));
@@ -140,13 +53,13 @@ async fn key_and_outcome() {
     assert_eq!((first.status, replay.replayed(), mismatch.status), (201, true, 422));
     assert_eq!(runs.get(), 1);
 
-    let seen = keep.seen();
+    let seen = keep.seen(SPAN);
     assert_eq!(seen.len(), 3, "one span a request: {seen:?}");
     let outcomes: Vec<_> = seen.iter().map(|span| (span.field("key"), span.field("outcome"))).collect();
     let key = Some("pay-1");
     assert_eq!(outcomes, [(key, Some("executed")), (key, Some("replay")), (key, Some("mismatch"))]);
     assert_eq!((seen[0].field("attempt"), seen[0].field("recovered")), (Some("1"), Some("false")), "{seen:?}");
-    assert_eq!(seen[0].handler_events, 1, "the handler's line sits in its request's span: {seen:?}");
+    assert_eq!(seen[0].lines("charging"), 1, "the handler's line sits in its request's span: {seen:?}");
     assert_eq!(seen[1].field("attempt"), None, "a replay acquires nothing: {seen:?}");
     assert!(seen.iter().all(|span| span.field("scope").is_none()), "no scope unless allowed: {seen:?}");
 }
@@ -160,7 +73,7 @@ fn the_scope_is_in_the_span_only_when_the_layer_allows() {
 }
 
 async fn scope_when_allowed() {
-    let keep = Keep::default();
+    let keep = KeepSpans::new(&[SPAN]);
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(keep.clone()));
     let layer = LayerConfig::scoped(|request| request.headers.get("x-tenant").map(|tenant| tenant.as_bytes().to_vec()))
         .span_scope(true);
@@ -169,7 +82,7 @@ async fn scope_when_allowed() {
 
     let paid = send(post_to(&client, &url, "pay-2", "amount=10").header("x-tenant", "acme")).await;
     assert_eq!(paid.status, 201, "{paid:?}");
-    let seen = keep.seen();
+    let seen = keep.seen(SPAN);
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!((seen[0].field("key"), seen[0].field("scope")), (Some("pay-2"), Some("acme")), "{seen:?}");
 }
