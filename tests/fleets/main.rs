@@ -18,6 +18,7 @@ mod postgres_least_privilege;
 mod postgres_outbox;
 mod postgres_reaper;
 mod postgres_reaper_elected;
+mod postgres_runtimes;
 mod postgres_scan_reads;
 mod postgres_transaction;
 mod record_ttl;

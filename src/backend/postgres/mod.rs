@@ -30,6 +30,11 @@
 //! by an advisory lock) deletes them in bounded batches, as
 //! [`PostgresBackend::reap`] does by hand.
 //! `claim_wait` is woken by `LISTEN/NOTIFY`, with polling as the fallback.
+//! Every connection the backend opens (the pool's, the listener's, the
+//! elected reaper's) is made and driven on the tokio runtime
+//! [`connect`](PostgresBackend::connect) ran on, whatever runtime a call
+//! comes from: keep that runtime running as long as the backend (under
+//! actix-web, connect in `main`, not in a worker).
 //!
 //! Checkpoints ([`IdempotencyBackend::checkpoint`](crate::backend::IdempotencyBackend::checkpoint)) and reuse policies
 //! ([`ClaimOptions::reuse`](crate::backend::ClaimOptions::reuse)) work as on the embedded store: the checkpoint
@@ -130,6 +135,7 @@ pub use schema::Migration;
 use statements::Statements;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Row, Transaction};
 use wait::{Listening, Stop};
@@ -158,6 +164,9 @@ pub struct PostgresBackend {
     sql: Arc<Statements>,
     listening: Arc<Listening>,
     reaper: Option<Arc<Elected>>,
+    /// The runtime the backend was connected on: every connection it
+    /// opens is made and driven there ([`connector::on`]).
+    runtime: Handle,
     _stop: Arc<Stop>,
 }
 
@@ -262,6 +271,8 @@ impl PostgresBackend {
     ) -> Result<PostgresBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let schema = options.checked_schema()?;
+        let runtime = Handle::try_current()
+            .map_err(|_| Error::InvalidConfig("postgres: connect outside a tokio runtime".to_owned()))?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -279,9 +290,9 @@ impl PostgresBackend {
             }
             Reaping::Off => None,
         };
-        let (listening, stop) = Listening::new(connect, connector);
+        let (listening, stop) = Listening::new(connect, connector, runtime.clone());
         let sql = Arc::new(Statements::of(&schema));
-        Ok(PostgresBackend { pool, settings, sql, listening, reaper, _stop: stop })
+        Ok(PostgresBackend { pool, settings, sql, listening, reaper, runtime, _stop: stop })
     }
 
     /// As [`connect`](PostgresBackend::connect), over TLS trusting what
@@ -369,7 +380,8 @@ impl PostgresBackend {
     }
 
     /// The pool, for the caller's own transactions
-    /// ([`complete_in`](PostgresBackend::complete_in)).
+    /// ([`complete_in`](PostgresBackend::complete_in)). A connection it
+    /// opens for the caller's `get` is driven by the caller's runtime.
     #[must_use]
     pub fn pool(&self) -> &Pool {
         &self.pool
@@ -435,7 +447,7 @@ impl PostgresBackend {
 
     async fn call_rows(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let call = async {
-            let client = self.pool.get().await.map_err(pool_error)?;
+            let client = connector::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
             let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
             client.query(&statement, params).await.map_err(postgres_error)
         };
@@ -444,7 +456,7 @@ impl PostgresBackend {
 
     async fn call_optional(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
         let call = async {
-            let client = self.pool.get().await.map_err(pool_error)?;
+            let client = connector::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
             let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
             client.query_opt(&statement, params).await.map_err(postgres_error)
         };

@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio_postgres::tls::{MakeTlsConnect, TlsStream};
 use tokio_postgres::{AsyncMessage, NoTls, Socket};
@@ -53,6 +54,8 @@ pub(super) struct Listening {
     waits: Waits,
     connect: tokio_postgres::Config,
     connector: Connector,
+    /// The backend's runtime, where the listener runs.
+    runtime: Handle,
     started: AtomicBool,
     ready: watch::Sender<bool>,
     stop: watch::Receiver<()>,
@@ -64,11 +67,15 @@ pub(super) struct Listening {
 pub(super) struct Stop(#[allow(dead_code, reason = "held for its drop")] watch::Sender<()>);
 
 impl Listening {
-    pub(super) fn new(connect: tokio_postgres::Config, connector: Connector) -> (Arc<Listening>, Arc<Stop>) {
+    pub(super) fn new(
+        connect: tokio_postgres::Config,
+        connector: Connector,
+        runtime: Handle,
+    ) -> (Arc<Listening>, Arc<Stop>) {
         let (stop_sender, stop) = watch::channel(());
         let (ready, _) = watch::channel(false);
-        let listening =
-            Listening { waits: Waits::default(), connect, connector, started: AtomicBool::new(false), ready, stop };
+        let started = AtomicBool::new(false);
+        let listening = Listening { waits: Waits::default(), connect, connector, runtime, started, ready, stop };
         (Arc::new(listening), Arc::new(Stop(stop_sender)))
     }
 
@@ -87,7 +94,9 @@ impl Listening {
     /// to listen; returns whether it does (if not, waits poll).
     pub(super) async fn ensure(self: &Arc<Self>, patience: Duration) -> bool {
         if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(listen(Arc::clone(self)));
+            // On the backend's runtime, not the first waiter's: it outlives
+            // any one caller's.
+            drop(self.runtime.spawn(listen(Arc::clone(self))));
         }
         let mut ready = self.ready.subscribe();
         let listening = tokio::time::timeout(patience, ready.wait_for(|listening| *listening)).await;
