@@ -87,6 +87,8 @@ impl<B> Clone for Shared<B> {
 struct Admitted {
     scope: Vec<u8>,
     identity: Identity,
+    /// The backend's largest answer, read with its other limits.
+    response_bytes_max: usize,
 }
 
 impl<B: IdempotencyBackend> Idempotency<B> {
@@ -245,7 +247,7 @@ impl<B: IdempotencyBackend> Idempotency<B> {
         if scope.len() > limits.scope_bytes_max {
             return Err(Refusal::ScopeTooLong { length: scope.len(), max: limits.scope_bytes_max });
         }
-        Ok(Some(Admitted { scope, identity }))
+        Ok(Some(Admitted { scope, identity, response_bytes_max: limits.response_bytes_max }))
     }
 }
 
@@ -270,9 +272,8 @@ impl<B: IdempotencyBackend> Shared<B> {
         F: FnOnce(Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        let budget = self.once.backend().limits().response_bytes_max;
         let mut first = None;
-        let Admitted { scope, identity } = admitted;
+        let Admitted { scope, identity, response_bytes_max: budget } = admitted;
         let once = self
             .once
             .run(&scope, &identity.key, identity.fingerprint, self.options, |attempt| {
