@@ -21,6 +21,10 @@ async fn the_handler_runs_to_its_end_and_the_retry_replays_it() {
     entered(&gate).await;
     gave_up.abort();
     assert!(gave_up.await.is_err(), "the call was not cancelled");
+    // The gate opens only once the server has dropped the call: the
+    // handler then outlives its call.
+    let dropped = tokio::time::timeout(Duration::from_secs(10), served.cancelled.notified()).await;
+    dropped.expect("the server dropped the cancelled call");
     gate.open.notify_one();
 
     let mut client = client(&served.url).await;

@@ -36,12 +36,29 @@ struct Service {
     idempotency: Idempotency<AnyBackend>,
     charge: Method<ChargeRequest>,
     handler: Handler,
+    cancelled: Arc<tokio::sync::Notify>,
 }
 
 impl Payments for Service {
     async fn charge(&self, request: Request<ChargeRequest>) -> Answer {
         let handler = Arc::clone(&self.handler);
-        self.idempotency.unary(&self.charge, request, move |request| handler(request)).await
+        let mut unanswered = Unanswered(Some(Arc::clone(&self.cancelled)));
+        let answer = self.idempotency.unary(&self.charge, request, move |request| handler(request)).await;
+        unanswered.0 = None;
+        answer
+    }
+}
+
+/// Tells its `Notify` when it is dropped still holding it: a call's
+/// future dropped before it answered (tonic's server drops a cancelled
+/// call's future).
+struct Unanswered(Option<Arc<tokio::sync::Notify>>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0.take() {
+            cancelled.notify_one();
+        }
     }
 }
 
@@ -58,6 +75,8 @@ pub fn method() -> Method<ChargeRequest> {
 /// A running server.
 pub struct Served {
     pub url: String,
+    /// Notified when the server drops a call before it answered.
+    pub cancelled: Arc<tokio::sync::Notify>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -88,7 +107,8 @@ pub async fn serve_method(
     charge: Method<ChargeRequest>,
     handler: Handler,
 ) -> Served {
-    let service = Service { idempotency, charge, handler };
+    let cancelled = Arc::new(tokio::sync::Notify::new());
+    let service = Service { idempotency, charge, handler, cancelled: Arc::clone(&cancelled) };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("address"));
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -96,7 +116,7 @@ pub async fn serve_method(
     let task = tokio::spawn(async move {
         server.serve_with_incoming(incoming).await.expect("serve");
     });
-    Served { url, task: Some(task) }
+    Served { url, cancelled, task: Some(task) }
 }
 
 /// A server on a runtime of its own, which [`Process::crash`] stops with
