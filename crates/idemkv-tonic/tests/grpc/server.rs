@@ -9,8 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tonic::{Request, Response, Status};
+use std::time::{Duration, Instant};
+use tonic::{Code, Request, Response, Status};
 
 /// What a handler answers.
 pub type Answer = Result<Response<ChargeReply>, Status>;
@@ -214,6 +214,49 @@ pub struct Gate {
 /// Waits until `gate`'s handler has started (at most 10 s).
 pub async fn entered(gate: &Gate) {
     tokio::time::timeout(Duration::from_secs(10), gate.entered.notified()).await.expect("the handler started");
+}
+
+/// Calls `charge(id, 1000)` at `url` from a task of its own, and waits
+/// until its handler has entered `gate`; the call's task.
+pub async fn first_call(url: &str, id: &str, gate: &Gate) -> tokio::task::JoinHandle<Answer> {
+    let mut client = client(url).await;
+    let request = charge(id, 1000);
+    let call = tokio::spawn(async move { client.charge(request).await });
+    entered(gate).await;
+    call
+}
+
+/// Calls `charge(id, 1000)` again every `pause` while it is `ABORTED`
+/// (for at most 10 s); its answer. Any other refusal panics with `what`.
+pub async fn until_not_aborted(
+    client: &mut PaymentsClient,
+    id: &str,
+    pause: Duration,
+    what: &str,
+) -> Response<ChargeReply> {
+    let started = Instant::now();
+    loop {
+        match client.charge(charge(id, 1000)).await {
+            Ok(reply) => return reply,
+            Err(status) if status.code() == Code::Aborted && started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(pause).await;
+            }
+            Err(status) => panic!("{what}{status:?}"),
+        }
+    }
+}
+
+/// A handler whose `n`th run (from 1) answers `answer(n)`: a charge
+/// `ch_n` when it is `Ok`.
+pub fn by_run(runs: &Arc<AtomicU64>, answer: fn(u64) -> Result<(), Status>) -> Handler {
+    let runs = Arc::clone(runs);
+    handler(move |_request| {
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            answer(run)?;
+            Ok(Response::new(ChargeReply { charge_id: format!("ch_{run}"), amount_cents: 1000 }))
+        }
+    })
 }
 
 /// The `idempotent-replayed` metadata of `metadata`, if any.
