@@ -2,7 +2,8 @@
 //! handler behind the idempotency face, the handler's behaviour given by
 //! each test; and a real tonic client.
 
-use crate::api::{ChargeReply, ChargeRequest, Payments, PaymentsClient, PaymentsServer, CHARGE};
+pub use crate::api::charge;
+use crate::api::{charge_method, ChargeReply, ChargeRequest, Payments, PaymentsClient};
 use idemkv::backend::AnyBackend;
 use idemkv_tonic::{Idempotency, Method};
 use std::future::Future;
@@ -67,17 +68,12 @@ pub fn face(backend: AnyBackend) -> Idempotency<AnyBackend> {
     Idempotency::new(backend, |metadata, _| Some(metadata.get("x-account")?.as_bytes().to_vec()))
 }
 
-/// `Charge`, keyed by its `request_id`.
-pub fn method() -> Method<ChargeRequest> {
-    Method::new(CHARGE).request_id("request_id", |request: &ChargeRequest| &request.request_id)
-}
-
 /// A running server.
 pub struct Served {
     pub url: String,
     /// Notified when the server drops a call before it answered.
     pub cancelled: Arc<tokio::sync::Notify>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
 }
 
 impl Served {
@@ -98,7 +94,7 @@ impl Drop for Served {
 
 /// Serves `handler` behind `idempotency` on the current runtime.
 pub async fn serve(idempotency: Idempotency<AnyBackend>, handler: Handler) -> Served {
-    serve_method(idempotency, method(), handler).await
+    serve_method(idempotency, charge_method(), handler).await
 }
 
 /// Serves `handler` behind `idempotency` as `charge` says.
@@ -109,13 +105,7 @@ pub async fn serve_method(
 ) -> Served {
     let cancelled = Arc::new(tokio::sync::Notify::new());
     let service = Service { idempotency, charge, handler, cancelled: Arc::clone(&cancelled) };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let server = tonic::transport::Server::builder().add_service(PaymentsServer::new(service));
-    let task = tokio::spawn(async move {
-        server.serve_with_incoming(incoming).await.expect("serve");
-    });
+    let (url, task) = crate::api::serve(service).await.expect("bind");
     Served { url, cancelled, task: Some(task) }
 }
 
@@ -168,18 +158,6 @@ pub fn request_id() -> String {
         n & 0xfff,
         std::process::id() & 0xfff
     )
-}
-
-/// A charge of `amount_cents` by account `acme`, named `request_id`.
-pub fn charge(request_id: &str, amount_cents: i64) -> Request<ChargeRequest> {
-    let mut request = Request::new(ChargeRequest {
-        request_id: request_id.to_owned(),
-        account: "acme".to_owned(),
-        amount_cents,
-        currency: "EUR".to_owned(),
-    });
-    request.metadata_mut().insert("x-account", tonic::metadata::MetadataValue::from_static("acme"));
-    request
 }
 
 /// A handler that counts its runs, answers a charge with the
