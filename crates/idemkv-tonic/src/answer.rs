@@ -25,7 +25,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tonic::metadata::MetadataMap;
+use tonic::metadata::{KeyAndValueRef, MetadataMap};
 
 /// The layout's version.
 const VERSION: u8 = 1;
@@ -110,76 +110,100 @@ pub(crate) struct Kept {
 /// response `metadata`, within `budget` bytes where it can be: the whole
 /// answer, else without the message, else without the metadata too.
 pub(crate) fn encode_message(message: &[u8], metadata: &MetadataMap, budget: usize) -> Vec<u8> {
-    let headers = metadata.clone().into_headers();
-    let whole = |flags: u8| {
-        let mut out = Vec::with_capacity(HEADER_BYTES + 8 + message.len());
-        out.extend_from_slice(&[VERSION, KIND_MESSAGE, flags]);
-        let body: &[u8] = if flags & FLAG_BODY_OMITTED == 0 { message } else { &[] };
-        put_bytes(&mut out, body);
-        put_metadata(&mut out, if flags & FLAG_METADATA_OMITTED == 0 { Some(&headers) } else { None });
-        out
-    };
-    within(budget, whole)
+    // Version, kind and flags; the message's length.
+    let bare = HEADER_BYTES + 4;
+    let (flags, size) = form(budget, bare, kept(message.len()), metadata_size(metadata));
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&[VERSION, KIND_MESSAGE, flags]);
+    put_bytes(&mut out, if flags & FLAG_BODY_OMITTED == 0 { message } else { &[] });
+    put_metadata(&mut out, (flags & FLAG_METADATA_OMITTED == 0).then_some(metadata));
+    out
 }
 
 /// The kept form of an error `status` (code, message, details and its
 /// metadata), within `budget` bytes where it can be, as
 /// [`encode_message`].
 pub(crate) fn encode_status(status: &tonic::Status, budget: usize) -> Vec<u8> {
-    let headers = status.metadata().clone().into_headers();
-    let whole = |flags: u8| {
-        let mut out = Vec::with_capacity(HEADER_BYTES + 16 + status.message().len() + status.details().len());
-        out.extend_from_slice(&[VERSION, KIND_STATUS, flags]);
-        out.extend_from_slice(&i32::from(status.code()).to_le_bytes());
-        if flags & FLAG_BODY_OMITTED == 0 {
-            put_bytes(&mut out, status.message().as_bytes());
-            put_bytes(&mut out, status.details());
-        } else {
-            put_bytes(&mut out, &[]);
-            put_bytes(&mut out, &[]);
-        }
-        put_metadata(&mut out, if flags & FLAG_METADATA_OMITTED == 0 { Some(&headers) } else { None });
-        out
-    };
-    within(budget, whole)
+    let (message, details) = (status.message().as_bytes(), status.details());
+    // Version, kind and flags; the code; the message's and details' lengths.
+    let bare = HEADER_BYTES + 4 + 4 + 4;
+    let body = kept(message.len()).saturating_add(kept(details.len()));
+    let (flags, size) = form(budget, bare, body, metadata_size(status.metadata()));
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&[VERSION, KIND_STATUS, flags]);
+    out.extend_from_slice(&i32::from(status.code()).to_le_bytes());
+    let (message, details) = if flags & FLAG_BODY_OMITTED == 0 { (message, details) } else { (&[][..], &[][..]) };
+    put_bytes(&mut out, message);
+    put_bytes(&mut out, details);
+    put_metadata(&mut out, (flags & FLAG_METADATA_OMITTED == 0).then_some(status.metadata()));
+    out
 }
 
-/// The first of the whole answer, the answer without its body, and the
-/// answer without body or metadata that fits `budget`; the last if none
-/// does (the backend then refuses it for its size).
-fn within(budget: usize, encode: impl Fn(u8) -> Vec<u8>) -> Vec<u8> {
-    let mut encoded = encode(0);
-    for flags in [FLAG_BODY_OMITTED, FLAG_BODY_OMITTED | FLAG_METADATA_OMITTED] {
-        if encoded.len() <= budget {
-            break;
-        }
-        encoded = encode(flags);
+/// The flags and size of the first of the whole answer, the answer
+/// without its body, and the answer without body or metadata that fits
+/// `budget`; the last if none does (the backend then refuses it for its
+/// size). Without body or metadata the answer is its `bare` fields and
+/// the metadata's count; its body adds `body` bytes, its metadata's
+/// entries `metadata`.
+fn form(budget: usize, bare: usize, body: usize, metadata: usize) -> (u8, usize) {
+    let bare = bare + 4; // the metadata's count
+    let without_body = bare.saturating_add(metadata);
+    let whole = without_body.saturating_add(body);
+    if whole <= budget {
+        (0, whole)
+    } else if without_body <= budget {
+        (FLAG_BODY_OMITTED, without_body)
+    } else {
+        (FLAG_BODY_OMITTED | FLAG_METADATA_OMITTED, bare)
     }
-    encoded
 }
 
 /// The most bytes (or entries) one length says.
 const LENGTH_MAX: usize = u32::MAX as usize;
 
+/// How many of `length` bytes [`put_bytes`] keeps.
+fn kept(length: usize) -> usize {
+    length.min(LENGTH_MAX)
+}
+
 /// Appends `bytes` with their length. Lengths over `u32::MAX` do not
 /// arise (a backend keeps far less); were one to, it would be cut there,
 /// and the backend refuse the answer for its size.
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    let kept = &bytes[..bytes.len().min(LENGTH_MAX)];
+    let kept = &bytes[..kept(bytes.len())];
     out.extend_from_slice(&u32::try_from(kept.len()).unwrap_or(u32::MAX).to_le_bytes());
     out.extend_from_slice(kept);
 }
 
-fn put_metadata(out: &mut Vec<u8>, headers: Option<&HeaderMap>) {
-    let Some(headers) = headers else {
+/// The entries of `metadata` that are kept, in its order: each name and
+/// its value as on the wire (a `-bin` value in base64). Counts over
+/// `u32::MAX` do not arise either; were one to, it would be cut there.
+fn entries(metadata: &MetadataMap) -> impl Iterator<Item = (&[u8], &[u8])> {
+    metadata.iter().take(LENGTH_MAX).map(|entry| match entry {
+        KeyAndValueRef::Ascii(name, value) => (name.as_str().as_bytes(), value.as_encoded_bytes()),
+        KeyAndValueRef::Binary(name, value) => (name.as_str().as_bytes(), value.as_encoded_bytes()),
+    })
+}
+
+/// The bytes [`put_metadata`] writes for the entries of `metadata`
+/// (their count not included).
+fn metadata_size(metadata: &MetadataMap) -> usize {
+    entries(metadata)
+        .fold(0, |size, (name, value)| size.saturating_add(4 + kept(name.len())).saturating_add(4 + kept(value.len())))
+}
+
+/// Appends the count of `metadata`'s entries (0 when it is not kept),
+/// then each entry.
+fn put_metadata(out: &mut Vec<u8>, metadata: Option<&MetadataMap>) {
+    let Some(metadata) = metadata else {
         out.extend_from_slice(&0u32.to_le_bytes());
         return;
     };
-    let count = headers.len().min(LENGTH_MAX);
+    let count = metadata.len().min(LENGTH_MAX);
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
-    for (name, value) in headers.iter().take(count) {
-        put_bytes(out, name.as_str().as_bytes());
-        put_bytes(out, value.as_bytes());
+    for (name, value) in entries(metadata) {
+        put_bytes(out, name);
+        put_bytes(out, value);
     }
 }
 
@@ -312,6 +336,59 @@ mod tests {
         let bare = decode(&encode_message(&message, &metadata(), 12)).expect("decode");
         assert!(bare.omitted);
         assert_eq!(bare.metadata.len(), 0);
+    }
+
+    /// `parts`, each after its length (u32, little-endian).
+    fn prefixed(parts: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in parts {
+            out.extend_from_slice(&u32::try_from(part.len()).expect("short").to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        out
+    }
+
+    /// `metadata()` as the layout writes it: the count, then each entry in
+    /// the map's order, a `-bin` value in base64.
+    fn metadata_bytes() -> Vec<u8> {
+        let entries = prefixed(&[b"x-charge", b"ch_1", b"x-charge", b"ch_2", b"x-trace-bin", b"AAEC/w"]);
+        [&3u32.to_le_bytes()[..], &entries].concat()
+    }
+
+    /// `forms` (whole, without body, bare) are what `encode` writes, and
+    /// it writes the first that fits each budget, else the last.
+    fn assert_forms(forms: &[Vec<u8>; 3], encode: impl Fn(usize) -> Vec<u8>) {
+        for budget in 0..forms[0].len() + 2 {
+            let expected = forms[..2].iter().find(|form| form.len() <= budget).unwrap_or(&forms[2]);
+            assert_eq!(&encode(budget), expected, "budget {budget}");
+        }
+    }
+
+    #[test]
+    fn a_message_answer_is_written_byte_for_byte_in_the_first_form_that_fits() {
+        let forms = [
+            [&[1, 0, 0][..], &prefixed(&[b"\x08\x2a"]), &metadata_bytes()].concat(),
+            [&[1, 0, 1][..], &prefixed(&[b""]), &metadata_bytes()].concat(),
+            [&[1, 0, 3][..], &prefixed(&[b""]), &0u32.to_le_bytes()].concat(),
+        ];
+        assert_forms(&forms, |budget| encode_message(b"\x08\x2a", &metadata(), budget));
+    }
+
+    #[test]
+    fn a_status_answer_is_written_byte_for_byte_in_the_first_form_that_fits() {
+        let status = Status::with_details_and_metadata(
+            Code::FailedPrecondition,
+            "card declined",
+            Bytes::from_static(b"\x0a\x03abc"),
+            metadata(),
+        );
+        let code = 9i32.to_le_bytes();
+        let forms = [
+            [&[1, 1, 0][..], &code, &prefixed(&[b"card declined", b"\x0a\x03abc"]), &metadata_bytes()].concat(),
+            [&[1, 1, 1][..], &code, &prefixed(&[b"", b""]), &metadata_bytes()].concat(),
+            [&[1, 1, 3][..], &code, &prefixed(&[b"", b""]), &0u32.to_le_bytes()].concat(),
+        ];
+        assert_forms(&forms, |budget| encode_status(&status, budget));
     }
 
     #[test]

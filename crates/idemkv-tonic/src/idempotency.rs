@@ -7,7 +7,7 @@ use crate::method::{Identity, Method};
 use crate::policy::{FailurePolicy, NotSpent};
 use crate::refusal::Refusal;
 use crate::{REPLAYED_METADATA, STORED_METADATA};
-use idemkv::backend::{Attempt, ClaimOptions, IdempotencyBackend, RunOnce};
+use idemkv::backend::{Attempt, ClaimOptions, IdempotencyBackend, RunOnce, RUN_ONCE_LEASE_DEFAULT};
 use idemkv::{Error, Once, Outcome, ReusePolicy};
 use std::future::Future;
 use std::sync::Arc;
@@ -19,8 +19,9 @@ use tonic::{Code, Extensions, Request, Response, Status};
 /// scope.
 type ScopeFn = dyn Fn(&MetadataMap, &Extensions) -> Option<Vec<u8>> + Send + Sync;
 
-/// The lease a call takes unless told otherwise.
-pub const LEASE_DEFAULT: Duration = Duration::from_secs(30);
+/// The lease a call takes unless told otherwise: `RunOnce`'s
+/// ([`RUN_ONCE_LEASE_DEFAULT`]).
+pub const LEASE_DEFAULT: Duration = RUN_ONCE_LEASE_DEFAULT;
 
 /// The longest `RetryInfo` delay a duplicate of a running call is told,
 /// unless told otherwise: calls finish long before their lease ends.
@@ -47,12 +48,13 @@ impl<B> Clone for Idempotency<B> {
 impl<B> std::fmt::Debug for Idempotency<B> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shared = &self.shared;
+        let options = &shared.options;
         formatter
             .debug_struct("Idempotency")
-            .field("lease", &shared.lease)
-            .field("ttl", &shared.ttl)
-            .field("wait", &shared.wait)
-            .field("reuse", &shared.reuse)
+            .field("lease", &options.lease.unwrap_or(LEASE_DEFAULT))
+            .field("ttl", &options.ttl)
+            .field("wait", &options.wait)
+            .field("reuse", &options.reuse)
             .field("failure_policy", &shared.failure_policy)
             .field("in_progress_retry_after", &shared.in_progress_retry_after)
             .finish_non_exhaustive()
@@ -63,10 +65,8 @@ impl<B> std::fmt::Debug for Idempotency<B> {
 struct Shared<B> {
     once: RunOnce<B>,
     scope: Arc<ScopeFn>,
-    lease: Duration,
-    ttl: Option<Duration>,
-    wait: Option<Duration>,
-    reuse: ReusePolicy,
+    /// What each claim asks: its lease (always set), TTL, wait and reuse.
+    options: ClaimOptions,
     failure_policy: FailurePolicy,
     in_progress_retry_after: Duration,
 }
@@ -76,10 +76,7 @@ impl<B> Clone for Shared<B> {
         Shared {
             once: self.once.clone(),
             scope: Arc::clone(&self.scope),
-            lease: self.lease,
-            ttl: self.ttl,
-            wait: self.wait,
-            reuse: self.reuse,
+            options: self.options,
             failure_policy: self.failure_policy,
             in_progress_retry_after: self.in_progress_retry_after,
         }
@@ -90,6 +87,8 @@ impl<B> Clone for Shared<B> {
 struct Admitted {
     scope: Vec<u8>,
     identity: Identity,
+    /// The backend's largest answer, read with its other limits.
+    response_bytes_max: usize,
 }
 
 impl<B: IdempotencyBackend> Idempotency<B> {
@@ -115,12 +114,9 @@ impl<B: IdempotencyBackend> Idempotency<B> {
         scope: impl Fn(&MetadataMap, &Extensions) -> Option<Vec<u8>> + Send + Sync + 'static,
     ) -> Self {
         let shared = Shared {
-            once: RunOnce::shared(backend).lease(LEASE_DEFAULT),
+            once: RunOnce::shared(backend),
             scope: Arc::new(scope),
-            lease: LEASE_DEFAULT,
-            ttl: None,
-            wait: None,
-            reuse: ReusePolicy::ReplayFailure,
+            options: ClaimOptions::new().lease(LEASE_DEFAULT),
             failure_policy: FailurePolicy::Default,
             in_progress_retry_after: IN_PROGRESS_RETRY_AFTER_DEFAULT,
         };
@@ -141,29 +137,27 @@ impl<B: IdempotencyBackend> Idempotency<B> {
     /// it runs with `Attempt::recovered`.
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
-        self.with(|shared| {
-            shared.lease = lease;
-        })
+        self.with(|shared| shared.options = shared.options.lease(lease))
     }
 
     /// How long a kept answer is replayed (the backend's TTL by default).
     #[must_use]
     pub fn ttl(self, ttl: Duration) -> Self {
-        self.with(|shared| shared.ttl = Some(ttl))
+        self.with(|shared| shared.options = shared.options.ttl(ttl))
     }
 
     /// How long a duplicate of a running call waits for its answer before
     /// it is told `ABORTED` (`None`, the default: at once).
     #[must_use]
     pub fn wait(self, wait: Option<Duration>) -> Self {
-        self.with(|shared| shared.wait = wait)
+        self.with(|shared| shared.options = shared.options.wait(wait))
     }
 
     /// What a retry of a kept error status gets
     /// ([`ReusePolicy::ReplayFailure`], the default: the status again).
     #[must_use]
     pub fn reuse(self, reuse: ReusePolicy) -> Self {
-        self.with(|shared| shared.reuse = reuse)
+        self.with(|shared| shared.options = shared.options.reuse(reuse))
     }
 
     /// Which handler statuses free the key ([`FailurePolicy::Default`]).
@@ -253,7 +247,7 @@ impl<B: IdempotencyBackend> Idempotency<B> {
         if scope.len() > limits.scope_bytes_max {
             return Err(Refusal::ScopeTooLong { length: scope.len(), max: limits.scope_bytes_max });
         }
-        Ok(Some(Admitted { scope, identity }))
+        Ok(Some(Admitted { scope, identity, response_bytes_max: limits.response_bytes_max }))
     }
 }
 
@@ -278,16 +272,11 @@ impl<B: IdempotencyBackend> Shared<B> {
         F: FnOnce(Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        let mut options = ClaimOptions::new().lease(self.lease).reuse(self.reuse).wait(self.wait);
-        if let Some(ttl) = self.ttl {
-            options = options.ttl(ttl);
-        }
-        let budget = self.once.backend().limits().response_bytes_max;
         let mut first = None;
-        let Admitted { scope, identity } = admitted;
+        let Admitted { scope, identity, response_bytes_max: budget } = admitted;
         let once = self
             .once
-            .run(&scope, &identity.key, identity.fingerprint, options, |attempt| {
+            .run(&scope, &identity.key, identity.fingerprint, self.options, |attempt| {
                 let first = &mut first;
                 async move {
                     let answer = handler(with_attempt(request, attempt)).await;
@@ -436,8 +425,12 @@ mod tests {
         let base = Idempotency::new(store, |_, _| Some(Vec::new()));
         let kept = base.clone();
         let changed = base.lease(Duration::from_secs(3)).wait(Some(Duration::from_secs(2)));
-        assert_eq!((changed.shared.lease, changed.shared.wait), (Duration::from_secs(3), Some(Duration::from_secs(2))));
-        assert_eq!((kept.shared.lease, kept.shared.wait), (LEASE_DEFAULT, None));
+        let (changed_options, kept_options) = (changed.shared.options, kept.shared.options);
+        assert_eq!(
+            (changed_options.lease, changed_options.wait),
+            (Some(Duration::from_secs(3)), Some(Duration::from_secs(2)))
+        );
+        assert_eq!((kept_options.lease, kept_options.wait), (Some(LEASE_DEFAULT), None));
         assert!(Arc::ptr_eq(changed.backend(), kept.backend()), "one backend still");
     }
 

@@ -121,10 +121,11 @@
 //! by its [`Method`] (tonic's server does not tell a handler which method
 //! it serves).
 //!
-//! The claim, the run with its lease kept alive by the backend's keeper
-//! thread, and the finishing write are [`idemkv::backend::RunOnce`]'s;
-//! the face adds where the key and scope come from, what is kept, and
-//! what each answer is in gRPC's words. The run is spawned on the
+//! The claim, the run with its lease kept alive by the face's keeper
+//! thread (its `RunOnce`'s own, started at its first lease and shared by
+//! the face's clones), and the finishing write are
+//! [`idemkv::backend::RunOnce`]'s; the face adds where the key and scope
+//! come from, what is kept, and what each answer is in gRPC's words. The run is spawned on the
 //! current tokio runtime, so that tonic dropping a cancelled call's future
 //! leaves nothing half-done (outside a runtime it runs in place).
 

@@ -16,9 +16,12 @@
 //! message ChargeReply { string charge_id = 1; int64 amount_cents = 2; }
 //! ```
 //!
-//! Shared by the example, the crate's tests and the bench (`#[path]`).
+//! Shared by the example, the crate's tests and the bench (`#[path]`),
+//! with what all three build alike: a charge, the guarded method, a
+//! server on a loopback port.
 #![allow(dead_code, reason = "each user takes a part")]
 
+use idemkv_tonic::Method;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -59,6 +62,45 @@ pub const SERVICE: &str = "payments.v1.Payments";
 
 /// The path of `Charge`.
 pub const CHARGE: &str = "/payments.v1.Payments/Charge";
+
+/// A charge of `amount_cents` (EUR) to account `acme`, named
+/// `request_id`.
+pub fn charge_request(request_id: &str, amount_cents: i64) -> ChargeRequest {
+    ChargeRequest {
+        request_id: request_id.to_owned(),
+        account: "acme".to_owned(),
+        amount_cents,
+        currency: "EUR".to_owned(),
+    }
+}
+
+/// The call of [`charge_request`], its tenant in the `x-account` metadata
+/// (in a real service, from authentication).
+pub fn charge(request_id: &str, amount_cents: i64) -> Request<ChargeRequest> {
+    let mut request = Request::new(charge_request(request_id, amount_cents));
+    request.metadata_mut().insert("x-account", tonic::metadata::MetadataValue::from_static("acme"));
+    request
+}
+
+/// `Charge` as the face guards it: keyed by its AIP-155 `request_id`.
+pub fn charge_method() -> Method<ChargeRequest> {
+    Method::new(CHARGE).request_id("request_id", |request: &ChargeRequest| &request.request_id)
+}
+
+/// Serves `service` on a loopback port chosen by the OS, on the current
+/// runtime: its URL, and the server's task.
+///
+/// # Errors
+/// The port's, if none can be bound.
+pub async fn serve<T: Payments>(
+    service: T,
+) -> std::io::Result<(String, tokio::task::JoinHandle<Result<(), tonic::transport::Error>>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = tonic::transport::Server::builder().add_service(PaymentsServer::new(service));
+    Ok((url, tokio::spawn(server.serve_with_incoming(incoming))))
+}
 
 /// The service, as the generated trait would have it.
 pub trait Payments: Send + Sync + 'static {

@@ -10,7 +10,7 @@
 
 mod api;
 
-use api::{ChargeReply, ChargeRequest, Payments, PaymentsClient, PaymentsServer, CHARGE};
+use api::{charge, charge_method, ChargeReply, ChargeRequest, Payments, PaymentsClient};
 use idemkv::{Config, Store};
 use idemkv_tonic::{Attempt, Idempotency, Method};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,18 +53,6 @@ impl Payments for PaymentsService {
     }
 }
 
-fn charge(request_id: &str, amount_cents: i64) -> Request<ChargeRequest> {
-    let mut request = Request::new(ChargeRequest {
-        request_id: request_id.to_owned(),
-        account: "acme".to_owned(),
-        amount_cents,
-        currency: "EUR".to_owned(),
-    });
-    // The tenant: in a real service, from authentication.
-    request.metadata_mut().insert("x-account", tonic::metadata::MetadataValue::from_static("acme"));
-    request
-}
-
 fn show(what: &str, answer: &Result<Response<ChargeReply>, Status>) {
     match answer {
         Ok(reply) => {
@@ -81,16 +69,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open(dir.path(), Config::new())?;
     let idempotency = Idempotency::new(store, |metadata, _| Some(metadata.get("x-account")?.as_bytes().to_vec()));
     let charges = Arc::new(AtomicU64::new(0));
-    let service = PaymentsService {
-        charges: Arc::clone(&charges),
-        idempotency,
-        charge: Method::new(CHARGE).request_id("request_id", |request: &ChargeRequest| &request.request_id),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let server = tonic::transport::Server::builder().add_service(PaymentsServer::new(service));
-    tokio::spawn(server.serve_with_incoming(incoming));
+    let service = PaymentsService { charges: Arc::clone(&charges), idempotency, charge: charge_method() };
+    let (url, _server) = api::serve(service).await?;
 
     let mut client = PaymentsClient::connect(url).await?;
     let id = "8e03978e-40d5-43e8-bc93-6894a57f9324";

@@ -12,6 +12,19 @@ use idemkv::backend::redis::RedisBackend;
 use idemkv::backend::AnyBackend;
 use idemkv::{Config, Durability, Store};
 
+/// `embedded_store!(scenario)`: the test `embedded_store`, which runs
+/// `scenario` on an embedded store (each scenario's own module, so that a
+/// test's name says its scenario).
+macro_rules! embedded_store {
+    ($scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn embedded_store() {
+            let (_dir, store) = crate::backends::embedded();
+            $scenario(store).await;
+        }
+    };
+}
+
 /// An embedded store in a fresh directory (which lives as long as the
 /// first).
 pub fn embedded() -> (tempfile::TempDir, AnyBackend) {

@@ -3,11 +3,11 @@
 //! told the key is in progress. Once the lease has run out, a retry on
 //! another server runs the handler again as attempt 2, `recovered`.
 
-use crate::server::{charge, client, face, handler, request_id, serve, Gate, Process};
+use crate::server::{charge, client, face, first_call, handler, request_id, serve, until_not_aborted, Gate, Process};
 use idemkv::backend::AnyBackend;
 use idemkv_tonic::Attempt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tonic::{Code, Response};
 
 /// The lease of the calls: short, so that the takeover comes soon.
@@ -27,12 +27,10 @@ pub async fn scenario(backend: AnyBackend) {
     });
     let mut process = Process::start(face(backend.clone()).lease(LEASE), hangs).await;
     let id = request_id();
-    let mut doomed = client(&process.url).await;
-    let doomed_id = id.clone();
-    let cut = tokio::spawn(async move { doomed.charge(charge(&doomed_id, 1000)).await });
-    crate::server::entered(&gate).await;
+    let cut = first_call(&process.url, &id, &gate).await;
     process.crash();
-    assert!(cut.await.expect("the client's task").is_err(), "the dead server answered");
+    let cut = tokio::time::timeout(Duration::from_secs(10), cut).await.expect("the call ended with its server");
+    assert!(cut.expect("the client's task").is_err(), "the dead server answered");
 
     let attempts: Arc<tokio::sync::Mutex<Vec<(u32, bool)>>> = Arc::default();
     let recorded = Arc::clone(&attempts);
@@ -48,22 +46,9 @@ pub async fn scenario(backend: AnyBackend) {
     let mut client = client(&served.url).await;
     let in_progress = client.charge(charge(&id, 1000)).await.expect_err("still in progress");
     assert_eq!(in_progress.code(), Code::Aborted, "{in_progress:?}");
-    let started = Instant::now();
-    let reply = loop {
-        match client.charge(charge(&id, 1000)).await {
-            Ok(reply) => break reply,
-            Err(status) if status.code() == Code::Aborted && started.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(LEASE / 5).await;
-            }
-            Err(status) => panic!("no takeover: {status:?}"),
-        }
-    };
+    let reply = until_not_aborted(&mut client, &id, LEASE / 5, "no takeover: ").await;
     assert_eq!(reply.get_ref().charge_id, "ch_recovered");
     assert_eq!(*attempts.lock().await, vec![(2, true)]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_store() {
-    let (_dir, store) = crate::backends::embedded();
-    scenario(store).await;
-}
+embedded_store!(scenario);

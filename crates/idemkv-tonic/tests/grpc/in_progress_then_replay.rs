@@ -2,7 +2,7 @@
 //! `RetryInfo` delay (and the handler runs once); a retry after the first
 //! call answered gets its message and metadata back, marked replayed.
 
-use crate::server::{charge, client, counting, entered, face, replayed, request_id, serve, Gate};
+use crate::server::{charge, client, counting, face, first_call, replayed, request_id, serve, Gate};
 use idemkv::backend::AnyBackend;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,10 +15,7 @@ pub async fn scenario(backend: AnyBackend) {
     let (runs, gate) = (Arc::new(AtomicU64::new(0)), Arc::new(Gate::default()));
     let served = serve(face(backend), counting(&runs, Some(Arc::clone(&gate)))).await;
     let id = request_id();
-    let mut first_client = client(&served.url).await;
-    let first_id = id.clone();
-    let first = tokio::spawn(async move { first_client.charge(charge(&first_id, 1000)).await });
-    entered(&gate).await;
+    let first = first_call(&served.url, &id, &gate).await;
 
     let duplicate = client(&served.url).await.charge(charge(&id, 1000)).await.expect_err("in progress");
     assert_eq!(duplicate.code(), Code::Aborted, "{duplicate:?}");
@@ -37,8 +34,4 @@ pub async fn scenario(backend: AnyBackend) {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_store() {
-    let (_dir, store) = crate::backends::embedded();
-    scenario(store).await;
-}
+embedded_store!(scenario);

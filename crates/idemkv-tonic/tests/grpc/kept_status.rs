@@ -2,7 +2,7 @@
 //! details (google.rpc `ErrorInfo` here) and its metadata (trailers),
 //! marked replayed; the handler runs once.
 
-use crate::server::{charge, client, face, handler, replayed, request_id, serve};
+use crate::server::{by_run, charge, client, face, replayed, request_id, serve};
 use idemkv::backend::AnyBackend;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,21 +10,19 @@ use std::sync::Arc;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+/// The handler's answer: the card declined, with an `ErrorInfo` and the
+/// `x-decline-code` metadata.
+fn declined() -> Status {
+    let details = ErrorDetails::with_error_info("CARD_DECLINED", "payments.example", HashMap::<String, String>::new());
+    let mut status = Status::with_error_details(Code::FailedPrecondition, "card declined", details);
+    status.metadata_mut().insert("x-decline-code", "insufficient_funds".parse().expect("ascii"));
+    status
+}
+
 /// The scenario over `backend`.
 pub async fn scenario(backend: AnyBackend) {
     let runs = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&runs);
-    let declined = handler(move |_request| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        async {
-            let details =
-                ErrorDetails::with_error_info("CARD_DECLINED", "payments.example", HashMap::<String, String>::new());
-            let mut status = Status::with_error_details(Code::FailedPrecondition, "card declined", details);
-            status.metadata_mut().insert("x-decline-code", "insufficient_funds".parse().expect("ascii"));
-            Err(status)
-        }
-    });
-    let served = serve(face(backend), declined).await;
+    let served = serve(face(backend), by_run(&runs, |_| Err(declined()))).await;
     let id = request_id();
     let first = client(&served.url).await.charge(charge(&id, 1000)).await.expect_err("declined");
     let retry = client(&served.url).await.charge(charge(&id, 1000)).await.expect_err("declined again");
@@ -41,8 +39,4 @@ pub async fn scenario(backend: AnyBackend) {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_store() {
-    let (_dir, store) = crate::backends::embedded();
-    scenario(store).await;
-}
+embedded_store!(scenario);

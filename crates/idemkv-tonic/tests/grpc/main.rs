@@ -15,6 +15,7 @@ mod postgres_server;
 mod redis_server;
 mod server;
 
+#[macro_use]
 mod backends;
 mod client_cancels;
 mod crash_mid_call;

@@ -25,8 +25,4 @@ pub async fn scenario(backend: AnyBackend) {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_store() {
-    let (_dir, store) = crate::backends::embedded();
-    scenario(store).await;
-}
+embedded_store!(scenario);

@@ -3,23 +3,11 @@
 //! run; an `UNAVAILABLE` it does not mark is kept and replayed; a handler
 //! that panics answers `INTERNAL` and leaves its key in progress.
 
-use crate::server::{charge, client, face, handler, replayed, request_id, serve};
+use crate::server::{by_run, charge, client, face, replayed, request_id, serve};
 use idemkv_tonic::NotSpent;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tonic::{Code, Response, Status};
-
-/// A handler whose `n`th run (from 1) answers `answer(n)`.
-fn by_run(runs: &Arc<AtomicU64>, answer: fn(u64) -> Result<(), Status>) -> crate::server::Handler {
-    let runs = Arc::clone(runs);
-    handler(move |_request| {
-        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-        async move {
-            answer(run)?;
-            Ok(Response::new(crate::api::ChargeReply { charge_id: format!("ch_{run}"), amount_cents: 1000 }))
-        }
-    })
-}
+use tonic::{Code, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_marked_not_spent_and_a_validation_failure_free_the_key() {

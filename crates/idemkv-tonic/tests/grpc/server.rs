@@ -2,15 +2,16 @@
 //! handler behind the idempotency face, the handler's behaviour given by
 //! each test; and a real tonic client.
 
-use crate::api::{ChargeReply, ChargeRequest, Payments, PaymentsClient, PaymentsServer, CHARGE};
+pub use crate::api::charge;
+use crate::api::{charge_method, ChargeReply, ChargeRequest, Payments, PaymentsClient};
 use idemkv::backend::AnyBackend;
 use idemkv_tonic::{Idempotency, Method};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tonic::{Request, Response, Status};
+use std::time::{Duration, Instant};
+use tonic::{Code, Request, Response, Status};
 
 /// What a handler answers.
 pub type Answer = Result<Response<ChargeReply>, Status>;
@@ -36,12 +37,29 @@ struct Service {
     idempotency: Idempotency<AnyBackend>,
     charge: Method<ChargeRequest>,
     handler: Handler,
+    cancelled: Arc<tokio::sync::Notify>,
 }
 
 impl Payments for Service {
     async fn charge(&self, request: Request<ChargeRequest>) -> Answer {
         let handler = Arc::clone(&self.handler);
-        self.idempotency.unary(&self.charge, request, move |request| handler(request)).await
+        let mut unanswered = Unanswered(Some(Arc::clone(&self.cancelled)));
+        let answer = self.idempotency.unary(&self.charge, request, move |request| handler(request)).await;
+        unanswered.0 = None;
+        answer
+    }
+}
+
+/// Tells its `Notify` when it is dropped still holding it: a call's
+/// future dropped before it answered (tonic's server drops a cancelled
+/// call's future).
+struct Unanswered(Option<Arc<tokio::sync::Notify>>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0.take() {
+            cancelled.notify_one();
+        }
     }
 }
 
@@ -50,15 +68,12 @@ pub fn face(backend: AnyBackend) -> Idempotency<AnyBackend> {
     Idempotency::new(backend, |metadata, _| Some(metadata.get("x-account")?.as_bytes().to_vec()))
 }
 
-/// `Charge`, keyed by its `request_id`.
-pub fn method() -> Method<ChargeRequest> {
-    Method::new(CHARGE).request_id("request_id", |request: &ChargeRequest| &request.request_id)
-}
-
 /// A running server.
 pub struct Served {
     pub url: String,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// Notified when the server drops a call before it answered.
+    pub cancelled: Arc<tokio::sync::Notify>,
+    task: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
 }
 
 impl Served {
@@ -79,7 +94,7 @@ impl Drop for Served {
 
 /// Serves `handler` behind `idempotency` on the current runtime.
 pub async fn serve(idempotency: Idempotency<AnyBackend>, handler: Handler) -> Served {
-    serve_method(idempotency, method(), handler).await
+    serve_method(idempotency, charge_method(), handler).await
 }
 
 /// Serves `handler` behind `idempotency` as `charge` says.
@@ -88,15 +103,10 @@ pub async fn serve_method(
     charge: Method<ChargeRequest>,
     handler: Handler,
 ) -> Served {
-    let service = Service { idempotency, charge, handler };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let server = tonic::transport::Server::builder().add_service(PaymentsServer::new(service));
-    let task = tokio::spawn(async move {
-        server.serve_with_incoming(incoming).await.expect("serve");
-    });
-    Served { url, task: Some(task) }
+    let cancelled = Arc::new(tokio::sync::Notify::new());
+    let service = Service { idempotency, charge, handler, cancelled: Arc::clone(&cancelled) };
+    let (url, task) = crate::api::serve(service).await.expect("bind");
+    Served { url, cancelled, task: Some(task) }
 }
 
 /// A server on a runtime of its own, which [`Process::crash`] stops with
@@ -150,18 +160,6 @@ pub fn request_id() -> String {
     )
 }
 
-/// A charge of `amount_cents` by account `acme`, named `request_id`.
-pub fn charge(request_id: &str, amount_cents: i64) -> Request<ChargeRequest> {
-    let mut request = Request::new(ChargeRequest {
-        request_id: request_id.to_owned(),
-        account: "acme".to_owned(),
-        amount_cents,
-        currency: "EUR".to_owned(),
-    });
-    request.metadata_mut().insert("x-account", tonic::metadata::MetadataValue::from_static("acme"));
-    request
-}
-
 /// A handler that counts its runs, answers a charge with the
 /// `x-ledger-entry` metadata, and first waits for `gate` when given one
 /// (telling `entered` it has started).
@@ -194,6 +192,49 @@ pub struct Gate {
 /// Waits until `gate`'s handler has started (at most 10 s).
 pub async fn entered(gate: &Gate) {
     tokio::time::timeout(Duration::from_secs(10), gate.entered.notified()).await.expect("the handler started");
+}
+
+/// Calls `charge(id, 1000)` at `url` from a task of its own, and waits
+/// until its handler has entered `gate`; the call's task.
+pub async fn first_call(url: &str, id: &str, gate: &Gate) -> tokio::task::JoinHandle<Answer> {
+    let mut client = client(url).await;
+    let request = charge(id, 1000);
+    let call = tokio::spawn(async move { client.charge(request).await });
+    entered(gate).await;
+    call
+}
+
+/// Calls `charge(id, 1000)` again every `pause` while it is `ABORTED`
+/// (for at most 10 s); its answer. Any other refusal panics with `what`.
+pub async fn until_not_aborted(
+    client: &mut PaymentsClient,
+    id: &str,
+    pause: Duration,
+    what: &str,
+) -> Response<ChargeReply> {
+    let started = Instant::now();
+    loop {
+        match client.charge(charge(id, 1000)).await {
+            Ok(reply) => return reply,
+            Err(status) if status.code() == Code::Aborted && started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(pause).await;
+            }
+            Err(status) => panic!("{what}{status:?}"),
+        }
+    }
+}
+
+/// A handler whose `n`th run (from 1) answers `answer(n)`: a charge
+/// `ch_n` when it is `Ok`.
+pub fn by_run(runs: &Arc<AtomicU64>, answer: fn(u64) -> Result<(), Status>) -> Handler {
+    let runs = Arc::clone(runs);
+    handler(move |_request| {
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            answer(run)?;
+            Ok(Response::new(ChargeReply { charge_id: format!("ch_{run}"), amount_cents: 1000 }))
+        }
+    })
 }
 
 /// The `idempotent-replayed` metadata of `metadata`, if any.
