@@ -253,8 +253,8 @@ impl Attempts {
                 Ok(slot) => slot,
                 Err(error) => return self.refused(last, error),
             };
-            let outcome = self.attempt(inner.clone(), permit, slot).await?;
-            let Some(reason) = self.verdict(&outcome) else { return self.give_up(outcome, Ending::Final) };
+            let (outcome, reason) = self.attempt(inner.clone(), permit, slot).await?;
+            let Some(reason) = self.verdict(&outcome, reason) else { return self.give_up(outcome, Ending::Final) };
             let Some(delay) = self.next_delay(&outcome, reason) else { return self.give_up(outcome, Ending::Stopped) };
             metrics::retry(reason, delay);
             #[cfg(feature = "tracing")]
@@ -277,8 +277,15 @@ impl Attempts {
     }
 
     /// Sends one attempt and tells the breaker and the concurrency limit
-    /// how it went.
-    async fn attempt<S, R>(&mut self, inner: S, permit: Permit, slot: Option<Slot>) -> Result<Outcome<R>, ClientError>
+    /// how it went; returns its outcome with the outcome's retry reason
+    /// (`None` for a final answer), found once for both and for
+    /// [`verdict`](Self::verdict).
+    async fn attempt<S, R>(
+        &mut self,
+        inner: S,
+        permit: Permit,
+        slot: Option<Slot>,
+    ) -> Result<(Outcome<R>, Option<RetryReason>), ClientError>
     where
         S: tower::Service<Request<Full<Bytes>>, Response = Response<R>>,
         S::Error: Into<BoxError>,
@@ -305,17 +312,23 @@ impl Attempts {
             }
         };
         let reason = match &outcome {
-            Outcome::Answer(response) => match classify_status(response.status(), false) {
-                Verdict::Retry(reason) => Some(reason),
-                Verdict::Done => None,
-            },
+            Outcome::Answer(response) => {
+                let has_retry_after = response.headers().contains_key(RETRY_AFTER);
+                match classify_status(response.status(), has_retry_after) {
+                    Verdict::Retry(reason) => Some(reason),
+                    Verdict::Done => None,
+                }
+            }
             Outcome::Failed(error) => Some(transport_reason(error.as_ref())),
         };
+        // An in-progress 409 is neither a failure of the destination nor
+        // a sign of overload: the breaker and the limit see it as the
+        // final 409 they would see without `Retry-After`.
         permit.record(!reason.is_some_and(RetryReason::is_destination_failure));
         if let Some(slot) = slot {
             slot.record(load_signal(reason));
         }
-        Ok(outcome)
+        Ok((outcome, reason))
     }
 
     /// This attempt's request: the same parts and body every time, plus
@@ -335,20 +348,16 @@ impl Attempts {
         request
     }
 
-    /// Why `outcome` may be retried, or `None` when it is final.
-    fn verdict<R>(&self, outcome: &Outcome<R>) -> Option<RetryReason> {
+    /// Why `outcome`, whose retry reason [`attempt`](Self::attempt)
+    /// found, may be retried, or `None` when it is final.
+    fn verdict<R>(&self, outcome: &Outcome<R>, reason: Option<RetryReason>) -> Option<RetryReason> {
+        let reason = reason?;
         match outcome {
-            Outcome::Answer(response) => {
-                let has_retry_after = response.headers().contains_key(RETRY_AFTER);
-                match classify_status(response.status(), has_retry_after) {
-                    Verdict::Retry(RetryReason::InProgress) if !self.replay.keyed() => None,
-                    Verdict::Retry(reason) => Some(reason),
-                    Verdict::Done => None,
-                }
-            }
+            Outcome::Answer(_) if reason == RetryReason::InProgress && !self.replay.keyed() => None,
+            Outcome::Answer(_) => Some(reason),
             Outcome::Failed(error) => {
                 let retry = self.shared.policy.retry_error_if.as_ref().is_none_or(|retry| retry(error.as_ref()));
-                retry.then(|| transport_reason(error.as_ref()))
+                retry.then_some(reason)
             }
         }
     }
