@@ -6,7 +6,7 @@ use super::classify::{classify_status, transport_reason, RetryReason, Verdict};
 use super::concurrency::LoadSignal;
 use super::error::{BoxError, ClientError};
 use super::key::{self, Replay};
-use super::limiter::Slot;
+use super::limiter::{Limiter, Slot};
 use super::metrics;
 use super::policy::RetryPolicy;
 use super::rate_limit::rate_limit_wait;
@@ -188,6 +188,10 @@ struct Attempts {
     body: Bytes,
     replay: Replay,
     destination: String,
+    /// The destination's concurrency limiter, looked up at the first
+    /// attempt the breaker admits and kept for the call's later ones:
+    /// `Some(None)` when it has none.
+    limiter: Option<Option<Arc<Limiter>>>,
     route: String,
     deadline: Instant,
     made: u32,
@@ -211,6 +215,7 @@ impl Attempts {
             body,
             replay,
             destination,
+            limiter: None,
             route,
             deadline,
             made: 0,
@@ -266,8 +271,9 @@ impl Attempts {
 
     /// A place among the attempts in flight to the destination, waited
     /// for until the deadline; `None` when it has no concurrency limit.
-    async fn slot(&self) -> Result<Option<Slot>, ClientError> {
-        let Some(limiter) = self.shared.limiter(&self.destination) else { return Ok(None) };
+    async fn slot(&mut self) -> Result<Option<Slot>, ClientError> {
+        let limiter = self.limiter.get_or_insert_with(|| self.shared.limiter(&self.destination));
+        let Some(limiter) = limiter else { return Ok(None) };
         match tokio::time::timeout_at(self.deadline, limiter.acquire()).await {
             Ok(slot) => Ok(slot),
             Err(_) => {
