@@ -162,13 +162,12 @@ impl RateLimitWait {
 pub fn rate_limit_wait(headers: &HeaderMap, now: SystemTime, cap: Duration) -> RateLimitWait {
     let mut found = RateLimitWait::default();
     service_limits(headers, cap, &mut found);
-    let reference = server_now(headers).unwrap_or(now);
     let pairs = [
         (RateLimitField::RateLimitReset, RateLimitField::RateLimitRemaining),
         (RateLimitField::XRateLimitReset, RateLimitField::XRateLimitRemaining),
     ];
     for (reset, remaining) in pairs {
-        if let Some(wait) = legacy_reset(headers, reset, remaining, reference, &mut found.ignored) {
+        if let Some(wait) = legacy_reset(headers, reset, remaining, now, &mut found.ignored) {
             found.ask(reset, wait, cap);
         }
     }
@@ -233,12 +232,13 @@ fn list(headers: &HeaderMap, field: RateLimitField) -> Result<Option<String>, Ig
 }
 
 /// One of the older drafts' pairs: the wait its reset asks for when its
-/// quota is spent.
+/// quota is spent. A timestamp runs from the answer's `Date`, parsed only
+/// then, or from `now` without one.
 fn legacy_reset(
     headers: &HeaderMap,
     reset: RateLimitField,
     remaining: RateLimitField,
-    reference: SystemTime,
+    now: SystemTime,
     ignored: &mut Vec<(RateLimitField, IgnoredReason)>,
 ) -> Option<Duration> {
     let reset_text = match single(headers, reset) {
@@ -274,6 +274,7 @@ fn legacy_reset(
     }
     // A moment past what `SystemTime` holds is as good as never.
     let Some(at) = UNIX_EPOCH.checked_add(value) else { return Some(Duration::MAX) };
+    let reference = server_now(headers).unwrap_or(now);
     Some(at.duration_since(reference).unwrap_or(Duration::ZERO))
 }
 
