@@ -33,6 +33,7 @@
 //!   with its backoff, still bounded by the attempts, the budget and the
 //!   deadline. No input panics, and no wait returned exceeds the cap.
 
+use super::retry_after::{digits, one_value, whole_seconds, Repeated, OWS};
 use http::header::{HeaderMap, HeaderName, DATE};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -187,21 +188,14 @@ fn name(field: RateLimitField) -> HeaderName {
 
 /// The answer's `Date`, if it has exactly one that parses.
 fn server_now(headers: &HeaderMap) -> Option<SystemTime> {
-    let mut values = headers.get_all(DATE).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
+    let value = one_value(headers, DATE).ok()??;
     httpdate::parse_http_date(value.to_str().ok()?).ok()
 }
 
 /// A field's one value as text: `Ok(None)` when absent.
 fn single(headers: &HeaderMap, field: RateLimitField) -> Result<Option<&str>, IgnoredReason> {
-    let mut values = headers.get_all(name(field)).iter();
-    let Some(value) = values.next() else { return Ok(None) };
-    if values.next().is_some() {
-        return Err(IgnoredReason::Repeated);
-    }
+    let value = one_value(headers, name(field)).map_err(|Repeated| IgnoredReason::Repeated)?;
+    let Some(value) = value else { return Ok(None) };
     let text = value.to_str().map_err(|_| IgnoredReason::Malformed)?;
     if text.len() > FIELD_BYTES_MAX {
         return Err(IgnoredReason::Malformed);
@@ -282,16 +276,15 @@ fn legacy_reset(
 /// optional spaces around; more digits than a `u64` holds is `u64::MAX`
 /// seconds, fraction digits past nanoseconds are dropped.
 fn seconds(text: &str) -> Option<Duration> {
-    let text = text.trim_matches([' ', '\t']);
+    let text = text.trim_matches(OWS);
     let (whole, fraction) = match text.split_once('.') {
         Some((whole, fraction)) => (whole, Some(fraction)),
         None => (text, None),
     };
-    let digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
-    if !digits(whole) || fraction.is_some_and(|fraction| !digits(fraction)) {
+    let secs = whole_seconds(whole)?;
+    if fraction.is_some_and(|fraction| !digits(fraction)) {
         return None;
     }
-    let secs = whole.parse().unwrap_or(u64::MAX);
     let nanos = fraction.map_or(0, |fraction| {
         let kept = &fraction[..fraction.len().min(9)];
         let scale = 10_u32.pow(9 - u32::try_from(kept.len()).unwrap_or(9));
