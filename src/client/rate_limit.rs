@@ -295,8 +295,8 @@ fn seconds(text: &str) -> Option<Duration> {
 
 /// One service limit of the draft's `RateLimit` field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ServiceLimit {
-    policy: Option<String>,
+struct ServiceLimit<'a> {
+    policy: &'a str,
     remaining: u64,
     reset: Option<u64>,
 }
@@ -317,8 +317,8 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
         }
     };
     let mut policies = None;
-    for member in members {
-        let Some(limit) = service_limit(&member) else {
+    for member in &members {
+        let Some(limit) = service_limit(member) else {
             found.ignored.push((RateLimitField::RateLimit, IgnoredReason::Malformed));
             continue;
         };
@@ -329,7 +329,7 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
             Some((RateLimitField::RateLimit, reset))
         } else {
             let windows = policies.get_or_insert_with(|| policy_windows(headers, &mut found.ignored));
-            let window = windows.iter().find(|(name, _)| limit.policy.as_ref() == Some(name));
+            let window = windows.iter().find(|(name, _)| limit.policy == name);
             window.map(|(_, window)| (RateLimitField::RateLimitPolicy, *window))
         };
         if let Some((field, seconds)) = seconds {
@@ -340,11 +340,11 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
 
 /// A list member as a service limit: `None` when malformed (not a named
 /// Item, no `r`, or `r` or `t` not a non-negative Integer).
-fn service_limit(member: &sf::Member) -> Option<ServiceLimit> {
-    member.name.as_ref()?;
-    let remaining = member.integer("r").ok()??;
-    let reset = member.integer("t").ok()?;
-    Some(ServiceLimit { policy: member.name.clone(), remaining, reset })
+fn service_limit(member: &sfv::ListEntry) -> Option<ServiceLimit<'_>> {
+    let policy = sf::name(member)?;
+    let remaining = sf::integer(member, sf::REMAINING).ok()??;
+    let reset = sf::integer(member, sf::RESET).ok()?;
+    Some(ServiceLimit { policy, remaining, reset })
 }
 
 /// The windows (`w`) of the `RateLimit-Policy` items, by policy name.
@@ -362,9 +362,9 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
         return Vec::new();
     };
     let mut windows = Vec::new();
-    for member in members {
-        match (member.name.clone(), member.integer("w")) {
-            (Some(name), Ok(Some(window))) if window > 0 => windows.push((name, window)),
+    for member in &members {
+        match (sf::name(member), sf::integer(member, sf::WINDOW)) {
+            (Some(name), Ok(Some(window))) if window > 0 => windows.push((name.to_owned(), window)),
             (_, Ok(None)) => {}
             _ => ignored.push((RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)),
         }
@@ -372,56 +372,49 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
     windows
 }
 
-/// The structured-field List (RFC 9651), parsed by the `sfv` crate, as
-/// the members the rate-limit fields use: a name and parameters.
+/// The structured-field List (RFC 9651), parsed by the `sfv` crate, read
+/// as the rate-limit fields use its members: a name and parameters.
 mod sf {
+    use sfv::{BareItem, KeyRef, ListEntry};
+
+    /// The quota left in a service limit.
+    pub(super) const REMAINING: &KeyRef = KeyRef::constant("r");
+    /// The seconds until a service limit's window ends.
+    pub(super) const RESET: &KeyRef = KeyRef::constant("t");
+    /// A quota policy's window, in seconds.
+    pub(super) const WINDOW: &KeyRef = KeyRef::constant("w");
+
     /// A parameter that is not a non-negative Integer.
     pub(super) struct NotAnInteger;
 
-    /// One member of a list: its name (a String or Token Item; `None` for
-    /// an Inner List or an Item of another type) and its parameters.
-    pub(super) struct Member {
-        pub(super) name: Option<String>,
-        params: Vec<(String, sfv::BareItem)>,
+    /// The name of a list member: a String or Token Item's; `None` for an
+    /// Inner List or an Item of another type.
+    pub(super) fn name(member: &ListEntry) -> Option<&str> {
+        let ListEntry::Item(item) = member else { return None };
+        match &item.bare_item {
+            BareItem::String(name) => Some(name.as_str()),
+            BareItem::Token(name) => Some(name.as_str()),
+            _ => None,
+        }
     }
 
-    impl Member {
-        /// Parameter `key` as a non-negative Integer: `Ok(None)` if
-        /// absent, `Err` if it is something else.
-        pub(super) fn integer(&self, key: &str) -> Result<Option<u64>, NotAnInteger> {
-            let Some((_, value)) = self.params.iter().rev().find(|(name, _)| name == key) else { return Ok(None) };
-            match value {
-                sfv::BareItem::Integer(integer) => {
-                    u64::try_from(i64::from(*integer)).map(Some).map_err(|_| NotAnInteger)
-                }
-                _ => Err(NotAnInteger),
-            }
+    /// Parameter `key` of a list member as a non-negative Integer:
+    /// `Ok(None)` if absent, `Err` if it is something else.
+    pub(super) fn integer(member: &ListEntry, key: &KeyRef) -> Result<Option<u64>, NotAnInteger> {
+        let params = match member {
+            ListEntry::Item(item) => &item.params,
+            ListEntry::InnerList(inner) => &inner.params,
+        };
+        let Some(value) = params.get(key) else { return Ok(None) };
+        match value {
+            BareItem::Integer(integer) => u64::try_from(i64::from(*integer)).map(Some).map_err(|_| NotAnInteger),
+            _ => Err(NotAnInteger),
         }
     }
 
     /// The members of `text`, or `None` if it is not a List.
-    pub(super) fn list(text: &str) -> Option<Vec<Member>> {
-        let list = sfv::Parser::new(text).parse_list::<sfv::List>().ok()?;
-        let members = list
-            .into_iter()
-            .map(|entry| match entry {
-                sfv::ListEntry::Item(item) => {
-                    let name = match &item.bare_item {
-                        sfv::BareItem::String(name) => Some(name.as_str().to_owned()),
-                        sfv::BareItem::Token(name) => Some(name.as_str().to_owned()),
-                        _ => None,
-                    };
-                    let params = item.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
-                    Member { name, params }
-                }
-                sfv::ListEntry::InnerList(inner) => {
-                    let params =
-                        inner.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
-                    Member { name: None, params }
-                }
-            })
-            .collect();
-        Some(members)
+    pub(super) fn list(text: &str) -> Option<sfv::List> {
+        sfv::Parser::new(text).parse_list::<sfv::List>().ok()
     }
 }
 
