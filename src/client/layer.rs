@@ -181,6 +181,16 @@ enum Outcome<R> {
     Failed(BoxError),
 }
 
+/// A call's concurrency limiter, as far as it has looked it up.
+enum CallLimiter {
+    /// Not yet: no attempt was admitted so far.
+    NotLookedUp,
+    /// The destination has none.
+    Unlimited,
+    /// The destination's limiter.
+    Limited(Arc<Limiter>),
+}
+
 /// One logical request and its attempts.
 struct Attempts {
     shared: Arc<Shared>,
@@ -189,9 +199,8 @@ struct Attempts {
     replay: Replay,
     destination: String,
     /// The destination's concurrency limiter, looked up at the first
-    /// attempt the breaker admits and kept for the call's later ones:
-    /// `Some(None)` when it has none.
-    limiter: Option<Option<Arc<Limiter>>>,
+    /// attempt the breaker admits and kept for the call's later ones.
+    limiter: CallLimiter,
     route: String,
     deadline: Instant,
     made: u32,
@@ -215,7 +224,7 @@ impl Attempts {
             body,
             replay,
             destination,
-            limiter: None,
+            limiter: CallLimiter::NotLookedUp,
             route,
             deadline,
             made: 0,
@@ -272,8 +281,11 @@ impl Attempts {
     /// A place among the attempts in flight to the destination, waited
     /// for until the deadline; `None` when it has no concurrency limit.
     async fn slot(&mut self) -> Result<Option<Slot>, ClientError> {
-        let limiter = self.limiter.get_or_insert_with(|| self.shared.limiter(&self.destination));
-        let Some(limiter) = limiter else { return Ok(None) };
+        if matches!(self.limiter, CallLimiter::NotLookedUp) {
+            let found = self.shared.limiter(&self.destination);
+            self.limiter = found.map_or(CallLimiter::Unlimited, CallLimiter::Limited);
+        }
+        let CallLimiter::Limited(limiter) = &self.limiter else { return Ok(None) };
         match tokio::time::timeout_at(self.deadline, limiter.acquire()).await {
             Ok(slot) => Ok(slot),
             Err(_) => {
