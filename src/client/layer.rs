@@ -460,3 +460,32 @@ fn load_signal(reason: Option<RetryReason>) -> LoadSignal {
         _ => LoadSignal::Success,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_signals_of_the_outcomes() {
+        let overload = [
+            RetryReason::Timeout,
+            RetryReason::RequestTimeout,
+            RetryReason::Throttled,
+            RetryReason::Unavailable,
+            RetryReason::Gateway,
+            RetryReason::ServerError,
+        ];
+        for reason in overload {
+            assert_eq!(load_signal(Some(reason)), LoadSignal::Overload, "{reason:?}");
+        }
+        // A connection that failed says nothing of the load.
+        for reason in [RetryReason::Connect, RetryReason::Reset, RetryReason::Transport] {
+            assert_eq!(load_signal(Some(reason)), LoadSignal::Ignore, "{reason:?}");
+        }
+        // A final answer, 425 and an in-progress 409 come from a server
+        // that is coping.
+        for reason in [None, Some(RetryReason::TooEarly), Some(RetryReason::InProgress)] {
+            assert_eq!(load_signal(reason), LoadSignal::Success, "{reason:?}");
+        }
+    }
+}
