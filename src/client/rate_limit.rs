@@ -473,6 +473,28 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_is_read_only_for_a_spent_limit_without_t() {
+        // A policy that does not parse is counted only when it is read.
+        let bad_policy = ("ratelimit-policy", "perhr;q=1000;w=");
+        let not_read = [
+            vec![bad_policy],
+            vec![("ratelimit", r#""perhr";r=5"#), bad_policy],
+            vec![("ratelimit", r#""perhr";r=0;t=7"#), bad_policy],
+            vec![("ratelimit", r#""a";r=0;t=7, "b";r=3"#), bad_policy],
+        ];
+        for fields in not_read {
+            let found = wait(&fields);
+            assert!(found.ignored.is_empty(), "{fields:?}: {found:?}");
+        }
+        // Read once, however many spent limits lack `t`.
+        let twice = [("ratelimit", r#""a";r=0, "b";r=0"#), bad_policy];
+        assert_eq!(
+            wait(&twice),
+            RateLimitWait { wait: None, ignored: vec![(RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)] }
+        );
+    }
+
+    #[test]
     fn malformed_members_and_fields_are_ignored_and_named() {
         let malformed = [(RateLimitField::RateLimit, IgnoredReason::Malformed)];
         for value in [
