@@ -45,13 +45,6 @@ const FIELD_BYTES_MAX: usize = 4_096;
 /// delays.
 const TIMESTAMP_MIN_SECONDS: u64 = 1_000_000_000;
 
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-
 /// A rate-limit field: the `field` label of `rate_limit_ignored_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -175,15 +168,9 @@ pub fn rate_limit_wait(headers: &HeaderMap, now: SystemTime, cap: Duration) -> R
     found
 }
 
+/// The field's name: its label value, which is the name in lower case.
 fn name(field: RateLimitField) -> HeaderName {
-    match field {
-        RateLimitField::RateLimit => RATELIMIT,
-        RateLimitField::RateLimitPolicy => RATELIMIT_POLICY,
-        RateLimitField::RateLimitReset => RATELIMIT_RESET,
-        RateLimitField::RateLimitRemaining => RATELIMIT_REMAINING,
-        RateLimitField::XRateLimitReset => X_RATELIMIT_RESET,
-        RateLimitField::XRateLimitRemaining => X_RATELIMIT_REMAINING,
-    }
+    HeaderName::from_static(field.as_str())
 }
 
 /// The answer's `Date`, if it has exactly one that parses.
@@ -444,6 +431,20 @@ mod tests {
 
     fn secs(seconds: u64) -> Duration {
         Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn every_field_is_read_under_its_label() {
+        for field in [
+            RateLimitField::RateLimit,
+            RateLimitField::RateLimitPolicy,
+            RateLimitField::RateLimitReset,
+            RateLimitField::RateLimitRemaining,
+            RateLimitField::XRateLimitReset,
+            RateLimitField::XRateLimitRemaining,
+        ] {
+            assert_eq!(name(field).as_str(), field.as_str());
+        }
     }
 
     #[test]
