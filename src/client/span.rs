@@ -37,8 +37,8 @@ pub(super) enum Ending {
     /// one it gave before.
     Replayed,
     /// The answer, or the transport error, could have been retried, but
-    /// the attempts, the budget, the deadline, a server's wait or the
-    /// method said no more.
+    /// the attempts, the budget, the deadline, a server's wait, the
+    /// method, the breaker or the concurrency limit said no more.
     Stopped,
 }
 
