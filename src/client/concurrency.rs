@@ -32,8 +32,8 @@ pub enum LoadSignal {
     Success,
     /// A sign of overload: a timeout, a 5xx, 408 or 429.
     Overload,
-    /// Says nothing of the load (a refused or reset connection): the limit
-    /// does not move.
+    /// Says nothing of the load (a refused or reset connection, another
+    /// transport error short of a timeout): the limit does not move.
     Ignore,
 }
 

@@ -6,7 +6,7 @@ use super::classify::{classify_status, transport_reason, RetryReason, Verdict};
 use super::concurrency::LoadSignal;
 use super::error::{BoxError, ClientError};
 use super::key::{self, Replay};
-use super::limiter::Slot;
+use super::limiter::{Limiter, Slot};
 use super::metrics;
 use super::policy::RetryPolicy;
 use super::rate_limit::rate_limit_wait;
@@ -181,6 +181,16 @@ enum Outcome<R> {
     Failed(BoxError),
 }
 
+/// A call's concurrency limiter, as far as it has looked it up.
+enum CallLimiter {
+    /// Not yet: no attempt was admitted so far.
+    NotLookedUp,
+    /// The destination has none.
+    Unlimited,
+    /// The destination's limiter.
+    Limited(Arc<Limiter>),
+}
+
 /// One logical request and its attempts.
 struct Attempts {
     shared: Arc<Shared>,
@@ -188,6 +198,9 @@ struct Attempts {
     body: Bytes,
     replay: Replay,
     destination: String,
+    /// The destination's concurrency limiter, looked up at the first
+    /// attempt the breaker admits and kept for the call's later ones.
+    limiter: CallLimiter,
     route: String,
     deadline: Instant,
     made: u32,
@@ -211,6 +224,7 @@ impl Attempts {
             body,
             replay,
             destination,
+            limiter: CallLimiter::NotLookedUp,
             route,
             deadline,
             made: 0,
@@ -253,8 +267,8 @@ impl Attempts {
                 Ok(slot) => slot,
                 Err(error) => return self.refused(last, error),
             };
-            let outcome = self.attempt(inner.clone(), permit, slot).await?;
-            let Some(reason) = self.verdict(&outcome) else { return self.give_up(outcome, Ending::Final) };
+            let (outcome, reason) = self.attempt(inner.clone(), permit, slot).await?;
+            let Some(reason) = self.verdict(&outcome, reason) else { return self.give_up(outcome, Ending::Final) };
             let Some(delay) = self.next_delay(&outcome, reason) else { return self.give_up(outcome, Ending::Stopped) };
             metrics::retry(reason, delay);
             #[cfg(feature = "tracing")]
@@ -266,8 +280,12 @@ impl Attempts {
 
     /// A place among the attempts in flight to the destination, waited
     /// for until the deadline; `None` when it has no concurrency limit.
-    async fn slot(&self) -> Result<Option<Slot>, ClientError> {
-        let Some(limiter) = self.shared.limiter(&self.destination) else { return Ok(None) };
+    async fn slot(&mut self) -> Result<Option<Slot>, ClientError> {
+        if matches!(self.limiter, CallLimiter::NotLookedUp) {
+            let found = self.shared.limiter(&self.destination);
+            self.limiter = found.map_or(CallLimiter::Unlimited, CallLimiter::Limited);
+        }
+        let CallLimiter::Limited(limiter) = &self.limiter else { return Ok(None) };
         match tokio::time::timeout_at(self.deadline, limiter.acquire()).await {
             Ok(slot) => Ok(slot),
             Err(_) => {
@@ -277,8 +295,15 @@ impl Attempts {
     }
 
     /// Sends one attempt and tells the breaker and the concurrency limit
-    /// how it went.
-    async fn attempt<S, R>(&mut self, inner: S, permit: Permit, slot: Option<Slot>) -> Result<Outcome<R>, ClientError>
+    /// how it went; returns its outcome with the outcome's retry reason
+    /// (`None` for a final answer), found once for both and for
+    /// [`verdict`](Self::verdict).
+    async fn attempt<S, R>(
+        &mut self,
+        inner: S,
+        permit: Permit,
+        slot: Option<Slot>,
+    ) -> Result<(Outcome<R>, Option<RetryReason>), ClientError>
     where
         S: tower::Service<Request<Full<Bytes>>, Response = Response<R>>,
         S::Error: Into<BoxError>,
@@ -305,17 +330,23 @@ impl Attempts {
             }
         };
         let reason = match &outcome {
-            Outcome::Answer(response) => match classify_status(response.status(), false) {
-                Verdict::Retry(reason) => Some(reason),
-                Verdict::Done => None,
-            },
+            Outcome::Answer(response) => {
+                let has_retry_after = response.headers().contains_key(RETRY_AFTER);
+                match classify_status(response.status(), has_retry_after) {
+                    Verdict::Retry(reason) => Some(reason),
+                    Verdict::Done => None,
+                }
+            }
             Outcome::Failed(error) => Some(transport_reason(error.as_ref())),
         };
+        // An in-progress 409 is neither a failure of the destination nor
+        // a sign of overload: the breaker and the limit see it as the
+        // final 409 they would see without `Retry-After`.
         permit.record(!reason.is_some_and(RetryReason::is_destination_failure));
         if let Some(slot) = slot {
             slot.record(load_signal(reason));
         }
-        Ok(outcome)
+        Ok((outcome, reason))
     }
 
     /// This attempt's request: the same parts and body every time, plus
@@ -335,20 +366,16 @@ impl Attempts {
         request
     }
 
-    /// Why `outcome` may be retried, or `None` when it is final.
-    fn verdict<R>(&self, outcome: &Outcome<R>) -> Option<RetryReason> {
+    /// Why `outcome`, whose retry reason [`attempt`](Self::attempt)
+    /// found, may be retried, or `None` when it is final.
+    fn verdict<R>(&self, outcome: &Outcome<R>, reason: Option<RetryReason>) -> Option<RetryReason> {
+        let reason = reason?;
         match outcome {
-            Outcome::Answer(response) => {
-                let has_retry_after = response.headers().contains_key(RETRY_AFTER);
-                match classify_status(response.status(), has_retry_after) {
-                    Verdict::Retry(RetryReason::InProgress) if !self.replay.keyed() => None,
-                    Verdict::Retry(reason) => Some(reason),
-                    Verdict::Done => None,
-                }
-            }
+            Outcome::Answer(_) if reason == RetryReason::InProgress && !self.replay.keyed() => None,
+            Outcome::Answer(_) => Some(reason),
             Outcome::Failed(error) => {
                 let retry = self.shared.policy.retry_error_if.as_ref().is_none_or(|retry| retry(error.as_ref()));
-                retry.then(|| transport_reason(error.as_ref()))
+                retry.then_some(reason)
             }
         }
     }
@@ -431,5 +458,34 @@ fn load_signal(reason: Option<RetryReason>) -> LoadSignal {
         Some(reason) if reason.is_overload() => LoadSignal::Overload,
         Some(RetryReason::Connect | RetryReason::Reset | RetryReason::Transport) => LoadSignal::Ignore,
         _ => LoadSignal::Success,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_signals_of_the_outcomes() {
+        let overload = [
+            RetryReason::Timeout,
+            RetryReason::RequestTimeout,
+            RetryReason::Throttled,
+            RetryReason::Unavailable,
+            RetryReason::Gateway,
+            RetryReason::ServerError,
+        ];
+        for reason in overload {
+            assert_eq!(load_signal(Some(reason)), LoadSignal::Overload, "{reason:?}");
+        }
+        // A connection that failed says nothing of the load.
+        for reason in [RetryReason::Connect, RetryReason::Reset, RetryReason::Transport] {
+            assert_eq!(load_signal(Some(reason)), LoadSignal::Ignore, "{reason:?}");
+        }
+        // A final answer, 425 and an in-progress 409 come from a server
+        // that is coping.
+        for reason in [None, Some(RetryReason::TooEarly), Some(RetryReason::InProgress)] {
+            assert_eq!(load_signal(reason), LoadSignal::Success, "{reason:?}");
+        }
     }
 }

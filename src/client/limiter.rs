@@ -5,12 +5,15 @@
 //! higher one gives those back first, then adds permits.
 
 use super::concurrency::{ConcurrencyConfig, ConcurrencyLimit, LoadSample, LoadSignal};
+#[cfg(feature = "metrics")]
 use super::metrics;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub(super) struct Limiter {
+    /// The `destination` label of the limit's gauge.
+    #[cfg(feature = "metrics")]
     destination: String,
     semaphore: Arc<Semaphore>,
     state: Mutex<State>,
@@ -25,10 +28,13 @@ struct State {
 }
 
 impl Limiter {
+    /// A limiter at the configured initial limit. Its caller records
+    /// that limit's gauge, once it holds no lock.
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the label is for the exporter"))]
     pub(super) fn new(config: ConcurrencyConfig, destination: &str) -> Self {
         let limit = ConcurrencyLimit::new(config);
-        metrics::concurrency_limit(destination, limit.limit());
         Limiter {
+            #[cfg(feature = "metrics")]
             destination: destination.to_owned(),
             semaphore: Arc::new(Semaphore::new(limit.limit() as usize)),
             state: Mutex::new(State { limit, in_flight: 0, owed: 0 }),
@@ -69,6 +75,7 @@ impl Limiter {
             drop(permit);
         }
         drop(state);
+        #[cfg(feature = "metrics")]
         if let Some(after) = moved {
             metrics::concurrency_limit(&self.destination, after);
         }

@@ -75,7 +75,7 @@
 //!   can be tied to its key (the server layer's span is
 //!   `idempotent_request`, with the same `key`);
 //! - counts all of it through `metrics` (the names are in the table of
-//!   the `metrics` module source, and in the README).
+//!   the `metrics` module source, and in `docs/operations.md`).
 //!
 //! A retryable answer after the last attempt is handed back as it is (the
 //! caller sees the 503); a transport error after it is

@@ -33,6 +33,7 @@
 //!   with its backoff, still bounded by the attempts, the budget and the
 //!   deadline. No input panics, and no wait returned exceeds the cap.
 
+use super::retry_after::{digits, one_value, whole_seconds, Repeated, OWS};
 use http::header::{HeaderMap, HeaderName, DATE};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,13 +44,6 @@ const FIELD_BYTES_MAX: usize = 4_096;
 /// Reset values at least this large are Unix timestamps; smaller ones are
 /// delays.
 const TIMESTAMP_MIN_SECONDS: u64 = 1_000_000_000;
-
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 
 /// A rate-limit field: the `field` label of `rate_limit_ignored_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -162,47 +156,33 @@ impl RateLimitWait {
 pub fn rate_limit_wait(headers: &HeaderMap, now: SystemTime, cap: Duration) -> RateLimitWait {
     let mut found = RateLimitWait::default();
     service_limits(headers, cap, &mut found);
-    let reference = server_now(headers).unwrap_or(now);
     let pairs = [
         (RateLimitField::RateLimitReset, RateLimitField::RateLimitRemaining),
         (RateLimitField::XRateLimitReset, RateLimitField::XRateLimitRemaining),
     ];
     for (reset, remaining) in pairs {
-        if let Some(wait) = legacy_reset(headers, reset, remaining, reference, &mut found.ignored) {
+        if let Some(wait) = legacy_reset(headers, reset, remaining, now, &mut found.ignored) {
             found.ask(reset, wait, cap);
         }
     }
     found
 }
 
+/// The field's name: its label value, which is the name in lower case.
 fn name(field: RateLimitField) -> HeaderName {
-    match field {
-        RateLimitField::RateLimit => RATELIMIT,
-        RateLimitField::RateLimitPolicy => RATELIMIT_POLICY,
-        RateLimitField::RateLimitReset => RATELIMIT_RESET,
-        RateLimitField::RateLimitRemaining => RATELIMIT_REMAINING,
-        RateLimitField::XRateLimitReset => X_RATELIMIT_RESET,
-        RateLimitField::XRateLimitRemaining => X_RATELIMIT_REMAINING,
-    }
+    HeaderName::from_static(field.as_str())
 }
 
 /// The answer's `Date`, if it has exactly one that parses.
 fn server_now(headers: &HeaderMap) -> Option<SystemTime> {
-    let mut values = headers.get_all(DATE).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
+    let value = one_value(headers, DATE).ok()??;
     httpdate::parse_http_date(value.to_str().ok()?).ok()
 }
 
 /// A field's one value as text: `Ok(None)` when absent.
 fn single(headers: &HeaderMap, field: RateLimitField) -> Result<Option<&str>, IgnoredReason> {
-    let mut values = headers.get_all(name(field)).iter();
-    let Some(value) = values.next() else { return Ok(None) };
-    if values.next().is_some() {
-        return Err(IgnoredReason::Repeated);
-    }
+    let value = one_value(headers, name(field)).map_err(|Repeated| IgnoredReason::Repeated)?;
+    let Some(value) = value else { return Ok(None) };
     let text = value.to_str().map_err(|_| IgnoredReason::Malformed)?;
     if text.len() > FIELD_BYTES_MAX {
         return Err(IgnoredReason::Malformed);
@@ -233,12 +213,13 @@ fn list(headers: &HeaderMap, field: RateLimitField) -> Result<Option<String>, Ig
 }
 
 /// One of the older drafts' pairs: the wait its reset asks for when its
-/// quota is spent.
+/// quota is spent. A timestamp runs from the answer's `Date`, parsed only
+/// then, or from `now` without one.
 fn legacy_reset(
     headers: &HeaderMap,
     reset: RateLimitField,
     remaining: RateLimitField,
-    reference: SystemTime,
+    now: SystemTime,
     ignored: &mut Vec<(RateLimitField, IgnoredReason)>,
 ) -> Option<Duration> {
     let reset_text = match single(headers, reset) {
@@ -274,6 +255,7 @@ fn legacy_reset(
     }
     // A moment past what `SystemTime` holds is as good as never.
     let Some(at) = UNIX_EPOCH.checked_add(value) else { return Some(Duration::MAX) };
+    let reference = server_now(headers).unwrap_or(now);
     Some(at.duration_since(reference).unwrap_or(Duration::ZERO))
 }
 
@@ -281,16 +263,15 @@ fn legacy_reset(
 /// optional spaces around; more digits than a `u64` holds is `u64::MAX`
 /// seconds, fraction digits past nanoseconds are dropped.
 fn seconds(text: &str) -> Option<Duration> {
-    let text = text.trim_matches([' ', '\t']);
+    let text = text.trim_matches(OWS);
     let (whole, fraction) = match text.split_once('.') {
         Some((whole, fraction)) => (whole, Some(fraction)),
         None => (text, None),
     };
-    let digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
-    if !digits(whole) || fraction.is_some_and(|fraction| !digits(fraction)) {
+    let secs = whole_seconds(whole)?;
+    if fraction.is_some_and(|fraction| !digits(fraction)) {
         return None;
     }
-    let secs = whole.parse().unwrap_or(u64::MAX);
     let nanos = fraction.map_or(0, |fraction| {
         let kept = &fraction[..fraction.len().min(9)];
         let scale = 10_u32.pow(9 - u32::try_from(kept.len()).unwrap_or(9));
@@ -301,8 +282,8 @@ fn seconds(text: &str) -> Option<Duration> {
 
 /// One service limit of the draft's `RateLimit` field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ServiceLimit {
-    policy: Option<String>,
+struct ServiceLimit<'a> {
+    policy: &'a str,
     remaining: u64,
     reset: Option<u64>,
 }
@@ -323,8 +304,8 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
         }
     };
     let mut policies = None;
-    for member in members {
-        let Some(limit) = service_limit(&member) else {
+    for member in &members {
+        let Some(limit) = service_limit(member) else {
             found.ignored.push((RateLimitField::RateLimit, IgnoredReason::Malformed));
             continue;
         };
@@ -335,7 +316,7 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
             Some((RateLimitField::RateLimit, reset))
         } else {
             let windows = policies.get_or_insert_with(|| policy_windows(headers, &mut found.ignored));
-            let window = windows.iter().find(|(name, _)| limit.policy.as_ref() == Some(name));
+            let window = windows.iter().find(|(name, _)| limit.policy == name);
             window.map(|(_, window)| (RateLimitField::RateLimitPolicy, *window))
         };
         if let Some((field, seconds)) = seconds {
@@ -346,11 +327,11 @@ fn service_limits(headers: &HeaderMap, cap: Duration, found: &mut RateLimitWait)
 
 /// A list member as a service limit: `None` when malformed (not a named
 /// Item, no `r`, or `r` or `t` not a non-negative Integer).
-fn service_limit(member: &sf::Member) -> Option<ServiceLimit> {
-    member.name.as_ref()?;
-    let remaining = member.integer("r").ok()??;
-    let reset = member.integer("t").ok()?;
-    Some(ServiceLimit { policy: member.name.clone(), remaining, reset })
+fn service_limit(member: &sfv::ListEntry) -> Option<ServiceLimit<'_>> {
+    let policy = sf::name(member)?;
+    let remaining = sf::integer(member, sf::REMAINING).ok()??;
+    let reset = sf::integer(member, sf::RESET).ok()?;
+    Some(ServiceLimit { policy, remaining, reset })
 }
 
 /// The windows (`w`) of the `RateLimit-Policy` items, by policy name.
@@ -368,9 +349,9 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
         return Vec::new();
     };
     let mut windows = Vec::new();
-    for member in members {
-        match (member.name.clone(), member.integer("w")) {
-            (Some(name), Ok(Some(window))) if window > 0 => windows.push((name, window)),
+    for member in &members {
+        match (sf::name(member), sf::integer(member, sf::WINDOW)) {
+            (Some(name), Ok(Some(window))) if window > 0 => windows.push((name.to_owned(), window)),
             (_, Ok(None)) => {}
             _ => ignored.push((RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)),
         }
@@ -378,56 +359,49 @@ fn policy_windows(headers: &HeaderMap, ignored: &mut Vec<(RateLimitField, Ignore
     windows
 }
 
-/// The structured-field List (RFC 9651), parsed by the `sfv` crate, as
-/// the members the rate-limit fields use: a name and parameters.
+/// The structured-field List (RFC 9651), parsed by the `sfv` crate, read
+/// as the rate-limit fields use its members: a name and parameters.
 mod sf {
+    use sfv::{BareItem, KeyRef, ListEntry};
+
+    /// The quota left in a service limit.
+    pub(super) const REMAINING: &KeyRef = KeyRef::constant("r");
+    /// The seconds until a service limit's window ends.
+    pub(super) const RESET: &KeyRef = KeyRef::constant("t");
+    /// A quota policy's window, in seconds.
+    pub(super) const WINDOW: &KeyRef = KeyRef::constant("w");
+
     /// A parameter that is not a non-negative Integer.
     pub(super) struct NotAnInteger;
 
-    /// One member of a list: its name (a String or Token Item; `None` for
-    /// an Inner List or an Item of another type) and its parameters.
-    pub(super) struct Member {
-        pub(super) name: Option<String>,
-        params: Vec<(String, sfv::BareItem)>,
+    /// The name of a list member: a String or Token Item's; `None` for an
+    /// Inner List or an Item of another type.
+    pub(super) fn name(member: &ListEntry) -> Option<&str> {
+        let ListEntry::Item(item) = member else { return None };
+        match &item.bare_item {
+            BareItem::String(name) => Some(name.as_str()),
+            BareItem::Token(name) => Some(name.as_str()),
+            _ => None,
+        }
     }
 
-    impl Member {
-        /// Parameter `key` as a non-negative Integer: `Ok(None)` if
-        /// absent, `Err` if it is something else.
-        pub(super) fn integer(&self, key: &str) -> Result<Option<u64>, NotAnInteger> {
-            let Some((_, value)) = self.params.iter().rev().find(|(name, _)| name == key) else { return Ok(None) };
-            match value {
-                sfv::BareItem::Integer(integer) => {
-                    u64::try_from(i64::from(*integer)).map(Some).map_err(|_| NotAnInteger)
-                }
-                _ => Err(NotAnInteger),
-            }
+    /// Parameter `key` of a list member as a non-negative Integer:
+    /// `Ok(None)` if absent, `Err` if it is something else.
+    pub(super) fn integer(member: &ListEntry, key: &KeyRef) -> Result<Option<u64>, NotAnInteger> {
+        let params = match member {
+            ListEntry::Item(item) => &item.params,
+            ListEntry::InnerList(inner) => &inner.params,
+        };
+        let Some(value) = params.get(key) else { return Ok(None) };
+        match value {
+            BareItem::Integer(integer) => u64::try_from(i64::from(*integer)).map(Some).map_err(|_| NotAnInteger),
+            _ => Err(NotAnInteger),
         }
     }
 
     /// The members of `text`, or `None` if it is not a List.
-    pub(super) fn list(text: &str) -> Option<Vec<Member>> {
-        let list = sfv::Parser::new(text).parse_list::<sfv::List>().ok()?;
-        let members = list
-            .into_iter()
-            .map(|entry| match entry {
-                sfv::ListEntry::Item(item) => {
-                    let name = match &item.bare_item {
-                        sfv::BareItem::String(name) => Some(name.as_str().to_owned()),
-                        sfv::BareItem::Token(name) => Some(name.as_str().to_owned()),
-                        _ => None,
-                    };
-                    let params = item.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
-                    Member { name, params }
-                }
-                sfv::ListEntry::InnerList(inner) => {
-                    let params =
-                        inner.params.into_iter().map(|(key, value)| (key.as_str().to_owned(), value)).collect();
-                    Member { name: None, params }
-                }
-            })
-            .collect();
-        Some(members)
+    pub(super) fn list(text: &str) -> Option<sfv::List> {
+        sfv::Parser::new(text).parse_list::<sfv::List>().ok()
     }
 }
 
@@ -460,6 +434,20 @@ mod tests {
     }
 
     #[test]
+    fn every_field_is_read_under_its_label() {
+        for field in [
+            RateLimitField::RateLimit,
+            RateLimitField::RateLimitPolicy,
+            RateLimitField::RateLimitReset,
+            RateLimitField::RateLimitRemaining,
+            RateLimitField::XRateLimitReset,
+            RateLimitField::XRateLimitRemaining,
+        ] {
+            assert_eq!(name(field).as_str(), field.as_str());
+        }
+    }
+
+    #[test]
     fn the_drafts_spent_limit_asks_for_its_window() {
         assert_eq!(
             wait(&[("ratelimit", r#""default";r=0;t=30"#)]),
@@ -483,6 +471,28 @@ mod tests {
         assert_eq!(wait(&other).wait, None, "no policy of that name");
         let bad = [("ratelimit", r#""perhr";r=0"#), ("ratelimit-policy", "perhr;q=1000;w=")];
         assert_eq!(wait(&bad).ignored, [(RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)]);
+    }
+
+    #[test]
+    fn the_policy_is_read_only_for_a_spent_limit_without_t() {
+        // A policy that does not parse is counted only when it is read.
+        let bad_policy = ("ratelimit-policy", "perhr;q=1000;w=");
+        let not_read = [
+            vec![bad_policy],
+            vec![("ratelimit", r#""perhr";r=5"#), bad_policy],
+            vec![("ratelimit", r#""perhr";r=0;t=7"#), bad_policy],
+            vec![("ratelimit", r#""a";r=0;t=7, "b";r=3"#), bad_policy],
+        ];
+        for fields in not_read {
+            let found = wait(&fields);
+            assert!(found.ignored.is_empty(), "{fields:?}: {found:?}");
+        }
+        // Read once, however many spent limits lack `t`.
+        let twice = [("ratelimit", r#""a";r=0, "b";r=0"#), bad_policy];
+        assert_eq!(
+            wait(&twice),
+            RateLimitWait { wait: None, ignored: vec![(RateLimitField::RateLimitPolicy, IgnoredReason::Malformed)] }
+        );
     }
 
     #[test]

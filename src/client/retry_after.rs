@@ -1,8 +1,36 @@
 //! The `Retry-After` field (RFC 9110 §10.2.3): delay-seconds or an
 //! HTTP-date.
 
-use http::header::{HeaderMap, RETRY_AFTER};
+use http::header::{AsHeaderName, HeaderMap, HeaderValue, RETRY_AFTER};
 use std::time::{Duration, SystemTime};
+
+/// A field sent more than once where one value is allowed.
+pub(super) struct Repeated;
+
+/// The one value of `name` in `headers`: `Ok(None)` when absent,
+/// `Err(Repeated)` when sent more than once.
+pub(super) fn one_value(headers: &HeaderMap, name: impl AsHeaderName) -> Result<Option<&HeaderValue>, Repeated> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(Repeated);
+    }
+    Ok(Some(value))
+}
+
+/// The optional whitespace around a field value (RFC 9110 §5.6.3).
+pub(super) const OWS: [char; 2] = [' ', '\t'];
+
+/// Whether `text` is one or more ASCII digits.
+pub(super) fn digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit())
+}
+
+/// A whole number of seconds, ASCII digits only (the caller trims): more
+/// digits than a `u64` holds is still "a very long time", `u64::MAX`.
+pub(super) fn whole_seconds(text: &str) -> Option<u64> {
+    digits(text).then(|| text.parse().unwrap_or(u64::MAX))
+}
 
 /// How long `Retry-After` in `headers` asks the client to wait, seen at
 /// `now`: `None` when the field is absent, repeated or not one of the two
@@ -25,20 +53,15 @@ use std::time::{Duration, SystemTime};
 /// ```
 #[must_use]
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let mut values = headers.get_all(RETRY_AFTER).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
+    let value = one_value(headers, RETRY_AFTER).ok()??;
     parse(value.to_str().ok()?, now)
 }
 
 /// One field value.
 fn parse(text: &str, now: SystemTime) -> Option<Duration> {
-    let text = text.trim_matches([' ', '\t']);
-    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
-        // More digits than a u64 holds is still "a very long time".
-        return Some(Duration::from_secs(text.parse().unwrap_or(u64::MAX)));
+    let text = text.trim_matches(OWS);
+    if let Some(seconds) = whole_seconds(text) {
+        return Some(Duration::from_secs(seconds));
     }
     let date = httpdate::parse_http_date(text).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))

@@ -6,7 +6,7 @@
 //!
 //! | field | value |
 //! |---|---|
-//! | `key` | the `Idempotency-Key` as the server reads it (an sf-string's content, without its quotes); absent for a request without a key |
+//! | `key` | the `Idempotency-Key` every attempt carries, the caller's or the one attached to a POST or PATCH without one, as the server reads it (an sf-string's content, without its quotes); absent for a request sent without a key |
 //! | `method` | the request's method |
 //! | `authority` | the URI's authority (host and port) |
 //! | `path` | the URI's path, never its query |
@@ -37,8 +37,8 @@ pub(super) enum Ending {
     /// one it gave before.
     Replayed,
     /// The answer, or the transport error, could have been retried, but
-    /// the attempts, the budget, the deadline, a server's wait or the
-    /// method said no more.
+    /// the attempts, the budget, the deadline, a server's wait, the
+    /// method, the breaker or the concurrency limit said no more.
     Stopped,
 }
 
@@ -127,14 +127,14 @@ fn outcome<R>(result: &Result<Response<R>, ClientError>, ending: Ending) -> &'st
 }
 
 /// A key field's value as the server reads it: an sf-string's content
-/// without its quotes and escapes, a bare key as it is.
+/// without its quotes and escapes, as the `sfv` crate parses it; any
+/// other value (a bare key, or one the server refuses) as it was sent,
+/// without the spaces around it.
 #[cfg(feature = "tracing")]
 fn key_text(value: &HeaderValue) -> String {
-    let text = String::from_utf8_lossy(value.as_bytes());
-    let text = text.trim_matches(' ');
-    match text.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) {
-        Some(inner) => inner.replace("\\\"", "\"").replace("\\\\", "\\"),
-        None => text.to_owned(),
+    match sfv::Parser::new(value.as_bytes()).parse_item::<sfv::Item>() {
+        Ok(sfv::Item { bare_item: sfv::BareItem::String(key), params }) if params.is_empty() => key.into(),
+        _ => String::from_utf8_lossy(value.as_bytes()).trim_matches(' ').to_owned(),
     }
 }
 
@@ -148,6 +148,10 @@ mod tests {
         assert_eq!(key_text(&HeaderValue::from_static(" order-1 ")), "order-1");
         assert_eq!(key_text(&HeaderValue::from_static(r#""a\"b\\c""#)), r#"a"b\c"#);
         assert_eq!(key_text(&HeaderValue::from_static("\"")), "\"");
+        // A value the server refuses is shown as it was sent.
+        assert_eq!(key_text(&HeaderValue::from_static(r#""a"b""#)), r#""a"b""#);
+        assert_eq!(key_text(&HeaderValue::from_static(r#""a";p=1"#)), r#""a";p=1"#);
+        assert_eq!(key_text(&HeaderValue::from_bytes(b"\"caf\xc3\xa9\"").expect("obs-text")), "\"caf\u{e9}\"");
     }
 
     #[test]

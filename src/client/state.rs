@@ -113,6 +113,8 @@ impl Shared {
         }
         let limiter = Arc::new(Limiter::new(config, destination));
         limiters.insert(destination.to_owned(), Arc::clone(&limiter));
+        drop(limiters);
+        metrics::concurrency_limit(destination, limiter.limit());
         Some(limiter)
     }
 

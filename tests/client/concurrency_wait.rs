@@ -2,10 +2,12 @@
 //! clock, with a limit of one: a call over it sends nothing until the
 //! call ahead has finished; a hung attempt holds its place until its
 //! deadline cuts it, and then the next call goes; a retry still waiting
-//! at its deadline hands back the answer it retries, unsent.
+//! at its deadline hands back the answer it retries, unsent; a first
+//! attempt still waiting at its deadline is `ConcurrencyLimited`, unsent.
 #![cfg(feature = "client")]
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use idemkv::client::{BoxError, ClientError, ConcurrencyConfig, RetryLayer, RetryPolicy};
@@ -111,4 +113,47 @@ async fn a_retry_still_waiting_at_its_deadline_hands_back_the_last_answer() {
     assert_eq!(Instant::now() - started, Duration::from_secs(10), "waited for a place until its deadline");
     hung.abort();
     assert_eq!(*seen.lock(), ["retried", "hang"], "the retry was never sent");
+}
+
+/// A first attempt that gets no place by its deadline is
+/// `ConcurrencyLimited` then, and nothing of it is sent. The place is
+/// held by a call that its caller polled once and then left alone: a
+/// deadline cannot cut an attempt no one polls, so the holder outlasts
+/// the deadline of the call behind it. Dropped, it frees its place.
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_without_a_place_by_its_deadline_is_concurrency_limited() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    // "held" never ends, the others answer at once.
+    let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
+        let log = Arc::clone(&log);
+        async move {
+            let body = request.into_body().collect().await.map_err(|never| -> BoxError { match never {} })?.to_bytes();
+            log.lock().push(String::from_utf8_lossy(&body).into_owned());
+            if body == "held" {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, BoxError>(Response::new(Full::<Bytes>::default()))
+        }
+    });
+    let one = ConcurrencyConfig { initial_limit: 1, min_limit: 1, max_limit: 1, backoff_ratio: 0.5 };
+    let policy =
+        RetryPolicy::new().deadline(Duration::from_secs(10)).attempt_timeout(None).breaker(None).concurrency(Some(one));
+    let client = RetryLayer::new(policy).layer(inner);
+
+    let mut held = Box::pin(client.clone().oneshot(post("held")));
+    assert!((&mut held).now_or_never().is_none(), "sent, and waiting for its answer");
+    let started = Instant::now();
+    let refused = client.clone().oneshot(post("refused")).await.expect_err("no place before its deadline");
+    assert_eq!(Instant::now() - started, Duration::from_secs(10), "waited until its deadline");
+    assert!(
+        matches!(&refused, ClientError::ConcurrencyLimited { destination, limit: 1 } if destination == "api.test"),
+        "{refused:?}"
+    );
+    assert!(refused.nothing_sent());
+
+    drop(held);
+    let after = client.clone().oneshot(post("after")).await.expect("an answer once the holder is dropped");
+    assert_eq!(after.status(), StatusCode::OK);
+    assert_eq!(*seen.lock(), ["held", "after"], "the refused call was never sent");
 }

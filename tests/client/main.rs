@@ -6,6 +6,7 @@
 mod common;
 
 mod call_span;
+mod call_span_attached_key;
 mod concurrency_limit;
 mod concurrency_wait;
 mod exactly_once;
