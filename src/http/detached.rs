@@ -82,10 +82,11 @@ where
 /// unless the inner service claimed `started`, to tell it itself.
 pub(super) async fn watched<F: Future>(future: F, started: Option<FirstWait>) -> Result<F::Output, Panicked> {
     let mut future = std::pin::pin!(future);
-    let caught = std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
-        Ok(polled) => polled.map(Ok),
-        Err(_panic) => Poll::Ready(Err(Panicked)),
-    });
+    let caught =
+        std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
+            Ok(polled) => polled.map(Ok),
+            Err(_panic) => Poll::Ready(Err(Panicked)),
+        });
     FirstWait::watch(started.filter(|started| !started.claimed()), caught).await
 }
 

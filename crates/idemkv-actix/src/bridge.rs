@@ -127,4 +127,3 @@ pub async fn handle<S, B>(
     };
     drop(reply.send(answer));
 }
-
