@@ -1,9 +1,10 @@
 //! An actix-web server on a free loopback port behind the middleware,
 //! with routes that count their runs.
 
-use actix_web::dev::ServerHandle;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServerHandle, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, Error, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use idemkv::conformance::http::harness::Counter;
 use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, NotSpent};
 use idemkv::{Config, Durability, Store};
@@ -108,19 +109,29 @@ pub async fn start(config: LayerConfig) -> Actix {
     let runs = Counter::default();
     let layer = IdempotencyLayer::new(store.clone(), config);
     let counted = runs.clone();
-    let server = HttpServer::new(move || {
+    let (base, handle) = serve(move || {
         App::new()
             .app_data(web::Data::new(counted.clone()))
             .wrap(Idempotency::from_layer(layer.clone()))
             .configure(routes)
-    })
-    .workers(2)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .expect("bind");
+    });
+    Actix { base, store, runs, handle, _dir: dir }
+}
+
+/// Serves the app `app` builds on an actix-web server of two workers, on
+/// a free loopback port, spawned on the current runtime: its base URL
+/// (`http://127.0.0.1:<port>`) and the handle that stops it.
+pub fn serve<F, T, B>(app: F) -> (String, ServerHandle)
+where
+    F: Fn() -> App<T> + Send + Clone + 'static,
+    T: ServiceFactory<ServiceRequest, Config = (), Response = ServiceResponse<B>, Error = Error, InitError = ()>
+        + 'static,
+    B: MessageBody + 'static,
+{
+    let server = HttpServer::new(app).workers(2).disable_signals().bind(("127.0.0.1", 0)).expect("bind");
     let base = format!("http://{}", server.addrs()[0]);
     let server = server.run();
     let handle = server.handle();
     drop(actix_web::rt::spawn(server));
-    Actix { base, store, runs, handle, _dir: dir }
+    (base, handle)
 }
