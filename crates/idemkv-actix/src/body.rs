@@ -137,11 +137,6 @@ impl Body for ResponseBody {
 /// no channel); else pumped into a channel by a task on the worker, a few
 /// chunks at a time, the task stopping when the layer drops the body.
 pub fn pumped_response<B: actix_web::body::MessageBody + 'static>(body: B) -> ResponseBody {
-    let length = match body.size() {
-        actix_web::body::BodySize::None => Some(0),
-        actix_web::body::BodySize::Sized(length) => Some(length),
-        actix_web::body::BodySize::Stream => None,
-    };
     let body = match body.try_into_bytes() {
         Ok(bytes) => {
             let length = Some(bytes.len() as u64);
@@ -149,6 +144,11 @@ pub fn pumped_response<B: actix_web::body::MessageBody + 'static>(body: B) -> Re
             return ResponseBody { length, chunks, ended: false };
         }
         Err(body) => body,
+    };
+    let length = match body.size() {
+        actix_web::body::BodySize::None => Some(0),
+        actix_web::body::BodySize::Sized(length) => Some(length),
+        actix_web::body::BodySize::Stream => None,
     };
     let (sender, receiver) = mpsc::channel(CHUNKS_IN_FLIGHT);
     drop(actix_web::rt::spawn(async move {
