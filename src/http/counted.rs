@@ -21,7 +21,8 @@ pub(super) fn counted<T>(outcome: &'static str, response: Response<T>) -> Respon
 /// but the handler's error, counted as status `error`.
 #[cfg_attr(not(feature = "metrics"), expect(unused_variables, reason = "the labels are for the exporter"))]
 pub(super) fn count(outcome: &'static str, status: Option<http::StatusCode>) {
-    // The guarded request's span, if it is the current one (a no-op else).
+    // The request's span: every answer the layer counts is made in one
+    // (a guarded request's, or a resource write's without a key).
     tracing::Span::current().record("outcome", outcome);
     #[cfg(feature = "metrics")]
     exported::count(outcome, status);

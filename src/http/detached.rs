@@ -80,22 +80,14 @@ where
 /// (the future is then never polled again); the first time it waits on
 /// something (is pending), `started` is told: the run is a long one —
 /// unless the inner service claimed `started`, to tell it itself.
-pub(super) async fn watched<F: Future>(future: F, mut started: Option<FirstWait>) -> Result<F::Output, Panicked> {
+pub(super) async fn watched<F: Future>(future: F, started: Option<FirstWait>) -> Result<F::Output, Panicked> {
     let mut future = std::pin::pin!(future);
-    std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
-        Ok(Poll::Pending) => {
-            if let Some(started) = started.take().filter(|started| !started.claimed()) {
-                started.waits();
-            }
-            Poll::Pending
-        }
-        Ok(Poll::Ready(output)) => {
-            drop(started.take());
-            Poll::Ready(Ok(output))
-        }
-        Err(_panic) => Poll::Ready(Err(Panicked)),
-    })
-    .await
+    let caught =
+        std::future::poll_fn(move |context| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(context))) {
+            Ok(polled) => polled.map(Ok),
+            Err(_panic) => Poll::Ready(Err(Panicked)),
+        });
+    FirstWait::watch(started.filter(|started| !started.claimed()), caught).await
 }
 
 #[cfg(test)]

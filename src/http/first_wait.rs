@@ -2,8 +2,10 @@
 //! layer cannot see it itself.
 
 use parking_lot::Mutex;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::sync::oneshot;
 
 /// Tells the layer when the handler of a guarded request first waits on
@@ -71,5 +73,36 @@ impl FirstWait {
             // Nobody may wait for it any more: nothing to tell then.
             let _told = told.send(());
         }
+    }
+
+    /// Polls `future` to its end; the first time it waits on something (is
+    /// pending), `first_wait` (when there is one) is told
+    /// ([`FirstWait::waits`]): the handler did not answer at once. When
+    /// the future ends, `first_wait` is dropped, told or not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemkv::http::FirstWait;
+    ///
+    /// # async fn run(first_wait: Option<FirstWait>) {
+    /// // The inner service's handler, run where it runs.
+    /// let answer = FirstWait::watch(first_wait, async { 7 }).await;
+    /// assert_eq!(answer, 7);
+    /// # }
+    /// # futures_util::FutureExt::now_or_never(run(None));
+    /// ```
+    pub async fn watch<F: Future>(mut first_wait: Option<FirstWait>, future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(move |context| {
+            let polled = future.as_mut().poll(context);
+            match (&polled, first_wait.take()) {
+                (Poll::Pending, Some(first_wait)) => first_wait.waits(),
+                (Poll::Ready(_), told) => drop(told),
+                (Poll::Pending, None) => {}
+            }
+            polled
+        })
+        .await
     }
 }

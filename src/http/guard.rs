@@ -8,7 +8,7 @@ use super::counted::{count, counted};
 use super::detached::{watched, Detached, Panicked};
 use super::first_wait::FirstWait;
 use super::key::{
-    check_natural_key, expiry_text, prefer_wait, read_expiry, read_key, ExpiryInvalid, KeyError, EXPIRY_HEADER,
+    check_natural_key, expiry_text, prefer_wait, read_expiry, read_key, state_expiry, ExpiryInvalid, KeyError,
 };
 use super::operations::{expiry_in_force, prefers_async, tell, Answering};
 use super::problem::{expiry_too_long, in_progress, quota_exceeded, store_unavailable, Problem};
@@ -564,9 +564,7 @@ where
         Box::pin(held.answered(&shared.backend, &method, parts.status, &mut parts.headers)).await;
     }
     // Kept with the answer, so that its replays state it too.
-    if let Some(value) = run.expiry.and_then(|expiry| HeaderValue::from_str(&expiry_text(expiry)).ok()) {
-        parts.headers.insert(EXPIRY_HEADER, value);
-    }
+    state_expiry(&mut parts.headers, run.expiry);
     Ok(keep_handlers_answer(shared, kept, run, parts, body).await)
 }
 

@@ -171,6 +171,14 @@ pub(super) fn expiry_text(expiry: Duration) -> String {
     format!("{count}{unit}")
 }
 
+/// States `expiry` in `headers` (`Idempotency-Key-Expiry`, as
+/// [`expiry_text`] writes it), when there is one.
+pub(super) fn state_expiry(headers: &mut HeaderMap, expiry: Option<Duration>) {
+    if let Some(value) = expiry.and_then(|expiry| HeaderValue::from_str(&expiry_text(expiry)).ok()) {
+        headers.insert(EXPIRY_HEADER, value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -290,8 +290,13 @@ where
         let shared = Arc::clone(&self.shared);
         if written {
             // A write to a resource with a method not guarded by keys:
-            // held and checked all the same, its answer not kept.
-            return Box::pin(guard::unkeyed(inner, shared, request));
+            // held and checked all the same, its answer not kept; in a
+            // request span of its own, as a guarded request, so that its
+            // outcome is recorded there and never in the caller's span.
+            return Box::pin(tracing::Instrument::instrument(
+                guard::unkeyed(inner, shared, request),
+                guard::request_span(),
+            ));
         }
         Box::pin(tracing::Instrument::instrument(guard::guard(inner, shared, request), guard::request_span()))
     }

@@ -24,7 +24,7 @@
 //! | unknown in this scope | 404 `operation-unknown` |
 
 use super::config::{LayerConfig, Operations};
-use super::key::{expiry_text, EXPIRY_HEADER};
+use super::key::state_expiry;
 use super::problem;
 use super::response::{decode_response, replay, Stored, NOT_STORED_HEADER};
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
@@ -103,9 +103,7 @@ impl Operations {
         if preferred {
             headers.insert("preference-applied", HeaderValue::from_static("respond-async"));
         }
-        if let Some(value) = expiry.and_then(|expiry| HeaderValue::from_str(&expiry_text(expiry)).ok()) {
-            headers.insert(EXPIRY_HEADER, value);
-        }
+        state_expiry(headers, expiry);
         response
     }
 }

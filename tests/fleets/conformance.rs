@@ -125,9 +125,9 @@ async fn embedded_store_http_on_a_movable_clock() {
         skipped(&report),
         [
             ("keepalive", real_time),
-            ("keepalive_blocking", real_time),
             ("keepalive_streaming", real_time),
-            ("hold_takeover", real_time)
+            ("hold_takeover", real_time),
+            ("keepalive_blocking", real_time)
         ]
     );
 }

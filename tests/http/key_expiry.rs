@@ -26,6 +26,11 @@ use tokio::sync::Notify;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The expiry `reply` states.
+fn stated(reply: &Reply) -> Option<&str> {
+    reply.header("idempotency-key-expiry")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_clients_expiry_is_honoured_up_to_the_maximum_and_stated() {
     let runs = Counter::default();
@@ -42,14 +47,13 @@ async fn a_clients_expiry_is_honoured_up_to_the_maximum_and_stated() {
             None => request,
         })
     };
-    let stated = |reply: &Reply| reply.header("idempotency-key-expiry").map(str::to_owned);
 
     let two_hours = pay("pay-1", Some("2h")).await;
-    assert_eq!((two_hours.status, stated(&two_hours).as_deref()), (201, Some("2h")), "{two_hours:?}");
+    assert_eq!((two_hours.status, stated(&two_hours)), (201, Some("2h")), "{two_hours:?}");
     let replay = pay("pay-1", Some("5m")).await;
-    assert_eq!((replay.replayed(), stated(&replay).as_deref()), (true, Some("2h")), "as first stated: {replay:?}");
+    assert_eq!((replay.replayed(), stated(&replay)), (true, Some("2h")), "as first stated: {replay:?}");
     let default = pay("pay-2", None).await;
-    assert_eq!((default.status, stated(&default).as_deref()), (201, Some("1h")), "the layer's: {default:?}");
+    assert_eq!((default.status, stated(&default)), (201, Some("1h")), "the layer's: {default:?}");
 
     let too_long = pay("pay-3", Some("8d")).await;
     assert!(too_long.is_problem(400, "expiry-too-long"), "{too_long:?}");
@@ -64,7 +68,7 @@ async fn a_clients_expiry_is_honoured_up_to_the_maximum_and_stated() {
     }
     assert_eq!(runs.get(), 2, "refused expiries run nothing");
     let week = pay("pay-3", Some("168h")).await;
-    assert_eq!((week.status, week.replayed(), stated(&week).as_deref()), (201, false, Some("7d")), "{week:?}");
+    assert_eq!((week.status, week.replayed(), stated(&week)), (201, false, Some("7d")), "{week:?}");
 
     clock.advance(2 * HOUR + Duration::from_secs(1));
     let again = pay("pay-1", Some("2h")).await;
@@ -123,25 +127,24 @@ async fn a_long_operation_states_its_expiry_on_its_202s_and_status_resource() {
             None => request,
         })
     };
-    let stated = |reply: &Reply| reply.header("idempotency-key-expiry").map(str::to_owned);
     let status = |location: &str| send(client.get(server.url(location)));
 
     let accepted = ask("report-1", Some("2h")).await;
-    assert_eq!((accepted.status, stated(&accepted).as_deref()), (202, Some("2h")), "{accepted:?}");
-    let location = accepted.header("location").expect("a status resource").to_owned();
+    assert_eq!((accepted.status, stated(&accepted)), (202, Some("2h")), "{accepted:?}");
+    let location = accepted.header("location").expect("a status resource");
     let retried = ask("report-1", Some("5m")).await;
-    assert_eq!((retried.status, stated(&retried).as_deref()), (202, Some("2h")), "the first's: {retried:?}");
-    let running = status(&location).await;
-    assert_eq!((running.status, stated(&running).as_deref()), (202, Some("2h")), "{running:?}");
+    assert_eq!((retried.status, stated(&retried)), (202, Some("2h")), "the first's: {retried:?}");
+    let running = status(location).await;
+    assert_eq!((running.status, stated(&running)), (202, Some("2h")), "{running:?}");
     let default = ask("report-2", None).await;
-    assert_eq!((default.status, stated(&default).as_deref()), (202, Some("1h")), "the layer's: {default:?}");
-    let default_location = default.header("location").expect("a status resource").to_owned();
-    let default_running = status(&default_location).await;
-    assert_eq!((default_running.status, stated(&default_running).as_deref()), (202, Some("1h")));
+    assert_eq!((default.status, stated(&default)), (202, Some("1h")), "the layer's: {default:?}");
+    let default_location = default.header("location").expect("a status resource");
+    let default_running = status(default_location).await;
+    assert_eq!((default_running.status, stated(&default_running)), (202, Some("1h")));
 
     gated.gate.notify_waiters();
     gated.runs.reach(2, Duration::from_secs(10), "both reports ran").await;
-    for (location, key, expiry) in [(&location, "report-1", "2h"), (&default_location, "report-2", "1h")] {
+    for (location, key, expiry) in [(location, "report-1", "2h"), (default_location, "report-2", "1h")] {
         let mut done = status(location).await;
         for _ in 0..100 {
             if done.status != 202 {
@@ -150,9 +153,9 @@ async fn a_long_operation_states_its_expiry_on_its_202s_and_status_resource() {
             tokio::time::sleep(Duration::from_millis(20)).await;
             done = status(location).await;
         }
-        assert_eq!((done.status, done.replayed(), stated(&done).as_deref()), (201, true, Some(expiry)), "{done:?}");
+        assert_eq!((done.status, done.replayed(), stated(&done)), (201, true, Some(expiry)), "{done:?}");
         let replay = ask(key, Some("30m")).await;
-        assert_eq!((replay.status, replay.replayed(), stated(&replay).as_deref()), (201, true, Some(expiry)));
+        assert_eq!((replay.status, replay.replayed(), stated(&replay)), (201, true, Some(expiry)));
     }
     assert_eq!(gated.runs.get(), 2, "each ran once");
 }

@@ -1,7 +1,8 @@
 //! The bodies the layer reads: the actix request's payload and the actix
 //! handler's answer, each pumped by a task on the worker (both are bound
-//! to its thread) into a channel the layer can read from any thread; and
-//! the bytes of a request the layer buffered.
+//! to its thread) into a channel the layer can read from any thread; the
+//! bytes of a request the layer buffered; and the bytes of an answer the
+//! handler had all at hand.
 
 use actix_web::dev::Payload;
 use actix_web::error::PayloadError;
@@ -82,15 +83,25 @@ pub fn payload_of(body: RequestBody) -> Payload {
 }
 
 /// A response body the layer can read from any thread: the actix
-/// handler's body, pumped by a task on the worker (the body is bound to
-/// its thread), with its length when the handler stated it.
+/// handler's body, either its bytes when it had them all at hand or
+/// pumped by a task on the worker (the body is bound to its thread), with
+/// its length when the handler stated it.
 #[derive(Debug)]
 pub struct ResponseBody {
     /// What is left of the handler's stated length (its `Content-Length`).
     length: Option<u64>,
-    chunks: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    chunks: Chunks,
     /// Nothing more is coming: the channel said so.
     ended: bool,
+}
+
+/// Where a response body's chunks come from.
+#[derive(Debug)]
+enum Chunks {
+    /// The whole body, taken when read (none when empty or read).
+    Whole(Option<Bytes>),
+    /// The channel the worker's task pumps the body into.
+    Pumped(mpsc::Receiver<Result<Bytes, std::io::Error>>),
 }
 
 impl Body for ResponseBody {
@@ -99,7 +110,10 @@ impl Body for ResponseBody {
 
     fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        let frame = std::task::ready!(this.chunks.poll_recv(context));
+        let frame = match &mut this.chunks {
+            Chunks::Whole(bytes) => bytes.take().map(Ok),
+            Chunks::Pumped(chunks) => std::task::ready!(chunks.poll_recv(context)),
+        };
         this.ended = frame.is_none();
         // The hint is of what is left: a reader that read a part of the
         // body (the layer, before it knew it too large to keep) hands on
@@ -119,9 +133,18 @@ impl Body for ResponseBody {
     }
 }
 
-/// The handler's `body`, pumped into a channel by a task on the worker, a
-/// few chunks at a time; the task stops when the layer drops the body.
+/// The handler's `body`: its bytes when it has them all at hand (no task,
+/// no channel); else pumped into a channel by a task on the worker, a few
+/// chunks at a time, the task stopping when the layer drops the body.
 pub fn pumped_response<B: actix_web::body::MessageBody + 'static>(body: B) -> ResponseBody {
+    let body = match body.try_into_bytes() {
+        Ok(bytes) => {
+            let length = Some(bytes.len() as u64);
+            let chunks = Chunks::Whole((!bytes.is_empty()).then_some(bytes));
+            return ResponseBody { length, chunks, ended: false };
+        }
+        Err(body) => body,
+    };
     let length = match body.size() {
         actix_web::body::BodySize::None => Some(0),
         actix_web::body::BodySize::Sized(length) => Some(length),
@@ -137,5 +160,5 @@ pub fn pumped_response<B: actix_web::body::MessageBody + 'static>(body: B) -> Re
             }
         }
     }));
-    ResponseBody { length, chunks: receiver, ended: false }
+    ResponseBody { length, chunks: Chunks::Pumped(receiver), ended: false }
 }

@@ -117,7 +117,7 @@ pub async fn handle<S, B>(
     let first_wait = parts.extensions.remove::<FirstWait>();
     hand_over(parts.extensions, &request);
     let called = service.call(ServiceRequest::from_parts(request, payload_of(body)));
-    let answer = match first_waits(called, first_wait).await {
+    let answer = match FirstWait::watch(first_wait, called).await {
         Ok(response) => {
             let (request, response) = response.into_parts();
             drop(back.send(request));
@@ -126,18 +126,4 @@ pub async fn handle<S, B>(
         Err(error) => response_of(error.error_response()),
     };
     drop(reply.send(answer));
-}
-
-/// Polls `future` to its end; the first time it waits on something (is
-/// pending), `first_wait` is told: the handler did not answer at once.
-async fn first_waits<F: Future>(future: F, mut first_wait: Option<FirstWait>) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(move |context| {
-        let polled = future.as_mut().poll(context);
-        if let (Poll::Pending, Some(first_wait)) = (&polled, first_wait.take()) {
-            first_wait.waits();
-        }
-        polled
-    })
-    .await
 }

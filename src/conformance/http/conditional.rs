@@ -28,13 +28,13 @@ fn payment_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
 }
 
 /// The `{id}` of `/payments/{id}`.
-fn id(request: &FixtureRequest) -> String {
-    request.path().strip_prefix("/payments/").unwrap_or_default().to_owned()
+fn id(request: &FixtureRequest) -> &str {
+    request.path().strip_prefix("/payments/").unwrap_or_default()
 }
 
 /// Sets the payment the request names to its body, answering `status`.
 fn set(payments: &Payments, request: &FixtureRequest, status: StatusCode) -> std::future::Ready<FixtureAnswer> {
-    payments.lock().insert(id(request), request.text().parse().unwrap_or(0));
+    payments.lock().insert(id(request).to_owned(), request.text().parse().unwrap_or(0));
     std::future::ready(FixtureAnswer::empty(status))
 }
 
@@ -46,7 +46,7 @@ async fn payments<T: ServeTarget>(target: &T) -> (Server<'_, T>, Payments) {
         .route(Method::POST, "/payments/{id}", move |request| set(&created, &request, StatusCode::CREATED))
         .route(Method::PATCH, "/payments/{id}", move |request| set(&patched, &request, StatusCode::OK))
         .route(Method::GET, "/payments/{id}", move |request| {
-            let answer = match read.lock().get(&id(&request)) {
+            let answer = match read.lock().get(id(&request)) {
                 Some(value) => FixtureAnswer::text(StatusCode::OK, value.to_string()),
                 None => FixtureAnswer::text(StatusCode::NOT_FOUND, String::new()),
             };

@@ -293,15 +293,15 @@ impl Fixture {
     /// The answer to `request`: its route's, or the router's own.
     pub async fn answer(&self, request: FixtureRequest) -> FixtureAnswer {
         let path = request.path();
-        let on_path: Vec<&Route> = self.routes.iter().filter(|route| matches(route.pattern, path)).collect();
-        let route = on_path.iter().find(|route| route.method == request.method).or_else(|| {
+        let on_path = || self.routes.iter().filter(move |route| matches(route.pattern, path));
+        let route = on_path().find(|route| route.method == request.method).or_else(|| {
             let head = request.method == Method::HEAD;
-            on_path.iter().find(|route| head && route.method == Method::GET)
+            on_path().find(|route| head && route.method == Method::GET)
         });
-        let unrouted = match (route, on_path.is_empty()) {
-            (Some(route), _) => return (route.answering)(request).await,
-            (None, true) => FixtureAnswer::empty(StatusCode::NOT_FOUND),
-            (None, false) => FixtureAnswer::empty(StatusCode::METHOD_NOT_ALLOWED),
+        let unrouted = match route {
+            Some(route) => return (route.answering)(request).await,
+            None if on_path().next().is_none() => FixtureAnswer::empty(StatusCode::NOT_FOUND),
+            None => FixtureAnswer::empty(StatusCode::METHOD_NOT_ALLOWED),
         };
         if self.unrouted_not_spent {
             unrouted.not_spent()

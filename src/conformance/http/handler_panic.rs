@@ -9,7 +9,7 @@ use super::harness::{client, post as post_to, send};
 use super::target::{ServeTarget, Server, Tower};
 use crate::backend::IdempotencyBackend;
 use crate::conformance::Setting;
-use crate::http::LayerConfig;
+use crate::http::{Attempt, LayerConfig};
 use http::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +17,11 @@ use std::time::Duration;
 /// The attempts the handler was run with, in order.
 type Seen = Arc<parking_lot::Mutex<Vec<(u32, bool)>>>;
 
-/// Notes the run's attempt; how many runs there were (none without an
-/// attempt).
-fn note(seen: &Seen, request: &FixtureRequest) -> Option<usize> {
-    let attempt = request.attempt.as_ref()?;
+/// Notes the run's attempt; how many runs there were.
+fn note(seen: &Seen, attempt: &Attempt) -> usize {
     let mut seen = seen.lock();
     seen.push((attempt.attempt, attempt.recovered));
-    Some(seen.len())
+    seen.len()
 }
 
 /// What the handler answers when the layer gave it no attempt.
@@ -33,12 +31,11 @@ fn no_attempt() -> FixtureAnswer {
 
 /// Panics on its first run, answers 201 after.
 async fn fragile(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
-    let Some(run) = note(&seen, &request) else {
+    let Some(attempt) = &request.attempt else {
         return no_attempt();
     };
-    assert!(run > 1, "the first run fails half-way");
-    let attempt = request.attempt.map_or(0, |attempt| attempt.attempt);
-    FixtureAnswer::text(StatusCode::CREATED, format!("payment on attempt {attempt}"))
+    assert!(note(&seen, attempt) > 1, "the first run fails half-way");
+    FixtureAnswer::text(StatusCode::CREATED, format!("payment on attempt {}", attempt.attempt))
 }
 
 /// `POST /payments` answered by `answering` with what it has seen.
@@ -97,10 +94,12 @@ pub async fn handler_panic_on<T: ServeTarget>(target: &T, setting: &Setting) {
 
 /// Says "nothing happened" on its first run, answers 201 after.
 async fn not_yet(seen: Seen, request: FixtureRequest) -> FixtureAnswer {
-    match note(&seen, &request) {
-        Some(1) => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
-        Some(_) => FixtureAnswer::text(StatusCode::CREATED, "charged"),
-        None => no_attempt(),
+    let Some(attempt) = &request.attempt else {
+        return no_attempt();
+    };
+    match note(&seen, attempt) {
+        1 => FixtureAnswer::text(StatusCode::SERVICE_UNAVAILABLE, "try again").not_spent(),
+        _ => FixtureAnswer::text(StatusCode::CREATED, "charged"),
     }
 }
 

@@ -26,8 +26,8 @@ fn account_of(parts: &http::request::Parts) -> Option<Vec<u8>> {
 }
 
 /// The `{id}` of `/accounts/{id}`.
-fn id(request: &FixtureRequest) -> String {
-    request.path().strip_prefix("/accounts/").unwrap_or_default().to_owned()
+fn id(request: &FixtureRequest) -> &str {
+    request.path().strip_prefix("/accounts/").unwrap_or_default()
 }
 
 /// Accounts (held and versioned), a plain route, long operations.

@@ -34,7 +34,8 @@
 //! ending in `_on` (`double_send_on`, `waiters_on`, ...) runs the same
 //! steps and assertions on any target, such as the actix-web middleware
 //! of the crate `idemkv-actix`, whose tests run them; [`run_all_on`] runs
-//! them all on a target, as [`run_all`] does on the tower layer.
+//! them all on a target, and [`run_all`] runs them on [`Tower`] and then
+//! those that stay there.
 //!
 //! Four stay on the tower layer, for what they drive that no target
 //! offers: `restart` and `restart_ttl` restart the backend under a served
@@ -158,35 +159,19 @@ macro_rules! run {
 /// Runs every HTTP scenario on `backend`, in turn, with what
 /// `capabilities` says the backend offers; what ran and what was skipped.
 ///
-/// The restart scenario runs last: it restarts the backend (through
+/// These are [`run_all_on`] on [`Tower`] over the backend, then the
+/// scenarios that stay on the tower layer (see
+/// [Targets](crate::conformance::http#targets)). The restart scenario
+/// runs last: it restarts the backend (through
 /// [`Capabilities::persistence`]) and drops the restarted one at its end.
 ///
 /// # Panics
 /// When a scenario fails: the message names the scenario and what broke.
 /// The scenarios after a failed one do not run.
 pub async fn run_all<B: IdempotencyBackend + Clone>(backend: B, mut capabilities: Capabilities<B>) -> Report {
-    let mut report = Report::default();
+    let mut report = run_all_on(&Tower(&backend), &capabilities).await;
     let run = capabilities.setting();
-    let b = &backend;
-    run!(&mut report, b, run; double_send, concurrent_sends, refused_keys, release_5xx, dropped_request, client_disconnect);
-    failures_and_keys(&mut report, b, &run).await;
-    what_is_kept(&mut report, b, &run).await;
-    scenario(&mut report, "streamed_get", streamed_get(b)).await;
-    run!(&mut report, b, run; tenant_scopes, waiters, draft_vectors);
-    beyond_replay(&mut report, b, &run).await;
-    #[cfg(feature = "webhooks")]
-    signed_webhooks(&mut report, b, &run).await;
-    if run.clock().is_none() {
-        run!(&mut report, b, run; keepalive, hold_takeover, keepalive_blocking, keepalive_streaming);
-    } else {
-        for name in ["keepalive", "keepalive_blocking", "keepalive_streaming", "hold_takeover"] {
-            skip(&mut report, name, Capability::RealTime);
-        }
-    }
-    match capabilities.quota_scope().cloned() {
-        Some(limited) => scenario(&mut report, "quota", quota(b, &run.of("quota"), &limited)).await,
-        None => skip(&mut report, "quota", Capability::Quotas),
-    }
+    tower_only(&mut report, &backend, &run).await;
     restarts(&mut report, backend, &mut capabilities, &run).await;
     report
 }
@@ -261,26 +246,18 @@ async fn restarts<B: IdempotencyBackend + Clone>(
     }
 }
 
-/// The scenarios of a handler that fails or says `NotSpent`, and of key
-/// parsing.
-async fn failures_and_keys<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
-    run!(report, b, run; handler_panic, not_spent, two_key_fields, sf_string, key_parameters);
-}
-
-/// The scenarios of what is kept and replayed: routing and validation
-/// failures, a handler's own 404, replayed headers, the response budget.
-async fn what_is_kept<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
-    run!(report, b, run; not_kept_routing, kept_handler_404, not_kept_validation, kept_validation);
-    run!(report, b, run; replay_headers, waited_replay, over_budget, edge_of_budget, headers_over_budget);
-}
-
-/// The scenarios of the layer's conditional writes, resource holds, tenants
-/// named like idemkv's records and long operations.
-async fn beyond_replay<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
-    run!(report, b, run; etags, hostile_tenants, racing_writers, one_per_resource);
-    run!(report, b, run; every_method_checked, unconditional_writers, not_modified);
-    run!(report, b, run; respond_async, async_after, async_abandoned, async_not_kept, async_no_route);
-    run!(report, b, run; status_reads_answers);
+/// The scenarios that stay on the tower layer, but for the restart: a
+/// dropped layer future, a keep-alive through a blocked worker (on real
+/// time) and, with `webhooks`, signed webhooks.
+async fn tower_only<B: IdempotencyBackend + Clone>(report: &mut Report, b: &B, run: &Setting) {
+    run!(report, b, run; dropped_request);
+    if run.clock().is_none() {
+        run!(report, b, run; keepalive_blocking);
+    } else {
+        skip(report, "keepalive_blocking", Capability::RealTime);
+    }
+    #[cfg(feature = "webhooks")]
+    signed_webhooks(report, b, run).await;
 }
 
 /// The scenarios of signed webhooks.

@@ -29,8 +29,8 @@ struct Accounts {
 }
 
 /// The `{id}` of `/accounts/{id}`.
-fn id(request: &FixtureRequest) -> String {
-    request.path().strip_prefix("/accounts/").unwrap_or_default().to_owned()
+fn id(request: &FixtureRequest) -> &str {
+    request.path().strip_prefix("/accounts/").unwrap_or_default()
 }
 
 /// Sets the account; a body `slow` holds it for 600 ms first.
@@ -40,28 +40,28 @@ async fn set(accounts: Accounts, request: FixtureRequest) -> FixtureAnswer {
     if body == "slow" {
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
-    accounts.values.lock().insert(id(&request), body);
+    accounts.values.lock().insert(id(&request).to_owned(), body);
     FixtureAnswer::empty(StatusCode::OK)
 }
 
 /// Creates the account.
 fn create(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
     accounts.writes.bump();
-    accounts.values.lock().insert(id(request), request.text());
+    accounts.values.lock().insert(id(request).to_owned(), request.text());
     std::future::ready(FixtureAnswer::empty(StatusCode::CREATED))
 }
 
 /// Removes the account.
 fn remove(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
     accounts.writes.bump();
-    accounts.values.lock().remove(&id(request));
+    accounts.values.lock().remove(id(request));
     std::future::ready(FixtureAnswer::empty(StatusCode::NO_CONTENT))
 }
 
 /// Reads the account.
 fn read(accounts: &Accounts, request: &FixtureRequest) -> std::future::Ready<FixtureAnswer> {
     accounts.reads.bump();
-    let answer = match accounts.values.lock().get(&id(request)) {
+    let answer = match accounts.values.lock().get(id(request)) {
         Some(value) => FixtureAnswer::text(StatusCode::OK, value.clone()),
         None => FixtureAnswer::text(StatusCode::NOT_FOUND, String::new()),
     };

@@ -4,14 +4,10 @@
 //! (`conformance`, served by `target`), over the embedded store and over
 //! Redis and PostgreSQL (`fleets`).
 
-mod client_leaves;
 mod conformance;
 mod draft_vectors;
 mod fleets;
-mod handler_panic;
-mod long_operations;
 mod refusals;
-mod replay;
 mod same_as_tower;
 mod server;
 mod streamed_get;

@@ -1,16 +1,16 @@
 //! An actix-web server on a free loopback port behind the middleware,
 //! with routes that count their runs.
 
-use actix_web::dev::ServerHandle;
-use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServerHandle, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{web, App, Error, HttpResponse, HttpServer};
 use idemkv::conformance::http::harness::Counter;
-use idemkv::http::{Attempt, IdempotencyLayer, LayerConfig, NotSpent};
+use idemkv::http::{IdempotencyLayer, LayerConfig};
 use idemkv::{Config, Durability, Store};
 use idemkv_actix::Idempotency;
 use std::time::Duration;
 
-/// How long `/slow` takes.
+/// How long `/stream` pauses between its two chunks.
 pub const SLOW: Duration = Duration::from_millis(1500);
 
 /// A served app, stopped by [`Actix::stop`].
@@ -45,29 +45,6 @@ async fn payment(runs: web::Data<Counter>, body: web::Bytes) -> HttpResponse {
         .body(format!("payment {run} of {} bytes", body.len()))
 }
 
-async fn slow(runs: web::Data<Counter>) -> HttpResponse {
-    let run = runs.bump();
-    actix_web::rt::time::sleep(SLOW).await;
-    HttpResponse::Created().body(format!("slow {run}"))
-}
-
-async fn not_spent(runs: web::Data<Counter>) -> HttpResponse {
-    runs.bump();
-    let mut response = HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE).body("try again");
-    response.extensions_mut().insert(NotSpent);
-    response
-}
-
-/// Panics on its first run; on the next, answers with its [`Attempt`].
-async fn fragile(runs: web::Data<Counter>, request: HttpRequest) -> HttpResponse {
-    let run = runs.bump();
-    assert!(run > 1, "the first run dies half-way");
-    let Some(attempt) = request.extensions().get::<Attempt>().cloned() else {
-        return HttpResponse::InternalServerError().body("no attempt");
-    };
-    HttpResponse::Created().body(format!("attempt {}, recovered {}", attempt.attempt, attempt.recovered))
-}
-
 /// Streams `first`, then, a [`SLOW`] later, `second`.
 async fn stream() -> HttpResponse {
     let chunks = futures_util::stream::unfold(0_u8, |sent| async move {
@@ -85,12 +62,7 @@ async fn stream() -> HttpResponse {
 
 /// The routes of the scenarios.
 pub fn routes(config: &mut web::ServiceConfig) {
-    config
-        .route("/payments", web::post().to(payment))
-        .route("/slow", web::post().to(slow))
-        .route("/not-spent", web::post().to(not_spent))
-        .route("/fragile", web::post().to(fragile))
-        .route("/stream", web::get().to(stream));
+    config.route("/payments", web::post().to(payment)).route("/stream", web::get().to(stream));
 }
 
 /// A store in a temporary directory, buffered (the scenarios need no
@@ -108,19 +80,29 @@ pub async fn start(config: LayerConfig) -> Actix {
     let runs = Counter::default();
     let layer = IdempotencyLayer::new(store.clone(), config);
     let counted = runs.clone();
-    let server = HttpServer::new(move || {
+    let (base, handle) = serve(move || {
         App::new()
             .app_data(web::Data::new(counted.clone()))
             .wrap(Idempotency::from_layer(layer.clone()))
             .configure(routes)
-    })
-    .workers(2)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .expect("bind");
+    });
+    Actix { base, store, runs, handle, _dir: dir }
+}
+
+/// Serves the app `app` builds on an actix-web server of two workers, on
+/// a free loopback port, spawned on the current runtime: its base URL
+/// (`http://127.0.0.1:<port>`) and the handle that stops it.
+pub fn serve<F, T, B>(app: F) -> (String, ServerHandle)
+where
+    F: Fn() -> App<T> + Send + Clone + 'static,
+    T: ServiceFactory<ServiceRequest, Config = (), Response = ServiceResponse<B>, Error = Error, InitError = ()>
+        + 'static,
+    B: MessageBody + 'static,
+{
+    let server = HttpServer::new(app).workers(2).disable_signals().bind(("127.0.0.1", 0)).expect("bind");
     let base = format!("http://{}", server.addrs()[0]);
     let server = server.run();
     let handle = server.handle();
     drop(actix_web::rt::spawn(server));
-    Actix { base, store, runs, handle, _dir: dir }
+    (base, handle)
 }

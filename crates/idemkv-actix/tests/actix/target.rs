@@ -3,10 +3,11 @@
 //! served by one actix-web handler behind [`Idempotency`] on a real
 //! actix-web server, arrivals counted by a middleware in front of it.
 
+use crate::server::serve;
 use actix_web::dev::{ServerHandle, Service};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
 use idemkv::conformance::http::{
     Fixture, FixtureAnswer, FixtureBody, FixtureRequest, ServeTarget, FIXTURE_BODY_BYTES_MAX,
 };
@@ -40,7 +41,7 @@ impl<B: IdempotencyBackend + Clone> ServeTarget for Actix<B> {
     async fn serve(&self, config: LayerConfig, fixture: Fixture) -> (String, Running) {
         let idempotency = Idempotency::new(self.0.clone(), config);
         let fixture = web::Data::new(fixture);
-        let server = HttpServer::new(move || {
+        let (base, handle) = serve(move || {
             let counted = fixture.clone();
             App::new()
                 .app_data(fixture.clone())
@@ -53,15 +54,7 @@ impl<B: IdempotencyBackend + Clone> ServeTarget for Actix<B> {
                     counted.arrive();
                     service.call(request)
                 })
-        })
-        .workers(2)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind");
-        let base = format!("http://{}", server.addrs()[0]);
-        let server = server.run();
-        let handle = server.handle();
-        drop(actix_web::rt::spawn(server));
+        });
         (base, Running(Some(handle)))
     }
 
