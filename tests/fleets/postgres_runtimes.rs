@@ -45,9 +45,7 @@ async fn a_connection_first_used_on_an_idle_runtime_still_answers() {
     let bound = Duration::from_secs(20);
     for order in ["order-1", "order-2"] {
         let claim = backend.claim(b"runtimes", order.as_bytes(), fingerprint, ClaimOptions::new());
-        let claim = tokio::time::timeout(bound, claim)
-            .await
-            .expect("the claim answers");
+        let claim = tokio::time::timeout(bound, claim).await.expect("the claim answers");
         assert!(
             matches!(claim, Ok(BackendClaim::InProgress { .. } | BackendClaim::Acquired { .. })),
             "{order}: {claim:?}"
