@@ -19,6 +19,7 @@ use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemkv::client::{Backoff, BoxError, Jitter, RetryInfo, RetryLayer, RetryPolicy};
@@ -48,12 +49,20 @@ fn inner() -> Inner {
             if request.uri().path() == "/flaky" && flaky.fetch_add(1, Ordering::SeqCst) == 0 {
                 return Err(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)) as BoxError);
             }
-            let (parts, body) = http.request(request).await?.into_parts();
-            let body = body.collect().await?.to_bytes();
-            Ok(http::Response::from_parts(parts, Full::new(body)))
+            send_whole(&http, request).await
         }
     });
     tower::util::BoxCloneService::new(service)
+}
+
+/// Sends `request` through hyper-util's client and reads the answer whole.
+pub async fn send_whole(
+    http: &Client<HttpConnector, Full<Bytes>>,
+    request: http::Request<Full<Bytes>>,
+) -> Result<http::Response<Full<Bytes>>, BoxError> {
+    let (parts, body) = http.request(request).await?.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(http::Response::from_parts(parts, Full::new(body)))
 }
 
 #[test]

@@ -8,13 +8,14 @@
 //! `call_span.rs` gives.
 #![cfg(all(feature = "client", feature = "conformance-http", feature = "tracing"))]
 
+use crate::call_span::send_whole;
 use crate::common::http::Server;
 use crate::common::spans::KeepSpans;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemkv::client::{BoxError, RetryInfo, RetryLayer, RetryPolicy};
@@ -34,11 +35,7 @@ fn inner() -> Inner {
     let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let service = tower::service_fn(move |request: http::Request<Full<Bytes>>| {
         let http = http.clone();
-        async move {
-            let (parts, body) = http.request(request).await?.into_parts();
-            let body = body.collect().await?.to_bytes();
-            Ok::<_, BoxError>(http::Response::from_parts(parts, Full::new(body)))
-        }
+        async move { send_whole(&http, request).await }
     });
     tower::util::BoxCloneService::new(service)
 }

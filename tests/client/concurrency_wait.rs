@@ -17,6 +17,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
+/// A limit of one, which never moves.
+const ONE: ConcurrencyConfig = ConcurrencyConfig { initial_limit: 1, min_limit: 1, max_limit: 1, backoff_ratio: 0.5 };
+
+/// A request's whole body.
+async fn body_of(request: Request<Full<Bytes>>) -> Bytes {
+    match request.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    }
+}
+
 fn post(body: &'static str) -> Request<Full<Bytes>> {
     Request::post("http://api.test/charges").body(Full::new(Bytes::from_static(body.as_bytes()))).expect("request")
 }
@@ -31,7 +42,7 @@ async fn a_call_over_the_limit_waits_for_the_one_ahead() {
     let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
         let log = Arc::clone(&log);
         async move {
-            let body = request.into_body().collect().await.map_err(|never| -> BoxError { match never {} })?.to_bytes();
+            let body = body_of(request).await;
             log.lock().push((String::from_utf8_lossy(&body).into_owned(), Instant::now() - started));
             if body == "hang" {
                 std::future::pending::<()>().await;
@@ -42,9 +53,8 @@ async fn a_call_over_the_limit_waits_for_the_one_ahead() {
             Ok::<_, BoxError>(Response::new(Full::<Bytes>::default()))
         }
     });
-    let one = ConcurrencyConfig { initial_limit: 1, min_limit: 1, max_limit: 1, backoff_ratio: 0.5 };
     let policy =
-        RetryPolicy::new().deadline(Duration::from_secs(10)).attempt_timeout(None).breaker(None).concurrency(Some(one));
+        RetryPolicy::new().deadline(Duration::from_secs(10)).attempt_timeout(None).breaker(None).concurrency(Some(ONE));
     let client = RetryLayer::new(policy).layer(inner);
 
     let first = tokio::spawn(client.clone().oneshot(post("first")));
@@ -79,7 +89,7 @@ async fn a_retry_still_waiting_at_its_deadline_hands_back_the_last_answer() {
     let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
         let log = Arc::clone(&log);
         async move {
-            let body = request.into_body().collect().await.map_err(|never| -> BoxError { match never {} })?.to_bytes();
+            let body = body_of(request).await;
             let first = {
                 let mut log = log.lock();
                 log.push(String::from_utf8_lossy(&body).into_owned());
@@ -92,7 +102,6 @@ async fn a_retry_still_waiting_at_its_deadline_hands_back_the_last_answer() {
             Ok::<_, BoxError>(Response::builder().status(status).body(Full::<Bytes>::default()).expect("response"))
         }
     });
-    let one = ConcurrencyConfig { initial_limit: 1, min_limit: 1, max_limit: 1, backoff_ratio: 0.5 };
     let backoff = idemkv::client::Backoff::new(Duration::from_secs(2), Duration::from_secs(2));
     let policy = RetryPolicy::new()
         .deadline(Duration::from_secs(10))
@@ -100,7 +109,7 @@ async fn a_retry_still_waiting_at_its_deadline_hands_back_the_last_answer() {
         .backoff(backoff.jitter(idemkv::client::Jitter::None))
         .budget(None)
         .breaker(None)
-        .concurrency(Some(one));
+        .concurrency(Some(ONE));
     let client = RetryLayer::new(policy).layer(inner);
 
     let started = Instant::now();
@@ -128,7 +137,7 @@ async fn a_first_attempt_without_a_place_by_its_deadline_is_concurrency_limited(
     let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
         let log = Arc::clone(&log);
         async move {
-            let body = request.into_body().collect().await.map_err(|never| -> BoxError { match never {} })?.to_bytes();
+            let body = body_of(request).await;
             log.lock().push(String::from_utf8_lossy(&body).into_owned());
             if body == "held" {
                 std::future::pending::<()>().await;
@@ -136,9 +145,8 @@ async fn a_first_attempt_without_a_place_by_its_deadline_is_concurrency_limited(
             Ok::<_, BoxError>(Response::new(Full::<Bytes>::default()))
         }
     });
-    let one = ConcurrencyConfig { initial_limit: 1, min_limit: 1, max_limit: 1, backoff_ratio: 0.5 };
     let policy =
-        RetryPolicy::new().deadline(Duration::from_secs(10)).attempt_timeout(None).breaker(None).concurrency(Some(one));
+        RetryPolicy::new().deadline(Duration::from_secs(10)).attempt_timeout(None).breaker(None).concurrency(Some(ONE));
     let client = RetryLayer::new(policy).layer(inner);
 
     let mut held = Box::pin(client.clone().oneshot(post("held")));
