@@ -5,23 +5,7 @@
 use super::options::PostgresOptions;
 use crate::error::Result;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
-use std::future::Future;
-use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
-
-/// Polls `future` inside `runtime`'s context, so that a connection it
-/// opens — its socket and the task that drives it — belongs to `runtime`,
-/// the one the backend was connected on, and not to the caller's: a
-/// connection driven by an actix-web worker's runtime would stop answering
-/// every caller once that worker stopped or while its thread was busy.
-pub(super) async fn on<F: Future>(runtime: &Handle, future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|context| {
-        let _entered = runtime.enter();
-        future.as_mut().poll(context)
-    })
-    .await
-}
 
 /// Plain text, or TLS with its rustls configuration.
 #[derive(Clone)]

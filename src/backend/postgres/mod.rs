@@ -117,7 +117,9 @@ mod schema;
 mod statements;
 mod wait;
 
-use crate::backend::remote::{fenced, remote_backend, Address, ClaimArgs, Finish, Settings, Subscription, Transport};
+use crate::backend::remote::{
+    fenced, remote_backend, runtime, Address, ClaimArgs, Finish, Settings, Subscription, Transport,
+};
 use crate::backend::BackendClaim;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
@@ -165,7 +167,7 @@ pub struct PostgresBackend {
     listening: Arc<Listening>,
     reaper: Option<Arc<Elected>>,
     /// The runtime the backend was connected on: every connection it
-    /// opens is made and driven there ([`connector::on`]).
+    /// opens is made and driven there ([`runtime::on`]).
     runtime: Handle,
     _stop: Arc<Stop>,
 }
@@ -271,8 +273,7 @@ impl PostgresBackend {
     ) -> Result<PostgresBackend> {
         let settings = Settings::new(config, BACKEND)?;
         let schema = options.checked_schema()?;
-        let runtime = Handle::try_current()
-            .map_err(|_| Error::InvalidConfig("postgres: connect outside a tokio runtime".to_owned()))?;
+        let runtime = runtime::current(BACKEND.name)?;
         if connect.get_connect_timeout().is_none() {
             connect.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -447,7 +448,7 @@ impl PostgresBackend {
 
     async fn call_rows(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let call = async {
-            let client = connector::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
+            let client = runtime::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
             let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
             client.query(&statement, params).await.map_err(postgres_error)
         };
@@ -456,7 +457,7 @@ impl PostgresBackend {
 
     async fn call_optional(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
         let call = async {
-            let client = connector::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
+            let client = runtime::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
             let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
             client.query_opt(&statement, params).await.map_err(postgres_error)
         };

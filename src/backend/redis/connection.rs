@@ -5,17 +5,20 @@
 use super::reply::{backend_error, bytes, number, protocol};
 use super::server::{Read, SETTINGS};
 use super::wait::Pushes;
+use crate::backend::remote::runtime;
 use crate::error::{Error, Result};
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use ::redis::{
-    cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, Script, ServerErrorKind, ToRedisArgs, Value,
+    cmd, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, RedisFuture, Script, ServerErrorKind,
+    ToRedisArgs, Value,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// What a TLS connection trusts; without the feature `tls` there is none.
@@ -28,6 +31,9 @@ pub(super) enum Tls {}
 /// How long a call waits for its answer before it is
 /// [`BackendFailure::Unavailable`](crate::backend::BackendFailure::Unavailable).
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The backend's name in errors.
+const BACKEND_NAME: &str = "redis";
+
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -74,8 +80,50 @@ impl<'a> Call<'a> {
 #[derive(Clone)]
 pub(super) enum Connection {
     /// The server's address (`host:port`) beside its connection.
-    Single(ConnectionManager, Arc<str>),
+    Single(Managed, Arc<str>),
     Cluster(ClusterConnection),
+}
+
+/// A server's reconnecting connection, polled on the runtime it was made
+/// on ([`runtime::on`]): a reconnection, wherever the call that finds the
+/// connection lost comes from, is made and driven there. (A Cluster's
+/// connection reconnects inside its own driver, on the runtime that made
+/// it.)
+#[derive(Clone)]
+pub(super) struct Managed {
+    manager: ConnectionManager,
+    runtime: Handle,
+}
+
+impl ConnectionLike for Managed {
+    fn req_packed_command<'a>(&'a mut self, command: &'a Cmd) -> RedisFuture<'a, Value> {
+        let Managed { manager, runtime } = self;
+        Box::pin(runtime::on(runtime, manager.req_packed_command(command)))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let Managed { manager, runtime } = self;
+        Box::pin(runtime::on(runtime, manager.req_packed_commands(pipeline, offset, count)))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.manager.get_db()
+    }
+}
+
+impl Managed {
+    async fn subscribe(&mut self, channel: &[u8]) -> ::redis::RedisResult<()> {
+        runtime::on(&self.runtime, self.manager.subscribe(channel)).await
+    }
+
+    async fn unsubscribe(&mut self, channel: &[u8]) -> ::redis::RedisResult<()> {
+        runtime::on(&self.runtime, self.manager.unsubscribe(channel)).await
+    }
 }
 
 /// The client of `info`, trusting `tls` when given.
@@ -129,6 +177,8 @@ impl Opener {
 /// held by one transition at a time ([`Lane`]), at most [`LANES_MAX`].
 pub(super) struct Lanes {
     opener: Opener,
+    /// The backend's runtime, where a new lane is opened.
+    runtime: Handle,
     idle: Mutex<Vec<Connection>>,
     permits: Semaphore,
 }
@@ -145,8 +195,8 @@ pub(super) struct Lane<'a> {
 }
 
 impl Lanes {
-    pub(super) fn new(opener: Opener) -> Lanes {
-        Lanes { opener, idle: Mutex::new(Vec::new()), permits: Semaphore::new(LANES_MAX) }
+    pub(super) fn new(opener: Opener, runtime: Handle) -> Lanes {
+        Lanes { opener, runtime, idle: Mutex::new(Vec::new()), permits: Semaphore::new(LANES_MAX) }
     }
 
     /// A connection of its own for one transition: an idle one, else a
@@ -156,7 +206,8 @@ impl Lanes {
         let idle = self.idle.lock().pop();
         let connection = match idle {
             Some(connection) => connection,
-            None => self.opener.open().await?,
+            // Opened on the backend's runtime, as the first connection was.
+            None => runtime::on(&self.runtime, self.opener.open()).await?,
         };
         Ok(Lane { idle: &self.idle, connection, _permit: permit })
     }
@@ -208,8 +259,9 @@ impl Connection {
         if let Some(pushes) = pushes {
             config = config.set_push_sender(pushes).set_automatic_resubscription();
         }
+        let runtime = runtime::current(BACKEND_NAME)?;
         let manager = ConnectionManager::new_with_config(client, config).await.map_err(backend_error)?;
-        Ok(Connection::Single(manager, address))
+        Ok(Connection::Single(Managed { manager, runtime }, address))
     }
 
     /// A connection to the Cluster of `nodes`; its push messages to

@@ -1,7 +1,10 @@
 //! The claim contract on Redis or Valkey, standalone or Cluster (feature
 //! `redis`): [`RedisBackend`] implements [`IdempotencyBackend`](crate::backend::IdempotencyBackend), so the
 //! HTTP layer runs on it unchanged and a fleet of service instances shares
-//! one store.
+//! one store. Its connections, reconnections included, are made and
+//! driven on the tokio runtime [`connect`](RedisBackend::connect) ran on,
+//! whatever runtime a call comes from: keep that runtime running as long
+//! as the backend (under actix-web, connect in `main`, not in a worker).
 //!
 //! Every transition is one round trip: a Lua script run by SHA, or, for
 //! the claim of a fresh key and the claims that write nothing (a replay,
@@ -391,7 +394,8 @@ impl RedisBackend {
     ) -> Result<RedisBackend> {
         let report = server::assess(&connection.settings().await?, checks)?;
         let fast_claims = connection.version_7().await?;
-        Ok(RedisBackend::with(connection, Lanes::new(opener), settings, waits, report, fast_claims))
+        let lanes = Lanes::new(opener, crate::backend::remote::runtime::current(BACKEND.name)?);
+        Ok(RedisBackend::with(connection, lanes, settings, waits, report, fast_claims))
     }
 
     /// What was found of the servers' settings at connect: every setting

@@ -9,6 +9,7 @@
 //! [`IdempotencyBackend`](crate::backend::IdempotencyBackend).
 
 pub(crate) mod counters;
+pub(crate) mod runtime;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 pub(crate) mod wake;
