@@ -27,6 +27,19 @@ fn on_a_runtime_left_idle<F: std::future::Future>(future: F) -> (tokio::runtime:
     (runtime, output)
 }
 
+/// `order-1` (in progress) and `order-2` (fresh) claimed from the test's
+/// runtime, each answered within [`BOUND`].
+async fn claims_answer(backend: &impl IdempotencyBackend, fingerprint: Fingerprint) {
+    for order in ["order-1", "order-2"] {
+        let claim = backend.claim(b"runtimes", order.as_bytes(), fingerprint, ClaimOptions::new());
+        let claim = tokio::time::timeout(BOUND, claim).await.expect("the claim answers");
+        assert!(
+            matches!(claim, Ok(BackendClaim::InProgress { .. } | BackendClaim::Acquired { .. })),
+            "{order}: {claim:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_first_used_on_an_idle_runtime_still_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -48,14 +61,7 @@ async fn a_connection_first_used_on_an_idle_runtime_still_answers() {
     assert!(matches!(first, Ok(BackendClaim::Acquired { .. })), "{first:?}");
 
     // That runtime is never polled again; the connection still answers.
-    for order in ["order-1", "order-2"] {
-        let claim = backend.claim(b"runtimes", order.as_bytes(), fingerprint, ClaimOptions::new());
-        let claim = tokio::time::timeout(BOUND, claim).await.expect("the claim answers");
-        assert!(
-            matches!(claim, Ok(BackendClaim::InProgress { .. } | BackendClaim::Acquired { .. })),
-            "{order}: {claim:?}"
-        );
-    }
+    claims_answer(&backend, fingerprint).await;
     idle.shutdown_background();
 }
 
@@ -88,13 +94,6 @@ async fn a_connection_reconnected_on_an_idle_runtime_still_answers() {
 
     // That runtime is never polled again; the reconnected connection
     // still answers.
-    for order in ["order-1", "order-2"] {
-        let claim = backend.claim(b"runtimes", order.as_bytes(), fingerprint, ClaimOptions::new());
-        let claim = tokio::time::timeout(BOUND, claim).await.expect("the claim answers");
-        assert!(
-            matches!(claim, Ok(BackendClaim::InProgress { .. } | BackendClaim::Acquired { .. })),
-            "{order}: {claim:?}"
-        );
-    }
+    claims_answer(&backend, fingerprint).await;
     idle.shutdown_background();
 }
