@@ -91,6 +91,8 @@ pub(crate) struct Address<'a> {
     pub(crate) key: &'a [u8],
 }
 
+/// Redis names a finished record's indexes by its address.
+#[cfg(feature = "redis")]
 impl<'a> Address<'a> {
     /// The record `token` holds.
     pub(crate) fn of(token: &'a LeaseToken) -> Address<'a> {
