@@ -45,7 +45,10 @@ pub(super) fn prepare(parts: &mut Parts, kind: KeyKind) -> Replay {
         return Replay::Keyed(key.clone());
     }
     if parts.method == Method::POST || parts.method == Method::PATCH {
-        let key = new_key(kind);
+        // A key that could not be written as a field value (a quoted UUID
+        // always can) leaves the request without one, sent once: never a
+        // stand-in key that other requests would share.
+        let Some(key) = new_key(kind) else { return Replay::Once };
         parts.headers.insert(IDEMPOTENCY_KEY, key.clone());
         return Replay::Keyed(key);
     }
@@ -58,13 +61,13 @@ pub(super) fn prepare(parts: &mut Parts, kind: KeyKind) -> Replay {
 
 /// A new key, as a quoted RFC 9651 string (the draft's form; the server
 /// layer accepts bare tokens too).
-fn new_key(kind: KeyKind) -> HeaderValue {
+fn new_key(kind: KeyKind) -> Option<HeaderValue> {
     let uuid = match kind {
         KeyKind::V7 => uuid::Uuid::now_v7(),
         KeyKind::V4 => uuid::Uuid::new_v4(),
     };
     let text = format!("\"{}\"", uuid.hyphenated());
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("\"invalid\""))
+    HeaderValue::from_str(&text).ok()
 }
 
 #[cfg(test)]
