@@ -1,6 +1,7 @@
 //! The HTTP conformance scenarios that run on any target
 //! (`idemkv::conformance::http::run_all_on`) on the middleware over
-//! Redis and over PostgreSQL: real servers, started here as the library's
+//! Redis (a server and a three-master Cluster) and over PostgreSQL: real
+//! servers, started here as the library's
 //! fleet tests start them (`tests/common`, shared with them), with the
 //! settings those tests give each backend.
 
@@ -31,6 +32,18 @@ async fn every_scenario_on_redis() {
     let server = redis_server::RedisServer::start(dir.path());
     let backend = RedisBackend::connect(&server.url(), config()).await.expect("connect");
     let capabilities = Capabilities::new().key_prefix("actix-redis");
+    let report = run_all_on(&Actix(backend), &capabilities).await;
+    assert_eq!(report.skipped, [("quota", Capability::Quotas)], "{report:?}");
+}
+
+#[actix_web::test]
+async fn every_scenario_on_a_redis_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = redis_server::RedisCluster::start_async(dir.path()).await;
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+    let capabilities = Capabilities::new().key_prefix("actix-cluster");
     let report = run_all_on(&Actix(backend), &capabilities).await;
     assert_eq!(report.skipped, [("quota", Capability::Quotas)], "{report:?}");
 }

@@ -1,11 +1,12 @@
-//! Every scenario that holds for any backend, on Redis and PostgreSQL:
+//! Every scenario that holds for any backend, on Redis (a server and a
+//! three-master Cluster) and PostgreSQL:
 //! real servers started here from the test fixtures of the root package
 //! (`tests/common`), as its fleet tests start them (`bash .ci/servers`
 //! puts them on the PATH). The embedded store runs them in their own
 //! modules.
 
 use crate::postgres_server::PostgresServer;
-use crate::redis_server::RedisServer;
+use crate::redis_server::{RedisCluster, RedisServer};
 use crate::{crash_mid_call, in_progress_then_replay, kept_status, mismatch};
 use idemkv::backend::postgres::PostgresBackend;
 use idemkv::backend::redis::RedisBackend;
@@ -46,6 +47,16 @@ async fn redis() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(&dir.path().join("redis"));
     let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    every_scenario(AnyBackend::new(backend)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
     every_scenario(AnyBackend::new(backend)).await;
 }
 
