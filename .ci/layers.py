@@ -90,6 +90,7 @@ LAYERS = [
         ("backend::any", "a backend behind a pointer"),
         ("backend::near", "a near cache of completed answers over any backend"),
         ("backend::keeper", "renews the leases of running requests"),
+        ("backend::finish", "the write that ends a run, tried again while the lease is held"),
         ("backend::run_once", "RunOnce: claim, run, finish over any backend"),
         ("backend::versions", "versions of resources over any backend"),
         ("backend::remote", "what the networked backends share"),

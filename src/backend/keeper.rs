@@ -308,7 +308,6 @@ impl std::fmt::Debug for Kept {
 
 impl Kept {
     /// Whether the lease may still be held (see [`Status::held`]).
-    #[cfg_attr(not(any(feature = "tower", test)), expect(dead_code, reason = "the HTTP layer asks"))]
     pub(crate) fn held(&self) -> bool {
         self.status.held()
     }

@@ -52,6 +52,8 @@ use std::time::Duration;
 #[cfg(feature = "tokio")]
 mod any;
 #[cfg(feature = "tokio")]
+pub(crate) mod finish;
+#[cfg(feature = "tokio")]
 pub(crate) mod keeper;
 #[cfg(feature = "near-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "near-cache")))]

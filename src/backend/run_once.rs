@@ -2,6 +2,7 @@
 //! [`IdempotencyBackend`] (feature `tokio`): a closure runs once per key,
 //! its lease renewed while it runs, and every later call gets its answer.
 
+use crate::backend::finish;
 use crate::backend::keeper::Keeper;
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
 use crate::store::{Once, Outcome};
@@ -127,13 +128,23 @@ impl<B: IdempotencyBackend> RunOnce<B> {
     /// answers the replay, the key in progress (after waiting up to
     /// [`ClaimOptions::wait`]) or the mismatch without running `f`.
     ///
+    /// A finishing write that fails for a moment (an I/O error, a full
+    /// disk, the network) is tried again at once a few times while the
+    /// lease is held; an answer (`Complete`, `Fail`) those tries did not
+    /// store is then tried again in the background while the lease is
+    /// held, for at most one lease, the key in progress meanwhile: a
+    /// retry is told to wait and then replays it, where giving up would
+    /// have let the lease lapse and the retry run `f` again.
+    ///
     /// # Errors
     /// The claim's errors (nothing ran); after `f` ran, the finishing
-    /// write's: [`Error::LeaseLost`] if another holder took the key over
-    /// (the renewals failed for a whole lease), the backend's errors,
-    /// [`Error::ResponseTooLarge`] — the key then stays in progress until
-    /// its lease ends and the next claim recovers it, as after a crash: a
-    /// key `f` ran for is never freed for a silent second run.
+    /// write's, once its quick tries are spent: [`Error::LeaseLost`] if
+    /// another holder took the key over (the renewals failed for a whole
+    /// lease), the backend's errors (the answer may still be stored by
+    /// the background tries), [`Error::ResponseTooLarge`] — a key not
+    /// stored stays in progress until its lease ends and the next claim
+    /// recovers it, as after a crash: a key `f` ran for is never freed
+    /// for a silent second run.
     pub async fn run<F, Fut>(
         &self,
         scope: &[u8],
@@ -176,12 +187,17 @@ impl<B: IdempotencyBackend> RunOnce<B> {
         let outcome = f(Attempt { token: token.clone(), attempt, recovered, checkpoint }).await;
         // The lease stays kept while the answer is written: a slow write
         // must not let it lapse.
-        let finished = match &outcome {
-            Outcome::Complete(response) => self.backend.complete(&token, response).await,
-            Outcome::Fail(response) => self.backend.fail(&token, response).await,
-            Outcome::Release => self.backend.release(&token).await,
-        };
-        drop(kept);
-        finished.map(|()| Once::Ran(outcome))
+        match finish::quickly(&*self.backend, &token, &outcome, &kept).await {
+            Ok(()) => Ok(Once::Ran(outcome)),
+            Err(error) if outcome == Outcome::Release || !finish::worth_retrying(&error) => Err(error),
+            Err(error) => {
+                // An answer not stored yet: tried again while the lease is
+                // held, on the keeper's runtime (the caller's may end).
+                let backend = Arc::clone(&self.backend);
+                let _runs_on =
+                    self.keeper.spawn(async move { finish::later(&*backend, kept, &token, &outcome, lease).await });
+                Err(error)
+            }
+        }
     }
 }

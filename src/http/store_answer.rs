@@ -12,11 +12,12 @@
 //! the request gets 409, never a second run.
 
 use super::shared::Shared;
+use crate::backend::finish;
 use crate::backend::keeper::Kept;
 use crate::backend::IdempotencyBackend;
+use crate::store::Outcome;
 use crate::{Error, LeaseToken};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// What became of an answer.
 #[derive(Debug)]
@@ -31,90 +32,32 @@ pub(super) enum Answer {
     NotStored,
 }
 
-/// Pauses before the quick tries made while the client waits for its
-/// answer: a write that fails for a moment (one failed I/O) is stored
-/// before the answer goes out.
-const QUICK_RETRIES: [Duration; 3] = [Duration::from_millis(10), Duration::from_millis(40), Duration::from_millis(150)];
-
-/// The first and the longest pause between background tries.
-const LATER_FIRST: Duration = Duration::from_millis(100);
-const LATER_MAX: Duration = Duration::from_secs(2);
-
 /// Stores `encoded` under `token` as the key's completion (see the module
-/// docs).
+/// docs; the tries are [`finish`]'s, which [`RunOnce`] makes too).
+///
+/// [`RunOnce`]: crate::backend::RunOnce
 pub(super) async fn keep_answer<K: IdempotencyBackend>(
     shared: &Shared<K>,
     kept: Kept,
     token: &LeaseToken,
     encoded: Vec<u8>,
 ) -> Answer {
-    let mut pauses = QUICK_RETRIES.iter();
-    loop {
-        match shared.backend.complete(token, &encoded).await {
-            Ok(()) => return Answer::Stored,
-            Err(Error::ResponseTooLarge { .. }) => return Answer::TooLarge(kept),
-            Err(error) if !worth_retrying(&error) => {
-                tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
-                return Answer::NotStored;
-            }
-            Err(error) => match pauses.next() {
-                Some(pause) if kept.held() => {
-                    tracing::warn!(%error, "storing the handler's answer failed; trying again");
-                    Box::pin(tokio::time::sleep(*pause)).await;
-                }
-                _ => break,
-            },
+    let outcome = Outcome::Complete(encoded);
+    match finish::quickly(&*shared.backend, token, &outcome, &kept).await {
+        Ok(()) => return Answer::Stored,
+        Err(Error::ResponseTooLarge { .. }) => return Answer::TooLarge(kept),
+        Err(error) if !finish::worth_retrying(&error) => {
+            tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
+            return Answer::NotStored;
         }
+        Err(_) => {}
     }
     let (backend, token, lease) = (Arc::clone(&shared.backend), token.clone(), shared.config.lease);
     // On the keeper's runtime: the service's runtime may be shutting down
     // once the answer is out.
-    let _runs_on = shared.keeper.spawn(async move { write_later(&*backend, kept, &token, &encoded, lease).await });
+    let _runs_on = shared.keeper.spawn(async move { finish::later(&*backend, kept, &token, &outcome, lease).await });
     tracing::error!("the handler's answer is not stored yet; trying again while its lease is held");
     Answer::NotStored
-}
-
-/// Tries the write again while the lease is held, for at most one lease;
-/// dropping `kept` at the end stops the renewals, so that a lease whose
-/// answer never got stored lapses and the next attempt runs recovered.
-async fn write_later<K: IdempotencyBackend>(
-    backend: &K,
-    kept: Kept,
-    token: &LeaseToken,
-    encoded: &[u8],
-    lease: Duration,
-) {
-    let give_up = Instant::now() + lease;
-    let mut pause = LATER_FIRST;
-    while kept.held() && Instant::now() < give_up {
-        tokio::time::sleep(pause).await;
-        match backend.complete(token, encoded).await {
-            Ok(()) => {
-                tracing::info!("the handler's answer is stored after all; retries replay it");
-                return;
-            }
-            Err(error) if !worth_retrying(&error) => {
-                tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
-                return;
-            }
-            Err(_) => pause = (pause * 2).min(LATER_MAX),
-        }
-    }
-    tracing::error!("the handler's answer was never stored; once its lease ends the next attempt runs recovered");
-}
-
-/// Whether a failed write may succeed when tried again: not when the lease
-/// is gone or the answer itself is refused.
-fn worth_retrying(error: &Error) -> bool {
-    !matches!(
-        error,
-        Error::LeaseLost { .. }
-            | Error::ResponseTooLarge { .. }
-            | Error::KeyEmpty
-            | Error::KeyTooLong { .. }
-            | Error::ScopeTooLong { .. }
-            | Error::ReadOnly { .. }
-    )
 }
 
 /// Frees the key; a lost lease means the key moved on already.

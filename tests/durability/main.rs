@@ -20,5 +20,6 @@ mod recovery_missing_files;
 mod recovery_torn_tail;
 mod repair_cuts;
 mod repair_damage;
+mod run_once_full_disk;
 mod store_creation_power_cut;
 mod verify_hints;

@@ -332,11 +332,13 @@ fn claim_failed(error: &Error) -> Refusal {
     }
 }
 
-/// The handler's `answer`, which the backend did not keep (`error`),
-/// marked `idempotent-stored: false`: the answer is true, but a retry
-/// will not replay it. The key stays in progress until its lease ends,
-/// and the next call runs with `Attempt::recovered` — never a silent
-/// second run.
+/// The handler's `answer`, which the backend did not keep yet (`error`),
+/// marked `idempotent-stored: false`: the answer is true, but a retry may
+/// not replay it. A write that failed for a moment is still tried while
+/// the lease is held (`RunOnce`'s background tries), the key in progress
+/// meanwhile; if it never succeeds the key stays in progress until its
+/// lease ends, and the next call runs with `Attempt::recovered` — never a
+/// silent second run.
 fn not_stored<Resp>(answer: Result<Response<Resp>, Status>, error: &Error) -> Result<Response<Resp>, Status> {
     tracing::warn!(%error, "idempotent call answered but its answer was not kept");
     let value = MetadataValue::from_static("false");

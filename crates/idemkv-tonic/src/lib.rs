@@ -87,7 +87,7 @@
 //! | the scope at its quota (embedded store) | `RESOURCE_EXHAUSTED` with `RetryInfo` and `QuotaFailure`; nothing ran |
 //! | the backend does not answer the claim | `UNAVAILABLE` with `RetryInfo` (1 s); nothing ran |
 //! | the handler panicked, or the process died mid-call | `INTERNAL` (when there is a process to answer); the key stays in progress until its lease ends, then the next call runs with `Attempt::recovered` |
-//! | the answer was not kept (the backend failed, the lease was lost) | the handler's answer, marked `idempotent-stored: false`; the key stays in progress until its lease ends |
+//! | the answer was not kept (the backend failed, the lease was lost) | the handler's answer, marked `idempotent-stored: false`; a write that failed for a moment is tried again while the lease is held, the key in progress meanwhile (then replayed), else the key stays in progress until its lease ends |
 //! | an answer larger than the backend keeps | the handler's answer, whole; kept without its message (a status without its message and details), then without its metadata if need be, and replayed marked `idempotent-replayed: omitted` (a message answer as the message's default: the retry learns the call succeeded, never runs it again) |
 //!
 //! Which error statuses free the key is the [`FailurePolicy`]: by default

@@ -19,6 +19,7 @@ mod server;
 mod backends;
 mod client_cancels;
 mod crash_mid_call;
+mod full_disk;
 mod in_progress_then_replay;
 mod kept_status;
 mod mismatch;
