@@ -83,7 +83,7 @@ LAYERS = [
         ("engine::verify", "verify of a store, read-only"),
     ]),
     ("the public surface", [
-        ("lease", "a claim's lease and its token"),
+        ("lease", "a claim's lease and its token; how a finishing write is tried again"),
         ("claim", "the claim request, its answer, the claim-and-wait loop"),
         ("store", "the Store handle: claim, read, iterate, maintain"),
         ("backend", "the backend trait"),

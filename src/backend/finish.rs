@@ -5,35 +5,20 @@
 //! first failure lets the lease lapse, so that the next attempt would run
 //! the side effect again.
 //!
-//! - **Quick tries** ([`quickly`]): the write is tried again at once a
-//!   few times (after 10, 40 and 150 ms) while the lease is held, before
-//!   the caller gets its answer.
-//! - **Later** ([`later`]): an answer (a completion or a failure) that the
-//!   quick tries did not store is tried again in the background while the
-//!   lease is held (renewed meanwhile), for at most one lease. The key
-//!   stays in progress meanwhile: a retry is told to wait, never run. If
-//!   the write never succeeds the lease lapses and the next attempt runs
-//!   with `recovered`, as after a crash.
+//! The pauses and which errors are tried again are
+//! [`retry`](crate::lease::retry)'s, which [`Store::run_once`] follows too.
 //!
-//! A write refused for what it is (a lost lease, an answer too large, a
-//! read-only store) is not tried again: see [`worth_retrying`].
-//!
+//! [`Store::run_once`]: crate::Store::run_once
 //! [`RunOnce`]: super::RunOnce
 
 use crate::backend::keeper::Kept;
 use crate::backend::IdempotencyBackend;
 use crate::events::event;
+pub(crate) use crate::lease::retry::worth_retrying;
+use crate::lease::retry::{LATER_FIRST, LATER_MAX, QUICK};
 use crate::store::Outcome;
 use crate::{Error, LeaseToken};
 use std::time::{Duration, Instant};
-
-/// Pauses before the quick tries made while the caller waits for its
-/// answer.
-const QUICK_RETRIES: [Duration; 3] = [Duration::from_millis(10), Duration::from_millis(40), Duration::from_millis(150)];
-
-/// The first and the longest pause between background tries.
-const LATER_FIRST: Duration = Duration::from_millis(100);
-const LATER_MAX: Duration = Duration::from_secs(2);
 
 /// Writes `outcome` under `token` once.
 async fn write<B: IdempotencyBackend>(backend: &B, token: &LeaseToken, outcome: &Outcome) -> Result<(), Error> {
@@ -44,8 +29,8 @@ async fn write<B: IdempotencyBackend>(backend: &B, token: &LeaseToken, outcome: 
     }
 }
 
-/// Writes `outcome` under `token`, tried again after each of
-/// [`QUICK_RETRIES`] while `kept` is held and the error is
+/// Writes `outcome` under `token`, tried again after each of the
+/// [`QUICK`] pauses while `kept` is held and the error is
 /// [worth retrying](worth_retrying); the last error otherwise.
 pub(crate) async fn quickly<B: IdempotencyBackend>(
     backend: &B,
@@ -53,7 +38,7 @@ pub(crate) async fn quickly<B: IdempotencyBackend>(
     outcome: &Outcome,
     kept: &Kept,
 ) -> Result<(), Error> {
-    let mut pauses = QUICK_RETRIES.iter();
+    let mut pauses = QUICK.iter();
     loop {
         let error = match write(backend, token, outcome).await {
             Ok(()) => return Ok(()),
@@ -97,18 +82,4 @@ pub(crate) async fn later<B: IdempotencyBackend>(
         }
     }
     event!(error, "the run's answer was never stored; once its lease ends the next attempt runs recovered");
-}
-
-/// Whether a failed write may succeed when tried again: not when the lease
-/// is gone or the answer itself is refused.
-pub(crate) fn worth_retrying(error: &Error) -> bool {
-    !matches!(
-        error,
-        Error::LeaseLost { .. }
-            | Error::ResponseTooLarge { .. }
-            | Error::KeyEmpty
-            | Error::KeyTooLong { .. }
-            | Error::ScopeTooLong { .. }
-            | Error::ReadOnly { .. }
-    )
 }

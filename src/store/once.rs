@@ -6,9 +6,9 @@ use super::Store;
 use crate::claim::{Claim, ClaimRequest};
 use crate::error::{Error, Result};
 use crate::events::event;
-use crate::lease::{Lease, LeaseToken};
+use crate::lease::{retry, FinishError, Lease, LeaseToken};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a `run_once` closure says its run came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +101,23 @@ impl Store {
     /// # Ok(()) }
     /// ```
     ///
+    /// A finishing write refused for a moment (an I/O error, a full disk)
+    /// is tried again at once a few times; an answer (`Complete`, `Fail`)
+    /// those tries did not store is then tried again from a thread of its
+    /// own while the lease is held, for at most one lease, the key in
+    /// progress meanwhile: a retry is told to wait and then replays it,
+    /// where giving up would have let the lease lapse and the retry run `f`
+    /// again.
+    ///
     /// # Errors
     /// The claim's errors (nothing ran); after `f` ran, the finishing
-    /// write's: [`Error::LeaseLost`] if another holder took the key over
-    /// meanwhile (the renewals failed for a whole lease), I/O errors,
-    /// [`Error::ResponseTooLarge`] — the key then stays in progress until
-    /// its lease ends and the next claim recovers it, as after a crash: a
-    /// key `f` ran for is never freed for a silent second run.
+    /// write's, once its quick tries are spent: [`Error::LeaseLost`] if
+    /// another holder took the key over meanwhile (the renewals failed for
+    /// a whole lease), I/O errors (the answer may still be stored by the
+    /// background tries), [`Error::ResponseTooLarge`] — a key not stored
+    /// stays in progress until its lease ends and the next claim recovers
+    /// it, as after a crash: a key `f` ran for is never freed for a silent
+    /// second run.
     pub fn run_once<F>(&self, request: &ClaimRequest<'_>, f: F) -> Result<Once>
     where
         F: FnOnce(&mut Lease) -> Outcome,
@@ -140,17 +150,88 @@ impl Store {
             drop(stop);
             outcome
         });
-        let finished = match &outcome {
-            Outcome::Complete(response) => lease.complete(response),
-            Outcome::Fail(response) => lease.fail(response),
-            Outcome::Release => lease.release(),
-        };
-        match finished {
+        match finish_quickly(lease, &outcome) {
             Ok(()) => Ok(Once::Ran(outcome)),
-            // A lease handed back (the write was refused before it was
-            // made) is dropped unfinished: the key stays in progress.
+            Err(FinishError { error, lease: Some(lease), .. })
+                if outcome != Outcome::Release && retry::worth_retrying(&error) =>
+            {
+                finish_later(*lease, outcome, lease_for);
+                Err(error)
+            }
+            // A lease handed back otherwise (the write was refused before
+            // it was made) is dropped unfinished: the key stays in progress.
             Err(refused) => Err(Error::from(refused)),
         }
+    }
+}
+
+/// Writes `outcome` with `lease` once.
+fn finish(lease: Lease, outcome: &Outcome) -> std::result::Result<(), FinishError> {
+    match outcome {
+        Outcome::Complete(response) => lease.complete(response),
+        Outcome::Fail(response) => lease.fail(response),
+        Outcome::Release => lease.release(),
+    }
+}
+
+/// Writes `outcome` with `lease`, tried again after each of the quick
+/// pauses ([`retry::QUICK`]) while the write hands the lease back with an
+/// error [worth retrying](retry::worth_retrying).
+fn finish_quickly(mut lease: Lease, outcome: &Outcome) -> std::result::Result<(), FinishError> {
+    let mut pauses = retry::QUICK.iter();
+    loop {
+        match finish(lease, outcome) {
+            Err(FinishError { error, lease: Some(back), .. }) if retry::worth_retrying(&error) => {
+                let Some(pause) = pauses.next() else {
+                    return Err(FinishError { error, lease: Some(back) });
+                };
+                event!(warn, %error, "run_once: the write that ends the run failed; trying again");
+                std::thread::sleep(*pause);
+                lease = *back;
+            }
+            finished => return finished,
+        }
+    }
+}
+
+/// Tries `outcome`'s write again from a thread of its own while `lease` is
+/// held (renewed by `lease_for` before each try), for at most `lease_for`
+/// (see [`retry`]); a lease dropped unfinished at the end lapses, and the
+/// next attempt runs recovered.
+fn finish_later(lease: Lease, outcome: Outcome, lease_for: Duration) {
+    let later = move || {
+        let give_up = Instant::now() + lease_for;
+        let (mut lease, mut pause) = (lease, retry::LATER_FIRST);
+        while Instant::now() < give_up {
+            std::thread::sleep(pause);
+            if let Err(Error::LeaseLost { .. }) = lease.renew(lease_for) {
+                return;
+            }
+            match finish(lease, &outcome) {
+                Ok(()) => {
+                    event!(info, "run_once: the run's answer is stored after all; retries replay it");
+                    return;
+                }
+                Err(FinishError { error, lease: Some(back), .. }) if retry::worth_retrying(&error) => {
+                    (lease, pause) = (*back, (pause * 2).min(retry::LATER_MAX));
+                }
+                Err(refused) => {
+                    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+                    let error = refused.error;
+                    event!(error, %error, "run_once: the run's answer could not be kept");
+                    return;
+                }
+            }
+        }
+        event!(
+            error,
+            "run_once: the run's answer was never stored; once its lease ends the next attempt runs recovered"
+        );
+    };
+    let spawned = std::thread::Builder::new().name("idemkv-finish".into()).spawn(later);
+    #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+    if let Err(error) = spawned {
+        event!(error, %error, "run_once: no thread to keep the run's answer; its lease lapses");
     }
 }
 

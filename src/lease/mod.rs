@@ -1,5 +1,8 @@
 //! The lease: the only way to finish a claim, and the plain token it can
-//! be turned into.
+//! be turned into; how the write that finishes it is tried again
+//! ([`retry`]).
+
+pub(crate) mod retry;
 
 use crate::checkpoint::Checkpoint;
 use crate::engine::telemetry::bump;
