@@ -29,5 +29,6 @@ mod redis_scope_index;
 mod redis_server_settings;
 mod redis_tokens;
 mod redis_wakeups;
+mod run_once_writes_refused;
 mod runtimes;
 mod tls;
