@@ -311,9 +311,7 @@ async fn main() {
         measure("redis", Arc::new(backend), &RedisCalls(server.port)).await;
         redis_memory(&server);
         let cluster = redis_fixture::RedisCluster::start_async(&dir.path().join("cluster")).await;
-        let urls = cluster.urls();
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+        let backend = cluster.connect(Config::new()).await.expect("connect");
         let ports = cluster.nodes.iter().map(|node| node.port).collect();
         measure("redis-cluster", Arc::new(backend), &ClusterCalls(ports)).await;
     } else {

@@ -218,4 +218,11 @@ impl RedisCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
+
+    /// A backend on this Cluster with `config`: the connect's own answer.
+    pub async fn connect(&self, config: idemkv::Config) -> Result<idemkv::backend::redis::RedisBackend, idemkv::Error> {
+        let urls = self.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        idemkv::backend::redis::RedisBackend::connect_cluster(&nodes, config).await
+    }
 }

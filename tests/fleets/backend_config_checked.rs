@@ -291,9 +291,7 @@ mod redis {
     async fn redis_cluster_checks_its_config() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cluster = RedisCluster::start_async(dir.path()).await;
-        let urls = cluster.urls();
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let connect = |config| RedisBackend::connect_cluster(&nodes, config);
+        let connect = |config| cluster.connect(config);
         zero_lease_refused(connect).await;
         zero_ttl_refused(connect).await;
         invalid_values_refused(connect).await;

@@ -263,9 +263,7 @@ mod redis {
     /// A three-master cluster in `dir` and a backend on it.
     async fn cluster(dir: &Path) -> (RedisCluster, AnyBackend) {
         let cluster = RedisCluster::start_async(dir).await;
-        let urls = cluster.urls();
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+        let backend = cluster.connect(config()).await.expect("connect");
         (cluster, AnyBackend::new(backend))
     }
 

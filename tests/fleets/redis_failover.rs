@@ -122,9 +122,7 @@ async fn a_replica_that_does_not_acknowledge_is_not_replicated() {
 async fn a_cluster_waits_on_the_keys_own_master() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = RedisCluster::start(dir.path());
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+    let backend = cluster.connect(Config::new()).await.expect("connect");
     let backend = backend.wait_for_replicas(1, Duration::from_millis(50));
     // Keys on every master: the script and its WAIT reach the key's node
     // (a WAIT elsewhere would be a routing error, not an answer of 0).

@@ -127,9 +127,7 @@ async fn a_renewal_and_a_checkpoint_of_a_fast_claim_keep_its_token() {
 async fn a_cluster_takes_the_fast_path_on_the_keys_master() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = RedisCluster::start_async(dir.path()).await;
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+    let backend = cluster.connect(Config::new()).await.expect("connect");
     let options = ClaimOptions::new().lease(LEASE).ttl(Duration::from_secs(60));
     for node in &cluster.nodes {
         node.cli(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");

@@ -169,9 +169,7 @@ fn cluster_commands(cluster: &RedisCluster) -> u64 {
 }
 
 async fn on_cluster(cluster: &RedisCluster) -> Arc<RedisBackend> {
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    Arc::new(RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect"))
+    Arc::new(cluster.connect(Config::new()).await.expect("connect"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

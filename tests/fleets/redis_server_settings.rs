@@ -127,13 +127,11 @@ async fn a_server_without_config_cannot_be_checked_and_says_so() {
 async fn every_master_of_a_cluster_is_checked() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = RedisCluster::start(dir.path());
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("safe cluster");
+    let backend = cluster.connect(Config::new()).await.expect("safe cluster");
     assert!(backend.server_report().is_clean(), "{:?}", backend.server_report());
     let last = cluster.nodes.last().expect("a node");
     assert_eq!(last.cli(&["config", "set", "maxmemory-policy", "allkeys-lfu"]).as_deref().map(str::trim), Some("OK"));
-    let error = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect_err("one master evicts");
+    let error = cluster.connect(Config::new()).await.expect_err("one master evicts");
     assert_eq!(refused(&error), ("maxmemory-policy", "allkeys-lfu".to_string()));
     match error {
         Error::UnsafeServerSetting { server, .. } => assert!(server.ends_with(&format!(":{}", last.port)), "{server}"),

@@ -40,9 +40,7 @@ async fn every_scenario_on_redis() {
 async fn every_scenario_on_a_redis_cluster() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = redis_server::RedisCluster::start_async(dir.path()).await;
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, config()).await.expect("connect");
+    let backend = cluster.connect(config()).await.expect("connect");
     let capabilities = Capabilities::new().key_prefix("actix-cluster");
     let report = run_all_on(&Actix(backend), &capabilities).await;
     assert_eq!(report.skipped, [("quota", Capability::Quotas)], "{report:?}");

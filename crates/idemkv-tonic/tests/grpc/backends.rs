@@ -54,9 +54,7 @@ async fn redis() {
 async fn redis_cluster() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = RedisCluster::start_async(dir.path()).await;
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisBackend::connect_cluster(&nodes, Config::new()).await.expect("connect");
+    let backend = cluster.connect(Config::new()).await.expect("connect");
     every_scenario(AnyBackend::new(backend)).await;
 }
 
