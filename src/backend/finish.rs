@@ -14,8 +14,7 @@
 use crate::backend::keeper::Kept;
 use crate::backend::IdempotencyBackend;
 use crate::events::event;
-pub(crate) use crate::lease::retry::worth_retrying;
-use crate::lease::retry::{LATER_FIRST, LATER_MAX, QUICK};
+use crate::lease::retry::{worth_retrying, LATER_FIRST, LATER_MAX, QUICK};
 use crate::store::Outcome;
 use crate::{Error, LeaseToken};
 use std::time::{Duration, Instant};

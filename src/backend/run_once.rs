@@ -5,6 +5,7 @@
 use crate::backend::finish;
 use crate::backend::keeper::Keeper;
 use crate::backend::{BackendClaim, ClaimOptions, IdempotencyBackend};
+use crate::lease::retry::worth_retrying;
 use crate::store::{Once, Outcome};
 use crate::{Checkpoint, Error, Fingerprint, Keyspace, LeaseToken};
 use std::future::Future;
@@ -189,7 +190,7 @@ impl<B: IdempotencyBackend> RunOnce<B> {
         // must not let it lapse.
         match finish::quickly(&*self.backend, &token, &outcome, &kept).await {
             Ok(()) => Ok(Once::Ran(outcome)),
-            Err(error) if outcome == Outcome::Release || !finish::worth_retrying(&error) => Err(error),
+            Err(error) if matches!(outcome, Outcome::Release) || !worth_retrying(&error) => Err(error),
             Err(error) => {
                 // An answer not stored yet: tried again while the lease is
                 // held, on the keeper's runtime (the caller's may end).

@@ -15,6 +15,7 @@ use super::shared::Shared;
 use crate::backend::finish;
 use crate::backend::keeper::Kept;
 use crate::backend::IdempotencyBackend;
+use crate::lease::retry::worth_retrying;
 use crate::store::Outcome;
 use crate::{Error, LeaseToken};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ pub(super) async fn keep_answer<K: IdempotencyBackend>(
     match finish::quickly(&*shared.backend, token, &outcome, &kept).await {
         Ok(()) => return Answer::Stored,
         Err(Error::ResponseTooLarge { .. }) => return Answer::TooLarge(kept),
-        Err(error) if !finish::worth_retrying(&error) => {
+        Err(error) if !worth_retrying(&error) => {
             tracing::error!(%error, "the handler's answer could not be kept; a retry will not replay it");
             return Answer::NotStored;
         }

@@ -153,7 +153,7 @@ impl Store {
         match finish_quickly(lease, &outcome) {
             Ok(()) => Ok(Once::Ran(outcome)),
             Err(FinishError { error, lease: Some(lease), .. })
-                if outcome != Outcome::Release && retry::worth_retrying(&error) =>
+                if !matches!(outcome, Outcome::Release) && retry::worth_retrying(&error) =>
             {
                 finish_later(*lease, outcome, lease_for);
                 Err(error)

@@ -6,9 +6,9 @@
 //! is held, the key stays in progress meanwhile, and once the server takes
 //! writes the answer is stored and replayed — the closure ran once.
 //! `RunOnce` once gave up at the first failure: the lease lapsed and the
-//! next redelivery ran the closure again. (A server that is down for a
-//! moment is ridden over inside one call: the connection is made again
-//! within the call's answer timeout.)
+//! next redelivery ran the closure again. The server refuses rather than
+//! stops, so that the quick tries fail at once and what stores the answer
+//! is the background tries.
 
 #![cfg(all(feature = "tokio", feature = "redis"))]
 
