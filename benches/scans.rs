@@ -12,7 +12,10 @@
 //!   (the sink is never called: checked);
 //! - **scan**: every record of `shop`, [`IdempotencyBackend::scan`] 256 a
 //!   page (as the relay, the tool and the listings page), from the first
-//!   to the empty page (the count is checked).
+//!   to the empty page (the count is checked);
+//! - **load** (the networked backends): the claim+complete pairs that
+//!   filled both scopes up to this size (64 at once), its time a pair:
+//!   what writing the scopes' indexes leaves the calls.
 //!
 //! The embedded store is closed and opened again before each size's rows,
 //! and has each row twice: first on the store just opened (`sweep¹`,
@@ -164,14 +167,24 @@ struct Figures {
 
 /// Runs `work` within the limit, with the server's commands counted.
 async fn timed<T>(calls: &dyn Calls, work: impl Future<Output = T>) -> (Figures, Option<T>) {
+    let (mut figures, done) = counted(calls, tokio::time::timeout(limit(), work)).await;
+    let done = done.ok();
+    if done.is_none() {
+        figures.elapsed = None;
+    }
+    (figures, done)
+}
+
+/// Runs `work` to its end, with the server's commands counted.
+async fn counted<T>(calls: &dyn Calls, work: impl Future<Output = T>) -> (Figures, T) {
     let before = calls.commands();
     let started = Instant::now();
-    let done = tokio::time::timeout(limit(), work).await.ok();
+    let done = work.await;
     let elapsed = started.elapsed();
     let after = calls.commands();
     // The second INFO counts the first.
     let commands = before.zip(after).map(|(before, after)| after.saturating_sub(before).saturating_sub(1));
-    (Figures { elapsed: done.is_some().then_some(elapsed), commands }, done)
+    (Figures { elapsed: Some(elapsed), commands }, done)
 }
 
 fn print_row(backend: &str, row: &str, keys: u64, figures: &Figures) {
@@ -190,11 +203,14 @@ fn print_row(backend: &str, row: &str, keys: u64, figures: &Figures) {
     println!("{backend:<13} {row:<7} {keys:>8} {time:>12} {per_key:>12} {commands:>12}");
 }
 
-/// The rows of one backend, size after size.
+/// The rows of one backend, size after size; before each, the load of
+/// the keys it adds (`load`: claim+complete pairs, 64 at once, in both
+/// scopes), timed and counted as a row of its own.
 async fn measure<B: IdempotencyBackend>(name: &str, backend: Arc<B>, calls: &dyn Calls) {
     let mut loaded = 0;
     for keys in sizes() {
-        load(&backend, loaded, keys).await;
+        let (figures, ()) = counted(calls, load(&backend, loaded, keys)).await;
+        print_row(name, "load", 2 * (keys - loaded), &figures);
         loaded = keys;
         rows(name, ("sweep", "scan"), &backend, calls, keys).await;
     }

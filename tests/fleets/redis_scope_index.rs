@@ -5,7 +5,10 @@
 //! indexes, a page was a `SCAN` of every record and a `GET` of each); the
 //! entries of records that lived out their time leave the index as the
 //! scope is written; records written before the indexes (none filed) are
-//! filed at the next connect.
+//! filed at the next connect. On a Cluster, where each scope's indexes sit
+//! in 16 buckets with its records, the same holds, and the records an
+//! earlier build named by their own digest move to their buckets at the
+//! next connect.
 
 #![cfg(all(feature = "tokio", feature = "redis", feature = "messaging"))]
 
@@ -182,9 +185,10 @@ async fn a_sweep_on_a_cluster_reads_the_keys_with_staged_messages_alone() {
     let relay = Relay::new(Arc::clone(&backend), kept.clone(), RelayConfig::new([&b"shop"[..]]));
     let before = cluster_commands(&cluster);
     assert_eq!(relay.sweep().await.expect("sweep").keys, 0);
-    // The staged keys, none: one range (the INFOs of three nodes apart).
+    // The staged keys of the scope's 16 buckets, none: a range of each
+    // (the INFOs of three nodes apart).
     let ran = cluster_commands(&cluster) - before - 3;
-    assert!(ran <= 2, "a sweep over 300 completions without messages ran {ran} commands");
+    assert!(ran <= 16, "a sweep over 300 completions without messages ran {ran} commands");
 
     let outbox = Outbox::shared(Arc::clone(&backend));
     let claimed = backend.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
@@ -193,93 +197,130 @@ async fn a_sweep_on_a_cluster_reads_the_keys_with_staged_messages_alone() {
     let held = backend.claim(b"shop", b"order-8", Fingerprint::of(b"order-8"), ClaimOptions::new()).await;
     let Ok(BackendClaim::Acquired { token: held, .. }) = held else { panic!("{held:?}") };
     outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    let before = cluster_commands(&cluster);
     let sweep = relay.sweep().await.expect("sweep");
     assert_eq!((sweep.keys, sweep.delivered), (1, 1));
     assert_eq!(kept.0.lock().expect("lock").len(), 1);
+    // Its delivery and two rounds of ranges, whatever the 300 others.
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert!(ran <= 2 * 16 + 60, "a sweep delivering one key among 301 ran {ran} commands");
     let before = cluster_commands(&cluster);
     assert_eq!(relay.sweep().await.expect("sweep").keys, 0, "a delivered key leaves the staged keys");
-    // A range, the marks, the delivered key's record read and its entry
-    // dropped (a script's own commands counted), whatever the 300 others.
     let ran = cluster_commands(&cluster) - before - 3;
-    assert!(ran <= 16, "a sweep after a delivery ran {ran} commands");
-    let before = cluster_commands(&cluster);
-    assert_eq!(relay.sweep().await.expect("sweep").keys, 0);
-    let ran = cluster_commands(&cluster) - before - 3;
-    assert!(ran <= 2, "the entry was dropped, yet the next sweep ran {ran} commands");
+    assert!(ran <= 16, "the entry was dropped, yet the next sweep ran {ran} commands");
     outbox.complete(&held, b"201", &[OutboxMessage::new("orders", b"second".to_vec())]).await.expect("stage");
     assert_eq!(relay.sweep().await.expect("sweep").delivered, 1);
     assert_eq!(kept.0.lock().expect("lock").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn staged_messages_on_a_cluster_from_before_its_staged_keys_are_filed_at_the_next_connect() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = RedisCluster::start_async(dir.path()).await;
-    let earlier = on_cluster(&cluster).await;
-    fill(&earlier, &[b"shop"], 20).await;
-    let claimed = earlier.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
-    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
-    let outbox = Outbox::shared(Arc::clone(&earlier));
-    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
-    assert_eq!(earlier.scan_staged(b"shop", None, 10).await.expect("scan_staged").len(), 1);
-    // As an earlier build left the Cluster: no staged keys, no mark.
-    for node in &cluster.nodes {
-        let names = node.cli(&["--scan", "--pattern", "idemkv:staged*"]).expect("scan");
-        for name in names.lines().map(str::trim).filter(|line| !line.is_empty()) {
-            node.cli(&["-c", "DEL", name]).expect("DEL");
-        }
-    }
-    assert!(earlier.scan_staged(b"shop", None, 10).await.expect("scan_staged").is_empty(), "nothing filed");
-
-    let backend = on_cluster(&cluster).await;
-    let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
-    assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-7"[..]]);
-}
-
-/// The `SCAN`s every node of `cluster` has run.
-fn cluster_scans(cluster: &RedisCluster) -> u64 {
-    let scans = |node: &RedisServer| {
-        let stats = node.cli(&["INFO", "commandstats"]).expect("INFO");
-        let line = stats.lines().find_map(|line| line.trim().strip_prefix("cmdstat_scan:calls="));
-        line.map_or(0, |line| line.split(',').next().expect("calls").parse::<u64>().expect("a number"))
-    };
-    cluster.nodes.iter().map(scans).sum()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_page_of_a_scope_on_a_cluster_passes_over_its_records_once() {
+async fn a_scan_on_a_cluster_runs_commands_for_its_own_records_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = RedisCluster::start_async(dir.path()).await;
     let backend = on_cluster(&cluster).await;
-    fill(&backend, &[b"shop", b"other"], 300).await;
-    let mut keys = Vec::new();
+    fill(&backend, &[b"shop", b"big-1", b"big-2"], 300).await;
+    fill(&backend, &[b"small"], 5).await;
+    let before = cluster_commands(&cluster);
+    let page = backend.scan(b"small", None, 10).await.expect("scan");
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert_eq!(page.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), keys(0..5));
+    // A round of 16 ranges, a page script per bucket with keys (its TIME
+    // and a GET a key), the round that finds nothing after them.
+    assert!(ran <= 16 * 2 + 5 * 2 + 16, "a page of 5 among 905 records ran {ran} commands");
+
+    let mut found = Vec::new();
     let mut after: Option<Vec<u8>> = None;
+    let before = cluster_commands(&cluster);
     for _ in 0..100 {
         let page = backend.scan(b"shop", after.as_deref(), 25).await.expect("scan");
         let Some(last) = page.last() else { break };
         after = Some(last.key.clone());
-        keys.extend(page.into_iter().map(|record| record.key));
+        found.extend(page.into_iter().map(|record| record.key));
     }
-    let expected: Vec<Vec<u8>> = (0..300).map(|n| format!("k-{n:04}").into_bytes()).collect();
-    assert_eq!(keys, expected, "every key once, in order");
-    // A page of all 300: one pass over 600 records, a SCAN or two a
-    // master, not one a key.
-    let before = cluster_scans(&cluster);
-    assert_eq!(backend.scan(b"shop", None, 300).await.expect("scan").len(), 300);
-    let scans = cluster_scans(&cluster) - before;
-    assert!(scans <= 3 * 2, "a page of 300 ran {scans} SCANs");
-    // A scan that starts again makes a pass of its own: it sees the keys
-    // written since the last one.
+    let ran = cluster_commands(&cluster) - before - 3;
+    assert_eq!(found, keys(0..300), "every key once, in order");
+    // 13 pages: a few rounds each, every round a range a bucket that may
+    // hold more and a script a bucket read, each key read once.
+    assert!(ran <= 13 * 3 * 32 + 300 * 2, "a scan of 300 keys in pages of 25 ran {ran} commands");
+    // A scan that starts again sees the keys written since.
     for n in 300..305 {
         put(&*backend, b"shop", format!("k-{n:04}").as_bytes(), Duration::from_secs(600)).await;
     }
-    let mut seen = 0;
-    let mut after: Option<Vec<u8>> = None;
-    for _ in 0..100 {
-        let page = backend.scan(b"shop", after.as_deref(), 100).await.expect("scan");
-        let Some(last) = page.last() else { break };
-        after = Some(last.key.clone());
-        seen += page.len();
+    let page = backend.scan(b"shop", Some(b"k-0298"), 100).await.expect("scan");
+    assert_eq!(page.iter().map(|record| record.key.clone()).collect::<Vec<_>>(), keys(299..305));
+}
+
+/// The keys `fill` writes, numbered `numbers`.
+fn keys(numbers: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    numbers.map(|n| format!("k-{n:04}").into_bytes()).collect()
+}
+
+/// The names on `cluster`'s nodes that match `pattern`.
+fn names_on(cluster: &RedisCluster, pattern: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for node in &cluster.nodes {
+        let found = node.cli(&["--scan", "--pattern", pattern]).expect("scan");
+        names.extend(found.lines().map(str::trim).filter(|line| !line.is_empty()).map(str::to_owned));
     }
-    assert_eq!(seen, 305);
+    names
+}
+
+/// Copies every name of `server` to `cluster` as it is (`DUMP`,
+/// `RESTORE` with its time to live): a Cluster as an earlier build left
+/// it, whose names were a standalone server's.
+async fn copied(server: &RedisServer, cluster: &RedisCluster) -> usize {
+    let client = ::redis::Client::open(server.url()).expect("client");
+    let mut from = client.get_multiplexed_async_connection().await.expect("connection");
+    let names: Vec<Vec<u8>> = ::redis::cmd("KEYS").arg("idemkv:*").query_async(&mut from).await.expect("KEYS");
+    let to = ::redis::cluster::ClusterClient::new(cluster.urls()).expect("cluster client");
+    let mut to = to.get_async_connection().await.expect("cluster connection");
+    for name in &names {
+        let dump: Vec<u8> = ::redis::cmd("DUMP").arg(name).query_async(&mut from).await.expect("DUMP");
+        let ttl: i64 = ::redis::cmd("PTTL").arg(name).query_async(&mut from).await.expect("PTTL");
+        let restore = ::redis::cmd("RESTORE").arg(name).arg(ttl.max(0)).arg(dump).clone();
+        let () = restore.query_async(&mut to).await.expect("RESTORE");
+    }
+    names.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_records_of_an_earlier_build_move_to_their_buckets_at_the_next_connect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&dir.path().join("single"));
+    let cluster = RedisCluster::start_async(&dir.path().join("cluster")).await;
+    // Records named as every earlier build named a Cluster's: a standalone
+    // server's names (its indexes, in other slots, are not copied).
+    let earlier = Arc::new(RedisBackend::connect(&server.url(), Config::new()).await.expect("connect"));
+    fill(&earlier, &[b"shop"], 40).await;
+    fill(&earlier, &[b"other"], 5).await;
+    let claimed = earlier.claim(b"shop", b"order-7", Fingerprint::of(b"order-7"), ClaimOptions::new()).await;
+    let Ok(BackendClaim::Acquired { token, .. }) = claimed else { panic!("{claimed:?}") };
+    let outbox = Outbox::shared(Arc::clone(&earlier));
+    outbox.complete(&token, b"201", &[OutboxMessage::new("orders", b"placed".to_vec())]).await.expect("stage");
+    let held = earlier.claim(b"shop", b"order-8", Fingerprint::of(b"order-8"), ClaimOptions::new()).await;
+    assert!(matches!(held, Ok(BackendClaim::Acquired { .. })), "{held:?}");
+    for name in server.cli(&["KEYS", "idemkv:scope:*"]).expect("KEYS").lines().filter(|line| !line.trim().is_empty()) {
+        server.cli(&["DEL", name.trim()]).expect("DEL");
+    }
+    server.cli(&["DEL", "idemkv:scopes"]).expect("DEL");
+    assert_eq!(copied(&server, &cluster).await, 40 + 5 + 2 + 1, "the records and the keyspaces' mark");
+    // The staged keys an earlier build kept apart on a Cluster.
+    cluster.nodes[0].cli(&["-c", "ZADD", "idemkv:staged:{5a}:keys", "0", "order-7"]).expect("ZADD");
+    cluster.nodes[0].cli(&["-c", "SET", "idemkv:staged", "1"]).expect("SET");
+
+    let backend = on_cluster(&cluster).await;
+    let page = backend.scan(b"shop", None, 100).await.expect("scan");
+    let mut expected = keys(0..40);
+    expected.extend([b"order-7".to_vec(), b"order-8".to_vec()]);
+    assert_eq!(page.into_iter().map(|record| record.key).collect::<Vec<_>>(), expected);
+    assert_eq!(backend.scan(b"other", None, 100).await.expect("scan").len(), 5);
+    let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
+    assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-7"[..]]);
+    let replay = backend.claim(b"shop", b"k-0003", Fingerprint::of(b"k-0003"), ClaimOptions::new()).await;
+    assert!(matches!(replay, Ok(BackendClaim::Replay(ref answer)) if answer == b"201"), "{replay:?}");
+    let held = backend.claim(b"shop", b"order-8", Fingerprint::of(b"order-8"), ClaimOptions::new()).await;
+    assert!(matches!(held, Ok(BackendClaim::InProgress { .. })), "the moved lease still holds: {held:?}");
+    assert!(names_on(&cluster, "idemkv:{*}:r").is_empty(), "no record is left at its old name");
+    assert!(names_on(&cluster, "idemkv:staged*").is_empty(), "the staged keys of before are gone");
+    assert_eq!(cluster.nodes[0].cli(&["-c", "GET", "idemkv:buckets"]).as_deref().map(str::trim), Some("1"));
 }

@@ -5,16 +5,16 @@
 //! A script costs the server about 20 µs a call against 3 µs for a bare
 //! `SET`, and a claim is one of the two calls of every request. So a claim
 //! first sends, as one transaction (`MULTI` … `EXEC`, one slot: every name
-//! is the record's):
+//! is in the record's slot):
 //!
 //! - `SET record fresh NX GET PX px`: writes `fresh` (a Processing record,
 //!   see [`fresh`]) when the key is absent, else answers what is there and
 //!   writes nothing;
 //! - `PEXPIRETIME record`: the key's expiry, in the server's ms;
 //! - `TIME`: the server's time;
-//! - on a standalone server, `ZADD keys 0 key`: the key in its scope's
-//!   index ([`super::index`]) in the same step as its record (a key there
-//!   already stays as it is). Its bound in the index of ends is written
+//! - `ZADD keys 0 key`: the key in its scope's index ([`super::index`];
+//!   on a Cluster its bucket's, in the record's slot) in the same step as
+//!   its record (a key there already stays as it is). Its bound in the index of ends is written
 //!   by the script that finishes the key (or takes it over).
 //!
 //! When the key was absent the claim is acquired, with attempt 1 and the

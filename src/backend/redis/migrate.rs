@@ -1,3 +1,11 @@
+//! What a server or Cluster of an earlier build holds, moved to where this
+//! build looks, once, before the first call that names a record:
+//!
+//! - [`keyspaces`]: records of idemkv's own under caller's scopes;
+//! - [`scopes`]: a standalone server's records filed in their scopes'
+//!   indexes;
+//! - [`buckets`]: a Cluster's records moved to their scopes' buckets.
+//!
 //! Keyspaces on a server of an earlier build: its records of idemkv's own
 //! (holds, versions, inbox entries, dead letters, re-drive marks, relay
 //! progress) are caller's records under `idemkv.hold/`-style scopes, named
@@ -10,12 +18,14 @@
 //! once; one cut short leaves the rest to the next connect.
 
 use super::connection::{Call, Connection};
+use super::names::{Layout, Names};
 use super::scan;
-use super::{Names, RedisBackend};
+use super::RedisBackend;
 use crate::backend::remote::Address;
 use crate::error::Result;
 use crate::Keyspace;
 use ::redis::{Script, Value};
+use futures_util::future::try_join_all;
 
 /// Writes a moved record: KEYS new name; ARGV the old value, the new
 /// scope, its time to live in ms (0: none). The record's scope (`[10]`)
@@ -62,7 +72,9 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
         if ttl == -2 {
             continue;
         }
-        let new = Names::of(&backend.prefix, Address { keyspace, scope: rest, key });
+        // Where the build that knew keyspaces but not buckets put them: a
+        // Cluster's records move on to their buckets next ([`buckets`]).
+        let new = Names::of(&backend.prefix, Layout::Digest, Address { keyspace, scope: rest, key });
         let mut call = Call::new(&put, &new.record);
         call.arg(&value[..]).arg(rest).arg(ttl.max(0));
         connection.invoke(&call).await?;
@@ -75,14 +87,14 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
     Ok(moved)
 }
 
-/// Files every live record of the server in its scope's indexes (see
-/// [`super::index`]), once per server and prefix: records written by a
-/// build without the indexes are then found by scans and sweeps. Guarded
-/// by `{prefix}:scopes`, set once every record is filed; two instances
-/// filing at once file a record twice, which changes nothing, and one cut
-/// short leaves the whole to the next connect. A Cluster keeps no
-/// scope's index but its staged keys: see [`staged_on_cluster`]. Returns
-/// how many records were filed.
+/// Files every live record of a standalone server in its scope's indexes
+/// (see [`super::index`]), once per server and prefix: records written by
+/// a build without the indexes are then found by scans and sweeps.
+/// Guarded by `{prefix}:scopes`, set once every record is filed; two
+/// instances filing at once file a record twice, which changes nothing,
+/// and one cut short leaves the whole to the next connect. (A Cluster's
+/// records are filed as they move to their buckets: see [`buckets`].)
+/// Returns how many records were filed.
 ///
 /// Records that instances of an earlier build write after this ran are
 /// not filed (they are claimed, replayed and expire as ever; scans and
@@ -90,9 +102,6 @@ pub(super) async fn keyspaces(backend: &RedisBackend) -> Result<u64> {
 /// `{prefix}:scopes` has the next connect file them.
 pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
     let connection = &backend.connection;
-    if connection.is_cluster() {
-        return staged_on_cluster(backend).await;
-    }
     let mark = format!("{}:scopes", backend.prefix);
     if single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
         return Ok(0);
@@ -107,7 +116,7 @@ pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
             .flatten()
             .filter_map(|value| scan::scope_and_key(value))
             .map(|(scope, key)| {
-                (Names::filed(&backend.prefix, Address { keyspace, scope, key }, connection), scope, key)
+                (Names::filed(&backend.prefix, Layout::Digest, Address { keyspace, scope, key }), scope, key)
             })
             .collect();
         let keys: Vec<Vec<&[u8]>> = found.iter().map(|(names, _, _)| names.written()).collect();
@@ -127,29 +136,80 @@ pub(super) async fn scopes(backend: &RedisBackend) -> Result<u64> {
     Ok(filed)
 }
 
-/// Files every completion with staged messages of a Cluster among its
-/// scope's staged keys (see [`super::staged`]), once per Cluster and
-/// prefix (`{prefix}:staged`), so that a sweep finds the messages a build
-/// without them staged. Returns how many were filed.
-async fn staged_on_cluster(backend: &RedisBackend) -> Result<u64> {
+/// Records a batch of the [`buckets`] migration moves at once.
+const MOVES_AT_ONCE: usize = 256;
+
+/// Moves a Cluster's records from the names earlier builds gave them
+/// (each in the slot of its own digest, [`Layout::Digest`]) to their
+/// scope's buckets ([`Layout::Buckets`]), each filed in its bucket's
+/// indexes as it lands, once per Cluster and prefix: guarded by
+/// `{prefix}:buckets`, set once every record moved. Each record is
+/// written at its new name unless one is there already, with its expiry
+/// kept, filed, and then its old name deleted if it still holds what was
+/// read — so two instances moving at once move each record once, and one
+/// cut short leaves the rest to the next connect. The staged keys earlier
+/// builds kept apart on a Cluster (`{prefix}:staged:{…}:keys`, `…:marks`,
+/// `…:seq`, and the mark `{prefix}:staged`) are deleted: the buckets'
+/// indexes hold what they held. Returns how many records moved.
+///
+/// An instance of an earlier build looks for a record at its old name
+/// only: a fleet on a Cluster upgrades all at once across this change
+/// (a record an earlier build writes after the move is not seen by this
+/// one; deleting `{prefix}:buckets` has the next connect move it).
+pub(super) async fn buckets(backend: &RedisBackend) -> Result<u64> {
     let connection = &backend.connection;
-    let mark = format!("{}:staged", backend.prefix);
+    let mark = format!("{}:buckets", backend.prefix);
     if single(connection, ::redis::cmd("EXISTS").arg(&mark)).await? == 1 {
         return Ok(0);
     }
-    let names = scan::record_names(connection, &backend.prefix, Keyspace::Caller).await?;
-    let values = scan::values(connection, &names).await?;
-    let mut filed = 0;
-    for (scope, key) in values.iter().flatten().filter_map(|value| scan::scope_and_key(value)) {
-        let address = Address { keyspace: Keyspace::Caller, scope, key };
-        let staged = backend.read(address).await?.is_some_and(|record| crate::backend::is_staged_completion(&record));
-        if staged {
-            super::staged::file(backend, scope, key).await?;
-            filed += 1;
+    let scripts = [Script::new(PUT), Script::new(super::scripts::FILE), Script::new(DROP)];
+    let mut moved = 0;
+    for keyspace in Keyspace::ALL {
+        let names = scan::record_names(connection, &backend.prefix, keyspace).await?;
+        for batch in names.chunks(MOVES_AT_ONCE) {
+            let values = scan::values(connection, batch).await?;
+            let batch_moves = batch.iter().zip(&values).filter_map(|(old, value)| {
+                let value = value.as_deref()?;
+                let (scope, key) = scan::scope_and_key(value)?;
+                Some(move_to_bucket(backend, &scripts, old, (value, Address { keyspace, scope, key })))
+            });
+            moved += try_join_all(batch_moves).await?.into_iter().filter(|&moved| moved).count() as u64;
         }
     }
+    let pattern = format!("{}:staged:{{*}}:*", scan::escaped(&backend.prefix));
+    let staged = scan::names_matching(connection, pattern).await?;
+    let deletes: Vec<::redis::Cmd> = staged.iter().map(|name| ::redis::cmd("DEL").arg(name).clone()).collect();
+    try_join_all(deletes.iter().map(|delete| single(connection, delete))).await?;
+    single(connection, ::redis::cmd("DEL").arg(format!("{}:staged", backend.prefix))).await?;
     single(connection, ::redis::cmd("SET").arg(&mark).arg(1)).await?;
-    Ok(filed)
+    Ok(moved)
+}
+
+/// Moves the record at `old`, read as `value`, to its bucket at
+/// `address` (see [`buckets`]): whether it moved (`false` when it was
+/// gone meanwhile).
+async fn move_to_bucket(
+    backend: &RedisBackend,
+    [put, file, drop]: &[Script; 3],
+    old: &[u8],
+    (value, address): (&[u8], Address<'_>),
+) -> Result<bool> {
+    let connection = &backend.connection;
+    let ttl = single(connection, ::redis::cmd("PTTL").arg(old)).await?;
+    if ttl == -2 {
+        return Ok(false);
+    }
+    let new = Names::filed(&backend.prefix, Layout::Buckets, address);
+    let mut call = Call::new(put, &new.record);
+    call.arg(value).arg(address.scope).arg(ttl.max(0));
+    connection.invoke(&call).await?;
+    let mut call = Call::with_keys(file, &new.written());
+    call.arg(address.scope).arg(address.key);
+    connection.invoke(&call).await?;
+    let mut call = Call::new(drop, old);
+    call.arg(value);
+    connection.invoke(&call).await?;
+    Ok(true)
 }
 
 /// One command's integer answer (0 for any other, such as `OK`).

@@ -11,11 +11,13 @@
 //! a mismatch, in progress), one transaction of bare commands (`SET … NX
 //! GET PX`, `PEXPIRETIME`, `TIME`), a fifth of a script's cost on the
 //! server (Redis 7.0 or later; an older server runs the script). All a
-//! call touches for `(scope, key)` — the record and its channel —
-//! carries one hash tag (a digest of scope and key), so it lives in one
-//! Cluster slot; on a standalone server the same step also files the
-//! record in its scope's indexes, so that a scan reads one scope and a
-//! relay's sweep the keys with staged messages alone (`index`). Leases and TTLs run on the server's clock (`TIME`, and
+//! call touches for `(scope, key)` — the record, its channel and the
+//! indexes it is filed in — carries one hash tag, so it lives in one
+//! Cluster slot, and the step that writes a record files it in its
+//! scope's indexes, so that a scan reads one scope and a relay's sweep
+//! the keys with staged messages alone (`index`; on a Cluster a scope's
+//! indexes sit in 16 slots, its records spread among them: `names`).
+//! Leases and TTLs run on the server's clock (`TIME`, and
 //! the key's expiry for a fresh claim), never a client's: a fleet's
 //! clocks disagree. Records leave
 //! through Redis's own expiry (`PX`), [`token_keep`](RedisBackend::token_keep)
@@ -100,11 +102,11 @@ mod connection;
 mod fast;
 mod index;
 mod migrate;
+mod names;
 mod reply;
 mod scan;
 mod scripts;
 mod server;
-mod staged;
 mod wait;
 
 pub use server::{Check, Finding, Risk, ServerChecks, ServerReport};
@@ -118,8 +120,8 @@ use crate::record::Record;
 use crate::{Keyspace, LeaseToken};
 use ::redis::{Script, Value};
 use connection::{Call, Connection, Lanes, Opener};
+use names::{Layout, Names};
 use reply::{bytes, number, protocol};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,8 +141,11 @@ pub struct RedisBackend {
     connection: Connection,
     settings: Settings,
     prefix: Arc<str>,
-    /// Set once the server's records of idemkv's own are in their
-    /// keyspaces (see `migrate`), for this prefix.
+    /// How the server's names are spelt: [`Layout::Buckets`] on a
+    /// Cluster.
+    layout: Layout,
+    /// Set once the server's records are where this build looks for
+    /// them (see `migrate`), for this prefix.
     migrated: Arc<tokio::sync::OnceCell<()>>,
     keep_ms: u64,
     waits: Arc<Waits>,
@@ -162,7 +167,7 @@ pub struct RedisBackend {
 struct LastScope {
     keyspace: Keyspace,
     scope: Vec<u8>,
-    index: Arc<index::ScopeIndex>,
+    index: Arc<names::ScopeIndex>,
 }
 
 /// How many replicas a transition that must survive a failover waits
@@ -182,8 +187,6 @@ struct Scripts {
     replace: Script,
     get: Script,
     page: Script,
-    staged_file: Script,
-    staged_drop: Script,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -193,77 +196,6 @@ impl std::fmt::Debug for RedisBackend {
             .field("cluster", &self.connection.is_cluster())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-/// The names of one key's record and channel: `{prefix}:{{tag}}:r` and
-/// `…:w` for the caller's keyspace, `{prefix}:{keyspace}:{{tag}}:r` for
-/// each of idemkv's own (see [`Keyspace::name`]), so that a record's
-/// keyspace is part of its name and a `SCAN` finds one keyspace's records
-/// alone. The tag is a digest of scope and key (and, for idemkv's own
-/// keyspaces, the keyspace: a word no scope's length can be goes first).
-/// Every call names the record; the channel and the scope's indexes are
-/// made only for the calls that name them (they cost a digest and a name
-/// each, on every call).
-struct Names {
-    record: Vec<u8>,
-    /// The indexes of the record's scope (see [`index`]), for a script
-    /// that writes the record on a standalone server; `None` on a
-    /// Cluster, where they would sit in another slot than the record and
-    /// no script may reach them.
-    index: Option<Arc<index::ScopeIndex>>,
-}
-
-impl Names {
-    /// The record's name alone.
-    fn of(prefix: &str, address: Address<'_>) -> Names {
-        let Address { keyspace, scope, key } = address;
-        let mut hasher = Sha256::new();
-        hasher.update(b"idemkv.redis.v1");
-        if keyspace.is_internal() {
-            hasher.update([0xff, 0xff, 0xff, keyspace.to_byte()]);
-        }
-        hasher.update(u32::try_from(scope.len()).unwrap_or(u32::MAX).to_be_bytes());
-        hasher.update(scope);
-        hasher.update(key);
-        let space = keyspace_part(keyspace);
-        let mut record = Vec::with_capacity(prefix.len() + space.len() + 38);
-        record.extend_from_slice(prefix.as_bytes());
-        record.push(b':');
-        record.extend_from_slice(space.as_bytes());
-        record.push(b'{');
-        push_hex16(&mut record, &hasher.finalize());
-        record.extend_from_slice(b"}:r");
-        Names { record, index: None }
-    }
-
-    /// The record, and on a standalone server its scope's indexes: what a
-    /// script that writes the record names (see [`Names::written`]).
-    fn filed(prefix: &str, address: Address<'_>, connection: &Connection) -> Names {
-        let mut names = Names::of(prefix, address);
-        if !connection.is_cluster() {
-            names.index = Some(Arc::new(index::ScopeIndex::of(prefix, address.keyspace, address.scope)));
-        }
-        names
-    }
-
-    /// The key's channel: the record's name ending `w`, in its slot.
-    fn channel(&self) -> Vec<u8> {
-        let mut channel = self.record.clone();
-        if let Some(last) = channel.last_mut() {
-            *last = b'w';
-        }
-        channel
-    }
-
-    /// The names a script that writes the record takes as its keys: the
-    /// record, then the scope's indexes when [`Names::filed`] made them.
-    fn written(&self) -> Vec<&[u8]> {
-        let mut keys = vec![self.record.as_slice()];
-        if let Some(index) = &self.index {
-            keys.extend(index.all());
-        }
-        keys
     }
 }
 
@@ -417,6 +349,7 @@ impl RedisBackend {
         fast_claims: bool,
     ) -> RedisBackend {
         RedisBackend {
+            layout: if connection.is_cluster() { Layout::Buckets } else { Layout::Digest },
             fast_claims,
             lanes: Arc::new(lanes),
             report: Arc::new(report),
@@ -437,8 +370,6 @@ impl RedisBackend {
                 replace: Script::new(scripts::REPLACE),
                 get: Script::new(scripts::GET),
                 page: Script::new(scripts::PAGE),
-                staged_file: Script::new(staged::FILE),
-                staged_drop: Script::new(staged::DROP),
             }),
         }
     }
@@ -571,61 +502,27 @@ impl Drop for Leave<'_> {
     }
 }
 
-/// The first 16 bytes of `digest`, in hex: a name's part.
-fn hex16(digest: &[u8]) -> String {
-    let mut hex = Vec::with_capacity(32);
-    push_hex16(&mut hex, digest);
-    hex.into_iter().map(char::from).collect()
-}
-
-/// Appends the first 16 bytes of `digest` to `name`, in lower-case hex.
-fn push_hex16(name: &mut Vec<u8>, digest: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in digest.iter().take(16) {
-        name.push(DIGITS[usize::from(byte >> 4)]);
-        name.push(DIGITS[usize::from(byte & 0x0f)]);
-    }
-}
-
-/// The part of a record's name that says its keyspace: nothing for the
-/// caller's (the names of the first schema), `{name}:` for idemkv's own.
-fn keyspace_part(keyspace: Keyspace) -> String {
-    if keyspace.is_internal() {
-        format!("{}:", keyspace.name())
-    } else {
-        String::new()
-    }
-}
-
 impl RedisBackend {
-    /// Before the first call that names a record: the server's records of
-    /// idemkv's own moved to their keyspaces, then every record filed in
-    /// its scope's indexes, once per backend and prefix (one `EXISTS`
-    /// each on a server already migrated).
-    /// On a Cluster, files the caller's key of a completion whose answer
-    /// stages messages among its scope's staged keys, before the
-    /// completion is written (see [`staged`]); a standalone server's
-    /// scripts file it with the write.
-    async fn file_if_staged(&self, address: Address<'_>, answer: &[u8]) -> Result<()> {
-        if self.connection.is_cluster() && address.keyspace == Keyspace::Caller && crate::record::is_staged(answer) {
-            staged::file(self, address.scope, address.key).await?;
-        }
-        Ok(())
+    /// The names of `address`'s record and channel (see [`names`]).
+    fn names(&self, address: Address<'_>) -> Names {
+        Names::of(&self.prefix, self.layout, address)
     }
 
-    /// [`Names::filed`] for `address`, the scope's indexes taken from
-    /// the last call's when it named the same scope.
+    /// [`Names::filed`] for `address`; on a standalone server the scope's
+    /// indexes taken from the last call's when it named the same scope
+    /// (on a Cluster they are its bucket's, which the record's digest
+    /// picks).
     fn filed(&self, address: Address<'_>) -> Names {
-        let mut names = Names::of(&self.prefix, address);
-        if self.connection.is_cluster() {
-            return names;
+        if self.layout == Layout::Buckets {
+            return Names::filed(&self.prefix, self.layout, address);
         }
+        let mut names = self.names(address);
         let Address { keyspace, scope, .. } = address;
         let mut last = self.last_scope.lock();
         let index = match &*last {
             Some(kept) if kept.keyspace == keyspace && kept.scope == scope => Arc::clone(&kept.index),
             _ => {
-                let index = Arc::new(index::ScopeIndex::of(&self.prefix, keyspace, scope));
+                let index = Arc::new(names::ScopeIndex::of(&self.prefix, keyspace, scope, None));
                 *last = Some(LastScope { keyspace, scope: scope.to_vec(), index: Arc::clone(&index) });
                 index
             }
@@ -637,7 +534,7 @@ impl RedisBackend {
     /// The live record at `address`, if any (the `get` script: it
     /// settles and checks liveness as every read does).
     async fn read(&self, address: Address<'_>) -> Result<Option<Record>> {
-        let names = Names::of(&self.prefix, address);
+        let names = self.names(address);
         let call = Call::new(&self.scripts.get, &names.record);
         match self.connection.invoke(&call).await? {
             Value::Array(fields) if fields.is_empty() => Ok(None),
@@ -646,10 +543,18 @@ impl RedisBackend {
         }
     }
 
+    /// Before the first call that names a record: the server's records of
+    /// idemkv's own moved to their keyspaces, then, on a Cluster, every
+    /// record moved to its scope's buckets, and on a standalone server
+    /// every record filed in its scope's indexes — once per backend and
+    /// prefix (an `EXISTS` each on a server already migrated).
     async fn ready(&self) -> Result<()> {
         let migrations = || async {
             migrate::keyspaces(self).await?;
-            migrate::scopes(self).await.map(drop)
+            match self.layout {
+                Layout::Buckets => migrate::buckets(self).await.map(drop),
+                Layout::Digest => migrate::scopes(self).await.map(drop),
+            }
         };
         self.migrated.get_or_try_init(migrations).await?;
         Ok(())
@@ -720,7 +625,7 @@ impl Transport for RedisBackend {
 
     /// Woken by the finishing script's publish on the key's channel.
     async fn listen<'a>(&'a self, address: Address<'a>, _wait: Duration) -> Subscription<'a> {
-        let channel = Names::of(&self.prefix, address).channel();
+        let channel = self.names(address).channel();
         let (event, first) = self.waits.join(&channel);
         if first {
             // Without the subscription the wait still ends: by polling.
@@ -730,9 +635,6 @@ impl Transport for RedisBackend {
     }
 
     async fn finish(&self, token: &LeaseToken, finish: Finish, response: &[u8]) -> Result<bool> {
-        if finish == Finish::Complete {
-            self.file_if_staged(Address::of(token), response).await?;
-        }
         let names = self.filed(Address::of(token));
         let bytes = token.scope.len() + token.key.len() + response.len();
         let mut call = Call::sized(&self.scripts.finish, &names.written(), 7, bytes);
@@ -786,17 +688,11 @@ impl Transport for RedisBackend {
 
     async fn scan(&self, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
-        if self.connection.is_cluster() {
-            return scan::page_of(self, keyspace, (scope, after, limit)).await;
-        }
         index::page(self, keyspace, scope, (after, limit), index::Of::Every).await
     }
 
     async fn scan_staged(&self, scope: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Record>> {
         self.ready().await?;
-        if self.connection.is_cluster() {
-            return staged::page(self, scope, (after, limit)).await;
-        }
         index::page(self, Keyspace::Caller, scope, (after, limit), index::Of::Staged).await
     }
 
@@ -820,7 +716,6 @@ impl Transport for RedisBackend {
 
     async fn replace(&self, address: Address<'_>, expected: &[u8], answer: &[u8]) -> Result<bool> {
         self.ready().await?;
-        self.file_if_staged(address, answer).await?;
         let names = self.filed(address);
         let mut call = Call::with_keys(&self.scripts.replace, &names.written());
         call.arg(address.scope).arg(address.key).arg(expected).arg(answer).arg(self.keep_ms);
@@ -830,58 +725,6 @@ impl Transport for RedisBackend {
             Value::Int(0) => Ok(false),
             Value::Int(-1) => Err(Error::KeyHashCollision),
             _ => Err(protocol("replace: unknown answer")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The names as every earlier build spelt them: a fleet's instances,
-    /// old and new, must name each record, channel and index alike.
-    fn spelt_before(prefix: &str, address: Address<'_>) -> (String, String, [String; 3]) {
-        let Address { keyspace, scope, key } = address;
-        let hex = |digest: &[u8]| {
-            digest.iter().take(16).fold(String::new(), |mut hex, byte| {
-                let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{byte:02x}"));
-                hex
-            })
-        };
-        let mut hasher = Sha256::new();
-        hasher.update(b"idemkv.redis.v1");
-        if keyspace.is_internal() {
-            hasher.update([0xff, 0xff, 0xff, keyspace.to_byte()]);
-        }
-        hasher.update(u32::try_from(scope.len()).expect("short scope").to_be_bytes());
-        hasher.update(scope);
-        hasher.update(key);
-        let tag = hex(&hasher.finalize());
-        let space = if keyspace.is_internal() { format!("{}:", keyspace.name()) } else { String::new() };
-        let mut hasher = Sha256::new();
-        hasher.update(b"idemkv.redis.scope.v1");
-        hasher.update([keyspace.to_byte()]);
-        hasher.update(scope);
-        let digest = hex(&hasher.finalize());
-        let index = ["keys", "ends", "staged"].map(|suffix| format!("{prefix}:{space}scope:{digest}:{suffix}"));
-        (format!("{prefix}:{space}{{{tag}}}:r"), format!("{prefix}:{space}{{{tag}}}:w"), index)
-    }
-
-    #[test]
-    fn names_are_spelt_as_before() {
-        for keyspace in Keyspace::ALL {
-            for (scope, key) in [(&b""[..], &b"k"[..]), (b"shop", b"order-1"), (&[0xff, 0], &[0, 0xfe, 7])] {
-                let address = Address { keyspace, scope, key };
-                let (record, channel, index) = spelt_before("idemkv", address);
-                let names = Names::of("idemkv", address);
-                assert_eq!(String::from_utf8_lossy(&names.record), record);
-                assert_eq!(String::from_utf8_lossy(&names.channel()), channel);
-                assert!(names.index.is_none(), "the record's name alone");
-                let scope_index = index::ScopeIndex::of("idemkv", keyspace, scope);
-                let spelt: Vec<String> =
-                    scope_index.all().iter().map(|name| String::from_utf8_lossy(name).into_owned()).collect();
-                assert_eq!(spelt, index);
-            }
         }
     }
 }

@@ -1,129 +1,20 @@
-//! A page of one scope's records ([`IdempotencyBackend::scan`]) on a
-//! Cluster, which keeps no index of a scope (see [`super::index`]): a
-//! record's name is a digest of its scope and key, so a scope's keys are
-//! found by a pass over every record name on every master (`SCAN`), a
-//! `GET` of each, a thousand at a time, and the scope and key read from
-//! the value. A pass keeps the smallest keys after the page's cursor, up
-//! to a window of them, and the next pages read their keys from it (see
-//! [`page_of`]); each key is then read through the `get` script, which
-//! settles and checks liveness as every read does. The migrations walk
-//! every record the same way, once. (A relay's sweep on a Cluster reads
-//! its staged keys instead: see [`super::staged`].)
-//!
-//! [`IdempotencyBackend::scan`]: crate::backend::IdempotencyBackend::scan
+//! Passes over every record name of a server, or of every master of a
+//! Cluster (`SCAN`), and the values of the names found, a thousand at a
+//! time: what the migrations read (see [`super::migrate`]), once per
+//! server. No call's path reads them: a scope's scan and a relay's sweep
+//! read its indexes ([`super::index`]).
 
 use super::connection::Connection;
 use super::reply::{backend_error, bytes, number, protocol};
-use super::RedisBackend;
-use crate::backend::remote::Address;
 use crate::error::Result;
 use crate::keyspace::Keyspace;
-use crate::record::Record;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{cmd, Cmd, Value};
-use std::collections::BTreeSet;
 
 /// Names asked for, and values read, per round trip.
 const BATCH: usize = 1000;
-/// Keys of a scope one pass over a Cluster's records keeps at most.
-const WINDOW: usize = 65_536;
-
-/// A scope's keys found by one pass over a Cluster's records: the smallest
-/// [`WINDOW`] keys after the page's cursor, in order.
-#[derive(Debug)]
-struct Window {
-    keys: Vec<Vec<u8>>,
-    /// Whether the pass found no key after the last of `keys`.
-    to_the_end: bool,
-}
-
-impl Window {
-    /// Up to `limit` of its keys after `after`, and whether they reach the
-    /// scope's end.
-    fn after(&self, after: Option<&[u8]>, limit: usize) -> (Vec<Vec<u8>>, bool) {
-        let start = after.map_or(0, |after| self.keys.partition_point(|key| key.as_slice() <= after));
-        let keys: Vec<Vec<u8>> = self.keys[start..].iter().take(limit).cloned().collect();
-        let exhausted = start + keys.len() == self.keys.len();
-        (keys, exhausted && self.to_the_end)
-    }
-}
-
-/// The page of `scope`'s live records of `keyspace` after `after`, at most
-/// `limit`, on a Cluster. A record's name says nothing of its scope, so
-/// its keys are found by a pass over every record of every master (a
-/// `SCAN`, a `GET` of each, the scope and key read from the value); a pass
-/// keeps the smallest [`WINDOW`] keys of the scope after `after` (its
-/// memory bounded whatever the Cluster keeps), and the page reads its
-/// keys from it: a page costs one pass per [`WINDOW`] keys it returns.
-/// No window outlives its page: a page's keys are those live when it
-/// starts, whatever another process wrote since an earlier page.
-pub(super) async fn page_of(
-    backend: &RedisBackend,
-    keyspace: Keyspace,
-    (scope, after, limit): (&[u8], Option<&[u8]>, usize),
-) -> Result<Vec<Record>> {
-    let mut after = after.map(<[u8]>::to_vec);
-    let mut page = Vec::with_capacity(limit.min(BATCH));
-    while page.len() < limit {
-        let window = pass(backend, keyspace, scope, after.as_deref()).await?;
-        let (keys, at_the_end) = window.after(after.as_deref(), limit - page.len());
-        for key in &keys {
-            if let Some(record) = backend.read(Address { keyspace, scope, key }).await? {
-                page.push(record);
-            }
-        }
-        match keys.last() {
-            Some(last) if !at_the_end => after = Some(last.clone()),
-            _ => break,
-        }
-    }
-    Ok(page)
-}
-
-/// One pass over every record of `keyspace` on every master: the smallest
-/// [`WINDOW`] keys of `scope` after `after`.
-async fn pass(backend: &RedisBackend, keyspace: Keyspace, scope: &[u8], after: Option<&[u8]>) -> Result<Window> {
-    let mut found = BTreeSet::new();
-    let mut beyond = false;
-    let mut names = Vec::new();
-    let mut scans = Scans::new(&backend.connection, &backend.prefix, keyspace).await?;
-    loop {
-        let more = scans.next(&mut names).await?;
-        if names.len() >= BATCH || !more {
-            let values = values(&backend.connection, &std::mem::take(&mut names)).await?;
-            beyond |= keep_smallest(&mut found, &values, (scope, after), WINDOW);
-        }
-        if !more {
-            break;
-        }
-    }
-    Ok(Window { keys: found.into_iter().collect(), to_the_end: !beyond })
-}
-
-/// Adds the keys of `scope` after `after` among `values` to `found`,
-/// keeping the smallest `window`; whether one was left out.
-fn keep_smallest(
-    found: &mut BTreeSet<Vec<u8>>,
-    values: &[Option<Vec<u8>>],
-    (scope, after): (&[u8], Option<&[u8]>),
-    window: usize,
-) -> bool {
-    let mut left_out = false;
-    for (found_scope, key) in values.iter().flatten().filter_map(|value| scope_and_key(value)) {
-        if found_scope != scope || after.is_some_and(|after| key <= after) {
-            continue;
-        }
-        found.insert(key.to_vec());
-        if found.len() > window {
-            found.pop_last();
-            left_out = true;
-        }
-    }
-    left_out
-}
-
 /// `prefix` with the glob characters of `SCAN … MATCH` escaped.
-fn escaped(prefix: &str) -> String {
+pub(super) fn escaped(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 8);
     for character in prefix.chars() {
         if matches!(character, '*' | '?' | '[' | ']' | '\\') {
@@ -136,14 +27,24 @@ fn escaped(prefix: &str) -> String {
 
 /// The names of every record of `keyspace` under `prefix`, on the server
 /// or on every master of a Cluster.
+/// (in the names of [`Layout::Digest`]: a standalone server's, and a
+/// Cluster's before it moved to buckets).
+///
+/// [`Layout::Digest`]: super::names::Layout::Digest
 pub(super) async fn record_names(connection: &Connection, prefix: &str, keyspace: Keyspace) -> Result<Vec<Vec<u8>>> {
+    names_matching(connection, format!("{}:{}{{*}}:r", escaped(prefix), super::names::keyspace_part(keyspace))).await
+}
+
+/// The names that match `pattern` (a `SCAN … MATCH` glob), on the server
+/// or on every master of a Cluster.
+pub(super) async fn names_matching(connection: &Connection, pattern: String) -> Result<Vec<Vec<u8>>> {
     let mut names = Vec::new();
-    let mut scans = Scans::new(connection, prefix, keyspace).await?;
+    let mut scans = Scans::new(connection, pattern).await?;
     while scans.next(&mut names).await? {}
     Ok(names)
 }
 
-/// A `SCAN` of the record names of one keyspace, on the server or master
+/// A `SCAN` of the names that match a pattern, on the server or master
 /// after master of a Cluster.
 struct Scans<'a> {
     connection: &'a Connection,
@@ -156,8 +57,7 @@ struct Scans<'a> {
 }
 
 impl<'a> Scans<'a> {
-    async fn new(connection: &'a Connection, prefix: &str, keyspace: Keyspace) -> Result<Scans<'a>> {
-        let pattern = format!("{}:{}{{*}}:r", escaped(prefix), super::keyspace_part(keyspace));
+    async fn new(connection: &'a Connection, pattern: String) -> Result<Scans<'a>> {
         let mut masters = Vec::new();
         if connection.is_cluster() {
             for (server, _) in connection.each_master(&cmd("PING")).await? {
@@ -288,33 +188,6 @@ mod tests {
             packed.extend_from_slice(text);
         }
         packed
-    }
-
-    #[test]
-    fn a_pass_keeps_the_smallest_keys_of_its_scope_after_the_cursor() {
-        let values: Vec<Option<Vec<u8>>> = [&b"k5"[..], b"k1", b"k9", b"k3", b"k7", b"k2"]
-            .iter()
-            .map(|key| Some(packed(b"shop", key)))
-            .chain([Some(packed(b"other", b"k0")), None, Some(b"junk".to_vec())])
-            .collect();
-        let mut found = BTreeSet::new();
-        assert!(keep_smallest(&mut found, &values, (b"shop", Some(b"k1")), 3), "k7 and k9 left out");
-        assert_eq!(found.iter().map(Vec::as_slice).collect::<Vec<_>>(), [&b"k2"[..], b"k3", b"k5"]);
-        let mut all = BTreeSet::new();
-        assert!(!keep_smallest(&mut all, &values, (b"shop", None), 10));
-        assert_eq!(all.len(), 6);
-    }
-
-    #[test]
-    fn a_window_gives_its_keys_after_the_cursor_and_says_whether_they_end_the_scope() {
-        let keys: Vec<Vec<u8>> = [&b"k2"[..], b"k3", b"k5"].iter().map(|key| key.to_vec()).collect();
-        let window = Window { keys, to_the_end: false };
-        assert_eq!(window.after(Some(b"k2"), 1), (vec![b"k3".to_vec()], false));
-        assert_eq!(window.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], false));
-        assert_eq!(window.after(None, 2), (vec![b"k2".to_vec(), b"k3".to_vec()], false));
-        let last = Window { to_the_end: true, ..window };
-        assert_eq!(last.after(Some(b"k3"), 5), (vec![b"k5".to_vec()], true));
-        assert_eq!(last.after(Some(b"k9"), 5), (vec![], true));
     }
 
     #[test]
