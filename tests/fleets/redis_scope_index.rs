@@ -324,3 +324,21 @@ async fn a_clusters_records_of_an_earlier_build_move_to_their_buckets_at_the_nex
     assert!(names_on(&cluster, "idemkv:staged*").is_empty(), "the staged keys of before are gone");
     assert_eq!(cluster.nodes[0].cli(&["-c", "GET", "idemkv:buckets"]).as_deref().map(str::trim), Some("1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_prefix_that_would_split_a_record_from_its_indexes_is_refused_before_any_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    for prefix in ["app{x", "a{}b"] {
+        let backend = cluster.connect(Config::new()).await.expect("connect").prefix(prefix);
+        let claimed = backend.claim(b"shop", b"k", Fingerprint::of(b"k"), ClaimOptions::new()).await;
+        assert!(matches!(claimed, Err(idemkv::Error::InvalidConfig(_))), "{prefix}: {claimed:?}");
+        assert!(matches!(backend.scan(b"shop", None, 10).await, Err(idemkv::Error::InvalidConfig(_))));
+        assert!(names_on(&cluster, &format!("{prefix}*")).is_empty(), "{prefix}: nothing written");
+    }
+    // A closed tag puts every name in its one slot, and works.
+    let backend = Arc::new(cluster.connect(Config::new()).await.expect("connect").prefix("app{t}"));
+    fill(&backend, &[b"shop"], 20).await;
+    let page = backend.scan(b"shop", None, 100).await.expect("scan");
+    assert_eq!(page.into_iter().map(|record| record.key).collect::<Vec<_>>(), keys(0..20));
+}

@@ -93,7 +93,7 @@ pub(super) async fn page(
     of: Of,
 ) -> Result<Vec<Record>> {
     if backend.layout == Layout::Buckets {
-        return merged(backend, keyspace, scope, (after, limit), of).await;
+        return cluster_page(backend, keyspace, scope, (after, limit), of).await;
     }
     let index = ScopeIndex::of(&backend.prefix, keyspace, scope, None);
     let mut after = after.map(<[u8]>::to_vec);
@@ -112,29 +112,83 @@ pub(super) async fn page(
 }
 
 /// A page on a Cluster, whose scope has an index in each of its
-/// [`BUCKETS`] slots: each round reads, from every bucket that may still
-/// have keys after the cursor, at once, about twice its share of what the
-/// page still wants (so a round costs what it returns, twice at most, and
-/// one command a bucket), takes the smallest keys that no bucket can
-/// still undercut ([`merge`]), reads their records bucket by bucket (the
-/// page script, at once) and moves the cursor past them.
-async fn merged(
+/// [`BUCKETS`] slots (see [`merged`]).
+async fn cluster_page(
     backend: &RedisBackend,
     keyspace: Keyspace,
     scope: &[u8],
     (after, limit): (Option<&[u8]>, usize),
     of: Of,
 ) -> Result<Vec<Record>> {
-    let indexes: Vec<ScopeIndex> =
-        (0..BUCKETS).map(|bucket| ScopeIndex::of(&backend.prefix, keyspace, scope, Some(bucket))).collect();
-    let mut open: Vec<&ScopeIndex> = indexes.iter().collect();
+    let indexes = (0..BUCKETS).map(|bucket| ScopeIndex::of(&backend.prefix, keyspace, scope, Some(bucket))).collect();
+    merged(&ClusterScope { backend, keyspace, scope, of, indexes }, (after, limit)).await
+}
+
+/// What a merged page reads (see [`merged`]): each bucket's keys after a
+/// cursor, in key order, and the live entries among some of a bucket's
+/// keys (dropping the others from its index).
+trait Buckets {
+    type Entry;
+    /// How many buckets there are.
+    fn count(&self) -> usize;
+    /// Up to `count` keys of `bucket` after `after`, in order.
+    async fn range(&self, bucket: usize, after: Option<&[u8]>, count: usize) -> Result<Vec<Vec<u8>>>;
+    /// The live entries of `keys` of `bucket`.
+    async fn read(&self, bucket: usize, keys: &[Vec<u8>]) -> Result<Vec<Self::Entry>>;
+    /// An entry's key.
+    fn key(entry: &Self::Entry) -> &[u8];
+}
+
+/// One scope's buckets on a Cluster.
+struct ClusterScope<'a> {
+    backend: &'a RedisBackend,
+    keyspace: Keyspace,
+    scope: &'a [u8],
+    of: Of,
+    indexes: Vec<ScopeIndex>,
+}
+
+impl Buckets for ClusterScope<'_> {
+    type Entry = Record;
+
+    fn count(&self) -> usize {
+        self.indexes.len()
+    }
+
+    async fn range(&self, bucket: usize, after: Option<&[u8]>, count: usize) -> Result<Vec<Vec<u8>>> {
+        range(self.backend, self.of.set(&self.indexes[bucket]), after, count).await
+    }
+
+    async fn read(&self, bucket: usize, keys: &[Vec<u8>]) -> Result<Vec<Record>> {
+        read(self.backend, self.keyspace, self.scope, (&self.indexes[bucket], keys), self.of).await
+    }
+
+    fn key(record: &Record) -> &[u8] {
+        &record.key
+    }
+}
+
+/// Keys a round of [`merged`] reads from each bucket at least: enough that
+/// a small page takes one round, rarely two (with one a bucket, a page of
+/// five took five rounds of 16 ranges).
+const EACH_LEAST: usize = 8;
+
+/// A page merged from buckets: each round reads, from every bucket that
+/// may still have keys after the cursor, at once, about twice its share
+/// of what the page still wants ([`EACH_LEAST`] at least), takes the
+/// smallest keys that no bucket can still undercut ([`merge`]), reads
+/// their entries bucket by bucket (at once) and moves the cursor past
+/// them. A round costs one command a bucket and a read a bucket with
+/// keys taken; a page of 256 takes one round, reading about twice the
+/// keys it returns.
+async fn merged<B: Buckets>(buckets: &B, (after, limit): (Option<&[u8]>, usize)) -> Result<Vec<B::Entry>> {
+    let mut open: Vec<usize> = (0..buckets.count()).collect();
     let mut after = after.map(<[u8]>::to_vec);
     let mut page = Vec::new();
     while page.len() < limit && !open.is_empty() {
         let want = limit - page.len();
-        let each = (2 * want).div_ceil(usize::from(BUCKETS)).clamp(1, BATCH);
-        let ranges = open.iter().map(|index| range(backend, of.set(index), after.as_deref(), each));
-        let ranges = try_join_all(ranges).await?;
+        let each = (2 * want).div_ceil(buckets.count()).clamp(EACH_LEAST, BATCH);
+        let ranges = try_join_all(open.iter().map(|&bucket| buckets.range(bucket, after.as_deref(), each))).await?;
         let (taken, done) = merge(&ranges, each, want);
         let Some(&(_, last)) = taken.last() else { break };
         let mut by_bucket: Vec<Vec<Vec<u8>>> = vec![Vec::new(); open.len()];
@@ -142,10 +196,10 @@ async fn merged(
             by_bucket[at].push(key.to_vec());
         }
         let reads = open.iter().zip(&by_bucket).filter(|(_, keys)| !keys.is_empty());
-        let reads = reads.map(|(index, keys)| read(backend, keyspace, scope, (index, keys), of));
-        let mut records: Vec<Record> = try_join_all(reads).await?.into_iter().flatten().collect();
-        records.sort_by(|one, other| one.key.cmp(&other.key));
-        page.extend(records);
+        let reads = reads.map(|(&bucket, keys)| buckets.read(bucket, keys));
+        let mut entries: Vec<B::Entry> = try_join_all(reads).await?.into_iter().flatten().collect();
+        entries.sort_by(|one, other| B::key(one).cmp(B::key(other)));
+        page.extend(entries);
         after = Some(last.to_vec());
         let mut done = done.into_iter();
         open.retain(|_| !done.next().unwrap_or(true));
@@ -223,6 +277,7 @@ async fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn keys(names: &[&str]) -> Vec<Vec<u8>> {
         names.iter().map(|name| name.as_bytes().to_vec()).collect()
@@ -258,5 +313,110 @@ mod tests {
         let ranges = [vec![vec![0xff]], vec![vec![0x00, 0x01]]];
         let (round, _) = merge(&ranges, 1, 1);
         assert_eq!(round, [(1, &[0x00, 0x01][..])]);
+    }
+
+    /// Buckets in memory, as a Cluster's indexes hold them: `dead` keys
+    /// are in an index but their record is not live, and a read drops
+    /// them from the index as the page script does. Counts the rounds.
+    struct Memory {
+        buckets: std::cell::RefCell<Vec<std::collections::BTreeSet<Vec<u8>>>>,
+        dead: std::collections::HashSet<Vec<u8>>,
+        ranges: std::cell::Cell<usize>,
+    }
+
+    impl Buckets for Memory {
+        type Entry = Vec<u8>;
+
+        fn count(&self) -> usize {
+            self.buckets.borrow().len()
+        }
+
+        async fn range(&self, bucket: usize, after: Option<&[u8]>, count: usize) -> Result<Vec<Vec<u8>>> {
+            self.ranges.set(self.ranges.get() + 1);
+            let buckets = self.buckets.borrow();
+            let keys = buckets[bucket].iter().filter(|key| after.is_none_or(|after| key.as_slice() > after));
+            Ok(keys.take(count).cloned().collect())
+        }
+
+        async fn read(&self, bucket: usize, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+            let (dead, live): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = keys.iter().partition(|key| self.dead.contains(*key));
+            for key in dead {
+                self.buckets.borrow_mut()[bucket].remove(key);
+            }
+            Ok(live.into_iter().cloned().collect())
+        }
+
+        fn key(entry: &Vec<u8>) -> &[u8] {
+            entry
+        }
+    }
+
+    /// Every page of `memory` after `after`, `limit` a page, each checked
+    /// against the live keys in order: none skipped, none twice, none
+    /// short of its limit while more are left.
+    fn page_through(memory: &Memory, after: Option<Vec<u8>>, limit: usize) -> Vec<Vec<u8>> {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let mut live: Vec<Vec<u8>> = memory.buckets.borrow().iter().flatten().cloned().collect();
+        live.retain(|key| !memory.dead.contains(key) && after.as_ref().is_none_or(|after| key > after));
+        live.sort();
+        let (mut cursor, mut seen) = (after, Vec::new());
+        loop {
+            let page = runtime.block_on(merged(memory, (cursor.as_deref(), limit))).expect("page");
+            let left = live.len() - seen.len();
+            assert_eq!(page.len(), left.min(limit), "a page short of its limit while {left} are left");
+            let Some(last) = page.last().cloned() else { return seen };
+            seen.extend(page);
+            assert_eq!(seen[..], live[..seen.len()], "every live key once, in order");
+            cursor = Some(last);
+        }
+    }
+
+    fn memory(keys: &[(Vec<u8>, usize)], dead: impl Iterator<Item = Vec<u8>>) -> Memory {
+        let mut buckets = vec![std::collections::BTreeSet::new(); usize::from(BUCKETS)];
+        for (key, bucket) in keys {
+            buckets[*bucket].insert(key.clone());
+        }
+        Memory { buckets: std::cell::RefCell::new(buckets), dead: dead.collect(), ranges: std::cell::Cell::new(0) }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        #[test]
+        fn merged_pages_give_every_live_key_once_in_order(
+            keys in proptest::collection::btree_map(proptest::collection::vec(proptest::num::u8::ANY, 0..3), 0..16_usize, 0..400),
+            dead_every in 2_usize..7,
+            limit in proptest::prop_oneof![1_usize..40, 200_usize..300],
+            after_at in proptest::option::of(0_usize..400),
+            used in 1_usize..=16,
+        ) {
+            // Keys spread over `used` buckets: one, a few full ones, all.
+            let keys: Vec<(Vec<u8>, usize)> = keys.into_iter().map(|(key, bucket)| (key, bucket % used)).collect();
+            let dead = keys.iter().step_by(dead_every).map(|(key, _)| key.clone());
+            let after = after_at.and_then(|at| keys.get(at)).map(|(key, _)| key.clone());
+            page_through(&memory(&keys, dead), after, limit);
+        }
+    }
+
+    #[test]
+    fn a_page_of_a_scope_spread_over_its_buckets_takes_one_round_or_two() {
+        for limit in [1, 5, 10, 25, 100, 256] {
+            let keys: Vec<(Vec<u8>, usize)> = (0..20_000_u32)
+                .map(|n| {
+                    let digest = Sha256::digest(n.to_be_bytes());
+                    (format!("k-{n:06}").into_bytes(), usize::from(digest[31] % BUCKETS))
+                })
+                .collect();
+            let memory = memory(&keys, std::iter::empty());
+            let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            let mut cursor: Option<Vec<u8>> = None;
+            for _ in 0..50 {
+                let page = runtime.block_on(merged(&memory, (cursor.as_deref(), limit))).expect("page");
+                assert_eq!(page.len(), limit);
+                cursor = page.last().cloned();
+            }
+            // 50 pages: at most 1.5 rounds of 16 ranges a page on average.
+            let ranges = memory.ranges.get();
+            assert!(ranges * 2 <= 3 * usize::from(BUCKETS) * 50, "pages of {limit}: {ranges} ranges for 50 pages");
+        }
     }
 }

@@ -375,7 +375,11 @@ impl RedisBackend {
     }
 
     /// Names every key with `prefix` (default `idemkv`), so that several
-    /// services can share a server.
+    /// services can share a server. On a Cluster a prefix with a hash tag
+    /// (`app{t}`) puts every name in that one slot; a prefix with a `{`
+    /// that no `}` closes, or an empty `{}`, would split a record from its
+    /// scope's indexes, and every call refuses it
+    /// ([`Error::InvalidConfig`]) before anything is written.
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);
@@ -549,6 +553,14 @@ impl RedisBackend {
     /// every record filed in its scope's indexes — once per backend and
     /// prefix (an `EXISTS` each on a server already migrated).
     async fn ready(&self) -> Result<()> {
+        if self.layout == Layout::Buckets && !names::tags_hold(&self.prefix) {
+            return Err(Error::InvalidConfig(format!(
+                "Redis prefix {:?} on a Cluster: an unclosed or empty hash tag (`{{` without a `}}` after it, or \
+                 `{{}}`) would put a record and its scope's indexes in different slots; close the tag (`app{{t}}`: \
+                 every name in one slot) or use no brace",
+                &*self.prefix
+            )));
+        }
         let migrations = || async {
             migrate::keyspaces(self).await?;
             match self.layout {

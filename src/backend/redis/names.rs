@@ -146,6 +146,16 @@ impl ScopeIndex {
     }
 }
 
+/// Whether names under `prefix` keep the hash tags [`Names`] gives them
+/// on a Cluster: a prefix without `{`, or whose first `{` a `}` closes
+/// with something between (then every name has the prefix's tag, so all
+/// sit in one slot). A Cluster hashes the first `{…}` of a name; under a
+/// prefix with an unclosed `{` (`app{x`) or an empty `{}` a record's tag
+/// and its index's would differ.
+pub(super) fn tags_hold(prefix: &str) -> bool {
+    prefix.find('{').is_none_or(|open| prefix[open + 1..].find('}').is_some_and(|close| close > 0))
+}
+
 /// The digest a record's name is made of.
 fn record_digest(address: Address<'_>) -> [u8; 32] {
     let Address { keyspace, scope, key } = address;
@@ -302,5 +312,21 @@ mod tests {
         assert!(relay.keys.starts_with(format!("idemkv:{}:scope:", Keyspace::Relay.name()).as_bytes()));
         // No index is ever taken for a record: a record's name ends `:r`.
         assert!(caller.all().iter().all(|name| !name.ends_with(b":r")));
+    }
+
+    #[test]
+    fn a_prefix_keeps_the_tags_unless_it_opens_one_it_does_not_close() {
+        for prefix in ["idemkv", "app:v2", "app}x", "app{t}", "a{b}c{", "{t}"] {
+            assert!(tags_hold(prefix), "{prefix}");
+        }
+        for prefix in ["app{x", "a{}b", "{", "x{}{t}"] {
+            assert!(!tags_hold(prefix), "{prefix}");
+        }
+        // What a Cluster would hash, for the two kinds.
+        let address = Address { keyspace: Keyspace::Caller, scope: b"shop", key: b"k" };
+        let names = Names::filed("app{t}", Layout::Buckets, address);
+        assert!(names.written().iter().all(|name| tag(name) == b"t"));
+        let names = Names::filed("app{x", Layout::Buckets, address);
+        assert_ne!(tag(&names.record), tag(names.written()[1]), "split: refused");
     }
 }
