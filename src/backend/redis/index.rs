@@ -93,7 +93,9 @@ pub(super) async fn page(
     of: Of,
 ) -> Result<Vec<Record>> {
     if backend.layout == Layout::Buckets {
-        return cluster_page(backend, keyspace, scope, (after, limit), of).await;
+        let indexes = (0..BUCKETS).map(|bucket| ScopeIndex::of(&backend.prefix, keyspace, scope, Some(bucket)));
+        let buckets = ClusterScope { backend, keyspace, scope, of, indexes: indexes.collect() };
+        return merged(&buckets, (after, limit)).await;
     }
     let index = ScopeIndex::of(&backend.prefix, keyspace, scope, None);
     let mut after = after.map(<[u8]>::to_vec);
@@ -111,19 +113,6 @@ pub(super) async fn page(
     Ok(page)
 }
 
-/// A page on a Cluster, whose scope has an index in each of its
-/// [`BUCKETS`] slots (see [`merged`]).
-async fn cluster_page(
-    backend: &RedisBackend,
-    keyspace: Keyspace,
-    scope: &[u8],
-    (after, limit): (Option<&[u8]>, usize),
-    of: Of,
-) -> Result<Vec<Record>> {
-    let indexes = (0..BUCKETS).map(|bucket| ScopeIndex::of(&backend.prefix, keyspace, scope, Some(bucket))).collect();
-    merged(&ClusterScope { backend, keyspace, scope, of, indexes }, (after, limit)).await
-}
-
 /// What a merged page reads (see [`merged`]): each bucket's keys after a
 /// cursor, in key order, and the live entries among some of a bucket's
 /// keys (dropping the others from its index).
@@ -139,7 +128,8 @@ trait Buckets {
     fn key(entry: &Self::Entry) -> &[u8];
 }
 
-/// One scope's buckets on a Cluster.
+/// One scope's buckets on a Cluster: an index in each of its
+/// [`BUCKETS`] slots.
 struct ClusterScope<'a> {
     backend: &'a RedisBackend,
     keyspace: Keyspace,
