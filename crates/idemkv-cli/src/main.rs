@@ -140,7 +140,7 @@ enum Command {
 
 /// Where `import` writes.
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["redis", "postgres", "store"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["redis", "redis_cluster", "postgres", "store"])))]
 struct ImportArgs {
     /// The file `export` wrote.
     file: PathBuf,

@@ -84,3 +84,14 @@ async fn on_a_redis_server() {
     quarantine(&inbox).await;
     operate(&["--redis", &server.url()], || inbox.clone()).await;
 }
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_a_redis_cluster() {
+    use crate::common::redis::RedisCluster;
+    let dir = scratch();
+    let cluster = RedisCluster::start_async(dir.path()).await;
+    let inbox = Inbox::new(cluster.connect(Config::new()).await.expect("connect")).max_attempts(1);
+    quarantine(&inbox).await;
+    operate(&["--redis-cluster", &cluster.urls().join(",")], || inbox.clone()).await;
+}
