@@ -374,8 +374,7 @@ pub trait IdempotencyBackend: Send + Sync + 'static {
     ///
     /// What a page costs: what it returns. PostgreSQL reads a range of
     /// its primary key, Redis a range of the scope's index (a sorted set;
-    /// on a Cluster, which cannot keep it, one pass over every master's
-    /// records a page), the
+    /// on a Cluster one in each of the scope's 16 slots, merged), the
     /// embedded store the scope's keys of each shard, kept from the first
     /// scan of the scope on (see [`Store::scan`](crate::Store::scan));
     /// each then reads the records.
