@@ -14,8 +14,9 @@
 //!   page (as the relay, the tool and the listings page), from the first
 //!   to the empty page (the count is checked);
 //! - **load** (the networked backends): the claim+complete pairs that
-//!   filled both scopes up to this size (64 at once), its time a pair:
-//!   what writing the scopes' indexes leaves the calls.
+//!   filled both scopes up to this size (64 at once, or
+//!   `IDEMKV_SCAN_LOAD_TASKS`), its time a pair: what writing the scopes'
+//!   indexes leaves the calls.
 //!
 //! The embedded store is closed and opened again before each size's rows,
 //! and has each row twice: first on the store just opened (`sweep¹`,
@@ -130,13 +131,21 @@ async fn put<B: IdempotencyBackend>(backend: &B, scope: &[u8], key: &[u8]) {
     }
 }
 
-/// Adds keys `from..to` to both scopes, 64 at once.
+/// Tasks that load the scopes at once: `IDEMKV_SCAN_LOAD_TASKS`, 64 by
+/// default (1 gives a single caller's time a pair in the `load` rows).
+fn load_tasks() -> u64 {
+    let tasks = std::env::var("IDEMKV_SCAN_LOAD_TASKS").ok().and_then(|value| value.parse().ok());
+    tasks.unwrap_or(64_u64).max(1)
+}
+
+/// Adds keys `from..to` to both scopes, [`load_tasks`] at once.
 async fn load<B: IdempotencyBackend>(backend: &Arc<B>, from: u64, to: u64) {
     let mut tasks = tokio::task::JoinSet::new();
-    for lane in 0..64 {
+    let lanes = load_tasks();
+    for lane in 0..lanes {
         let backend = Arc::clone(backend);
         tasks.spawn(async move {
-            for n in (from + lane..to).step_by(64) {
+            for n in (from + lane..to).step_by(usize::try_from(lanes).unwrap_or(64)) {
                 let key = format!("order-{n:08}");
                 put(&*backend, SCOPE, key.as_bytes()).await;
                 put(&*backend, OTHER, key.as_bytes()).await;
