@@ -51,6 +51,8 @@ pub(super) struct Names {
     /// script that writes the record: its scope's on a standalone server,
     /// its bucket's on a Cluster.
     pub(super) index: Option<Arc<ScopeIndex>>,
+    /// The record's bucket ([`Layout::Buckets`] alone).
+    bucket: Option<u8>,
 }
 
 impl Names {
@@ -63,10 +65,11 @@ impl Names {
         record.push(b':');
         record.extend_from_slice(space.as_bytes());
         record.push(b'{');
-        if layout == Layout::Buckets {
+        let bucket = (layout == Layout::Buckets).then(|| bucket_of(&digest));
+        if let Some(bucket) = bucket {
             push_hex16(&mut record, &scope_digest(address.keyspace, address.scope));
             record.push(b'.');
-            record.push(hex_digit(bucket_of(&digest)));
+            record.push(hex_digit(bucket));
             record.extend_from_slice(b"}:");
             push_hex16(&mut record, &digest);
         } else {
@@ -74,15 +77,14 @@ impl Names {
             record.push(b'}');
         }
         record.extend_from_slice(b":r");
-        Names { record, index: None }
+        Names { record, index: None, bucket }
     }
 
     /// The record, and the indexes a script that writes it files it in
     /// (see [`Names::written`]).
     pub(super) fn filed(prefix: &str, layout: Layout, address: Address<'_>) -> Names {
         let mut names = Names::of(prefix, layout, address);
-        let bucket = (layout == Layout::Buckets).then(|| bucket_of(&record_digest(address)));
-        names.index = Some(Arc::new(ScopeIndex::of(prefix, address.keyspace, address.scope, bucket)));
+        names.index = Some(Arc::new(ScopeIndex::of(prefix, address.keyspace, address.scope, names.bucket)));
         names
     }
 
