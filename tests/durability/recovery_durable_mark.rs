@@ -97,3 +97,39 @@ fn a_durable_record_cut_away_is_corruption() {
         Err(Error::Corruption { ref file, .. }) if *file == segment
     ));
 }
+
+/// The newest durable mark in the segment header (the slot with the higher
+/// round; both slots valid here): how far the segment is known durable.
+fn header_mark(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read segment");
+    let slot = |at: usize| {
+        let end = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let round = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
+        (round, end)
+    };
+    slot(32).max(slot(48)).1
+}
+
+#[test]
+fn an_explicit_sync_marks_what_durable_callers_made_durable() {
+    // `Sync` callers' fsyncs write the mark once in a while (a page apart
+    // from the records'); a store's `sync` writes it where the log ends,
+    // with nothing left to fsync, and the next fsync makes it durable.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(dir.path(), config(&clock).durability(Durability::Sync)).expect("open");
+    let offsets = three_records(&store, dir.path());
+    let segment = active_segment(dir.path());
+    let end = crate::common::records_end(&segment);
+    store.sync().expect("sync");
+    assert_eq!(header_mark(&segment), end, "the mark is where the log ends");
+    let claim = ClaimRequest::new("d", fingerprint("d"));
+    acquire(&store, &claim).complete(b"d").expect("complete");
+    drop(store);
+    assert_eq!(crate::common::delete_hints(dir.path()), 1);
+    zero(&segment, offsets[1] + 10, 40);
+    match Store::open(dir.path(), config(&clock)) {
+        Err(Error::Corruption { file, offset, .. }) => assert_eq!((file, offset), (segment, offsets[1])),
+        other => panic!("damage to records the mark covers must be refused, got {other:?}"),
+    }
+}

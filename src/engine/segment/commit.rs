@@ -12,6 +12,14 @@
 //! ended batch wakes its own waiters with one broadcast, never those of
 //! the next batch, of whom it wakes one alone to run it.
 //!
+//! The durable mark (the segment header's record of how far the segment is
+//! known to be on stable storage) is written after an fsync, in a page of
+//! its own that the next fsync must flush beside the records' page: a
+//! caller's fsync writes it only when [`MARK_EVERY`] has passed since it
+//! was last written, and an explicit sync ([`GroupCommit::sync_marked`])
+//! always does. So the mark lags the durable end by one fsync and at most
+//! [`MARK_EVERY`] of writes, and most fsyncs flush one page.
+//!
 //! A failed fsync (or a failed write of the durable mark after it) poisons
 //! the shard: an fsync that failed cannot be retried into success. Every
 //! waiter of the failed batch gets its I/O error, every later one
@@ -28,6 +36,12 @@ use event_listener::{Event, EventListener, IntoNotification};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a caller's fsync leaves the durable mark as it was: the mark is
+/// written after an fsync that ends this long or more after the last one
+/// written (see the module docs).
+pub(crate) const MARK_EVERY: Duration = Duration::from_millis(2);
 
 /// The active segment as the writer left it after its last record: an
 /// fsync of `file` makes every record up to `written_lsn` durable (a roll
@@ -144,6 +158,14 @@ pub(crate) struct GroupCommit {
     poisoned: AtomicBool,
     /// The round of the next durable mark.
     round: AtomicU32,
+    /// The clock of `marked_at`.
+    began: Instant,
+    /// Nanoseconds after `began` when the mark was last written.
+    marked_at: AtomicU64,
+    /// LSN of the last record the written mark covers.
+    marked_lsn: AtomicU64,
+    /// The highest LSN an explicit sync wants the mark written for.
+    mark_asked: AtomicU64,
 }
 
 impl GroupCommit {
@@ -164,6 +186,10 @@ impl GroupCommit {
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
             round: AtomicU32::new(next_round),
+            began: Instant::now(),
+            marked_at: AtomicU64::new(0),
+            marked_lsn: AtomicU64::new(recovered_lsn),
+            mark_asked: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +283,33 @@ impl GroupCommit {
                 Turn::Run => self.run_batch(batches),
             };
         }
+    }
+
+    /// [`GroupCommit::sync_to`], and the durable mark written for `lsn` at
+    /// the fsync that covers it, however soon after the last one: an
+    /// explicit sync (a store's `sync`, its close, the `Interval` flusher)
+    /// leaves the mark where it made the log durable.
+    pub(crate) fn sync_marked(self: &Arc<Self>, lsn: u64) -> Result<()> {
+        self.mark_asked.fetch_max(lsn, Ordering::AcqRel);
+        self.sync_to(lsn)?;
+        // Durable already, perhaps by a caller's fsync that left the mark:
+        // a batch with nothing to fsync writes it then.
+        let mut batches = self.lock();
+        while self.marked_lsn.load(Ordering::Acquire) < lsn {
+            if let Some(failed) = batches.failed.as_ref() {
+                return Err(failed.error());
+            }
+            if self.is_poisoned() {
+                return Err(Error::Poisoned { shard: self.shard });
+            }
+            batches = if batches.running {
+                let number = batches.number;
+                self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner)
+            } else {
+                self.run_batch(batches)
+            };
+        }
+        Ok(())
     }
 
     /// One step of an async wait for `lsn` to be durable: it is, or a
@@ -362,16 +415,24 @@ impl GroupCommit {
     /// `tail`, then the durable mark.
     fn sync_batch(&self, tail: &Tail) -> std::result::Result<(), Failed> {
         if tail.written_lsn <= self.durable_lsn() {
-            // Nothing new since the last fsync (or a roll synced it).
-            return Ok(());
+            // Nothing new since the last fsync (or a roll synced it); the
+            // mark, if an explicit sync asked for it.
+            return if self.mark_due(tail.written_lsn, false) { self.write_mark(tail) } else { Ok(()) };
         }
         if let Err(error) = tail.file.sync() {
             self.latch();
             return Err(Failed::new(tail.written_lsn, "fsync", &tail.path, &error));
         }
         self.synced(tail.written_lsn);
-        // Only now, after the fsync, is the mark true; it becomes durable
-        // with the next one.
+        if self.mark_due(tail.written_lsn, true) {
+            self.write_mark(tail)?;
+        }
+        Ok(())
+    }
+
+    /// The durable mark at `tail`'s end, which an fsync has covered: only
+    /// now is the mark true; it becomes durable with the next fsync.
+    fn write_mark(&self, tail: &Tail) -> std::result::Result<(), Failed> {
         let mark = Mark { synced_end: tail.end, round: self.round.fetch_add(1, Ordering::AcqRel) };
         if let Err(error) = tail.file.write_all_at(&mark.encode(), mark.offset()) {
             self.latch();
@@ -379,18 +440,35 @@ impl GroupCommit {
         }
         Ok(())
     }
+
+    /// Whether the batch that left everything up to `lsn` durable writes
+    /// the mark: an explicit sync asked for it, or (`timed`: the batch ran
+    /// an fsync) [`MARK_EVERY`] has passed since the last one. Batches run
+    /// one at a time, so these fields change in one thread at a time.
+    fn mark_due(&self, lsn: u64, timed: bool) -> bool {
+        let now = u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let marked_lsn = self.marked_lsn.load(Ordering::Acquire);
+        let asked = self.mark_asked.load(Ordering::Acquire) > marked_lsn;
+        let since = Duration::from_nanos(now.saturating_sub(self.marked_at.load(Ordering::Acquire)));
+        if !asked && !(timed && since >= MARK_EVERY) {
+            return false;
+        }
+        self.marked_at.store(now, Ordering::Release);
+        self.marked_lsn.store(lsn, Ordering::Release);
+        true
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{GroupCommit, Tail};
+    use super::{GroupCommit, Tail, MARK_EVERY};
     use crate::engine::telemetry::Counters;
     use crate::io::StorageFile;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::Receiver;
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     /// A log that knows what each fsync covered: `written` is the newest LSN
     /// written, and an fsync makes durable what was written when it began.
@@ -401,6 +479,8 @@ mod tests {
         written: AtomicU64,
         durable: AtomicU64,
         fsyncs: AtomicU64,
+        /// Writes of the durable mark (the only writes a group commit makes).
+        marks: AtomicU64,
         fail_at: u64,
         failed_covering: AtomicU64,
         /// When set, each fsync waits for a message on it first.
@@ -412,6 +492,7 @@ mod tests {
             Ok(())
         }
         fn write_all_at(&self, _buf: &[u8], _offset: u64) -> std::io::Result<()> {
+            self.marks.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
         fn set_len(&self, _len: u64) -> std::io::Result<()> {
@@ -499,6 +580,41 @@ mod tests {
 
     /// Many callers write and wait, twice over: each returns only once an fsync that began after its write has
     /// ended, nobody is left waiting, and fsyncs are shared.
+    #[test]
+    fn a_callers_fsync_writes_the_mark_once_a_mark_every_and_an_explicit_sync_at_once() {
+        let shard = Shard::new(0);
+        let started = Instant::now();
+        for _ in 0..20 {
+            let lsn = shard.write(0);
+            shard.sync_to(lsn).expect("sync");
+        }
+        let elapsed = started.elapsed();
+        let (fsyncs, marks) = (shard.log.fsyncs.load(Ordering::SeqCst), shard.log.marks.load(Ordering::SeqCst));
+        assert_eq!(fsyncs, 20, "one caller, one fsync a record");
+        // Each fsync takes 200 µs or more: MARK_EVERY passed at least once.
+        let most = 1 + elapsed.as_nanos() / MARK_EVERY.as_nanos();
+        assert!((1..=most).contains(&u128::from(marks)), "{marks} marks in {elapsed:?}");
+        let lsn = shard.write(0);
+        shard.commit.sync_marked(lsn).expect("sync");
+        assert_eq!(shard.log.marks.load(Ordering::SeqCst), marks + 1, "an explicit sync writes the mark");
+        let lsn = shard.write(0);
+        shard.commit.sync_marked(lsn).expect("sync");
+        assert_eq!(shard.log.marks.load(Ordering::SeqCst), marks + 2, "however soon after the last one");
+        // A caller's fsync left the mark behind: an explicit sync with
+        // nothing to fsync writes it alone.
+        let lsn = shard.write(0);
+        shard.sync_to(lsn).expect("sync");
+        let (fsyncs, marks) = (shard.log.fsyncs.load(Ordering::SeqCst), shard.log.marks.load(Ordering::SeqCst));
+        // (Unless the caller's fsync came MARK_EVERY after the last mark.)
+        let left_behind = shard.commit.marked_lsn.load(Ordering::SeqCst) < lsn;
+        shard.commit.sync_marked(lsn).expect("sync");
+        assert_eq!(shard.log.fsyncs.load(Ordering::SeqCst), fsyncs, "nothing new to fsync");
+        assert_eq!(shard.log.marks.load(Ordering::SeqCst), marks + u64::from(left_behind));
+        assert_eq!(shard.commit.marked_lsn.load(Ordering::SeqCst), lsn, "the mark covers the record");
+        shard.commit.sync_marked(lsn).expect("sync");
+        assert_eq!(shard.log.marks.load(Ordering::SeqCst), marks + u64::from(left_behind), "written once");
+    }
+
     #[test]
     fn every_caller_returns_durable_and_fsyncs_are_shared() {
         const CALLERS: u64 = 32;

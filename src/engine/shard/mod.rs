@@ -557,9 +557,10 @@ impl Shard {
         self.commit.is_dirty()
     }
 
-    /// Makes everything written so far durable.
+    /// Makes everything written so far durable, and writes the durable
+    /// mark at that fsync.
     pub(crate) fn sync_all(&self) -> Result<()> {
-        self.sync_to(self.commit.written_lsn())
+        self.commit.sync_marked(self.commit.written_lsn())
     }
 }
 
