@@ -17,11 +17,11 @@
 //! ```
 //!
 //! The durable mark says how far the segment is known to be on stable
-//! storage: after each fsync of the active segment the writer stores the
-//! end it covered in slot `round % 2`. The slot is written after the fsync,
-//! so the mark is never ahead of what is durable (it lags by one round at
-//! most), and a write torn by a power cut spoils only one slot: the other
-//! still holds the previous mark. Recovery takes the valid slot with the
+//! storage: after an fsync of the active segment the writer stores the end
+//! it covered in slot `round % 2` (not after every one: see
+//! `segment::commit`). The slot is written after the fsync, so the mark is
+//! never ahead of what is durable, and a write torn by a power cut spoils
+//! only one slot: the other still holds the previous mark. Recovery takes the valid slot with the
 //! higher round; damage before the mark is corruption, damage at or after
 //! it is a torn tail.
 
