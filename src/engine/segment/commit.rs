@@ -450,7 +450,8 @@ impl GroupCommit {
         let marked_lsn = self.marked_lsn.load(Ordering::Acquire);
         let asked = self.mark_asked.load(Ordering::Acquire) > marked_lsn;
         let since = Duration::from_nanos(now.saturating_sub(self.marked_at.load(Ordering::Acquire)));
-        if !asked && !(timed && since >= MARK_EVERY) {
+        let due = asked || (timed && since >= MARK_EVERY);
+        if !due {
             return false;
         }
         self.marked_at.store(now, Ordering::Release);
