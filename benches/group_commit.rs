@@ -11,6 +11,13 @@
 //! Beside each idemkv row, the CPU time the whole process spent per
 //! claim + complete (two records): this machine's cores are shared, and
 //! CPU per call is what the group commit's wake-ups cost.
+//!
+//! Each row twice: callers as threads (`claim`, `complete`, each parked
+//! until its fsync), and as tokio tasks on a runtime of two worker threads
+//! (`claim_async`, `complete_async`: a task awaits its fsync, and the
+//! caller that leads a shard's next fsync runs it on the blocking pool),
+//! as a service on tokio calls the store. The naive peer's callers are
+//! threads in both.
 
 mod support;
 
@@ -18,6 +25,9 @@ use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 use support::{as_f64, cpu_seconds, drive, ratio, Measured};
 
 const CALLERS: [usize; 5] = [1, 2, 8, 32, 128];
@@ -40,6 +50,74 @@ fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64)
     let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
     let stats = store.stats();
     (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
+}
+
+/// [`idemkv_row`] with tokio tasks as the callers, on a runtime of two
+/// worker threads.
+fn idemkv_async_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), Config::new().shards(shards).durability(Durability::Sync)).expect("open");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().expect("runtime");
+    let cpu_before = cpu_seconds();
+    let measured = drive_tasks(&runtime, callers, seconds, move |task, n| {
+        let store = store.clone();
+        async move {
+            let key = format!("{task:04}-{n:012}-0000-0000-000000000000");
+            let request = ClaimRequest::new(&key, Fingerprint::of(b"POST /payments"));
+            let Claim::Acquired(lease) = store.claim_async(&request).await.expect("claim") else {
+                panic!("fresh key not acquired");
+            };
+            lease.complete_async(&RESPONSE).await.expect("complete");
+            store
+        }
+    });
+    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.0.latencies.len().max(1));
+    let stats = measured.1.stats();
+    (measured.0, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
+}
+
+/// `callers` tasks on `runtime`, each running `op` again and again for
+/// `seconds`; `op` hands back the store it was given, returned at the end.
+fn drive_tasks<F>(
+    runtime: &tokio::runtime::Runtime,
+    callers: usize,
+    seconds: f64,
+    op: impl Fn(usize, u64) -> F + Send + Sync + Clone + 'static,
+) -> (Measured, Store)
+where
+    F: std::future::Future<Output = Store> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|task| {
+            let (stop, op) = (Arc::clone(&stop), op.clone());
+            runtime.spawn(async move {
+                let mut latencies = support::histogram();
+                let mut store = None;
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let call = Instant::now();
+                    store = Some(op(task, n).await);
+                    latencies.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                    n += 1;
+                }
+                (latencies, store)
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = support::histogram();
+    let mut kept = None;
+    for task in tasks {
+        let (latencies, store) = runtime.block_on(task).expect("bench task");
+        all.add(&latencies).expect("same bounds");
+        kept = kept.or(store);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let measured = Measured { ops_per_second: as_f64(all.len()) / elapsed, latencies: all };
+    (measured, kept.expect("a task made a call"))
 }
 
 /// The baseline a service team would write first: one file behind a mutex,
@@ -71,23 +149,26 @@ fn main() {
     );
     println!("claim + complete, Durability::Sync, {shards} shards, 200-byte responses, {seconds} s per row");
     println!(
-        "{:>7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
-        "callers", "idemkv op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
+        "{:>7} {:<7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
+        "callers", "as", "idemkv op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
     );
     for callers in callers {
-        let (ours, records_per_fsync, cpu_us) = idemkv_row(shards, callers, seconds);
+        let threads = idemkv_row(shards, callers, seconds);
+        let tasks = idemkv_async_row(shards, callers, seconds);
         let naive = naive_row(callers, seconds);
-        println!(
-            "{callers:>7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
-            ours.ops_per_second,
-            ours.percentile(0.50),
-            ours.percentile(0.99),
-            records_per_fsync,
-            cpu_us,
-            naive.ops_per_second,
-            naive.percentile(0.50),
-            naive.percentile(0.99),
-            ratio(ours.ops_per_second, naive.ops_per_second)
-        );
+        for (kind, (ours, records_per_fsync, cpu_us)) in [("threads", threads), ("tasks", tasks)] {
+            println!(
+                "{callers:>7} {kind:<7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
+                ours.ops_per_second,
+                ours.percentile(0.50),
+                ours.percentile(0.99),
+                records_per_fsync,
+                cpu_us,
+                naive.ops_per_second,
+                naive.percentile(0.50),
+                naive.percentile(0.99),
+                ratio(ours.ops_per_second, naive.ops_per_second)
+            );
+        }
     }
 }

@@ -90,7 +90,7 @@ impl Measured {
     }
 }
 
-fn histogram() -> Histogram<u64> {
+pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
 }
 
