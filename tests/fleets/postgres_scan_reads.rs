@@ -135,3 +135,44 @@ async fn rows_staged_before_version_6_are_marked_by_its_migration() {
     let staged = backend.scan_staged(b"shop", None, 10).await.expect("scan_staged");
     assert_eq!(staged.iter().map(|record| record.key.as_slice()).collect::<Vec<_>>(), [&b"order-1"[..]]);
 }
+
+/// What a page read from the primary key on a table without statistics,
+/// on a backend as a service connects it (every plan the server's choice).
+async fn page_reads(server: &PostgresServer, client: &Client, after: &str) -> i64 {
+    let before = read_from(client, "idempo_store_pkey").await;
+    let backend = PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect");
+    let page = backend.scan(b"shop", Some(after.as_bytes()), 5).await.expect("scan");
+    let keys: Vec<Vec<u8>> = page.into_iter().map(|record| record.key).collect();
+    let first: usize = after[2..].parse::<usize>().expect("a number") + 1;
+    assert_eq!(keys, (first..first + 5).map(|n| format!("k-{n:04}").into_bytes()).collect::<Vec<_>>());
+    drop(backend);
+    read_from(client, "idempo_store_pkey").await - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_reads_its_range_on_a_table_not_yet_analyzed() {
+    // A table just filled, before autovacuum has taken its statistics: the
+    // plan a prepared statement's first runs get there gathered every row
+    // of the scope after the cursor and sorted them, so a scan of a scope
+    // read it again and again.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = PostgresServer::start(dir.path());
+    drop(PostgresBackend::connect(&server.url(), Config::new()).await.expect("connect: the schema"));
+    let client = admin(&server).await;
+    client.batch_execute("ALTER TABLE idempo_store SET (autovacuum_enabled = false)").await.expect("no analyze");
+    let fill = "INSERT INTO idempo_store (scope, key, fingerprint, state, token, attempt, recovered, waited, \
+                lease_end, ttl, response, created_at, updated_at, finished_at, expires_at, checkpoint, reap_at) \
+                SELECT scope, convert_to('k-' || lpad(n::text, 4, '0'), 'UTF8'), decode(repeat('00', 32), 'hex'), 'C', n, 1, false, false, \
+                now(), interval '1 hour', '\\x323031', now(), now(), now(), now() + interval '1 hour', NULL, \
+                now() + interval '1 hour' \
+                FROM generate_series(0, 1999) AS n, (VALUES ('\\x73686f70'::bytea), ('\\x6f74686572'::bytea)) AS s(scope)";
+    client.batch_execute(fill).await.expect("fill");
+    let stats = "SELECT count(*) FROM pg_stats WHERE tablename = 'idempo_store'";
+    assert_eq!(client.query_one(stats, &[]).await.expect("pg_stats").get::<_, i64>(0), 0, "no statistics");
+    let near_start = page_reads(&server, &client, "k-0010").await;
+    let near_end = page_reads(&server, &client, "k-1990").await;
+    assert!(
+        near_start < 40 && near_end < 40,
+        "pages of 5 after 11 and 1,991 of 2,000 keys read {near_start} and {near_end} index entries"
+    );
+}

@@ -446,11 +446,23 @@ impl PostgresBackend {
         self.call_optional(what, sql, params).await?.ok_or_else(|| protocol(what))
     }
 
-    async fn call_rows(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    /// The rows of a page of a scope, in a transaction of its own whose
+    /// planner may not sort
+    /// ([`statements::NO_SORT`]): a page is then always a range of an index
+    /// read in its order from the cursor on, never every row of the scope
+    /// after the cursor gathered and sorted — the plan a table without
+    /// statistics yet (one just filled, before autovacuum's `ANALYZE`)
+    /// otherwise gets for a prepared statement's first runs, which made a
+    /// scope's scan quadratic.
+    async fn call_page(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let call = async {
-            let client = runtime::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
-            let statement = client.prepare_cached(sql).await.map_err(postgres_error)?;
-            client.query(&statement, params).await.map_err(postgres_error)
+            let mut client = runtime::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;
+            let transaction = client.transaction().await.map_err(postgres_error)?;
+            transaction.batch_execute(statements::NO_SORT).await.map_err(postgres_error)?;
+            let statement = transaction.prepare_cached(sql).await.map_err(postgres_error)?;
+            let rows = transaction.query(&statement, params).await.map_err(postgres_error)?;
+            transaction.commit().await.map_err(postgres_error)?;
+            Ok(rows)
         };
         tokio::time::timeout(CALL_TIMEOUT, call).await.map_err(|_| timed_out(what))?
     }
@@ -647,7 +659,7 @@ impl PostgresBackend {
     ) -> Result<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let stored = keyspace::stored(keyspace, scope);
-        let rows = self.call_rows("scan", statement, &[&stored.as_ref(), &after, &limit]).await?;
+        let rows = self.call_page("scan", statement, &[&stored.as_ref(), &after, &limit]).await?;
         rows.iter()
             .map(|row| {
                 let key: Vec<u8> = row.try_get(11).map_err(|_| protocol("scan: key"))?;
