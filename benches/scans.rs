@@ -36,6 +36,7 @@
 //! ```text
 //! cargo bench -p idemkv-bench --bench scans                       # 1 k, 10 k, 100 k keys
 //! IDEMKV_SCAN_KEYS=1000 cargo bench -p idemkv-bench --bench scans # smoke run
+//! IDEMKV_SCAN_BACKENDS=postgres cargo bench -p idemkv-bench --bench scans # one backend
 //! ```
 
 #[path = "../tests/common/redis.rs"]
@@ -312,6 +313,12 @@ fn redis_memory(server: &redis_fixture::RedisServer) {
     );
 }
 
+/// Whether `backend` is among `IDEMKV_SCAN_BACKENDS` (a list of `store`,
+/// `redis`, `redis-cluster`, `postgres`; all of them by default).
+fn wanted(backend: &str) -> bool {
+    std::env::var("IDEMKV_SCAN_BACKENDS").map_or(true, |list| list.split(',').any(|name| name.trim() == backend))
+}
+
 fn on_path(program: &str) -> bool {
     Command::new(program).arg("--version").output().is_ok_and(|output| output.status.success())
 }
@@ -325,9 +332,14 @@ async fn main() {
     );
     println!("{:<13} {:<7} {:>8} {:>12} {:>12} {:>12}", "backend", "row", "keys", "time", "per key", "commands");
     let dir = tempfile::tempdir().expect("tempdir");
-    measure_store(&dir.path().join("store")).await;
-    println!("¹ the first of a store just opened: it makes the listing, one pass over the records");
-    if on_path("redis-server") {
+    if wanted("store") {
+        measure_store(&dir.path().join("store")).await;
+        println!("¹ the first of a store just opened: it makes the listing, one pass over the records");
+    }
+    if !on_path("redis-server") {
+        println!("redis: skipped, redis-server is not on the PATH");
+    }
+    if on_path("redis-server") && wanted("redis") {
         // A scan bench, not a durability one: the AOF is written every second.
         let args = ["--appendfsync", "everysec"];
         let server =
@@ -335,12 +347,15 @@ async fn main() {
         let backend = RedisBackend::connect(&server.url(), Config::new()).await.expect("connect");
         measure("redis", Arc::new(backend), &RedisCalls(server.port)).await;
         redis_memory(&server);
+    }
+    if on_path("redis-server") && wanted("redis-cluster") {
         let cluster = redis_fixture::RedisCluster::start_async(&dir.path().join("cluster")).await;
         let backend = cluster.connect(Config::new()).await.expect("connect");
         let ports = cluster.nodes.iter().map(|node| node.port).collect();
         measure("redis-cluster", Arc::new(backend), &ClusterCalls(ports)).await;
-    } else {
-        println!("redis: skipped, redis-server is not on the PATH");
+    }
+    if !wanted("postgres") {
+        return;
     }
     if on_path("initdb") {
         let server = postgres_fixture::PostgresServer::start(&dir.path().join("postgres"));
