@@ -18,12 +18,13 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Syncs every shard with unsynced records, all in one round: the fsyncs of
+/// Syncs every shard with unsynced records (or records its durable mark
+/// does not cover yet), all in one round: the fsyncs of
 /// different shard files run at the same time, not one after another (one
 /// on the calling thread, the others on helpers; see the module docs).
 /// Every dirty shard is synced; the first error is returned.
 pub(crate) fn sync_dirty(shards: &[Shard]) -> Result<()> {
-    let dirty: Vec<&Shard> = shards.iter().filter(|shard| shard.is_dirty()).collect();
+    let dirty: Vec<&Shard> = shards.iter().filter(|shard| shard.needs_sync()).collect();
     let Some((first, rest)) = dirty.split_first() else {
         return Ok(());
     };
@@ -53,7 +54,7 @@ pub(crate) fn sync_dirty(shards: &[Shard]) -> Result<()> {
 /// calling thread. Every dirty shard is synced; the first error is returned.
 fn sync_each(shards: &[Shard]) -> Result<()> {
     let mut outcome = Ok(());
-    for shard in shards.iter().filter(|shard| shard.is_dirty()) {
+    for shard in shards.iter().filter(|shard| shard.needs_sync()) {
         outcome = outcome.and(shard.sync_all());
     }
     outcome

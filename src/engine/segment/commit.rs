@@ -230,6 +230,13 @@ impl GroupCommit {
         self.written_lsn.load(Ordering::Acquire) > self.durable_lsn.load(Ordering::Acquire)
     }
 
+    /// Whether records were written that the durable mark does not cover
+    /// yet (a caller's fsync leaves it, see the module docs), on a shard
+    /// not poisoned: an explicit sync writes it.
+    pub(crate) fn is_unmarked(&self) -> bool {
+        self.written_lsn.load(Ordering::Acquire) > self.marked_lsn.load(Ordering::Acquire) && !self.is_poisoned()
+    }
+
     /// LSN up to which every record is on stable storage.
     pub(crate) fn durable_lsn(&self) -> u64 {
         self.durable_lsn.load(Ordering::Acquire)

@@ -557,6 +557,12 @@ impl Shard {
         self.commit.is_dirty()
     }
 
+    /// Whether an explicit sync has work here: records not yet durable,
+    /// or not yet under the durable mark.
+    pub(crate) fn needs_sync(&self) -> bool {
+        self.commit.is_dirty() || self.commit.is_unmarked()
+    }
+
     /// Makes everything written so far durable, and writes the durable
     /// mark at that fsync.
     pub(crate) fn sync_all(&self) -> Result<()> {
