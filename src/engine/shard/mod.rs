@@ -552,11 +552,6 @@ impl Shard {
         Arc::clone(&self.commit)
     }
 
-    /// Whether records were written that are not yet durable.
-    pub(crate) fn is_dirty(&self) -> bool {
-        self.commit.is_dirty()
-    }
-
     /// Whether an explicit sync has work here: records not yet durable,
     /// or not yet under the durable mark.
     pub(crate) fn needs_sync(&self) -> bool {
