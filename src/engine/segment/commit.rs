@@ -586,8 +586,8 @@ mod tests {
             .collect()
     }
 
-    /// Many callers write and wait, twice over: each returns only once an fsync that began after its write has
-    /// ended, nobody is left waiting, and fsyncs are shared.
+    /// One caller's fsyncs write the mark once a [`MARK_EVERY`], an explicit
+    /// sync at once, and alone when there is nothing to fsync.
     #[test]
     fn a_callers_fsync_writes_the_mark_once_a_mark_every_and_an_explicit_sync_at_once() {
         let shard = Shard::new(0);
@@ -623,6 +623,8 @@ mod tests {
         assert_eq!(shard.log.marks.load(Ordering::SeqCst), marks + u64::from(left_behind), "written once");
     }
 
+    /// Many callers write and wait, twice over: each returns only once an fsync that began after its write has
+    /// ended, nobody is left waiting, and fsyncs are shared.
     #[test]
     fn every_caller_returns_durable_and_fsyncs_are_shared() {
         const CALLERS: u64 = 32;
