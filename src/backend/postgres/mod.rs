@@ -447,13 +447,12 @@ impl PostgresBackend {
     }
 
     /// The rows of a page of a scope, in a transaction of its own whose
-    /// planner may not sort
-    /// ([`statements::NO_SORT`]): a page is then always a range of an index
-    /// read in its order from the cursor on, never every row of the scope
-    /// after the cursor gathered and sorted — the plan a table without
-    /// statistics yet (one just filled, before autovacuum's `ANALYZE`)
-    /// otherwise gets for a prepared statement's first runs, which made a
-    /// scope's scan quadratic.
+    /// planner may not sort ([`statements::NO_SORT`]): a page is then always
+    /// a range of an index read in its order from the cursor on, never every
+    /// row of the scope after the cursor gathered and sorted — the plan a
+    /// table without statistics yet (one just filled, before autovacuum's
+    /// `ANALYZE`) otherwise gets for a prepared statement's first runs,
+    /// which made a scope's scan quadratic.
     async fn call_page(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let call = async {
             let mut client = runtime::on(&self.runtime, self.pool.get()).await.map_err(pool_error)?;

@@ -104,13 +104,13 @@ impl Statements {
 /// A row's TTL, in whole ms: the `get` statement's last column.
 const TTL_MS: &str = "(extract(epoch FROM ttl) * 1000)::bigint";
 
-/// The start of a page's statement: `get`'s columns, then the key, of the
-/// live rows of scope `$1` after key `$2` (`NULL`: from the first).
 /// What a page's transaction sets first: the planner may not sort, so the
 /// only plan left for `ORDER BY key` is the index read in its order, which
 /// stops at the page's end (see `PostgresBackend::call_page`).
 pub(super) const NO_SORT: &str = "SET LOCAL enable_sort = off";
 
+/// The start of a page's statement: `get`'s columns, then the key, of the
+/// live rows of scope `$1` after key `$2` (`NULL`: from the first).
 fn page(ms: &str, table: &str) -> String {
     format!(
         "SELECT state, fingerprint, token, attempt, recovered, {ms}(created_at), {ms}(updated_at), \
