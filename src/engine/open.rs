@@ -112,7 +112,7 @@ fn tell_recovered(recovered: &[Recovered]) {
                 warn,
                 shard = id,
                 bytes = shard.torn_tail_bytes,
-                "torn tail cut: a write in flight at a crash or power cut, never acknowledged as durable"
+                "torn tail cut: damage past the durable mark (a write in flight at a crash or power cut)"
             );
         }
     }

@@ -133,3 +133,21 @@ fn an_explicit_sync_marks_what_durable_callers_made_durable() {
         other => panic!("damage to records the mark covers must be refused, got {other:?}"),
     }
 }
+
+#[test]
+fn a_durable_store_dropped_without_close_keeps_its_hint() {
+    // The last `Sync` caller's fsync may leave the mark behind (it is
+    // written once in 2 ms); open takes a hint only as far as the mark, so
+    // the drop writes the mark before the active segment's hint.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(dir.path(), config(&clock).durability(Durability::Sync)).expect("open");
+    three_records(&store, dir.path());
+    let end = crate::common::records_end(&active_segment(dir.path()));
+    drop(store);
+    assert_eq!(header_mark(&active_segment(dir.path())), end, "the drop marked the log's end");
+    let store = Store::open(dir.path(), config(&clock)).expect("open");
+    let stats = store.stats();
+    assert_eq!((stats.hints_loaded, stats.hints_ignored), (1, 0), "the hint written at the drop is taken");
+    assert!(store.get(b"", b"c").expect("get").is_some());
+}

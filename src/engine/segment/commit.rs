@@ -303,7 +303,7 @@ impl GroupCommit {
         // a batch with nothing to fsync writes it then.
         let mut batches = self.lock();
         while self.marked_lsn.load(Ordering::Acquire) < lsn {
-            if let Some(failed) = batches.failed.as_ref() {
+            if let Some(failed) = batches.failed.as_ref().filter(|failed| lsn <= failed.covering) {
                 return Err(failed.error());
             }
             if self.is_poisoned() {
@@ -424,46 +424,46 @@ impl GroupCommit {
         if tail.written_lsn <= self.durable_lsn() {
             // Nothing new since the last fsync (or a roll synced it); the
             // mark, if an explicit sync asked for it.
-            return if self.mark_due(tail.written_lsn, false) { self.write_mark(tail) } else { Ok(()) };
+            return if self.mark_due(false) { self.write_mark(tail) } else { Ok(()) };
         }
         if let Err(error) = tail.file.sync() {
             self.latch();
             return Err(Failed::new(tail.written_lsn, "fsync", &tail.path, &error));
         }
         self.synced(tail.written_lsn);
-        if self.mark_due(tail.written_lsn, true) {
+        if self.mark_due(true) {
             self.write_mark(tail)?;
         }
         Ok(())
     }
 
     /// The durable mark at `tail`'s end, which an fsync has covered: only
-    /// now is the mark true; it becomes durable with the next fsync.
+    /// now is the mark true; it becomes durable with the next fsync. Once
+    /// written, it is what `marked_lsn` says.
     fn write_mark(&self, tail: &Tail) -> std::result::Result<(), Failed> {
         let mark = Mark { synced_end: tail.end, round: self.round.fetch_add(1, Ordering::AcqRel) };
         if let Err(error) = tail.file.write_all_at(&mark.encode(), mark.offset()) {
             self.latch();
             return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
         }
+        self.marked_at.store(self.elapsed_ns(), Ordering::Release);
+        self.marked_lsn.store(tail.written_lsn, Ordering::Release);
         Ok(())
     }
 
-    /// Whether the batch that left everything up to `lsn` durable writes
-    /// the mark: an explicit sync asked for it, or (`timed`: the batch ran
-    /// an fsync) [`MARK_EVERY`] has passed since the last one. Batches run
-    /// one at a time, so these fields change in one thread at a time.
-    fn mark_due(&self, lsn: u64, timed: bool) -> bool {
-        let now = u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let marked_lsn = self.marked_lsn.load(Ordering::Acquire);
-        let asked = self.mark_asked.load(Ordering::Acquire) > marked_lsn;
-        let since = Duration::from_nanos(now.saturating_sub(self.marked_at.load(Ordering::Acquire)));
-        let due = asked || (timed && since >= MARK_EVERY);
-        if !due {
-            return false;
-        }
-        self.marked_at.store(now, Ordering::Release);
-        self.marked_lsn.store(lsn, Ordering::Release);
-        true
+    /// Nanoseconds since `began`.
+    fn elapsed_ns(&self) -> u64 {
+        u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the batch that left everything durable writes the mark: an
+    /// explicit sync asked for it, or (`timed`: the batch ran an fsync)
+    /// [`MARK_EVERY`] has passed since the last one. Batches run one at a
+    /// time, so the mark's fields change in one thread at a time.
+    fn mark_due(&self, timed: bool) -> bool {
+        let asked = self.mark_asked.load(Ordering::Acquire) > self.marked_lsn.load(Ordering::Acquire);
+        let since = Duration::from_nanos(self.elapsed_ns().saturating_sub(self.marked_at.load(Ordering::Acquire)));
+        asked || (timed && since >= MARK_EVERY)
     }
 }
 

@@ -204,7 +204,14 @@ impl Shard {
     /// is durable and the shard is not poisoned (at close, and when the
     /// last handle is dropped): the next open then replays only what is
     /// written after it.
+    /// A durable mark a caller's fsync left behind is written first (no
+    /// fsync: the records are durable), since open takes a hint only as far
+    /// as the mark.
     pub(crate) fn write_active_hint(&self) {
+        if !self.commit.is_dirty() && self.commit.is_unmarked() {
+            // A failure poisons the shard, and the hint is then not written.
+            let _poisoned = self.commit.sync_marked(self.commit.written_lsn());
+        }
         let mut state = self.state.write();
         if !self.commit.is_poisoned() && !self.commit.is_dirty() {
             state.log.write_active_hint();
