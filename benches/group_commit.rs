@@ -25,9 +25,7 @@ use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use support::tasks::{self, Row};
 use support::{as_f64, cpu_seconds, drive, ratio, Measured};
 
 const CALLERS: [usize; 5] = [1, 2, 8, 32, 128];
@@ -57,67 +55,25 @@ fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64)
 fn idemkv_async_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), Config::new().shards(shards).durability(Durability::Sync)).expect("open");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_time().build().expect("runtime");
     let cpu_before = cpu_seconds();
-    let measured = drive_tasks(&runtime, callers, seconds, move |task, n| {
-        let store = store.clone();
+    let mut row = Row::new();
+    let caller = store.clone();
+    runtime.block_on(tasks::drive(&mut row, callers, seconds, move |n| {
+        let store = caller.clone();
         async move {
-            let key = format!("{task:04}-{n:012}-0000-0000-000000000000");
+            let key = format!("{n:016}-0000-0000-0000-000000000000");
             let request = ClaimRequest::new(&key, Fingerprint::of(b"POST /payments"));
             let Claim::Acquired(lease) = store.claim_async(&request).await.expect("claim") else {
                 panic!("fresh key not acquired");
             };
             lease.complete_async(&RESPONSE).await.expect("complete");
-            store
         }
-    });
-    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.0.latencies.len().max(1));
-    let stats = measured.1.stats();
-    (measured.0, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
-}
-
-/// `callers` tasks on `runtime`, each running `op` again and again for
-/// `seconds`; `op` hands back the store it was given, returned at the end.
-fn drive_tasks<F>(
-    runtime: &tokio::runtime::Runtime,
-    callers: usize,
-    seconds: f64,
-    op: impl Fn(usize, u64) -> F + Send + Sync + Clone + 'static,
-) -> (Measured, Store)
-where
-    F: std::future::Future<Output = Store> + Send,
-{
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..callers)
-        .map(|task| {
-            let (stop, op) = (Arc::clone(&stop), op.clone());
-            runtime.spawn(async move {
-                let mut latencies = support::histogram();
-                let mut store = None;
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let call = Instant::now();
-                    store = Some(op(task, n).await);
-                    latencies.saturating_record(u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX));
-                    n += 1;
-                }
-                (latencies, store)
-            })
-        })
-        .collect();
-    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
-    stop.store(true, Ordering::Relaxed);
-    let mut all = support::histogram();
-    let mut kept = None;
-    for task in tasks {
-        let (latencies, store) = runtime.block_on(task).expect("bench task");
-        all.add(&latencies).expect("same bounds");
-        kept = kept.or(store);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let measured = Measured { ops_per_second: as_f64(all.len()) / elapsed, latencies: all };
-    (measured, kept.expect("a task made a call"))
+    }));
+    let measured = row.measured();
+    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
+    let stats = store.stats();
+    (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
 }
 
 /// The baseline a service team would write first: one file behind a mutex,

@@ -132,37 +132,37 @@ async fn measure(backend: &PostgresBackend, near: &NearCache<PostgresBackend>, s
     for _ in 0..ROUNDS {
         let round = base.fetch_add(1 << 32, Ordering::Relaxed);
         let ours = backend.clone();
-        drive(&mut rows[0], slice, move |n| {
+        drive(&mut rows[0], TASKS, slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-fresh", round + n)).await }
         })
         .await;
         let theirs = backend.clone();
-        drive(&mut rows[1], slice, move |n| {
+        drive(&mut rows[1], TASKS, slice, move |n| {
             let theirs = theirs.clone();
             async move { baseline_fresh(&theirs, &key("plain-fresh", round + n)).await }
         })
         .await;
         let ours = backend.clone();
-        drive(&mut rows[2], slice, move |n| {
+        drive(&mut rows[2], TASKS, slice, move |n| {
             let ours = ours.clone();
             async move { claim_complete(&ours, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let theirs = backend.clone();
-        drive(&mut rows[3], slice, move |n| {
+        drive(&mut rows[3], TASKS, slice, move |n| {
             let theirs = theirs.clone();
             async move { baseline_replay(&theirs, &key("plain-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let near = near.clone();
-        drive(&mut rows[4], slice, move |n| {
+        drive(&mut rows[4], TASKS, slice, move |n| {
             let near = near.clone();
             async move { claim_complete(&near, &key("idemkv-replay", n % REPLAY_KEYS)).await }
         })
         .await;
         let fresh = fresh.clone();
-        drive(&mut rows[5], slice, move |n| {
+        drive(&mut rows[5], TASKS, slice, move |n| {
             let fresh = fresh.clone();
             async move { claim_complete(&fresh, &key("idemkv-near-fresh", round + n)).await }
         })

@@ -171,7 +171,7 @@ where
     Fut: std::future::Future<Output = ()> + Send,
 {
     let before = Cpu::now(server_pid);
-    drive(row, slice, operation).await;
+    drive(row, TASKS, slice, operation).await;
     let after = Cpu::now(server_pid);
     cpu.client += after.client - before.client;
     cpu.server += after.server - before.server;

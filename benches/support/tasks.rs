@@ -2,6 +2,7 @@
 //! operation for a slice of time, the rows they fill, and the
 //! claim+complete both benches measure on any backend.
 
+use super::{histogram, Measured};
 use hdrhistogram::Histogram;
 use idemkv::{
     backend::{BackendClaim, ClaimOptions, IdempotencyBackend},
@@ -37,10 +38,6 @@ pub async fn claim_complete<B: IdempotencyBackend>(backend: &B, key: &str) {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")
-}
-
 /// Operations and latencies of one row, over its slices.
 pub struct Row {
     operations: u64,
@@ -63,6 +60,11 @@ impl Row {
 
     pub fn percentile(&self, quantile: f64) -> Duration {
         Duration::from_nanos(self.latencies.value_at_quantile(quantile))
+    }
+
+    /// The row as the thread benches report theirs.
+    pub fn measured(self) -> Measured {
+        Measured { ops_per_second: self.rate(), latencies: self.latencies }
     }
 }
 
@@ -97,9 +99,9 @@ pub fn print_against(row: &Row, other: &Row, name: &str, width: usize) {
     );
 }
 
-/// Runs `operation(n)` from [`TASKS`] tasks for `slice` seconds and adds
-/// to `row`.
-pub async fn drive<F, Fut>(row: &mut Row, slice: f64, operation: F)
+/// Runs `operation(n)` from `tasks` tasks (the networked benches: [`TASKS`])
+/// for `slice` seconds and adds to `row`; `n` counts the calls of all tasks.
+pub async fn drive<F, Fut>(row: &mut Row, tasks: usize, slice: f64, operation: F)
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
@@ -108,7 +110,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
+    let tasks: Vec<_> = (0..tasks)
         .map(|_| {
             let (operation, stop, next) = (Arc::clone(&operation), Arc::clone(&stop), Arc::clone(&next));
             tokio::spawn(async move {

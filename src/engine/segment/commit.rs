@@ -158,10 +158,9 @@ pub(crate) struct GroupCommit {
     poisoned: AtomicBool,
     /// The round of the next durable mark.
     round: AtomicU32,
-    /// The clock of `marked_at`.
-    began: Instant,
-    /// Nanoseconds after `began` when the mark was last written.
-    marked_at: AtomicU64,
+    /// When the mark was last written (at first: when the shard opened).
+    /// Batches run one at a time, so the lock is never contended.
+    marked_at: parking_lot::Mutex<Instant>,
     /// LSN of the last record the written mark covers.
     marked_lsn: AtomicU64,
     /// The highest LSN an explicit sync wants the mark written for.
@@ -186,8 +185,7 @@ impl GroupCommit {
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
             round: AtomicU32::new(next_round),
-            began: Instant::now(),
-            marked_at: AtomicU64::new(0),
+            marked_at: parking_lot::Mutex::new(Instant::now()),
             marked_lsn: AtomicU64::new(recovered_lsn),
             mark_asked: AtomicU64::new(0),
         }
@@ -446,14 +444,9 @@ impl GroupCommit {
             self.latch();
             return Err(Failed::new(tail.written_lsn, "write", &tail.path, &error));
         }
-        self.marked_at.store(self.elapsed_ns(), Ordering::Release);
+        *self.marked_at.lock() = Instant::now();
         self.marked_lsn.store(tail.written_lsn, Ordering::Release);
         Ok(())
-    }
-
-    /// Nanoseconds since `began`.
-    fn elapsed_ns(&self) -> u64 {
-        u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Whether the batch that left everything durable writes the mark: an
@@ -462,8 +455,7 @@ impl GroupCommit {
     /// time, so the mark's fields change in one thread at a time.
     fn mark_due(&self, timed: bool) -> bool {
         let asked = self.mark_asked.load(Ordering::Acquire) > self.marked_lsn.load(Ordering::Acquire);
-        let since = Duration::from_nanos(self.elapsed_ns().saturating_sub(self.marked_at.load(Ordering::Acquire)));
-        asked || (timed && since >= MARK_EVERY)
+        asked || (timed && self.marked_at.lock().elapsed() >= MARK_EVERY)
     }
 }
 
