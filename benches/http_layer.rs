@@ -10,6 +10,13 @@
 //! Standard Webhook with a fresh id (signed by the caller, in both rows),
 //! to the bare route and through `WebhookLayer` (verify, then the inbox).
 //!
+//! And a floor, over loopback and in process: the same route behind the
+//! least a layer can do over the same store (`support::floor`: the key
+//! read, claimed, the route run, its body gathered and stored; no
+//! fingerprint of the request, no headers kept, no metrics or spans), so
+//! that the layer's cost splits into what any layer over this store pays
+//! and its own work.
+//!
 //! Beside each rate, the CPU time the whole process spent per call (all
 //! its threads, from `/proc/self/stat`), and how much more that is than
 //! the bare route's: on a shared machine, where other work slows the
@@ -32,7 +39,7 @@ use idemkv::{messaging::Inbox, Config, Durability, Store};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::ratio;
+use support::{floor::FloorLayer, ratio};
 
 const CLIENTS: usize = 32;
 
@@ -129,6 +136,12 @@ async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
     (serve(app).await, dir)
 }
 
+/// The route behind [`FloorLayer`], over a `Buffered` store in `dir`.
+fn floor_app(dir: &std::path::Path) -> Router {
+    let store = Store::open(dir, Config::new().durability(Durability::Buffered)).expect("open");
+    Router::new().route("/payments", post(handler)).layer(FloorLayer::new(store))
+}
+
 fn print(name: &str, row: &Tally, bare: &Tally) {
     println!(
         "{name:<28} {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}  ×bare {:.2}  CPU {:>5.1} µs a request, +{:.1} µs",
@@ -217,65 +230,101 @@ fn main() {
     let seconds = support::seconds(5.0);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().expect("client");
-        let bare_url = serve(Router::new().route("/payments", post(handler))).await;
-        let (buffered_url, _buffered) = guarded(Durability::Buffered).await;
-        let (sync_url, _sync) = guarded(Durability::Sync).await;
-        // The rows take turns in short slices, so that a shared machine's
-        // noise falls on all of them alike.
-        let slices = 10;
-        let slice_seconds = seconds / f64::from(slices);
-        let network = std::env::var_os("IDEMKV_BENCH_IN_PROCESS_ONLY").is_none();
-        let mut rows: Vec<Tally> = (0..4).map(|_| Tally::new()).collect();
-        for slice in (0..10).filter(|_| network) {
-            drive(&client, &bare_url, slice_seconds, false, slice, &mut rows[0]).await;
-            drive(&client, &buffered_url, slice_seconds, false, slice, &mut rows[1]).await;
-            drive(&client, &buffered_url, slice_seconds, true, slice, &mut rows[2]).await;
-            drive(&client, &sync_url, slice_seconds, false, slice, &mut rows[3]).await;
+        if std::env::var_os("IDEMKV_BENCH_IN_PROCESS_ONLY").is_none() {
+            over_loopback(seconds).await;
         }
-        println!("{CLIENTS} requests in flight, {seconds} s per row in {slices} interleaved slices, loopback, server and client in one process");
-        let names = ["bare route", "layer, Buffered, fresh keys", "layer, Buffered, replays", "layer, Sync, fresh keys"];
-        for (name, row) in names.iter().zip(&rows) {
-            print(name, row, &rows[0]);
-        }
-
         println!("in process (no network): calls/s, and CPU a call (every thread) beside the bare route's");
         let bare = in_process(Router::new().route("/payments", post(handler)), seconds, false).await;
+        layer_in_process(seconds, bare).await;
+        webhooks_in_process(seconds).await;
+    });
+}
+
+/// The loopback rows: the bare route, the layer's, the floor's.
+async fn over_loopback(seconds: f64) {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().expect("client");
+    let bare_url = serve(Router::new().route("/payments", post(handler))).await;
+    let (buffered_url, _buffered) = guarded(Durability::Buffered).await;
+    let (sync_url, _sync) = guarded(Durability::Sync).await;
+    let floor_dir = tempfile::tempdir().expect("tempdir");
+    let floor_url = serve(floor_app(floor_dir.path())).await;
+    // The rows take turns in short slices, so that a shared machine's
+    // noise falls on all of them alike; the `Sync` row runs after them,
+    // since its fsyncs slowed whichever row came next.
+    let slices = 10;
+    let slice_seconds = seconds / f64::from(slices);
+    let mut rows: Vec<Tally> = (0..6).map(|_| Tally::new()).collect();
+    for slice in 0..10 {
+        drive(&client, &bare_url, slice_seconds, false, slice, &mut rows[0]).await;
+        drive(&client, &buffered_url, slice_seconds, false, slice, &mut rows[1]).await;
+        drive(&client, &buffered_url, slice_seconds, true, slice, &mut rows[2]).await;
+        drive(&client, &floor_url, slice_seconds, false, slice, &mut rows[4]).await;
+        drive(&client, &floor_url, slice_seconds, true, slice, &mut rows[5]).await;
+    }
+    drive(&client, &sync_url, seconds, false, 0, &mut rows[3]).await;
+    println!("{CLIENTS} requests in flight, {seconds} s per row, loopback, server and client in one process; every row but Sync's in {slices} interleaved slices");
+    let names = [
+        "bare route",
+        "layer, Buffered, fresh keys",
+        "layer, Buffered, replays",
+        "layer, Sync, fresh keys",
+        "floor layer, fresh keys",
+        "floor layer, replays",
+    ];
+    for (name, row) in names.iter().zip(&rows) {
+        print(name, row, &rows[0]);
+    }
+}
+
+/// The layer's rows in process beside `bare`: new keys, replays, the
+/// floor's, and resources held.
+async fn layer_in_process(seconds: f64, bare: Row) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+    let app =
+        Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, LayerConfig::global()));
+    let fresh = in_process(app.clone(), seconds, false).await;
+    let replays = in_process(app, seconds, true).await;
+    let floor_dir = tempfile::tempdir().expect("tempdir");
+    let floor = floor_app(floor_dir.path());
+    let floor_fresh = in_process(floor.clone(), seconds, false).await;
+    let floor_replays = in_process(floor, seconds, true).await;
+    let resource = |parts: &axum::http::request::Parts| Some(parts.headers.get("x-resource")?.as_bytes().to_vec());
+    let layered = |config: LayerConfig| {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
-        let app =
-            Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, LayerConfig::global()));
-        let fresh = in_process(app.clone(), seconds, false).await;
-        let replays = in_process(app, seconds, true).await;
-        let resource = |parts: &axum::http::request::Parts| Some(parts.headers.get("x-resource")?.as_bytes().to_vec());
-        let layered = |config: LayerConfig| {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
-            (Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, config)), dir)
-        };
-        let (held_app, _held_dir) = layered(LayerConfig::global().resource(resource));
-        let held = in_process(held_app, seconds, false).await;
-        let (versioned_app, _versioned_dir) =
-            layered(LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional));
-        let versioned = in_process(versioned_app, seconds, false).await;
-        let signer = StandardWebhooks::new(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]).expect("secret");
-        let signed_bare =
-            in_process_signed(Router::new().route("/payments", post(handler)), seconds, false, Some(signer.clone())).await;
-        let hooks_dir = tempfile::tempdir().expect("tempdir");
-        let hooks_store = Store::open(hooks_dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
-        let webhooks = WebhookLayer::new(signer.clone(), Inbox::new(hooks_store), "bench").expect("layer");
-        let hooks_app = Router::new().route("/payments", post(handler)).layer(webhooks);
-        let hooked = in_process_signed(hooks_app, seconds, false, Some(signer)).await;
-        println!("bare route                   {}", bare.beside(bare));
-        println!("layer, Buffered, fresh keys  {}", fresh.beside(bare));
-        println!("layer, Buffered, replays     {}", replays.beside(bare));
-        println!("  + resource held            {}  ×layer {:.2}", held.beside(bare), ratio(held.rate, fresh.rate));
-        println!(
-            "  + held, version stepped    {}  ×layer {:.2}",
-            versioned.beside(bare),
-            ratio(versioned.rate, fresh.rate)
-        );
-        println!("signed webhooks, bare route  {}", signed_bare.beside(signed_bare));
-        println!("signed webhooks, WebhookLayer {}", hooked.beside(signed_bare));
-    });
+        (Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, config)), dir)
+    };
+    let (held_app, _held_dir) = layered(LayerConfig::global().resource(resource));
+    let held = in_process(held_app, seconds, false).await;
+    let (versioned_app, _versioned_dir) =
+        layered(LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional));
+    let versioned = in_process(versioned_app, seconds, false).await;
+    println!("bare route                   {}", bare.beside(bare));
+    println!("layer, Buffered, fresh keys  {}", fresh.beside(bare));
+    println!("layer, Buffered, replays     {}", replays.beside(bare));
+    let floor =
+        |row: Row, layer: Row| format!("{}  layer ÷ floor {:.2}", row.beside(bare), ratio(layer.rate, row.rate));
+    println!("floor layer, fresh keys      {}", floor(floor_fresh, fresh));
+    println!("floor layer, replays         {}", floor(floor_replays, replays));
+    println!("  + resource held            {}  ×layer {:.2}", held.beside(bare), ratio(held.rate, fresh.rate));
+    println!(
+        "  + held, version stepped    {}  ×layer {:.2}",
+        versioned.beside(bare),
+        ratio(versioned.rate, fresh.rate)
+    );
+}
+
+/// Signed webhooks in process: the bare route and `WebhookLayer`.
+async fn webhooks_in_process(seconds: f64) {
+    let signer = StandardWebhooks::new(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]).expect("secret");
+    let signed_bare =
+        in_process_signed(Router::new().route("/payments", post(handler)), seconds, false, Some(signer.clone())).await;
+    let hooks_dir = tempfile::tempdir().expect("tempdir");
+    let hooks_store = Store::open(hooks_dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
+    let webhooks = WebhookLayer::new(signer.clone(), Inbox::new(hooks_store), "bench").expect("layer");
+    let hooks_app = Router::new().route("/payments", post(handler)).layer(webhooks);
+    let hooked = in_process_signed(hooks_app, seconds, false, Some(signer)).await;
+    println!("signed webhooks, bare route  {}", signed_bare.beside(signed_bare));
+    println!("signed webhooks, WebhookLayer {}", hooked.beside(signed_bare));
 }

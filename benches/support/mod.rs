@@ -9,6 +9,7 @@
 )]
 
 pub mod engines;
+pub mod floor;
 pub mod pool;
 pub mod summary;
 pub mod tasks;
