@@ -12,6 +12,11 @@
 //! claim + complete (two records): this machine's cores are shared, and
 //! CPU per call is what the group commit's wake-ups cost.
 //!
+//! Beside them a floor (`floor`, callers as threads): a bare group commit
+//! on one file — a shared buffer, one `write` and one fdatasync a batch,
+//! a condition variable — with nothing of a store around it: what
+//! batching durable writes costs at the least on this machine.
+//!
 //! Each row twice: callers as threads (`claim`, `complete`, each parked
 //! until its fsync), and as tokio tasks on a runtime of two worker threads
 //! (`claim_async`, `complete_async`: a task awaits its fsync, and the
@@ -96,6 +101,61 @@ fn naive_row(callers: usize, seconds: f64) -> Measured {
     })
 }
 
+/// A floor for any group commit on one file: callers append their record
+/// to a shared buffer, and whichever finds no fsync running writes the
+/// whole buffer with one `write` and fdatasyncs it while the others wait
+/// on a condition variable. No index, no frames, no checks, nothing read
+/// back: what a log whose durable writes are batched costs at the least.
+/// (idemkv writes each record with a `pwrite` of its own, so that a full
+/// disk fails that call alone.) Returns the row, its records per fsync
+/// and its CPU µs a call.
+fn floor_row(callers: usize, seconds: f64) -> (Measured, f64, f64) {
+    struct Log {
+        buffer: Vec<u8>,
+        appended: u64,
+        durable: u64,
+        syncing: bool,
+        fsyncs: u64,
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = OpenOptions::new().create(true).append(true).open(dir.path().join("log")).expect("open");
+    let log = Mutex::new(Log { buffer: Vec::new(), appended: 0, durable: 0, syncing: false, fsyncs: 0 });
+    let done = parking_lot::Condvar::new();
+    let append = |record: &[u8]| {
+        let mut state = log.lock();
+        state.buffer.extend_from_slice(record);
+        state.appended += 1;
+        let mine = state.appended;
+        while state.durable < mine {
+            if state.syncing {
+                done.wait(&mut state);
+                continue;
+            }
+            let (batch, upto) = (std::mem::take(&mut state.buffer), state.appended);
+            state.syncing = true;
+            drop(state);
+            // Only the caller that set `syncing` writes: the file needs no lock.
+            (&file).write_all(&batch).expect("write");
+            file.sync_data().expect("fsync");
+            state = log.lock();
+            (state.durable, state.syncing) = (upto, false);
+            state.fsyncs += 1;
+            done.notify_all();
+        }
+    };
+    let cpu_before = cpu_seconds();
+    let measured = drive(callers, seconds, |thread, n| {
+        let key = format!("{thread:04}-{n:012}-0000-0000-000000000000");
+        append(format!("claim {key}\n").as_bytes());
+        let mut record = format!("complete {key} ").into_bytes();
+        record.extend_from_slice(&RESPONSE);
+        append(&record);
+    });
+    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
+    let state = log.lock();
+    (measured, as_f64(state.appended) / as_f64(state.fsyncs.max(1)), cpu_us)
+}
+
 fn main() {
     let seconds = support::seconds(3.0);
     let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(4);
@@ -112,7 +172,8 @@ fn main() {
         let threads = idemkv_row(shards, callers, seconds);
         let tasks = idemkv_async_row(shards, callers, seconds);
         let naive = naive_row(callers, seconds);
-        for (kind, (ours, records_per_fsync, cpu_us)) in [("threads", threads), ("tasks", tasks)] {
+        let floor = floor_row(callers, seconds);
+        for (kind, (ours, records_per_fsync, cpu_us)) in [("threads", threads), ("tasks", tasks), ("floor", floor)] {
             println!(
                 "{callers:>7} {kind:<7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
                 ours.ops_per_second,
