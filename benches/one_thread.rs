@@ -109,11 +109,11 @@ fn main() {
     let keys: u64 = env("IDEMKV_BENCH_KEYS", if quick { 2_000 } else { 1_000_000 });
     let seconds = Duration::from_secs_f64(env("IDEMKV_BENCH_SECONDS", if quick { 0.01 } else { 2.0 }));
     let rounds: usize = env("IDEMKV_BENCH_ROUNDS", if quick { 1 } else { 5 });
-    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive".to_owned());
+    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-32".to_owned());
     let rows: String = env("IDEMKV_BENCH_ROWS", "fresh,replay,mixed".to_owned());
     let rows: Vec<usize> =
         (0..ROWS.len()).filter(|row| rows.split(',').any(|name| ROWS[*row].starts_with(name))).collect();
-    let mut subjects: Vec<Subject> = [Kind::Idemkv, Kind::Naive]
+    let mut subjects: Vec<Subject> = [Kind::Idemkv, Kind::Naive, Kind::NaiveCompact]
         .into_iter()
         .filter(|kind| engines.split(',').any(|name| name == kind.name()))
         .map(|kind| Subject::new(kind, keys))

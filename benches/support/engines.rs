@@ -11,6 +11,7 @@
 //!   synchronous=OFF when buffered, FULL when durable).
 
 mod naive;
+mod naive_compact;
 mod redb_engine;
 mod sqlite_engine;
 
@@ -89,6 +90,8 @@ pub enum Kind {
     Naive,
     Redb,
     Sqlite,
+    /// The naive peer held to idemkv's memory budget (`one_thread` only).
+    NaiveCompact,
 }
 
 impl Kind {
@@ -100,6 +103,7 @@ impl Kind {
             Kind::Naive => "naive",
             Kind::Redb => "redb",
             Kind::Sqlite => "sqlite",
+            Kind::NaiveCompact => "naive-32",
         }
     }
 
@@ -115,6 +119,7 @@ impl Kind {
             Kind::Naive => Box::new(Naive::open(dir, sync)),
             Kind::Redb => Box::new(Redb::open(dir, sync)),
             Kind::Sqlite => Box::new(Sqlite::open(dir, sync)),
+            Kind::NaiveCompact => Box::new(naive_compact::NaiveCompact::open(dir, sync)),
         }
     }
 }

@@ -26,8 +26,38 @@ pub(super) struct Naive {
     sync: bool,
 }
 
-const NAIVE_CLAIM: u8 = 1;
-const NAIVE_COMPLETE: u8 = 2;
+pub(super) const NAIVE_CLAIM: u8 = 1;
+pub(super) const NAIVE_COMPLETE: u8 = 2;
+
+/// One record at `at`: kind, key length (u16), key, fingerprint, token
+/// (u64), response length (u32), response; `None` at the end or a torn tail.
+#[allow(clippy::type_complexity, reason = "one record's fields, read once")]
+pub(super) fn decode(bytes: &[u8], at: usize) -> Option<(u8, &[u8], [u8; 32], u64, &[u8], usize)> {
+    let take = |from: usize, len: usize| bytes.get(from..from + len);
+    let kind = *bytes.get(at)?;
+    let key_len = usize::from(u16::from_le_bytes(take(at + 1, 2)?.try_into().ok()?));
+    let key = take(at + 3, key_len)?;
+    let mut cursor = at + 3 + key_len;
+    let fingerprint: [u8; 32] = take(cursor, 32)?.try_into().ok()?;
+    let token = u64::from_le_bytes(take(cursor + 32, 8)?.try_into().ok()?);
+    let response_len = usize::try_from(u32::from_le_bytes(take(cursor + 40, 4)?.try_into().ok()?)).ok()?;
+    cursor += 44;
+    let response = take(cursor, response_len)?;
+    Some((kind, key, fingerprint, token, response, cursor + response_len))
+}
+
+/// The record [`decode`] reads.
+pub(super) fn encode(kind: u8, key: &[u8], fingerprint: &[u8; 32], token: u64, response: &[u8]) -> Vec<u8> {
+    let mut line = Vec::with_capacity(47 + key.len() + response.len());
+    line.push(kind);
+    line.extend_from_slice(&u16::try_from(key.len()).expect("short key").to_le_bytes());
+    line.extend_from_slice(key);
+    line.extend_from_slice(fingerprint);
+    line.extend_from_slice(&token.to_le_bytes());
+    line.extend_from_slice(&u32::try_from(response.len()).expect("small response").to_le_bytes());
+    line.extend_from_slice(response);
+    line
+}
 
 impl Naive {
     /// Opens the log, replaying whatever it holds into the map.
@@ -37,7 +67,7 @@ impl Naive {
         let mut next_token = 1;
         if let Ok(bytes) = std::fs::read(&path) {
             let mut at = 0;
-            while let Some((kind, key, fingerprint, token, response, next)) = Naive::decode(&bytes, at) {
+            while let Some((kind, key, fingerprint, token, response, next)) = decode(&bytes, at) {
                 next_token = next_token.max(token + 1);
                 if kind == NAIVE_CLAIM {
                     let record = NaiveRecord { completed: false, fingerprint, token, response: Vec::new() };
@@ -53,32 +83,8 @@ impl Naive {
         Naive { state: Mutex::new(NaiveState { map, file, next_token }), sync }
     }
 
-    /// One record at `at`: kind, key length (u16), key, fingerprint, token
-    /// (u64), response length (u32), response; `None` at the end or a torn tail.
-    #[allow(clippy::type_complexity, reason = "one record's fields, read once")]
-    fn decode(bytes: &[u8], at: usize) -> Option<(u8, &[u8], [u8; 32], u64, &[u8], usize)> {
-        let take = |from: usize, len: usize| bytes.get(from..from + len);
-        let kind = *bytes.get(at)?;
-        let key_len = usize::from(u16::from_le_bytes(take(at + 1, 2)?.try_into().ok()?));
-        let key = take(at + 3, key_len)?;
-        let mut cursor = at + 3 + key_len;
-        let fingerprint: [u8; 32] = take(cursor, 32)?.try_into().ok()?;
-        let token = u64::from_le_bytes(take(cursor + 32, 8)?.try_into().ok()?);
-        let response_len = usize::try_from(u32::from_le_bytes(take(cursor + 40, 4)?.try_into().ok()?)).ok()?;
-        cursor += 44;
-        let response = take(cursor, response_len)?;
-        Some((kind, key, fingerprint, token, response, cursor + response_len))
-    }
-
     fn append(&self, file: &mut File, kind: u8, key: &[u8], record: &NaiveRecord) {
-        let mut line = Vec::with_capacity(47 + key.len() + record.response.len());
-        line.push(kind);
-        line.extend_from_slice(&u16::try_from(key.len()).expect("short key").to_le_bytes());
-        line.extend_from_slice(key);
-        line.extend_from_slice(&record.fingerprint);
-        line.extend_from_slice(&record.token.to_le_bytes());
-        line.extend_from_slice(&u32::try_from(record.response.len()).expect("small response").to_le_bytes());
-        line.extend_from_slice(&record.response);
+        let line = encode(kind, key, &record.fingerprint, record.token, &record.response);
         file.write_all(&line).expect("write");
         if self.sync {
             file.sync_data().expect("fdatasync");
