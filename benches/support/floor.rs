@@ -1,14 +1,17 @@
 //! The least a layer in front of a route can do and still answer retries
-//! from a store: read the `Idempotency-Key` header, claim the key (one
-//! fingerprint for every request, no body read), run the route, gather its
-//! body, complete the key with those bytes and answer; a replay answers
-//! the stored bytes with a bare 200. No status, header or fingerprint is
-//! kept, nothing is validated, and there are no metrics, spans, deadlines,
-//! lease renewals or checks for a client gone away.
+//! from a store: read the `Idempotency-Key` header and the request's
+//! body, claim the key with the body's fingerprint (so that a retry with
+//! another body is told apart), run the route on the body read, gather its
+//! answer's body, complete the key with those bytes and answer; a replay
+//! answers the stored bytes with a bare 200. No status or header is kept,
+//! neither method nor path is in the fingerprint, nothing is validated,
+//! and there are no metrics, spans, deadlines, lease renewals or checks
+//! for a client gone away.
 //!
 //! The HTTP bench runs it beside `idemkv::http::IdempotencyLayer` as a
-//! floor: what any layer over the same store pays for a new key (the
-//! store's claim and completion, a boxed future, the body gathered), so
+//! floor: what any layer over the same store pays (the request's body read
+//! and hashed, the store's claim and completion, a boxed future, the
+//! answer's body gathered), so
 //! that the real layer's figure splits into that floor and its own work.
 
 use axum::body::Body;
@@ -65,10 +68,13 @@ where
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let store = self.store.clone();
         Box::pin(async move {
-            let key = request.headers().get("idempotency-key").expect("every bench request has a key").clone();
-            let claimed = ClaimRequest::new(key.as_bytes(), Fingerprint::of(b"POST /payments"));
+            let (parts, body) = request.into_parts();
+            let key = parts.headers.get("idempotency-key").expect("every bench request has a key").clone();
+            let body = axum::body::to_bytes(body, usize::MAX).await.expect("the request's body");
+            let claimed = ClaimRequest::new(key.as_bytes(), Fingerprint::of(&body));
             match store.claim_async(&claimed).await.expect("claim") {
                 Claim::Acquired(lease) => {
+                    let request = axum::extract::Request::from_parts(parts, Body::from(body));
                     let (parts, body) = inner.call(request).await?.into_parts();
                     let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("the route's body");
                     lease.complete_async(&bytes).await.expect("complete");
