@@ -12,17 +12,18 @@
 //! claim + complete (two records): this machine's cores are shared, and
 //! CPU per call is what the group commit's wake-ups cost.
 //!
-//! Beside them a floor (`floor`, callers as threads): a bare group commit
-//! on one file — a shared buffer, one `write` and one fdatasync a batch,
-//! a condition variable — with nothing of a store around it: what
-//! batching durable writes costs at the least on this machine.
+//! Each idemkv row twice: callers as threads (`claim`, `complete`, each
+//! parked until its fsync), and as tokio tasks on a runtime of two worker
+//! threads (`claim_async`, `complete_async`: a task awaits its fsync, and
+//! the caller that leads a shard's next fsync runs it on the blocking
+//! pool), as a service on tokio calls the store. The naive peer's callers
+//! are threads in both.
 //!
-//! Each row twice: callers as threads (`claim`, `complete`, each parked
-//! until its fsync), and as tokio tasks on a runtime of two worker threads
-//! (`claim_async`, `complete_async`: a task awaits its fsync, and the
-//! caller that leads a shard's next fsync runs it on the blocking pool),
-//! as a service on tokio calls the store. The naive peer's callers are
-//! threads in both.
+//! And a third row, `floor`: the same records from callers as threads
+//! through a bare group commit on one file — a shared buffer, one `write`
+//! and one fdatasync a batch, a condition variable — with nothing of a
+//! store around it: what batching durable writes costs callers that park
+//! their thread, at the least, on this machine.
 
 mod support;
 
@@ -36,6 +37,25 @@ use support::{as_f64, cpu_seconds, drive, ratio, Measured};
 const CALLERS: [usize; 5] = [1, 2, 8, 32, 128];
 const RESPONSE: [u8; 200] = [b'r'; 200];
 
+/// The key of caller `caller`'s `n`-th call: 40 bytes in every row.
+fn key(caller: usize, n: u64) -> String {
+    format!("{caller:04}-{n:012}-0000-0000-000000000000")
+}
+
+/// The naive peer's and the floor's two records of a call with `key`.
+fn records(key: &str) -> [Vec<u8>; 2] {
+    let mut completion = format!("complete {key} ").into_bytes();
+    completion.extend_from_slice(&RESPONSE);
+    [format!("claim {key}\n").into_bytes(), completion]
+}
+
+/// `measured` with its records per fsync and the process's CPU µs a call
+/// since `cpu_before`.
+fn row_of(measured: Measured, records: u64, fsyncs: u64, cpu_before: f64) -> (Measured, f64, f64) {
+    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
+    (measured, as_f64(records) / as_f64(fsyncs.max(1)), cpu_us)
+}
+
 /// An idemkv row: its calls, its records per fsync and its CPU time per
 /// call in µs.
 fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64) {
@@ -44,15 +64,14 @@ fn idemkv_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64, f64)
     let fingerprint = Fingerprint::of(b"POST /payments");
     let cpu_before = cpu_seconds();
     let measured = drive(callers, seconds, |thread, n| {
-        let key = format!("{thread:04}-{n:012}-0000-0000-000000000000");
+        let key = key(thread, n);
         let Claim::Acquired(lease) = store.claim(&ClaimRequest::new(&key, fingerprint)).expect("claim") else {
             panic!("fresh key not acquired");
         };
         lease.complete(&RESPONSE).expect("complete");
     });
-    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
     let stats = store.stats();
-    (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
+    row_of(measured, stats.records_synced, stats.fsyncs, cpu_before)
 }
 
 /// [`idemkv_row`] with tokio tasks as the callers, on a runtime of two
@@ -67,7 +86,7 @@ fn idemkv_async_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64
     runtime.block_on(tasks::drive(&mut row, callers, seconds, move |n| {
         let store = caller.clone();
         async move {
-            let key = format!("{n:016}-0000-0000-0000-000000000000");
+            let key = key(0, n);
             let request = ClaimRequest::new(&key, Fingerprint::of(b"POST /payments"));
             let Claim::Acquired(lease) = store.claim_async(&request).await.expect("claim") else {
                 panic!("fresh key not acquired");
@@ -75,10 +94,8 @@ fn idemkv_async_row(shards: u32, callers: usize, seconds: f64) -> (Measured, f64
             lease.complete_async(&RESPONSE).await.expect("complete");
         }
     }));
-    let measured = row.measured();
-    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
     let stats = store.stats();
-    (measured, as_f64(stats.records_synced) / as_f64(stats.fsyncs.max(1)), cpu_us)
+    row_of(row.measured(), stats.records_synced, stats.fsyncs, cpu_before)
 }
 
 /// The baseline a service team would write first: one file behind a mutex,
@@ -93,22 +110,21 @@ fn naive_row(callers: usize, seconds: f64) -> Measured {
         file.sync_data().expect("fsync");
     };
     drive(callers, seconds, |thread, n| {
-        let key = format!("{thread:04}-{n:012}-0000-0000-000000000000");
-        append(format!("claim {key}\n").as_bytes());
-        let mut record = format!("complete {key} ").into_bytes();
-        record.extend_from_slice(&RESPONSE);
-        append(&record);
+        for record in records(&key(thread, n)) {
+            append(&record);
+        }
     })
 }
 
-/// A floor for any group commit on one file: callers append their record
-/// to a shared buffer, and whichever finds no fsync running writes the
-/// whole buffer with one `write` and fdatasyncs it while the others wait
-/// on a condition variable. No index, no frames, no checks, nothing read
-/// back: what a log whose durable writes are batched costs at the least.
-/// (idemkv writes each record with a `pwrite` of its own, so that a full
-/// disk fails that call alone.) Returns the row, its records per fsync
-/// and its CPU µs a call.
+/// A floor for a group commit on one file whose callers park their
+/// thread: callers append their record to a shared buffer, and whichever
+/// finds no fsync running writes the whole buffer with one `write` and
+/// fdatasyncs it while the others wait on a condition variable. No index,
+/// no frames, no checks, nothing read back. (idemkv writes each record
+/// with a `pwrite` of its own, so that a full disk fails that call
+/// alone.) A failed write or fsync ends the process: the waiters would
+/// wait for ever. Returns the row, its records per fsync and its CPU µs a
+/// call.
 fn floor_row(callers: usize, seconds: f64) -> (Measured, f64, f64) {
     struct Log {
         buffer: Vec<u8>,
@@ -135,8 +151,10 @@ fn floor_row(callers: usize, seconds: f64) -> (Measured, f64, f64) {
             state.syncing = true;
             drop(state);
             // Only the caller that set `syncing` writes: the file needs no lock.
-            (&file).write_all(&batch).expect("write");
-            file.sync_data().expect("fsync");
+            if let Err(error) = (&file).write_all(&batch).and_then(|()| file.sync_data()) {
+                eprintln!("floor: {error}");
+                std::process::abort();
+            }
             state = log.lock();
             (state.durable, state.syncing) = (upto, false);
             state.fsyncs += 1;
@@ -145,15 +163,12 @@ fn floor_row(callers: usize, seconds: f64) -> (Measured, f64, f64) {
     };
     let cpu_before = cpu_seconds();
     let measured = drive(callers, seconds, |thread, n| {
-        let key = format!("{thread:04}-{n:012}-0000-0000-000000000000");
-        append(format!("claim {key}\n").as_bytes());
-        let mut record = format!("complete {key} ").into_bytes();
-        record.extend_from_slice(&RESPONSE);
-        append(&record);
+        for record in records(&key(thread, n)) {
+            append(&record);
+        }
     });
-    let cpu_us = (cpu_seconds() - cpu_before) * 1e6 / as_f64(measured.latencies.len().max(1));
     let state = log.lock();
-    (measured, as_f64(state.appended) / as_f64(state.fsyncs.max(1)), cpu_us)
+    row_of(measured, state.appended, state.fsyncs, cpu_before)
 }
 
 fn main() {
@@ -166,7 +181,7 @@ fn main() {
     println!("claim + complete, Durability::Sync, {shards} shards, 200-byte responses, {seconds} s per row");
     println!(
         "{:>7} {:<7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
-        "callers", "as", "idemkv op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
+        "callers", "as", "op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
     );
     for callers in callers {
         let threads = idemkv_row(shards, callers, seconds);

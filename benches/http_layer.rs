@@ -12,10 +12,10 @@
 //!
 //! And a floor, over loopback and in process: the same route behind the
 //! least a layer can do over the same store (`support::floor`: the key
-//! read, claimed, the route run, its body gathered and stored; no
-//! fingerprint of the request, no headers kept, no metrics or spans), so
-//! that the layer's cost splits into what any layer over this store pays
-//! and its own work.
+//! and the request's body read, the key claimed with the body's
+//! fingerprint, the route run, its answer's body gathered and stored; no
+//! headers kept, no metrics or spans), so that the layer's cost splits
+//! into what any layer over this store pays and its own work.
 //!
 //! Beside each rate, the CPU time the whole process spent per call (all
 //! its threads, from `/proc/self/stat`), and how much more that is than
@@ -66,7 +66,7 @@ struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Tally { requests: 0, seconds: 0.0, cpu_seconds: 0.0, latencies: histogram() }
+        Tally { requests: 0, seconds: 0.0, cpu_seconds: 0.0, latencies: support::histogram() }
     }
 
     /// CPU a request, µs, server and client together.
@@ -81,10 +81,6 @@ impl Tally {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")
-}
-
 /// Drives `url` from `CLIENTS` tasks for `seconds` and adds to `tally`;
 /// `replay` sends one key per client over and over, otherwise every key is
 /// new (`slice` keeps keys of different slices apart).
@@ -96,7 +92,7 @@ async fn drive(client: &reqwest::Client, url: &str, seconds: f64, replay: bool, 
         .map(|task| {
             let (client, url, stop, count) = (client.clone(), url.to_string(), Arc::clone(&stop), Arc::clone(&count));
             tokio::spawn(async move {
-                let mut latencies = histogram();
+                let mut latencies = support::histogram();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let key = if replay { format!("replay-{task}") } else { format!("fresh-{slice}-{task}-{n}") };
@@ -128,18 +124,27 @@ async fn drive(client: &reqwest::Client, url: &str, seconds: f64, replay: bool, 
     tally.requests += count.load(Ordering::Relaxed);
 }
 
-async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
+/// The route behind the layer `layer` makes of a store of `durability`
+/// in a directory of its own, returned beside it.
+fn app_over(durability: Durability, layer: impl FnOnce(Store) -> Router) -> (Router, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path(), Config::new().durability(durability)).expect("open");
-    let app =
-        Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, LayerConfig::global()));
-    (serve(app).await, dir)
+    (layer(store), dir)
 }
 
-/// The route behind [`FloorLayer`], over a `Buffered` store in `dir`.
-fn floor_app(dir: &std::path::Path) -> Router {
-    let store = Store::open(dir, Config::new().durability(Durability::Buffered)).expect("open");
+/// The route behind the layer with `config`.
+fn layered(config: LayerConfig) -> impl FnOnce(Store) -> Router {
+    |store| Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, config))
+}
+
+/// The route behind [`FloorLayer`].
+fn floored(store: Store) -> Router {
     Router::new().route("/payments", post(handler)).layer(FloorLayer::new(store))
+}
+
+async fn guarded(durability: Durability) -> (String, tempfile::TempDir) {
+    let (app, dir) = app_over(durability, layered(LayerConfig::global()));
+    (serve(app).await, dir)
 }
 
 fn print(name: &str, row: &Tally, bare: &Tally) {
@@ -246,8 +251,8 @@ async fn over_loopback(seconds: f64) {
     let bare_url = serve(Router::new().route("/payments", post(handler))).await;
     let (buffered_url, _buffered) = guarded(Durability::Buffered).await;
     let (sync_url, _sync) = guarded(Durability::Sync).await;
-    let floor_dir = tempfile::tempdir().expect("tempdir");
-    let floor_url = serve(floor_app(floor_dir.path())).await;
+    let (floor_app, _floor_dir) = app_over(Durability::Buffered, floored);
+    let floor_url = serve(floor_app).await;
     // The rows take turns in short slices, so that a shared machine's
     // noise falls on all of them alike; the `Sync` row runs after them,
     // since its fsyncs slowed whichever row came next.
@@ -279,26 +284,17 @@ async fn over_loopback(seconds: f64) {
 /// The layer's rows in process beside `bare`: new keys, replays, the
 /// floor's, and resources held.
 async fn layer_in_process(seconds: f64, bare: Row) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
-    let app =
-        Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, LayerConfig::global()));
+    let (app, _dir) = app_over(Durability::Buffered, layered(LayerConfig::global()));
     let fresh = in_process(app.clone(), seconds, false).await;
     let replays = in_process(app, seconds, true).await;
-    let floor_dir = tempfile::tempdir().expect("tempdir");
-    let floor = floor_app(floor_dir.path());
+    let (floor, _floor_dir) = app_over(Durability::Buffered, floored);
     let floor_fresh = in_process(floor.clone(), seconds, false).await;
     let floor_replays = in_process(floor, seconds, true).await;
     let resource = |parts: &axum::http::request::Parts| Some(parts.headers.get("x-resource")?.as_bytes().to_vec());
-    let layered = |config: LayerConfig| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path(), Config::new().durability(Durability::Buffered)).expect("open");
-        (Router::new().route("/payments", post(handler)).layer(IdempotencyLayer::new(store, config)), dir)
-    };
-    let (held_app, _held_dir) = layered(LayerConfig::global().resource(resource));
+    let (held_app, _held_dir) = app_over(Durability::Buffered, layered(LayerConfig::global().resource(resource)));
     let held = in_process(held_app, seconds, false).await;
-    let (versioned_app, _versioned_dir) =
-        layered(LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional));
+    let versioned_config = LayerConfig::global().versioned_resource(resource, idemkv::http::IfMatch::Optional);
+    let (versioned_app, _versioned_dir) = app_over(Durability::Buffered, layered(versioned_config));
     let versioned = in_process(versioned_app, seconds, false).await;
     println!("bare route                   {}", bare.beside(bare));
     println!("layer, Buffered, fresh keys  {}", fresh.beside(bare));

@@ -109,7 +109,7 @@ fn main() {
     let keys: u64 = env("IDEMKV_BENCH_KEYS", if quick { 2_000 } else { 1_000_000 });
     let seconds = Duration::from_secs_f64(env("IDEMKV_BENCH_SECONDS", if quick { 0.01 } else { 2.0 }));
     let rounds: usize = env("IDEMKV_BENCH_ROUNDS", if quick { 1 } else { 5 });
-    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-32".to_owned());
+    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-compact".to_owned());
     let rows: String = env("IDEMKV_BENCH_ROWS", "fresh,replay,mixed".to_owned());
     let rows: Vec<usize> =
         (0..ROWS.len()).filter(|row| rows.split(',').any(|name| ROWS[*row].starts_with(name))).collect();
@@ -135,7 +135,7 @@ fn main() {
     }
     println!("{keys} preloaded keys, {rounds} rounds of {seconds:.1?} a row and engine; medians over the rounds");
     println!(
-        "{:<18} {:<8} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "{:<18} {:<13} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "row", "engine", "wall ns/op", "cpu ns/op", "ops/s", "× naive", "cpu × naive"
     );
     for &row in &rows {
@@ -145,7 +145,7 @@ fn main() {
             let (ratio, cpu_ratio) =
                 naive.map_or((f64::NAN, f64::NAN), |(naive_wall, naive_cpu)| (naive_wall / wall, naive_cpu / cpu));
             println!(
-                "{:<18} {:<8} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
+                "{:<18} {:<13} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
                 ROWS[row],
                 subject.kind.name(),
                 wall,

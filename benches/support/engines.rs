@@ -90,7 +90,7 @@ pub enum Kind {
     Naive,
     Redb,
     Sqlite,
-    /// The naive peer held to idemkv's memory budget (`one_thread` only).
+    /// The naive peer with its answers on disk (`one_thread` only).
     NaiveCompact,
 }
 
@@ -103,7 +103,7 @@ impl Kind {
             Kind::Naive => "naive",
             Kind::Redb => "redb",
             Kind::Sqlite => "sqlite",
-            Kind::NaiveCompact => "naive-32",
+            Kind::NaiveCompact => "naive-compact",
         }
     }
 

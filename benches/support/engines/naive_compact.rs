@@ -1,10 +1,13 @@
-//! The naive peer held to idemkv's memory budget (`naive-32`): the same
+//! The naive peer with its answers on disk (`naive-compact`): the same
 //! append-only file and record format as [`super::naive`], but the map
 //! keeps no record, only where each key's newest record is — a 64-bit
-//! hash of the key to its offset, 16 bytes an entry, about 20 B a key in
-//! the table — and a replay reads its record back from the file
-//! (`pread`) and checks the key and fingerprint there. What the naive
-//! peer's speed owes to keeping every answer in RAM (about 300 B a key).
+//! hash of the key to the record's offset and length, 16 bytes an entry
+//! (17 B a bucket with its control byte; about 36 B a key at 1 M keys,
+//! where the table has just doubled) — and a replay reads its record back
+//! from the file (`pread`) and checks the key and fingerprint there; a
+//! completion reads its claim back too (for the fingerprint it keeps).
+//! What the naive peer's speed owes to keeping every answer in RAM (about
+//! 300 B a key).
 //!
 //! A bench engine, not a store: two keys whose hashes meet would share a
 //! slot (the second finds the first's record, whose key differs, and
@@ -23,9 +26,18 @@ use std::path::Path;
 
 /// The top bit of a slot: its record is a completion.
 const COMPLETED: u64 = 1 << 63;
+/// A slot: the record's length above this bit, its offset below.
+const LENGTH_SHIFT: u32 = 40;
+
+/// The slot of a record of `len` bytes at `at`.
+fn slot(at: u64, len: usize, completed: bool) -> u64 {
+    let len = u64::try_from(len).expect("small record");
+    assert!(at < 1 << LENGTH_SHIFT && len < 1 << (63 - LENGTH_SHIFT), "a bench's file and records");
+    at | (len << LENGTH_SHIFT) | if completed { COMPLETED } else { 0 }
+}
 
 struct State {
-    /// Hash of the key → offset of its newest record (| [`COMPLETED`]).
+    /// Hash of the key → [`slot`] of its newest record.
     slots: HashMap<u64, u64>,
     file: File,
     end: u64,
@@ -48,15 +60,23 @@ impl NaiveCompact {
         NaiveCompact { state: Mutex::new(state), hasher: RandomState::new(), sync }
     }
 
-    fn append(&self, state: &mut State, record: &[u8]) -> u64 {
+    /// Appends `record` and gives its [`slot`].
+    fn append(&self, state: &mut State, record: &[u8], completed: bool) -> u64 {
         let at = state.end;
         state.file.write_all(record).expect("write");
         if self.sync {
             state.file.sync_data().expect("fdatasync");
         }
         state.end += record.len() as u64;
-        at
+        slot(at, record.len(), completed)
     }
+}
+
+/// Reads the record of `slot` back into `state.read`.
+fn read_back(state: &mut State, slot: u64) {
+    let len = usize::try_from((slot & !COMPLETED) >> LENGTH_SHIFT).expect("small");
+    state.read.resize(len, 0);
+    state.file.read_exact_at(&mut state.read, slot & ((1 << LENGTH_SHIFT) - 1)).expect("read back");
 }
 
 impl Engine for NaiveCompact {
@@ -65,10 +85,7 @@ impl Engine for NaiveCompact {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         if let Some(&slot) = state.slots.get(&hash) {
-            // The record's head says how long it is; one read of a page's
-            // worth covers the bench's records.
-            state.read.resize(4096.min(usize::try_from(state.end - (slot & !COMPLETED)).expect("small")), 0);
-            state.file.read_exact_at(&mut state.read, slot & !COMPLETED).expect("read back");
+            read_back(state, slot);
             let (_, stored_key, stored_fingerprint, _, response, _) = decode(&state.read, 0).expect("a whole record");
             if stored_key == key {
                 return match (stored_fingerprint == *fingerprint, slot & COMPLETED != 0) {
@@ -84,8 +101,8 @@ impl Engine for NaiveCompact {
         }
         let token = state.next_token;
         state.next_token += 1;
-        let at = self.append(state, &encode(NAIVE_CLAIM, key, fingerprint, token, &[]));
-        state.slots.insert(hash, at);
+        let slot = self.append(state, &encode(NAIVE_CLAIM, key, fingerprint, token, &[]), false);
+        state.slots.insert(hash, slot);
         Answer::Acquired(token)
     }
 
@@ -93,13 +110,12 @@ impl Engine for NaiveCompact {
         let hash = self.hasher.hash_one(key);
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        let slot = *state.slots.get(&hash).expect("claimed");
-        state.read.resize(4096.min(usize::try_from(state.end - slot).expect("small")), 0);
-        state.file.read_exact_at(&mut state.read, slot).expect("read back");
+        let claimed = *state.slots.get(&hash).expect("claimed");
+        read_back(state, claimed);
         let (_, _, fingerprint, stored_token, _, _) = decode(&state.read, 0).expect("a whole record");
         assert_eq!(stored_token, token);
-        let at = self.append(state, &encode(NAIVE_COMPLETE, key, &fingerprint, token, response));
-        state.slots.insert(hash, at | COMPLETED);
+        let slot = self.append(state, &encode(NAIVE_COMPLETE, key, &fingerprint, token, response), true);
+        state.slots.insert(hash, slot);
     }
 
     fn records(&self) -> u64 {
