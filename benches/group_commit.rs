@@ -6,6 +6,7 @@
 //! IDEMKV_BENCH_SECONDS=0.2 cargo bench -p idemkv-bench --bench group_commit
 //! IDEMKV_BENCH_SHARDS=1 cargo bench -p idemkv-bench --bench group_commit
 //! IDEMKV_BENCH_CALLERS=1,128 cargo bench -p idemkv-bench --bench group_commit
+//! IDEMKV_BENCH_FLOOR_EACH=1 cargo bench -p idemkv-bench --bench group_commit
 //! ```
 //!
 //! Beside each idemkv row, the CPU time the whole process spent per
@@ -19,11 +20,15 @@
 //! pool), as a service on tokio calls the store. The naive peer's callers
 //! are threads in both.
 //!
-//! And a third row, `floor`: the same records from callers as threads
+//! And two floors: `floor`, the same records from callers as threads
 //! through a bare group commit on one file — a shared buffer, one `write`
 //! and one fdatasync a batch, a condition variable — with nothing of a
 //! store around it: what batching durable writes costs callers that park
-//! their thread, at the least, on this machine.
+//! their thread, at the least, on this machine; and `floor/t`, the same
+//! from tokio tasks, which await a `watch` while a thread of its own
+//! writes and fdatasyncs. `IDEMKV_BENCH_FLOOR_EACH=1`: in `floor/t` each
+//! task writes its own record (as idemkv's callers do), the thread only
+//! fdatasyncs.
 
 mod support;
 
@@ -31,6 +36,7 @@ use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::sync::Arc;
 use support::tasks::{self, Row};
 use support::{as_f64, cpu_seconds, drive, ratio, Measured};
 
@@ -171,6 +177,93 @@ fn floor_row(callers: usize, seconds: f64) -> (Measured, f64, f64) {
     row_of(measured, state.appended, state.fsyncs, cpu_before)
 }
 
+/// The shared state of [`floor_tasks_row`].
+struct FloorLog {
+    /// Records not yet written (or, with `each`, a byte a record
+    /// written), records appended, and whether the row is over.
+    buffer: Mutex<(Vec<u8>, u64, bool)>,
+    filled: parking_lot::Condvar,
+    durable: tokio::sync::watch::Sender<u64>,
+    file: File,
+}
+
+/// The thread of [`floor_tasks_row`]: takes the buffer, writes it (unless
+/// `each` task wrote its own), fdatasyncs and tells the tasks, until the
+/// row is over; returns the records and fsyncs.
+fn flush_floor(log: &FloorLog, each: bool) -> (u64, u64) {
+    let mut fsyncs = 0_u64;
+    loop {
+        let (batch, upto) = {
+            let mut buffer = log.buffer.lock();
+            while buffer.0.is_empty() && !buffer.2 {
+                log.filled.wait(&mut buffer);
+            }
+            if buffer.0.is_empty() {
+                return (buffer.1, fsyncs);
+            }
+            (std::mem::take(&mut buffer.0), buffer.1)
+        };
+        let written = if each { Ok(()) } else { (&log.file).write_all(&batch) };
+        if let Err(error) = written.and_then(|()| log.file.sync_data()) {
+            eprintln!("floor: {error}");
+            std::process::abort();
+        }
+        fsyncs += 1;
+        log.durable.send_replace(upto);
+    }
+}
+
+/// [`floor_row`] for tokio tasks, on a runtime of two worker threads: a
+/// task appends its record to the shared buffer and awaits a `watch` of
+/// how far the file is durable; one thread of its own takes the buffer,
+/// writes it with one `write` and fdatasyncs it, again and again while
+/// there is something to take (each fsync wakes every waiting task; those
+/// whose record came later wait again). With `each` a task writes its
+/// own record (one `write` a record, under the buffer's lock, as idemkv's
+/// callers do) and the thread only fdatasyncs.
+fn floor_tasks_row(callers: usize, seconds: f64, each: bool) -> (Measured, f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = OpenOptions::new().create(true).append(true).open(dir.path().join("log")).expect("open");
+    let log = Arc::new(FloorLog {
+        buffer: Mutex::new((Vec::new(), 0, false)),
+        filled: parking_lot::Condvar::new(),
+        durable: tokio::sync::watch::Sender::new(0),
+        file,
+    });
+    let flusher = std::thread::spawn({
+        let log = Arc::clone(&log);
+        move || flush_floor(&log, each)
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_time().build().expect("runtime");
+    let cpu_before = cpu_seconds();
+    let mut row = Row::new();
+    let caller = Arc::clone(&log);
+    runtime.block_on(tasks::drive(&mut row, callers, seconds, move |n| {
+        let log = Arc::clone(&caller);
+        async move {
+            for record in records(&key(0, n)) {
+                let mine = {
+                    let mut buffer = log.buffer.lock();
+                    if each {
+                        (&log.file).write_all(&record).expect("write");
+                        buffer.0.push(0);
+                    } else {
+                        buffer.0.extend_from_slice(&record);
+                    }
+                    buffer.1 += 1;
+                    log.filled.notify_one();
+                    buffer.1
+                };
+                log.durable.subscribe().wait_for(|durable| *durable >= mine).await.expect("the flusher runs");
+            }
+        }
+    }));
+    log.buffer.lock().2 = true;
+    log.filled.notify_one();
+    let (records, fsyncs) = flusher.join().expect("flusher");
+    row_of(row.measured(), records, fsyncs, cpu_before)
+}
+
 fn main() {
     let seconds = support::seconds(3.0);
     let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(4);
@@ -178,6 +271,7 @@ fn main() {
         || CALLERS.to_vec(),
         |list| list.split(',').map(|callers| callers.trim().parse().expect("IDEMKV_BENCH_CALLERS: numbers")).collect(),
     );
+    let floor_each = std::env::var_os("IDEMKV_BENCH_FLOOR_EACH").is_some();
     println!("claim + complete, Durability::Sync, {shards} shards, 200-byte responses, {seconds} s per row");
     println!(
         "{:>7} {:<7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
@@ -188,7 +282,9 @@ fn main() {
         let tasks = idemkv_async_row(shards, callers, seconds);
         let naive = naive_row(callers, seconds);
         let floor = floor_row(callers, seconds);
-        for (kind, (ours, records_per_fsync, cpu_us)) in [("threads", threads), ("tasks", tasks), ("floor", floor)] {
+        let floor_tasks = floor_tasks_row(callers, seconds, floor_each);
+        let kinds = [("threads", threads), ("tasks", tasks), ("floor", floor), ("floor/t", floor_tasks)];
+        for (kind, (ours, records_per_fsync, cpu_us)) in kinds {
             println!(
                 "{callers:>7} {kind:<7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
                 ours.ops_per_second,
