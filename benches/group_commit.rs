@@ -245,7 +245,10 @@ fn floor_tasks_row(callers: usize, seconds: f64, each: bool) -> (Measured, f64, 
                 let mine = {
                     let mut buffer = log.buffer.lock();
                     if each {
-                        (&log.file).write_all(&record).expect("write");
+                        if let Err(error) = (&log.file).write_all(&record) {
+                            eprintln!("floor: {error}");
+                            std::process::abort();
+                        }
                         buffer.0.push(0);
                     } else {
                         buffer.0.extend_from_slice(&record);
