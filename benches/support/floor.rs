@@ -11,8 +11,8 @@
 //! The HTTP bench runs it beside `idemkv::http::IdempotencyLayer` as a
 //! floor: what any layer over the same store pays (the request's body read
 //! and hashed, the store's claim and completion, a boxed future, the
-//! answer's body gathered), so
-//! that the real layer's figure splits into that floor and its own work.
+//! answer's body gathered), so that the real layer's figure splits into
+//! that floor and its own work.
 
 use axum::body::Body;
 use axum::response::Response;
