@@ -87,6 +87,15 @@ impl Engine {
         self.stop.stop();
         let workers = std::mem::take(&mut *self.workers.lock());
         drop(workers);
+        self.stop_flushers();
+    }
+
+    /// Stops each shard's flusher (async waiters' fsyncs), after the
+    /// batches its waiters wait for; a later async waiter runs its own.
+    fn stop_flushers(&self) {
+        for shard in &*self.shards {
+            shard.stop_flusher();
+        }
     }
 }
 
@@ -95,6 +104,9 @@ impl Drop for Engine {
     /// all durable still gets the hint of its active segment (the lock is
     /// released after this, with the other fields).
     fn drop(&mut self) {
+        // A flusher holds its shard's group commit, not the engine: one
+        // still running would hold the shard's file open after this.
+        self.stop_flushers();
         if !self.read_only && self.lock_file.get_mut().is_some() {
             for shard in &*self.shards {
                 shard.write_active_hint();
@@ -282,10 +294,11 @@ impl Engine {
 
     /// Under `Sync`, waits until the record at `lsn` in the shard of `hash`
     /// is durable, without blocking the runtime: the caller awaits the end
-    /// of the batch that covers its record. A caller that is to run a batch
-    /// itself (none runs, or it was woken to run the next) waits on tokio's
-    /// blocking pool instead, whole: a caller dropped while it runs cannot
-    /// leave a batch begun and never ended.
+    /// of the batch that covers its record, which the shard's flusher runs
+    /// where no other caller does. Where there is no flusher (it could not
+    /// start, or the store is closing), a caller that is to run a batch
+    /// itself waits on tokio's blocking pool instead, whole: a caller
+    /// dropped while it runs cannot leave a batch begun and never ended.
     #[cfg(feature = "tokio")]
     pub(crate) async fn wait_durable_async(self: &std::sync::Arc<Self>, hash: u128, lsn: u64) -> Result<()> {
         use crate::engine::segment::commit::AsyncTurn;

@@ -3,9 +3,9 @@
 //! writes its record under the shard's lock as the blocking call does
 //! (a buffered write, no fsync), a caller that waits for a key awaits an
 //! event of that key, and under [`Durability::Sync`](crate::Durability::Sync)
-//! only the caller that leads a shard's next fsync runs it on tokio's
-//! blocking pool — at most one thread per shard — while the others await
-//! its end.
+//! a caller awaits the end of the fsync that covers its record, which a
+//! thread of the shard's own runs (started by the first such caller, one
+//! a shard, stopped with the store), batch after batch while callers wait.
 //!
 //! Every future here is cancel-safe in the sense that matters: dropping it
 //! never leaves a half-written record, and a lease acquired before the drop

@@ -81,3 +81,58 @@ fn a_failed_batch_fsync_fails_each_of_its_callers_and_latches_the_shard() {
     let first = store.get(b"", b"first").expect("get").expect("the acknowledged claim is kept");
     assert_eq!(first.state, State::Processing);
 }
+
+/// The same with tokio tasks (`claim_async`), whose batches the shard's
+/// flusher thread runs: the first task's fsync held at the gate, every
+/// other task's claim rides the next batch, whose fsync fails; each of
+/// them gets the error, the first its acknowledgement, and the flusher
+/// leaves nobody waiting.
+#[test]
+fn a_failed_flusher_fsync_fails_each_of_its_async_callers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gate = Arc::new(Gate::default());
+    let store = Store::open(dir.path(), config(Arc::new(GatedStorage { gate: Arc::clone(&gate) }))).expect("open");
+    let written_before = store.stats().records_written;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let acquired = |claim: Claim| matches!(claim, Claim::Acquired(_));
+
+    gate.set_closed(true);
+    let first = {
+        let store = store.clone();
+        runtime.spawn(async move { store.claim_async(&request("first")).await.map(acquired) })
+    };
+    gate.wait_for_a_waiter();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|caller| {
+            let store = store.clone();
+            let key = format!("caller-{caller}");
+            runtime.spawn(async move { (key.clone(), store.claim_async(&request(&key)).await.map(acquired)) })
+        })
+        .collect();
+    wait_until("every claim is written", || store.stats().records_written == written_before + 1 + CALLERS);
+    gate.fail_countdown.store(2, Ordering::SeqCst);
+    gate.set_closed(false);
+
+    runtime.block_on(async {
+        let first =
+            tokio::time::timeout(Duration::from_secs(20), first).await.expect("the first task returns").expect("first");
+        assert!(first.expect("the first batch's fsync succeeded"), "a fresh key is acquired");
+        for caller in callers {
+            let returned = tokio::time::timeout(Duration::from_secs(20), caller).await;
+            let (key, answer) = returned.expect("every task returns").expect("caller");
+            match answer {
+                Err(Error::Io { operation: "fsync", source, .. }) => {
+                    assert_eq!(source.raw_os_error(), Some(5), "{key}: the fsync's own error");
+                }
+                other => panic!("{key}: {other:?}, not the failed fsync's error"),
+            }
+        }
+        let after = store.claim_async(&request("after")).await;
+        assert!(matches!(after, Err(Error::Poisoned { shard: 0 })), "{after:?}");
+    });
+    drop(store);
+
+    let store = Store::open(dir.path(), config(Arc::new(StdStorage))).expect("reopen");
+    let first = store.get(b"", b"first").expect("get").expect("the acknowledged claim is kept");
+    assert_eq!(first.state, State::Processing);
+}

@@ -5,12 +5,19 @@
 //! A batch covers everything written when it begins, its fsync runs
 //! outside every lock, and the next batch takes everything written
 //! meanwhile, so a batch grows while an fsync runs. A writer appends under
-//! the shard's lock, releases it, and waits: a caller that finds no batch
-//! running runs one itself (a lone caller pays no hand-off to another
-//! thread). A waiter is parked by the batch that covers its record (one
-//! condition variable for the running batch, one for the next), and an
-//! ended batch wakes its own waiters with one broadcast, never those of
+//! the shard's lock, releases it, and waits: a blocking caller that finds
+//! no batch running runs one itself (a lone caller pays no hand-off to
+//! another thread). A waiter is parked by the batch that covers its record
+//! (one condition variable for the running batch, one for the next), and
+//! an ended batch wakes its own waiters with one broadcast, never those of
 //! the next batch, of whom it wakes one alone to run it.
+//!
+//! An async waiter (feature `tokio`) runs no batch: the shard's flusher, a
+//! thread started by the first async waiter that needs it, runs the next
+//! batch as soon as the last one ends for as long as async waiters wait,
+//! and sleeps when none does ([`GroupCommit::turn_async`]). The store
+//! stops it when it closes or its last handle goes
+//! ([`GroupCommit::stop_flusher`]).
 //!
 //! The durable mark (the segment header's record of how far the segment is
 //! known to be on stable storage) is written after an fsync, in a page of
@@ -99,6 +106,24 @@ struct Batches {
     next_waiting: usize,
     /// The batch that failed, if one has.
     failed: Option<Failed>,
+    /// The shard's flusher: async waiters' batches, see
+    /// [`GroupCommit::turn_async`].
+    flusher: FlusherState,
+}
+
+/// The state of a shard's flusher thread, behind the batches' lock.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tokio"), expect(dead_code, reason = "only async waiters start a flusher"))]
+struct FlusherState {
+    /// Started (its thread runs, or ran).
+    started: bool,
+    /// Asleep on [`GroupCommit::flush`], nothing to do.
+    idle: bool,
+    /// Stopped, asked to stop, or never to start: async waiters run their
+    /// batches on tokio's blocking pool instead.
+    stopped: bool,
+    /// The highest LSN an async waiter awaits the flusher's batches for.
+    wanted: u64,
 }
 
 /// A batch begun: its number and the tail its fsync covers.
@@ -116,6 +141,15 @@ enum Turn {
     Wait(u64),
     /// Run the next batch itself (nobody else will).
     Run,
+}
+
+/// Who runs the batch that a waiter needs when nobody runs it yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    /// The waiter itself (or, while a batch runs, one waiter of the next).
+    Waiter,
+    /// The shard's flusher thread.
+    Flusher,
 }
 
 /// What an async waiter does next.
@@ -151,6 +185,10 @@ pub(crate) struct GroupCommit {
     /// The async waiters of batch `n` listen to `done_async[parity(n)]`.
     #[cfg(feature = "tokio")]
     done_async: [Event; 2],
+    /// Wakes the idle flusher.
+    flush: Condvar,
+    /// The flusher thread, once started, until stopped.
+    flusher: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// LSN of the newest record written to the operating system.
     written_lsn: AtomicU64,
     /// LSN up to which every record is on stable storage.
@@ -172,7 +210,8 @@ impl GroupCommit {
     /// synced it); the next durable mark is of round `next_round`.
     pub(crate) fn new(shard: u32, tail: Tail, next_round: u32, counters: Arc<Counters>) -> Self {
         let recovered_lsn = tail.written_lsn;
-        let batches = Batches { number: 0, running: false, covering: 0, next_waiting: 0, failed: None };
+        let flusher = FlusherState::default();
+        let batches = Batches { number: 0, running: false, covering: 0, next_waiting: 0, failed: None, flusher };
         GroupCommit {
             shard,
             counters,
@@ -181,6 +220,8 @@ impl GroupCommit {
             done: [Condvar::new(), Condvar::new()],
             #[cfg(feature = "tokio")]
             done_async: [Event::new(), Event::new()],
+            flush: Condvar::new(),
+            flusher: parking_lot::Mutex::new(None),
             written_lsn: AtomicU64::new(recovered_lsn),
             durable_lsn: AtomicU64::new(recovered_lsn),
             poisoned: AtomicBool::new(false),
@@ -217,6 +258,8 @@ impl GroupCommit {
         drop(self.lock());
         self.wake(0);
         self.wake(1);
+        // An idle flusher ends.
+        self.flush.notify_one();
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -282,7 +325,7 @@ impl GroupCommit {
         }
         let mut batches = self.lock();
         loop {
-            batches = match self.turn(&mut batches, lsn)? {
+            batches = match self.turn(&mut batches, lsn, Runner::Waiter)? {
                 Turn::Durable => return Ok(()),
                 Turn::Wait(number) => self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner),
                 Turn::Run => self.run_batch(batches),
@@ -320,13 +363,24 @@ impl GroupCommit {
     /// One step of an async wait for `lsn` to be durable: it is, or a
     /// listener for the end of the batch that covers it (the caller awaits
     /// it, then asks again), or nobody else runs that batch.
+    ///
+    /// A batch that no caller runs yet is the shard's flusher's: a thread
+    /// of its own, started by the first async waiter that needs it, that
+    /// runs batch after batch for as long as async waiters wait, so that
+    /// the next fsync begins as soon as the last one ends rather than after
+    /// a waiter is woken, polled and handed to a blocking thread. Blocking
+    /// callers still run batches themselves, a lone one with no hand-off;
+    /// whoever finds no batch running runs the next. Where the flusher
+    /// cannot start, or has stopped (the store closing), the waiter is
+    /// told to wait on a blocking thread ([`AsyncTurn::Block`]).
     #[cfg(feature = "tokio")]
     pub(crate) fn turn_async(self: &Arc<Self>, lsn: u64) -> Result<AsyncTurn> {
         if self.durable_lsn() >= lsn {
             return Ok(AsyncTurn::Durable);
         }
         let mut batches = self.lock();
-        Ok(match self.turn(&mut batches, lsn)? {
+        let runner = if self.flusher_runs(&mut batches) { Runner::Flusher } else { Runner::Waiter };
+        Ok(match self.turn(&mut batches, lsn, runner)? {
             Turn::Durable => AsyncTurn::Durable,
             // Listening under the lock: the batch ends under it before
             // its waiters are woken, so this listener is not missed.
@@ -335,10 +389,10 @@ impl GroupCommit {
         })
     }
 
-    /// What a waiter for `lsn` does next, decided under the batches' lock.
-    /// Its own batch's failure is its error; a later one's is
-    /// [`Error::Poisoned`].
-    fn turn(self: &Arc<Self>, batches: &mut Batches, lsn: u64) -> Result<Turn> {
+    /// What a waiter for `lsn` does next, decided under the batches' lock,
+    /// where the batch it needs is `runner`'s to run. Its own batch's
+    /// failure is its error; a later one's is [`Error::Poisoned`].
+    fn turn(self: &Arc<Self>, batches: &mut Batches, lsn: u64, runner: Runner) -> Result<Turn> {
         if self.durable_lsn() >= lsn {
             return Ok(Turn::Durable);
         }
@@ -350,6 +404,15 @@ impl GroupCommit {
         }
         if self.is_poisoned() {
             return Err(Error::Poisoned { shard: self.shard });
+        }
+        if runner == Runner::Flusher {
+            // The flusher runs the next batch: at once if it is idle,
+            // else when the running one ends.
+            batches.flusher.wanted = batches.flusher.wanted.max(lsn);
+            if batches.flusher.idle {
+                self.flush.notify_one();
+            }
+            return Ok(Turn::Wait(batches.number + 1));
         }
         if batches.running {
             // One of the next batch's waiters is woken to run it.
@@ -407,6 +470,74 @@ impl GroupCommit {
             std::panic::resume_unwind(panic);
         }
         self.lock()
+    }
+
+    /// Whether the flusher runs the batches an async waiter needs: it
+    /// does, unless it has stopped, or was to start now and could not.
+    #[cfg(feature = "tokio")]
+    fn flusher_runs(self: &Arc<Self>, batches: &mut Batches) -> bool {
+        if batches.flusher.stopped {
+            return false;
+        }
+        if !batches.flusher.started {
+            // Started under the batches' lock, which its first step takes.
+            let commit = Arc::clone(self);
+            let name = format!("idemkv-fsync-{}", self.shard);
+            match std::thread::Builder::new().name(name).spawn(move || commit.flush_loop()) {
+                Ok(handle) => *self.flusher.lock() = Some(handle),
+                #[cfg_attr(not(feature = "tracing"), expect(unused_variables, reason = "read by the event"))]
+                Err(error) => {
+                    event!(warn, shard = self.shard, %error, "no flusher thread: async waiters run fsyncs on the blocking pool");
+                    batches.flusher.stopped = true;
+                    return false;
+                }
+            }
+            batches.flusher.started = true;
+        }
+        true
+    }
+
+    /// The flusher's thread: runs a batch whenever an async waiter waits
+    /// for a record no batch covers and none runs; sleeps when none waits.
+    /// Once stopped, it ends after the batches its waiters wait for. It
+    /// ends at once on a poisoned shard, whose waiters are told so
+    /// ([`GroupCommit::turn`]) and woken by whatever poisoned it.
+    #[cfg(feature = "tokio")]
+    fn flush_loop(&self) {
+        let mut batches = self.lock();
+        while !self.is_poisoned() {
+            let wanted = batches.flusher.wanted > self.durable_lsn();
+            batches = if batches.running {
+                // A blocking caller's batch: the next one starts after it.
+                let number = batches.number;
+                self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner)
+            } else if wanted {
+                self.run_batch(batches)
+            } else if batches.flusher.stopped {
+                break;
+            } else {
+                batches.flusher.idle = true;
+                let mut woken = self.flush.wait(batches).unwrap_or_else(PoisonError::into_inner);
+                woken.flusher.idle = false;
+                woken
+            };
+        }
+        batches.flusher.stopped = true;
+    }
+
+    /// Stops the flusher, if it runs, and waits for its end: its last
+    /// batches cover every async waiter that waits for it; the waiters
+    /// after run their own. Where it was never started, none will be.
+    pub(crate) fn stop_flusher(&self) {
+        let mut batches = self.lock();
+        batches.flusher.stopped = true;
+        self.flush.notify_one();
+        drop(batches);
+        let handle = self.flusher.lock().take();
+        if let Some(handle) = handle {
+            // A panic in its batch has poisoned the shard already.
+            let _panicked = handle.join();
+        }
     }
 
     /// Wakes every waiter of batch `number`.
@@ -552,10 +683,43 @@ mod tests {
         /// fsyncs covered.
         fn sync_to(&self, lsn: u64) -> crate::Result<()> {
             let outcome = self.commit.sync_to(lsn);
+            self.check(lsn, &outcome);
+            outcome
+        }
+
+        /// Waits for `lsn` as an async waiter does (the store's
+        /// `wait_durable_async`), its listeners awaited by blocking on
+        /// them; a success is checked as by [`Shard::sync_to`]. Returns
+        /// whether it was ever told to wait on a blocking thread.
+        #[cfg(feature = "tokio")]
+        fn sync_to_async(&self, lsn: u64) -> (crate::Result<()>, bool) {
+            use super::AsyncTurn;
+            use event_listener::Listener;
+            let mut blocked = false;
+            let outcome = loop {
+                match self.commit.turn_async(lsn) {
+                    Ok(AsyncTurn::Durable) => break Ok(()),
+                    Ok(AsyncTurn::Listen(listener)) => {
+                        assert!(
+                            listener.wait_timeout(Duration::from_secs(20)).is_some(),
+                            "record {lsn}: nobody ran its batch"
+                        );
+                    }
+                    Ok(AsyncTurn::Block) => {
+                        blocked = true;
+                        break self.commit.sync_to(lsn);
+                    }
+                    Err(error) => break Err(error),
+                }
+            };
+            self.check(lsn, &outcome);
+            (outcome, blocked)
+        }
+
+        fn check(&self, lsn: u64, outcome: &crate::Result<()>) {
             if outcome.is_ok() {
                 assert!(self.log.durable.load(Ordering::SeqCst) >= lsn, "record {lsn} acknowledged before its fsync");
             }
-            outcome
         }
     }
 
@@ -707,12 +871,16 @@ mod tests {
     /// notified; the next batch then never ran, and its async waiters hung
     /// once writes stopped (seen as a rare hang of a Sync store's burst of
     /// async calls ending).
+    ///
+    /// Async waiters hand batches on only where there is no flusher: it is
+    /// stopped first.
     #[cfg(feature = "tokio")]
     #[test]
     fn the_next_batch_is_handed_on_while_a_waiter_of_the_batch_before_is_not_yet_polled() {
         use super::AsyncTurn;
         use event_listener::{EventListener, Listener};
         let shard = Shard::new(0);
+        shard.commit.stop_flusher();
         let (open, gate) = std::sync::mpsc::channel();
         *shard.log.gate.lock() = Some(gate);
         let running = |shard: &Arc<Shard>| {
@@ -749,5 +917,109 @@ mod tests {
         batch_two.join().expect("batch 2").expect("durable");
         assert!(handed_three.wait_timeout(Duration::from_secs(5)).is_some(), "batch 3 not handed on: nobody runs it");
         drop(stale);
+    }
+
+    /// Async waiters and blocking callers at once, twice over: every async
+    /// waiter's batch is run by the flusher or by a blocking caller (none
+    /// is told to run its own), each returns durable, fsyncs are shared,
+    /// and a stopped flusher first ends the batches its waiters wait for.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn the_flusher_runs_the_async_waiters_batches_beside_blocking_callers() {
+        const CALLERS: u64 = 24;
+        const ROUNDS: u64 = 150;
+        for _round in 0..2 {
+            let shard = Shard::new(0);
+            let running = Arc::clone(&shard);
+            // One caller in three blocks; the others wait as async ones.
+            let blocked = run(CALLERS, move |caller| {
+                let mut blocked = false;
+                for _ in 0..ROUNDS {
+                    let lsn = running.write(0);
+                    if caller % 3 == 0 {
+                        running.sync_to(lsn).expect("sync");
+                    } else {
+                        let (outcome, block) = running.sync_to_async(lsn);
+                        outcome.expect("sync");
+                        blocked |= block;
+                    }
+                }
+                blocked
+            });
+            assert!(!blocked.contains(&true), "an async waiter was told to run its own batch");
+            let records = CALLERS * ROUNDS;
+            let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
+            assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
+            assert_eq!(shard.commit.durable_lsn(), records);
+            assert!(shard.commit.flusher.lock().is_some(), "the flusher was started");
+            shard.commit.stop_flusher();
+            assert!(shard.commit.flusher.lock().is_none(), "the flusher ended");
+            // After it, an async waiter runs its own batch.
+            let lsn = shard.write(0);
+            let (outcome, blocked) = shard.sync_to_async(lsn);
+            outcome.expect("sync");
+            assert!(blocked, "no flusher, yet the waiter was not told to run its batch");
+        }
+    }
+
+    /// Stopping the flusher while its waiters wait, its fsync held at a
+    /// gate: the stop waits for the batch, and the waiters return durable.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_stopped_flusher_ends_the_batch_its_waiters_wait_for() {
+        let shard = Shard::new(0);
+        let (open, gate) = std::sync::mpsc::channel();
+        *shard.log.gate.lock() = Some(gate);
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let waiting = Arc::clone(&shard);
+                let lsn = shard.write(0);
+                std::thread::spawn(move || waiting.sync_to_async(lsn))
+            })
+            .collect();
+        while !shard.commit.lock().running {
+            std::thread::yield_now();
+        }
+        let stopping = Arc::clone(&shard);
+        let stop = std::thread::spawn(move || stopping.commit.stop_flusher());
+        // The flusher's batches, each held until the gate opens.
+        while !stop.is_finished() {
+            let _ = open.send(());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(open);
+        stop.join().expect("stop");
+        for waiter in waiters {
+            let (outcome, blocked) = waiter.join().expect("waiter");
+            outcome.expect("durable");
+            assert!(!blocked, "a waiter of the flusher ran its own batch");
+        }
+        assert_eq!(shard.commit.durable_lsn(), 4);
+    }
+
+    /// A write that fails (the writer poisons the shard) or an fsync that
+    /// fails while async waiters wait for the flusher: every one returns
+    /// with an error, none acknowledged past what an fsync covered, and
+    /// the flusher has ended.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_poisoned_shard_leaves_no_async_waiter_waiting() {
+        for (poison_at, fail_at) in [(1, 0), (7, 0), (40, 0), (0, 1), (0, 3), (0, 9)] {
+            let shard = Shard::new(fail_at);
+            let running = Arc::clone(&shard);
+            let errors = run(16, move |_| loop {
+                let lsn = running.write(poison_at);
+                if let (Err(error), _) = running.sync_to_async(lsn) {
+                    break error;
+                }
+            });
+            for error in errors {
+                assert!(matches!(error, crate::Error::Poisoned { .. } | crate::Error::Io { .. }), "{error}");
+            }
+            let flusher = shard.commit.flusher.lock().take();
+            if let Some(flusher) = flusher {
+                flusher.join().expect("the flusher ends on a poisoned shard");
+            }
+        }
     }
 }

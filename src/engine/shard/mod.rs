@@ -553,6 +553,12 @@ impl Shard {
         self.commit.turn_async(lsn)
     }
 
+    /// Stops the shard's flusher, if it runs (see
+    /// [`GroupCommit::stop_flusher`]).
+    pub(crate) fn stop_flusher(&self) {
+        self.commit.stop_flusher();
+    }
+
     /// The shard's group commit, for a wait on a blocking thread.
     #[cfg(feature = "tokio")]
     pub(crate) fn commit(&self) -> Arc<GroupCommit> {
