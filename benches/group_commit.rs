@@ -7,7 +7,12 @@
 //! IDEMKV_BENCH_SHARDS=1 cargo bench -p idemkv-bench --bench group_commit
 //! IDEMKV_BENCH_CALLERS=1,128 cargo bench -p idemkv-bench --bench group_commit
 //! IDEMKV_BENCH_FLOOR_EACH=1 cargo bench -p idemkv-bench --bench group_commit
+//! IDEMKV_BENCH_REVERSE=1 cargo bench -p idemkv-bench --bench group_commit
 //! ```
+//!
+//! The rows run in the order printed (threads, tasks, the naive peer,
+//! `floor`, `floor/t`), or with `IDEMKV_BENCH_REVERSE=1` the other way
+//! round.
 //!
 //! Beside each idemkv row, the CPU time the whole process spent per
 //! claim + complete (two records): this machine's cores are shared, and
@@ -15,9 +20,9 @@
 //!
 //! Each idemkv row twice: callers as threads (`claim`, `complete`, each
 //! parked until its fsync), and as tokio tasks on a runtime of two worker
-//! threads (`claim_async`, `complete_async`: a task awaits its fsync, and
-//! the caller that leads a shard's next fsync runs it on the blocking
-//! pool), as a service on tokio calls the store. The naive peer's callers
+//! threads (`claim_async`, `complete_async`: a task awaits its fsync,
+//! which a thread of the shard's own runs), as a service on tokio calls
+//! the store. The naive peer's callers
 //! are threads in both.
 //!
 //! And two floors: `floor`, the same records from callers as threads
@@ -267,6 +272,36 @@ fn floor_tasks_row(callers: usize, seconds: f64, each: bool) -> (Measured, f64, 
     row_of(row.measured(), records, fsyncs, cpu_before)
 }
 
+/// The naive peer's row and the others', named, at `callers`: run in the
+/// order printed, or (`reverse`) the other way round, so that no row
+/// always follows the same one.
+fn rows(
+    shards: u32,
+    callers: usize,
+    seconds: f64,
+    floor_each: bool,
+    reverse: bool,
+) -> (Measured, Vec<(&'static str, (Measured, f64, f64))>) {
+    let mut order = [0, 1, 2, 3, 4];
+    if reverse {
+        order.reverse();
+    }
+    let (mut naive, mut kinds) = (None, vec![]);
+    for row in order {
+        match row {
+            0 => kinds.push(("threads", idemkv_row(shards, callers, seconds))),
+            1 => kinds.push(("tasks", idemkv_async_row(shards, callers, seconds))),
+            2 => naive = Some(naive_row(callers, seconds)),
+            3 => kinds.push(("floor", floor_row(callers, seconds))),
+            _ => kinds.push(("floor/t", floor_tasks_row(callers, seconds, floor_each))),
+        }
+    }
+    if reverse {
+        kinds.reverse();
+    }
+    (naive.expect("the naive row ran"), kinds)
+}
+
 fn main() {
     let seconds = support::seconds(3.0);
     let shards = std::env::var("IDEMKV_BENCH_SHARDS").ok().and_then(|value| value.parse().ok()).unwrap_or(4);
@@ -280,13 +315,9 @@ fn main() {
         "{:>7} {:<7} | {:>12} {:>9} {:>9} {:>10} {:>11} | {:>12} {:>9} {:>9} | {:>7}",
         "callers", "as", "op/s", "p50", "p99", "rec/fsync", "CPU µs/op", "naive op/s", "p50", "p99", "ratio"
     );
+    let reverse = std::env::var_os("IDEMKV_BENCH_REVERSE").is_some();
     for callers in callers {
-        let threads = idemkv_row(shards, callers, seconds);
-        let tasks = idemkv_async_row(shards, callers, seconds);
-        let naive = naive_row(callers, seconds);
-        let floor = floor_row(callers, seconds);
-        let floor_tasks = floor_tasks_row(callers, seconds, floor_each);
-        let kinds = [("threads", threads), ("tasks", tasks), ("floor", floor), ("floor/t", floor_tasks)];
+        let (naive, kinds) = rows(shards, callers, seconds, floor_each, reverse);
         for (kind, (ours, records_per_fsync, cpu_us)) in kinds {
             println!(
                 "{callers:>7} {kind:<7} | {:>12.0} {:>9.1?} {:>9.1?} {:>10.1} {:>11.1} | {:>12.0} {:>9.1?} {:>9.1?} | {:>6.1}x",
