@@ -55,7 +55,7 @@ const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 /// (docs/benchmarks.md). Records written through a map fare the other
 /// way round (fewer, larger page faults): there the step is one write.
 const PWRITE_FILL: u64 = 16 << 10;
-const _: () = assert!(ALLOCATION_STEP % PWRITE_FILL == 0);
+const _: () = assert!(ALLOCATION_STEP.is_multiple_of(PWRITE_FILL));
 
 /// The segment being appended to.
 #[derive(Debug)]
