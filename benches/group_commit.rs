@@ -272,6 +272,9 @@ fn floor_tasks_row(callers: usize, seconds: f64, each: bool) -> (Measured, f64, 
     row_of(row.measured(), records, fsyncs, cpu_before)
 }
 
+/// A row's name, and the row with its records per fsync and CPU µs a call.
+type Named = (&'static str, (Measured, f64, f64));
+
 /// The naive peer's row and the others', named, at `callers`: run in the
 /// order printed, or (`reverse`) the other way round, so that no row
 /// always follows the same one.
@@ -281,7 +284,7 @@ fn rows(
     seconds: f64,
     floor_each: bool,
     reverse: bool,
-) -> (Measured, Vec<(&'static str, (Measured, f64, f64))>) {
+) -> (Measured, Vec<Named>) {
     let mut order = [0, 1, 2, 3, 4];
     if reverse {
         order.reverse();
