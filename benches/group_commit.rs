@@ -278,13 +278,7 @@ type Named = (&'static str, (Measured, f64, f64));
 /// The naive peer's row and the others', named, at `callers`: run in the
 /// order printed, or (`reverse`) the other way round, so that no row
 /// always follows the same one.
-fn rows(
-    shards: u32,
-    callers: usize,
-    seconds: f64,
-    floor_each: bool,
-    reverse: bool,
-) -> (Measured, Vec<Named>) {
+fn rows(shards: u32, callers: usize, seconds: f64, floor_each: bool, reverse: bool) -> (Measured, Vec<Named>) {
     let mut order = [0, 1, 2, 3, 4];
     if reverse {
         order.reverse();

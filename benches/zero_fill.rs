@@ -73,7 +73,8 @@ fn main() {
         || vec![0, 16 << 10, 1 << 20],
         |list| list.split(',').map(|piece| piece.trim().parse().expect("IDEMKV_ZERO_FILL_PIECES: numbers")).collect(),
     );
-    let records = std::env::var("IDEMKV_ZERO_FILL_RECORDS").ok().and_then(|value| value.parse().ok()).unwrap_or(200_000);
+    let records =
+        std::env::var("IDEMKV_ZERO_FILL_RECORDS").ok().and_then(|value| value.parse().ok()).unwrap_or(200_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("log");
     println!("{records} records of 300 bytes each, beside a thread that fdatasyncs over and over");
