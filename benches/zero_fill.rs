@@ -4,10 +4,10 @@
 //! and none: records appended to an empty file), then 300-byte records are
 //! written one after another over the zeros while a thread of its own
 //! fdatasyncs the file over and over, as a shard's flusher does under
-//! `Sync`. The page cache keeps a file's pages in folios as large as the
-//! writes that made them (Linux 6.x), and a small write into a folio walks
-//! all of its blocks, as each fsync's writeback does: the writes' cost is
-//! the size of the pieces the zeros came in.
+//! `Sync`. The page cache can keep a file's pages in folios as large as
+//! the writes that made them (ext4 on Linux 6.18 here), and a small write
+//! into a folio walks all of its blocks, as each fsync's writeback does:
+//! the writes' cost follows the size of the pieces the zeros came in.
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench zero_fill

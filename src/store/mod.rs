@@ -462,7 +462,9 @@ impl Store {
     /// segment (so that the next open reads only what is written after it)
     /// and releases the directory lock. Dropping the last clone also
     /// releases the lock, without the final fsync (and writes the hint of a
-    /// shard only if all its writes were already durable). A compaction
+    /// shard only if all its writes were already durable); both first wait
+    /// for the fsyncs that async callers under
+    /// [`Durability::Sync`](crate::Durability::Sync) already wait for. A compaction
     /// pass in progress is cut short (it waits for the segment being
     /// rewritten, never for the pacer of
     /// [`Config::compaction_bytes_per_second`]), and answers

@@ -87,6 +87,7 @@ fn a_failed_batch_fsync_fails_each_of_its_callers_and_latches_the_shard() {
 /// other task's claim rides the next batch, whose fsync fails; each of
 /// them gets the error, the first its acknowledgement, and the flusher
 /// leaves nobody waiting.
+#[cfg(feature = "tokio")]
 #[test]
 fn a_failed_flusher_fsync_fails_each_of_its_async_callers() {
     let dir = tempfile::tempdir().expect("tempdir");

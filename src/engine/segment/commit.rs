@@ -143,15 +143,6 @@ enum Turn {
     Run,
 }
 
-/// Who runs the batch that a waiter needs when nobody runs it yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Runner {
-    /// The waiter itself (or, while a batch runs, one waiter of the next).
-    Waiter,
-    /// The shard's flusher thread.
-    Flusher,
-}
-
 /// What an async waiter does next.
 #[cfg(feature = "tokio")]
 #[derive(Debug)]
@@ -325,7 +316,7 @@ impl GroupCommit {
         }
         let mut batches = self.lock();
         loop {
-            batches = match self.turn(&mut batches, lsn, Runner::Waiter)? {
+            batches = match self.turn(&mut batches, lsn, |_| false)? {
                 Turn::Durable => return Ok(()),
                 Turn::Wait(number) => self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner),
                 Turn::Run => self.run_batch(batches),
@@ -379,8 +370,7 @@ impl GroupCommit {
             return Ok(AsyncTurn::Durable);
         }
         let mut batches = self.lock();
-        let runner = if self.flusher_runs(&mut batches) { Runner::Flusher } else { Runner::Waiter };
-        Ok(match self.turn(&mut batches, lsn, runner)? {
+        Ok(match self.turn(&mut batches, lsn, |batches| self.flusher_runs(batches))? {
             Turn::Durable => AsyncTurn::Durable,
             // Listening under the lock: the batch ends under it before
             // its waiters are woken, so this listener is not missed.
@@ -389,10 +379,17 @@ impl GroupCommit {
         })
     }
 
-    /// What a waiter for `lsn` does next, decided under the batches' lock,
-    /// where the batch it needs is `runner`'s to run. Its own batch's
-    /// failure is its error; a later one's is [`Error::Poisoned`].
-    fn turn(self: &Arc<Self>, batches: &mut Batches, lsn: u64, runner: Runner) -> Result<Turn> {
+    /// What a waiter for `lsn` does next, decided under the batches' lock.
+    /// Where no batch that runs covers its record, the next one is the
+    /// flusher's if `flusher` says the flusher runs (asked then only), else
+    /// the waiters'. Its own batch's failure is its error; a later one's is
+    /// [`Error::Poisoned`].
+    fn turn(
+        self: &Arc<Self>,
+        batches: &mut Batches,
+        lsn: u64,
+        flusher: impl FnOnce(&mut Batches) -> bool,
+    ) -> Result<Turn> {
         if self.durable_lsn() >= lsn {
             return Ok(Turn::Durable);
         }
@@ -405,7 +402,7 @@ impl GroupCommit {
         if self.is_poisoned() {
             return Err(Error::Poisoned { shard: self.shard });
         }
-        if runner == Runner::Flusher {
+        if flusher(batches) {
             // The flusher runs the next batch: at once if it is idle,
             // else when the running one ends.
             batches.flusher.wanted = batches.flusher.wanted.max(lsn);
@@ -533,8 +530,10 @@ impl GroupCommit {
         batches.flusher.stopped = true;
         self.flush.notify_one();
         drop(batches);
-        let handle = self.flusher.lock().take();
-        if let Some(handle) = handle {
+        // Held while joining, so that a second stop returns after the end
+        // too; the flusher never takes it, nor does anyone once stopped.
+        let mut handle = self.flusher.lock();
+        if let Some(handle) = handle.take() {
             // A panic in its batch has poisoned the shard already.
             let _panicked = handle.join();
         }
@@ -951,9 +950,9 @@ mod tests {
             let fsyncs = shard.log.fsyncs.load(Ordering::SeqCst);
             assert!(fsyncs < records, "{fsyncs} fsyncs for {records} records: none shared");
             assert_eq!(shard.commit.durable_lsn(), records);
-            assert!(shard.commit.flusher.lock().is_some(), "the flusher was started");
+            let flusher = shard.commit.flusher.lock().take().expect("the flusher was started");
             shard.commit.stop_flusher();
-            assert!(shard.commit.flusher.lock().is_none(), "the flusher ended");
+            ends(&flusher, "stopped");
             // After it, an async waiter runs its own batch.
             let lsn = shard.write(0);
             let (outcome, blocked) = shard.sync_to_async(lsn);
@@ -962,39 +961,57 @@ mod tests {
         }
     }
 
-    /// Stopping the flusher while its waiters wait, its fsync held at a
-    /// gate: the stop waits for the batch, and the waiters return durable.
+    /// Stopping the flusher while its waiters wait for two batches: the
+    /// first held in its fsync at a gate, the second not yet begun (its
+    /// waiters listen for it). The stop waits for both, and every waiter
+    /// returns durable without running a batch of its own.
     #[cfg(feature = "tokio")]
     #[test]
-    fn a_stopped_flusher_ends_the_batch_its_waiters_wait_for() {
+    fn a_stopped_flusher_ends_the_batches_its_waiters_wait_for() {
+        use super::AsyncTurn;
+        use event_listener::Listener;
         let shard = Shard::new(0);
         let (open, gate) = std::sync::mpsc::channel();
         *shard.log.gate.lock() = Some(gate);
-        let waiters: Vec<_> = (0..4)
-            .map(|_| {
-                let waiting = Arc::clone(&shard);
-                let lsn = shard.write(0);
-                std::thread::spawn(move || waiting.sync_to_async(lsn))
-            })
-            .collect();
+        // Batch 1, the flusher's, covers record 1 alone and is held.
+        let first = shard.write(0);
+        let waiting = Arc::clone(&shard);
+        let first_waiter = std::thread::spawn(move || waiting.sync_to_async(first));
         while !shard.commit.lock().running {
             std::thread::yield_now();
         }
+        // Records 2 to 4 wait for the next batch, which nobody runs yet.
+        let listeners: Vec<_> = (2..=4)
+            .map(|_| {
+                let lsn = shard.write(0);
+                match shard.commit.turn_async(lsn).expect("turn") {
+                    AsyncTurn::Listen(listener) => (lsn, listener),
+                    other => panic!("record {lsn}: {other:?}"),
+                }
+            })
+            .collect();
+        assert_eq!(shard.commit.lock().flusher.wanted, 4);
         let stopping = Arc::clone(&shard);
         let stop = std::thread::spawn(move || stopping.commit.stop_flusher());
-        // The flusher's batches, each held until the gate opens.
+        while !shard.commit.lock().flusher.stopped {
+            std::thread::yield_now();
+        }
+        // Each fsync passes the gate once opened; at most two are to come.
+        let deadline = Instant::now() + Duration::from_secs(20);
         while !stop.is_finished() {
-            let _ = open.send(());
+            assert!(Instant::now() < deadline, "the stop did not end");
+            let _queued = open.send(());
             std::thread::sleep(Duration::from_millis(1));
         }
-        drop(open);
         stop.join().expect("stop");
-        for waiter in waiters {
-            let (outcome, blocked) = waiter.join().expect("waiter");
-            outcome.expect("durable");
-            assert!(!blocked, "a waiter of the flusher ran its own batch");
+        let (outcome, blocked) = first_waiter.join().expect("waiter");
+        outcome.expect("durable");
+        assert!(!blocked, "the first waiter ran its own batch");
+        for (lsn, listener) in listeners {
+            assert!(listener.wait_timeout(Duration::from_secs(5)).is_some(), "record {lsn}: its batch never ran");
+            assert!(matches!(shard.commit.turn_async(lsn).expect("turn"), AsyncTurn::Durable), "record {lsn}");
         }
-        assert_eq!(shard.commit.durable_lsn(), 4);
+        assert_eq!(shard.log.durable.load(Ordering::SeqCst), 4);
     }
 
     /// A write that fails (the writer poisons the shard) or an fsync that
@@ -1018,8 +1035,29 @@ mod tests {
             }
             let flusher = shard.commit.flusher.lock().take();
             if let Some(flusher) = flusher {
-                flusher.join().expect("the flusher ends on a poisoned shard");
+                ends(&flusher, "on a poisoned shard");
             }
+        }
+        // The flusher idle when a write poisons the shard: it ends too.
+        let shard = Shard::new(0);
+        let lsn = shard.write(0);
+        shard.sync_to_async(lsn).0.expect("durable");
+        while !shard.commit.lock().flusher.idle {
+            std::thread::yield_now();
+        }
+        let flusher = shard.commit.flusher.lock().take().expect("the flusher was started");
+        let lsn = shard.write(lsn + 1);
+        assert!(matches!(shard.sync_to_async(lsn).0, Err(crate::Error::Poisoned { .. })));
+        ends(&flusher, "idle on a shard then poisoned");
+    }
+
+    /// Fails unless the flusher's thread ends within 20 s.
+    #[cfg(feature = "tokio")]
+    fn ends(flusher: &std::thread::JoinHandle<()>, when: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !flusher.is_finished() {
+            assert!(Instant::now() < deadline, "the flusher did not end {when}");
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

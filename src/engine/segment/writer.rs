@@ -44,16 +44,18 @@ const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 /// How many zeros one `write` fills where records are written with
 /// `pwrite` (under `Sync`), rather than through a map.
 ///
-/// 16 KiB, not the whole step: the page cache keeps a file's pages in
-/// folios as large as the writes that made them (Linux 6.x on ext4), and
-/// each later small write into a folio walks all of its blocks, as does
-/// each fsync's writeback. Zeros written 1 MiB at a time made every
-/// record's `pwrite` over them cost 2.4 times the CPU of one over zeros
-/// written 16 KiB at a time (3.76 against 1.42–1.55 µs, each write beside
-/// a thread that fdatasyncs the file over and over); 128 tasks of
-/// `group_commit` made 1.4–1.8 times as many durable claims + completes
-/// (docs/benchmarks.md). Records written through a map fare the other
-/// way round (fewer, larger page faults): there the step is one write.
+/// 16 KiB, not the whole step: the page cache can keep a file's pages in
+/// folios as large as the writes that made them (ext4 on Linux 6.18, where
+/// this was measured), and each later small write into a folio walks all
+/// of its blocks, as does each fsync's writeback. Zeros written 1 MiB at a
+/// time made every record's `pwrite` over them cost about twice the CPU of
+/// one over zeros written 16 KiB at a time (4.00 and 4.20 against 2.20
+/// and 1.70 µs, each write beside a thread that fdatasyncs the file over
+/// and over, `benches/zero_fill.rs`); 128 tasks of `group_commit` made
+/// 1.6–1.8 times as many durable claims + completes (docs/benchmarks.md).
+/// Records written through a map fare the other way round (fewer, larger
+/// page faults): there the step is one write. (Where a map cannot be
+/// made, those records fall back to `pwrite` over the 1 MiB zeros.)
 const PWRITE_FILL: u64 = 16 << 10;
 const _: () = assert!(ALLOCATION_STEP.is_multiple_of(PWRITE_FILL));
 
