@@ -464,7 +464,7 @@ impl Store {
     /// releases the lock, without the final fsync (and writes the hint of a
     /// shard only if all its writes were already durable); both first wait
     /// for the fsyncs that async callers under
-    /// [`Durability::Sync`](crate::Durability::Sync) already wait for. A compaction
+    /// [`Durability::Sync`] already wait for. A compaction
     /// pass in progress is cut short (it waits for the segment being
     /// rewritten, never for the pacer of
     /// [`Config::compaction_bytes_per_second`]), and answers
