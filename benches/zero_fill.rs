@@ -20,7 +20,7 @@
 
 mod support;
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ fn row(path: &std::path::Path, piece: usize, records: u64) -> (f64, f64, u64) {
     let file = Arc::new(file);
     let stop = Arc::new(AtomicBool::new(false));
     let syncer = {
-        let (file, stop): (Arc<File>, Arc<AtomicBool>) = (Arc::clone(&file), Arc::clone(&stop));
+        let (file, stop) = (Arc::clone(&file), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut fsyncs = 0;
             while !stop.load(Ordering::Relaxed) {

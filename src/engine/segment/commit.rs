@@ -920,8 +920,9 @@ mod tests {
 
     /// Async waiters and blocking callers at once, twice over: every async
     /// waiter's batch is run by the flusher or by a blocking caller (none
-    /// is told to run its own), each returns durable, fsyncs are shared,
-    /// and a stopped flusher first ends the batches its waiters wait for.
+    /// is told to run its own), each returns durable, fsyncs are shared;
+    /// then the flusher, stopped, ends, and an async waiter after it runs
+    /// its own batch.
     #[cfg(feature = "tokio")]
     #[test]
     fn the_flusher_runs_the_async_waiters_batches_beside_blocking_callers() {
