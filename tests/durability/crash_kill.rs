@@ -6,8 +6,11 @@
 //! the middle of a compaction), reopens the directory and checks that
 //! nothing acknowledged was lost and nothing released came back.
 //!
-//! Rounds share a directory (25 at a time), so each child also recovers
-//! from the previous kill. `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
+//! Rounds share a directory (15 at a time), so each child also recovers
+//! from the previous kill. The directories' stores have four shards and
+//! one by turns (under `Sync` one shard copies its records into the
+//! segment's map, several write them with `pwrite`).
+//! `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
 
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, State, Store};
 use std::collections::HashMap;
@@ -18,11 +21,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CHILD_DIR: &str = "IDEMKV_KILL_CHILD_DIR";
 const CHILD_ROUND: &str = "IDEMKV_KILL_CHILD_ROUND";
+const CHILD_SHARDS: &str = "IDEMKV_KILL_CHILD_SHARDS";
+/// Rounds a directory serves.
+const ROUNDS_A_DIRECTORY: u64 = 15;
 const THREADS: usize = 4;
 
-fn config() -> Config {
+fn config(shards: u32) -> Config {
     Config::new()
-        .shards(4)
+        .shards(shards)
         .durability(Durability::Sync)
         .segment_bytes(16 * 1024)
         .response_bytes_max(4096)
@@ -47,8 +53,8 @@ fn fingerprint(key: &str) -> Fingerprint {
 }
 
 /// The child: works until killed.
-fn child(dir: &Path, round: u64) -> ! {
-    let store = Store::open(dir, config()).expect("child open");
+fn child(dir: &Path, round: u64, shards: u32) -> ! {
+    let store = Store::open(dir, config(shards)).expect("child open");
     // On its own line: the test harness may have printed a partial line.
     println!("\nCHILD-OPEN");
     std::thread::scope(|scope| {
@@ -145,7 +151,7 @@ impl Random {
 
 /// The acknowledged calls of one child, and how many compaction passes of
 /// it reclaimed space.
-fn run_child(dir: &Path, round: u64, kill_after: Duration, wait_for_open: bool) -> (Vec<String>, usize) {
+fn run_child(dir: &Path, round: u64, shards: u32, kill_after: Duration, wait_for_open: bool) -> (Vec<String>, usize) {
     let mut child = Command::new(std::env::current_exe().expect("current exe"))
         .args([
             "--exact",
@@ -155,6 +161,7 @@ fn run_child(dir: &Path, round: u64, kill_after: Duration, wait_for_open: bool) 
         ])
         .env(CHILD_DIR, dir)
         .env(CHILD_ROUND, round.to_string())
+        .env(CHILD_SHARDS, shards.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -202,8 +209,9 @@ fn apply(ledger: &mut HashMap<String, Acked>, line: &str) {
     ledger.insert(key.to_string(), state);
 }
 
-fn check(dir: &Path, ledger: &HashMap<String, Acked>, seed: u64) {
-    let store = Store::open(dir, config()).unwrap_or_else(|error| panic!("seed {seed}: open after kill: {error}"));
+fn check(dir: &Path, shards: u32, ledger: &HashMap<String, Acked>, seed: u64) {
+    let store =
+        Store::open(dir, config(shards)).unwrap_or_else(|error| panic!("seed {seed}: open after kill: {error}"));
     for (key, acked) in ledger {
         let record = store.get(b"", key.as_bytes()).expect("get");
         let found = record.as_ref().map(|record| (record.state, record.token));
@@ -236,7 +244,8 @@ fn check(dir: &Path, ledger: &HashMap<String, Acked>, seed: u64) {
 fn acknowledged_calls_survive_sigkill() {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
         let round = std::env::var(CHILD_ROUND).ok().and_then(|round| round.parse().ok()).unwrap_or(0);
-        child(Path::new(&dir), round);
+        let shards = std::env::var(CHILD_SHARDS).ok().and_then(|shards| shards.parse().ok()).unwrap_or(4);
+        child(Path::new(&dir), round, shards);
     }
     let rounds: u64 = std::env::var("IDEMKV_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(30);
     let seed = SystemTime::now()
@@ -250,8 +259,8 @@ fn acknowledged_calls_survive_sigkill() {
     let mut acknowledged = 0;
     let mut compacting_rounds = 0;
     for round in 0..rounds {
-        // A fresh directory every 25 rounds keeps a long soak linear in time.
-        if round > 0 && round % 25 == 0 {
+        // A fresh directory every 15 rounds keeps a long soak linear in time.
+        if round > 0 && round % ROUNDS_A_DIRECTORY == 0 {
             dir = tempfile::tempdir().expect("tempdir");
             ledger.clear();
         }
@@ -259,8 +268,9 @@ fn acknowledged_calls_survive_sigkill() {
         let early = random.below(5) == 0;
         let kill_after =
             if early { Duration::from_millis(random.below(15)) } else { Duration::from_millis(5 + random.below(150)) };
+        let shards = if (round / ROUNDS_A_DIRECTORY).is_multiple_of(2) { 4 } else { 1 };
         let child_started = Instant::now();
-        let (lines, compactions) = run_child(dir.path(), round, kill_after, !early);
+        let (lines, compactions) = run_child(dir.path(), round, shards, kill_after, !early);
         compacting_rounds += usize::from(compactions > 0);
         if std::env::var_os("IDEMKV_KILL_VERBOSE").is_some() {
             eprintln!(
@@ -273,7 +283,7 @@ fn acknowledged_calls_survive_sigkill() {
         for line in &lines {
             apply(&mut ledger, line);
         }
-        check(dir.path(), &ledger, seed);
+        check(dir.path(), shards, &ledger, seed);
     }
     eprintln!(
         "{rounds} kills, {acknowledged} acknowledged calls, {compacting_rounds} rounds reclaimed space, seed {seed}, {:?}",

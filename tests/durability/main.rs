@@ -12,6 +12,7 @@ mod format_fixtures;
 mod format_migration;
 mod group_commit_fsync_failure;
 mod interval;
+mod log_writes;
 mod power_cut;
 mod recovery_corruption;
 mod recovery_durable_mark;

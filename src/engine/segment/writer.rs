@@ -8,20 +8,17 @@
 //! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
 //! already has, so the fsync that makes it durable commits data only, not a
 //! new file length, and a full disk fails the zero-fill (nothing of the
-//! record written) rather than the record. Unless every record is synced
-//! as it is written ([`crate::Durability::Sync`]), records are then copied
-//! into the segment's writable map (`pwrite` where the storage maps
-//! nothing), which puts them in the page cache as `pwrite` would, without a
-//! system call. Under `Sync` they are written with `pwrite` and the map
-//! serves reads only: a page written through a map and then synced is
-//! write-protected again, so the next record into it takes a page fault
-//! that waits on the page's writeback (a one-off comparison favoured
-//! `pwrite`; no bench in the repository keeps both paths side by side).
+//! record written) rather than the record. Records are then copied into
+//! the segment's writable map (`pwrite` where the storage maps nothing),
+//! which puts them in the page cache as `pwrite` would, without a system
+//! call — except under [`crate::Durability::Sync`] with more than one
+//! shard, where they are written with `pwrite` ([`LogWrites`] says why).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
 //! The [`Writer`] lives behind its shard's lock.
 
+use crate::config::Durability;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
@@ -41,23 +38,57 @@ pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
 static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 
-/// How many zeros one `write` fills where records are written with
-/// `pwrite` (under `Sync`), rather than through a map.
+/// How many zeros one `write` fills under `Sync`, where each record is
+/// made durable by an fsync soon after it is written.
 ///
-/// 16 KiB, not the whole step: the page cache can keep a file's pages in
+/// 4 KiB, not the whole step: the page cache can keep a file's pages in
 /// folios as large as the writes that made them (ext4 on Linux 6.18, where
-/// this was measured), and each later small write into a folio walks all
-/// of its blocks, as does each fsync's writeback. Zeros written 1 MiB at a
-/// time made every record's `pwrite` over them cost about twice the CPU of
-/// one over zeros written 16 KiB at a time (4.00 and 4.20 against 2.20
-/// and 1.70 µs, each write beside a thread that fdatasyncs the file over
-/// and over, `benches/zero_fill.rs`); 128 tasks of `group_commit` made
-/// 1.6–1.8 times as many durable claims + completes (docs/benchmarks.md).
-/// Records written through a map fare the other way round (fewer, larger
-/// page faults): there the step is one write. (Where a map cannot be
-/// made, those records fall back to `pwrite` over the 1 MiB zeros.)
-const PWRITE_FILL: u64 = 16 << 10;
-const _: () = assert!(ALLOCATION_STEP.is_multiple_of(PWRITE_FILL));
+/// this was measured). A write through a map marks its whole folio dirty,
+/// so an fsync after it writes back the whole folio: over zeros written
+/// 1 MiB at a time each fsync wrote a MiB, and one `Sync` caller made
+/// 1,838–1,883 claims + completes a second against 4,206–4,900 over
+/// 16 KiB pieces (`group_commit`, docs/benchmarks.md). A `pwrite` fares
+/// the same way: each small write into a large folio walks all of its
+/// blocks, as each fsync's writeback does (4.00 and 4.20 µs of CPU a
+/// record over 1 MiB zeros against 2.20 and 1.70 over 16 KiB, each write
+/// beside a thread that fdatasyncs the file over and over,
+/// `benches/zero_fill.rs`). Records that are not synced one by one fare
+/// the other way round (fewer, larger page faults): there the step is one
+/// write.
+pub(crate) const SYNCED_FILL: u64 = 4 << 10;
+const _: () = assert!(ALLOCATION_STEP.is_multiple_of(SYNCED_FILL));
+
+/// How a shard's records reach its active segment.
+///
+/// Through the segment's writable map, a copy under the shard's lock —
+/// except under `Sync` with more than one shard, where each record is
+/// written with `pwrite`. An fsync's writeback write-protects every mapped
+/// page it cleans (a TLB shootdown across the process's threads), so the
+/// next record into the page takes a page fault: that lengthens each fsync
+/// and each lone caller's call. A `pwrite` instead holds the shard's lock
+/// across a system call, which costs most where every writer shares one
+/// lock. Measured with 128 callers (`group_commit`, docs/benchmarks.md):
+/// with one shard the map gave tokio tasks 1.5 times the claims +
+/// completes a second of `pwrite`, and threads 1.1–1.4 times; with four,
+/// `pwrite` was 5–7 % ahead, and with two the runs split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogWrites {
+    /// Records are copied into the map, not written with `pwrite`.
+    mapped: bool,
+    /// Zeros written a `write` when the active segment grows: the whole
+    /// [`ALLOCATION_STEP`], or [`SYNCED_FILL`] under `Sync`.
+    fill: u64,
+}
+
+impl LogWrites {
+    /// The writes of a store of `shards` shards under `durability`.
+    pub(crate) fn for_store(durability: Durability, shards: u32) -> LogWrites {
+        match durability {
+            Durability::Sync => LogWrites { mapped: shards == 1, fill: SYNCED_FILL },
+            _ => LogWrites { mapped: true, fill: ALLOCATION_STEP },
+        }
+    }
+}
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -95,9 +126,8 @@ pub(crate) struct Writer {
     pub next_lsn: u64,
     /// The segments the shard must have, as stored in its catalog.
     pub catalog: Catalog,
-    /// Whether records go into the active segment through its map (see the
-    /// module docs) rather than with `pwrite`.
-    map_writes: bool,
+    /// How records reach the active segment.
+    writes: LogWrites,
 }
 
 impl Writer {
@@ -112,7 +142,7 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
-        map_writes: bool,
+        log_writes: LogWrites,
     ) -> Result<Self> {
         let path = crate::engine::segment::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
@@ -127,7 +157,7 @@ impl Writer {
             maps: BTreeMap::new(),
             next_lsn,
             catalog,
-            map_writes,
+            writes: log_writes,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
@@ -157,14 +187,14 @@ impl Writer {
     }
 
     /// Maps segment `segment` again at its file's current length, writable
-    /// if it is the active segment, records are written through the map and
-    /// its file may be written; without a
+    /// if it is the active segment, records are copied into the map
+    /// ([`LogWrites`]) and its file may be written; without a
     /// map (the storage maps nothing, or mapping failed) its records are
     /// read with `pread` and written with `pwrite`.
     fn remap(&mut self, segment: u32) {
         self.maps.remove(&segment);
         let Some(file) = self.file(segment) else { return };
-        let writable = segment == self.active.id && self.map_writes;
+        let writable = segment == self.active.id && self.writes.mapped;
         let map = match file.map(writable) {
             Ok(map) => map,
             // A file opened for reading only maps for reading only.
@@ -253,10 +283,9 @@ impl Writer {
     /// record that needed the space has been written.
     fn allocate(&mut self, need: u64, commit: &GroupCommit) -> Result<()> {
         let target = need.div_ceil(ALLOCATION_STEP).saturating_mul(ALLOCATION_STEP).min(self.segment_bytes).max(need);
-        let fill = if self.map_writes { ALLOCATION_STEP } else { PWRITE_FILL };
         let mut at = self.allocated;
         while at < target {
-            let piece = (target - at).min(fill);
+            let piece = (target - at).min(self.writes.fill);
             let piece_len = usize::try_from(piece).expect("a piece is at most an allocation step");
             if let Err(error) = self.active.file.write_all_at(&ZEROS[..piece_len], at) {
                 let previous = self.allocated;

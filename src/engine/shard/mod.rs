@@ -16,13 +16,13 @@ mod state;
 
 use crate::checkpoint::Checkpoint;
 use crate::clock::{Clock, Now};
-use crate::config::{Config, Durability};
+use crate::config::Config;
 use crate::engine::entry::KeyHasher;
 use crate::engine::recovery::Recovered;
 #[cfg(feature = "tokio")]
 use crate::engine::segment::commit::AsyncTurn;
 use crate::engine::segment::commit::{GroupCommit, Tail};
-use crate::engine::segment::writer::Writer;
+use crate::engine::segment::writer::{LogWrites, Writer};
 use crate::engine::telemetry::{bump, Counters};
 use crate::engine::transition::{self, ClaimParams, ClaimStep, Held, Stored};
 use crate::engine::waiters::Waiters;
@@ -118,14 +118,12 @@ impl Shard {
     /// The shard recovered at open, at `now` (its TTL floor; records
     /// expired by then are dropped and counted). Reads each Processing
     /// record once (see [`ShardState::new`]).
-    pub(crate) fn new(id: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
+    pub(crate) fn new(id: u32, shards: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
         let storage = Arc::clone(&config.storage);
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
         let Recovered { dir, frames, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
-        // Under Sync every record is synced as it is written: `pwrite` is
-        // faster there than writing through the map (see `segment::writer`).
-        let map_writes = !matches!(config.durability, Durability::Sync);
+        let writes = LogWrites::for_store(config.durability, shards);
         let log = Writer::new(
             dir.clone(),
             id,
@@ -135,7 +133,7 @@ impl Shard {
             sealed,
             next_lsn,
             catalog,
-            map_writes,
+            writes,
         )?;
         let counters = Arc::new(Counters::new(id));
         counters.torn_tail_bytes_cut.add(torn_tail_bytes);
