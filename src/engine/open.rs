@@ -214,7 +214,7 @@ fn build_shards(
     let build = |id: u32| {
         // Each id is built once, so its slot is full.
         let recovered = slots[id as usize].lock().take().ok_or(Error::Closed)?;
-        let shard = Shard::new(id, count, config, recovered, now)?;
+        let shard = Shard::new(id, config, recovered, now)?;
         if let Some(ledger) = quota {
             shard.attach_quota(ledger)?;
         }

@@ -8,8 +8,7 @@
 //!
 //! Rounds share a directory (15 at a time), so each child also recovers
 //! from the previous kill. The directories' stores have four shards and
-//! one by turns (under `Sync` one shard copies its records into the
-//! segment's map, several write them with `pwrite`).
+//! one by turns.
 //! `IDEMKV_KILL_ROUNDS` sets the number of rounds (default 30).
 
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, State, Store};

@@ -1,18 +1,20 @@
 //! How records reach a segment, seen from the file layer: a storage over
 //! real files that forwards every call (maps included) and counts the
 //! writes into segment files. Records are copied into the active
-//! segment's map, except under `Sync` with more than one shard, where each
-//! is written with `pwrite`; under `Sync` the zeros ahead of the records
-//! go in 4 KiB at a time (a write through a map dirties its whole
-//! page-cache folio, which the next fsync writes back), otherwise a MiB.
-//! Either way, every acknowledged record survives a reopen.
+//! segment's map, except under `Sync` while fewer than 48 records wait for
+//! their fsync, where each is written with `pwrite`; under `Sync` the
+//! zeros ahead of the records go in 4 KiB at a time (a write through a map
+//! dirties its whole page-cache folio, which the next fsync writes back),
+//! otherwise a MiB. Either way, every acknowledged record survives a
+//! reopen.
 
 use idemkv::io::{Map, StdStorage, Storage, StorageFile};
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, State, Store};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Bytes of a segment's header (its durable mark included): records come
 /// after it (docs/format.md).
@@ -27,15 +29,41 @@ struct Tally {
     largest_fill: AtomicU64,
 }
 
+/// Holds segment fsyncs while it is shut.
+#[derive(Debug, Default)]
+struct Gate {
+    shut: Mutex<bool>,
+    opened: Condvar,
+    /// Whether an fsync has waited at the gate.
+    held: AtomicBool,
+}
+
+impl Gate {
+    fn pass(&self) {
+        let mut shut = self.shut.lock().expect("gate");
+        while *shut {
+            self.held.store(true, Ordering::Relaxed);
+            shut = self.opened.wait(shut).expect("gate");
+        }
+    }
+
+    fn set(&self, shut: bool) {
+        *self.shut.lock().expect("gate") = shut;
+        self.opened.notify_all();
+    }
+}
+
 #[derive(Debug)]
 struct Counting {
     tally: Arc<Tally>,
+    gate: Arc<Gate>,
 }
 
 #[derive(Debug)]
 struct CountingFile {
     inner: Arc<dyn StorageFile>,
     tally: Option<Arc<Tally>>,
+    gate: Arc<Gate>,
 }
 
 impl StorageFile for CountingFile {
@@ -64,6 +92,9 @@ impl StorageFile for CountingFile {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if self.tally.is_some() {
+            self.gate.pass();
+        }
         self.inner.sync()
     }
 
@@ -76,7 +107,8 @@ impl Storage for Counting {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
         let segment = path.extension().is_some_and(|extension| extension == "seg");
         let tally = segment.then(|| Arc::clone(&self.tally));
-        Ok(Arc::new(CountingFile { inner: StdStorage.open(path, create)?, tally }))
+        let gate = Arc::clone(&self.gate);
+        Ok(Arc::new(CountingFile { inner: StdStorage.open(path, create)?, tally, gate }))
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -102,57 +134,90 @@ impl Storage for Counting {
 
 const KEYS: usize = 40;
 
-/// Claims and completes `KEYS` keys in a store of `shards` shards under
-/// `durability`, reopens it and checks every answer; returns the tally.
-fn written(shards: u32, durability: Durability) -> Tally {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let tally = Arc::new(Tally::default());
-    let storage: Arc<dyn Storage> = Arc::new(Counting { tally: Arc::clone(&tally) });
-    let config =
-        || Config::new().shards(shards).durability(durability).compaction_interval(None).storage(Arc::clone(&storage));
-    let store = Store::open(dir.path(), config()).expect("open");
-    for n in 0..KEYS {
-        let key = format!("key-{n}");
-        let Claim::Acquired(lease) = store.claim(&ClaimRequest::new(&key, Fingerprint::of(b"f"))).expect("claim")
-        else {
-            panic!("{key}: a fresh key is acquired");
-        };
-        lease.complete(format!("answer-{n}").as_bytes()).expect("complete");
-    }
-    let counted = Tally {
-        records: AtomicU64::new(tally.records.load(Ordering::Relaxed)),
-        fills: AtomicU64::new(tally.fills.load(Ordering::Relaxed)),
-        largest_fill: AtomicU64::new(tally.largest_fill.load(Ordering::Relaxed)),
+/// A store of `shards` shards under `durability` over a [`Counting`]
+/// storage in `dir`.
+fn counted(dir: &Path, shards: u32, durability: Durability, tally: &Arc<Tally>, gate: &Arc<Gate>) -> Store {
+    let storage: Arc<dyn Storage> = Arc::new(Counting { tally: Arc::clone(tally), gate: Arc::clone(gate) });
+    let config = Config::new().shards(shards).durability(durability).compaction_interval(None).storage(storage);
+    Store::open(dir, config).expect("open")
+}
+
+fn claim_and_complete(store: &Store, n: usize) {
+    let key = format!("key-{n}");
+    let Claim::Acquired(lease) = store.claim(&ClaimRequest::new(&key, Fingerprint::of(b"f"))).expect("claim") else {
+        panic!("{key}: a fresh key is acquired");
     };
-    store.close().expect("close");
-    let store = Store::open(dir.path(), config()).expect("reopen");
-    for n in 0..KEYS {
+    lease.complete(format!("answer-{n}").as_bytes()).expect("complete");
+}
+
+/// Reopens the store in `dir` and checks the answers of keys `0..keys`.
+fn check_answers(dir: &Path, shards: u32, durability: Durability, keys: usize) {
+    let store = counted(dir, shards, durability, &Arc::default(), &Arc::default());
+    for n in 0..keys {
         let record = store.get(b"", format!("key-{n}").as_bytes()).expect("get").expect("kept");
         assert_eq!(record.state, State::Completed);
         assert_eq!(record.response, format!("answer-{n}").into_bytes());
     }
-    counted
+}
+
+/// Claims and completes `KEYS` keys one after another in a store of
+/// `shards` shards under `durability`, reopens it and checks every answer;
+/// returns the record writes and the largest zero-fill write.
+fn written(shards: u32, durability: Durability) -> (u64, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tally = Arc::new(Tally::default());
+    let store = counted(dir.path(), shards, durability, &tally, &Arc::default());
+    for n in 0..KEYS {
+        claim_and_complete(&store, n);
+    }
+    let counts = (tally.records.load(Ordering::Relaxed), tally.largest_fill.load(Ordering::Relaxed));
+    assert!(tally.fills.load(Ordering::Relaxed) > 0, "the segment was zero-filled ahead");
+    store.close().expect("close");
+    check_answers(dir.path(), shards, durability, KEYS);
+    counts
 }
 
 #[test]
-fn one_sync_shard_copies_its_records_into_the_map_over_zeros_in_4_kib_pieces() {
-    let tally = written(1, Durability::Sync);
-    assert_eq!(tally.records.load(Ordering::Relaxed), 0, "no record written with pwrite");
-    assert!(tally.fills.load(Ordering::Relaxed) > 1, "the zeros came in more than one write");
-    assert_eq!(tally.largest_fill.load(Ordering::Relaxed), 4096);
+fn a_lone_sync_caller_writes_each_record_with_pwrite_over_zeros_in_4_kib_pieces() {
+    for shards in [1, 4] {
+        let (records, largest_fill) = written(shards, Durability::Sync);
+        assert_eq!(records, 2 * KEYS as u64, "{shards} shards: a claim and a completion a key");
+        assert_eq!(largest_fill, 4096, "{shards} shards");
+    }
 }
 
 #[test]
-fn sync_shards_write_each_record_with_pwrite_over_zeros_in_4_kib_pieces() {
-    let tally = written(4, Durability::Sync);
-    assert_eq!(tally.records.load(Ordering::Relaxed), 2 * KEYS as u64, "a claim and a completion a key");
-    assert_eq!(tally.largest_fill.load(Ordering::Relaxed), 4096);
-}
-
-#[test]
-fn buffered_shards_copy_their_records_into_the_map_over_zeros_a_mib_at_a_time() {
-    let tally = written(4, Durability::Buffered);
-    assert_eq!(tally.records.load(Ordering::Relaxed), 0, "no record written with pwrite");
+fn buffered_records_are_copied_into_the_map_over_zeros_a_mib_at_a_time() {
+    let (records, largest_fill) = written(4, Durability::Buffered);
+    assert_eq!(records, 0, "no record written with pwrite");
     // The first fill runs from the header's end to the first MiB.
-    assert_eq!(tally.largest_fill.load(Ordering::Relaxed), (1 << 20) - HEADER_BYTES);
+    assert_eq!(largest_fill, (1 << 20) - HEADER_BYTES);
+}
+
+#[test]
+fn sync_records_are_copied_into_the_map_once_48_wait_for_their_fsync() {
+    const CALLERS: usize = 80;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tally, gate) = (Arc::new(Tally::default()), Arc::new(Gate::default()));
+    let store = counted(dir.path(), 1, Durability::Sync, &tally, &gate);
+    let written_before = store.stats().records_written;
+    gate.set(true);
+    std::thread::scope(|scope| {
+        for n in 0..CALLERS {
+            let store = store.clone();
+            scope.spawn(move || claim_and_complete(&store, n));
+        }
+        // Every caller's claim is written while the first fsync is held.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while store.stats().records_written < written_before + CALLERS as u64 {
+            assert!(Instant::now() < deadline, "the callers' claims were not all written within 20 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(gate.held.load(Ordering::Relaxed), "an fsync waited at the gate");
+        let pwritten = tally.records.load(Ordering::Relaxed);
+        assert_eq!(pwritten, 48, "the claims written while fewer than 48 waited, the rest copied into the map");
+        gate.set(false);
+    });
+    store.close().expect("close");
+    check_answers(dir.path(), 1, Durability::Sync, CALLERS);
 }

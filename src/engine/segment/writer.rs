@@ -11,8 +11,9 @@
 //! record written) rather than the record. Records are then copied into
 //! the segment's writable map (`pwrite` where the storage maps nothing),
 //! which puts them in the page cache as `pwrite` would, without a system
-//! call — except under [`crate::Durability::Sync`] with more than one
-//! shard, where they are written with `pwrite` ([`LogWrites`] says why).
+//! call — except under [`crate::Durability::Sync`] while few records wait
+//! for their fsync, where they are written with `pwrite` ([`LogWrites`]
+//! says why).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
@@ -58,34 +59,42 @@ const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 pub(crate) const SYNCED_FILL: u64 = 4 << 10;
 const _: () = assert!(ALLOCATION_STEP.is_multiple_of(SYNCED_FILL));
 
+/// Records written but not yet durable, at least, for a `Sync` writer to
+/// copy its record into the map rather than write it with `pwrite` (see
+/// [`LogWrites`]).
+pub(crate) const MAP_WHEN_PENDING: u64 = 48;
+
 /// How a shard's records reach its active segment.
 ///
 /// Through the segment's writable map, a copy under the shard's lock —
-/// except under `Sync` with more than one shard, where each record is
-/// written with `pwrite`. An fsync's writeback write-protects every mapped
-/// page it cleans (a TLB shootdown across the process's threads), so the
-/// next record into the page takes a page fault: that lengthens each fsync
-/// and each lone caller's call. A `pwrite` instead holds the shard's lock
-/// across a system call, which costs most where every writer shares one
-/// lock. Measured with 128 callers (`group_commit`, docs/benchmarks.md):
-/// with one shard the map gave tokio tasks 1.5 times the claims +
-/// completes a second of `pwrite`, and threads 1.1–1.4 times; with four,
-/// `pwrite` was 5–7 % ahead, and with two the runs split.
+/// except under `Sync` while fewer than [`MAP_WHEN_PENDING`] records wait
+/// for their fsync, where a record is written with `pwrite`. An fsync's
+/// writeback write-protects every mapped page it cleans (a TLB shootdown
+/// across the process's threads), so the next record copied into the page
+/// takes a page fault: a cost a page and an fsync, which lengthens the
+/// fsync, and which few records a batch share. A `pwrite` costs a system
+/// call a record, under the shard's lock, which is what the callers queue
+/// for once many wait. Measured with `group_commit` at one shard
+/// (docs/benchmarks.md): copying every record gave 128 tokio tasks
+/// 1.5 times the claims + completes a second of `pwrite`, but 32 callers
+/// 0.87–0.95 times and one caller down to 0.85; with four shards `pwrite`
+/// was 5–7 % ahead at 128 callers (32 a shard). Switching at 48 pending
+/// records kept the best of both in each of those rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogWrites {
-    /// Records are copied into the map, not written with `pwrite`.
-    mapped: bool,
+    /// Every record is copied into the map, however few are pending.
+    always_mapped: bool,
     /// Zeros written a `write` when the active segment grows: the whole
     /// [`ALLOCATION_STEP`], or [`SYNCED_FILL`] under `Sync`.
     fill: u64,
 }
 
 impl LogWrites {
-    /// The writes of a store of `shards` shards under `durability`.
-    pub(crate) fn for_store(durability: Durability, shards: u32) -> LogWrites {
+    /// The writes of a store under `durability`.
+    pub(crate) fn for_store(durability: Durability) -> LogWrites {
         match durability {
-            Durability::Sync => LogWrites { mapped: shards == 1, fill: SYNCED_FILL },
-            _ => LogWrites { mapped: true, fill: ALLOCATION_STEP },
+            Durability::Sync => LogWrites { always_mapped: false, fill: SYNCED_FILL },
+            _ => LogWrites { always_mapped: true, fill: ALLOCATION_STEP },
         }
     }
 }
@@ -187,14 +196,13 @@ impl Writer {
     }
 
     /// Maps segment `segment` again at its file's current length, writable
-    /// if it is the active segment, records are copied into the map
-    /// ([`LogWrites`]) and its file may be written; without a
+    /// if it is the active segment and its file may be written; without a
     /// map (the storage maps nothing, or mapping failed) its records are
     /// read with `pread` and written with `pwrite`.
     fn remap(&mut self, segment: u32) {
         self.maps.remove(&segment);
         let Some(file) = self.file(segment) else { return };
-        let writable = segment == self.active.id && self.writes.mapped;
+        let writable = segment == self.active.id;
         let map = match file.map(writable) {
             Ok(map) => map,
             // A file opened for reading only maps for reading only.
@@ -257,7 +265,8 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
+        let copy = self.writes.always_mapped || commit.pending() >= MAP_WHEN_PENDING;
+        let mapped = copy && self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
         if !mapped {
             if let Err(error) = self.active.file.write_all_at(frame, offset) {
                 self.cut_back(offset, commit);

@@ -118,12 +118,12 @@ impl Shard {
     /// The shard recovered at open, at `now` (its TTL floor; records
     /// expired by then are dropped and counted). Reads each Processing
     /// record once (see [`ShardState::new`]).
-    pub(crate) fn new(id: u32, shards: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
+    pub(crate) fn new(id: u32, config: &Config, recovered: Recovered, now: Now) -> Result<Self> {
         let storage = Arc::clone(&config.storage);
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
         let Recovered { dir, frames, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
-        let writes = LogWrites::for_store(config.durability, shards);
+        let writes = LogWrites::for_store(config.durability);
         let log = Writer::new(
             dir.clone(),
             id,
