@@ -27,7 +27,12 @@
 //! ```text
 //! cargo bench -p idemkv-bench --bench http_layer            # 5 s per row
 //! IDEMKV_BENCH_SECONDS=0.5 cargo bench -p idemkv-bench --bench http_layer
+//! IDEMKV_BENCH_ONE_ROW=layer-replay cargo bench -p idemkv-bench --bench http_layer
 //! ```
+//!
+//! `IDEMKV_BENCH_ONE_ROW` runs one loopback row alone (`bare`,
+//! `layer-fresh`, `layer-replay`, `floor-fresh` or `floor-replay`), so
+//! that `perf record` or `perf stat` sees that row only.
 
 mod support;
 
@@ -235,6 +240,10 @@ fn main() {
     let seconds = support::seconds(5.0);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async {
+        if let Ok(row) = std::env::var("IDEMKV_BENCH_ONE_ROW") {
+            one_row(&row, seconds).await;
+            return;
+        }
         if std::env::var_os("IDEMKV_BENCH_IN_PROCESS_ONLY").is_none() {
             over_loopback(seconds).await;
         }
@@ -323,4 +332,33 @@ async fn webhooks_in_process(seconds: f64) {
     let hooked = in_process_signed(hooks_app, seconds, false, Some(signer)).await;
     println!("signed webhooks, bare route  {}", signed_bare.beside(signed_bare));
     println!("signed webhooks, WebhookLayer {}", hooked.beside(signed_bare));
+}
+
+/// One loopback row alone, for `seconds` after a warm-up of 0.2 s: its
+/// requests, rate and CPU a request.
+async fn one_row(row: &str, seconds: f64) {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().expect("client");
+    let (app, _dir) = match row {
+        "bare" => (Router::new().route("/payments", post(handler)), None),
+        "layer-fresh" | "layer-replay" => {
+            let (app, dir) = app_over(Durability::Buffered, layered(LayerConfig::global()));
+            (app, Some(dir))
+        }
+        "floor-fresh" | "floor-replay" => {
+            let (app, dir) = app_over(Durability::Buffered, floored);
+            (app, Some(dir))
+        }
+        _ => panic!("IDEMKV_BENCH_ONE_ROW: bare, layer-fresh, layer-replay, floor-fresh or floor-replay, not {row}"),
+    };
+    let url = serve(app).await;
+    let replay = row.ends_with("replay");
+    drive(&client, &url, 0.2, replay, 99, &mut Tally::new()).await;
+    let mut tally = Tally::new();
+    drive(&client, &url, seconds, replay, 0, &mut tally).await;
+    println!(
+        "{row}: {} requests in {seconds} s, {:.0} req/s, CPU {:.2} µs a request (server and client)",
+        tally.requests,
+        tally.rate(),
+        tally.cpu_micros()
+    );
 }

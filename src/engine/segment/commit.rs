@@ -297,12 +297,6 @@ impl GroupCommit {
         self.written_lsn.load(Ordering::Acquire)
     }
 
-    /// Records written and not yet durable (as the writer, under the
-    /// shard's lock, sees them).
-    pub(crate) fn pending(&self) -> u64 {
-        self.written_lsn().saturating_sub(self.durable_lsn())
-    }
-
     /// Records that everything up to `lsn` is durable.
     pub(crate) fn synced(&self, lsn: u64) {
         bump(&self.counters.fsyncs);

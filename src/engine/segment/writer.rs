@@ -8,18 +8,20 @@
 //! [`ALLOCATION_STEP`] at a time: a record then lands in space the file
 //! already has, so the fsync that makes it durable commits data only, not a
 //! new file length, and a full disk fails the zero-fill (nothing of the
-//! record written) rather than the record. Records are then copied into
-//! the segment's writable map (`pwrite` where the storage maps nothing),
-//! which puts them in the page cache as `pwrite` would, without a system
-//! call — except under [`crate::Durability::Sync`] while few records wait
-//! for their fsync, where they are written with `pwrite` ([`LogWrites`]
-//! says why).
+//! record written) rather than the record. Unless every record is synced
+//! as it is written ([`crate::Durability::Sync`]), records are then copied
+//! into the segment's writable map (`pwrite` where the storage maps
+//! nothing), which puts them in the page cache as `pwrite` would, without a
+//! system call. Under `Sync` they are written with `pwrite` and the map
+//! serves reads only: a page written through a map and then synced is
+//! write-protected again, so the next record into it takes a page fault
+//! that waits on the page's writeback (a one-off comparison favoured
+//! `pwrite`; no bench in the repository keeps both paths side by side).
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
 //! The [`Writer`] lives behind its shard's lock.
 
-use crate::config::Durability;
 use crate::engine::segment::catalog::Catalog;
 use crate::engine::segment::commit::GroupCommit;
 use crate::engine::segment::header::{SegmentHeader, HEADER_BYTES};
@@ -39,65 +41,23 @@ pub(crate) const ALLOCATION_STEP: u64 = 1 << 20;
 static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 const _: () = assert!(ZEROS.len() as u64 == ALLOCATION_STEP);
 
-/// How many zeros one `write` fills under `Sync`, where each record is
-/// made durable by an fsync soon after it is written.
+/// How many zeros one `write` fills where records are written with
+/// `pwrite` (under `Sync`), rather than through a map.
 ///
-/// 4 KiB, not the whole step: the page cache can keep a file's pages in
+/// 16 KiB, not the whole step: the page cache can keep a file's pages in
 /// folios as large as the writes that made them (ext4 on Linux 6.18, where
-/// this was measured). A write through a map marks its whole folio dirty,
-/// so an fsync after it writes back the whole folio: over zeros written
-/// 1 MiB at a time each fsync wrote a MiB, and one `Sync` caller made
-/// 1,838–1,883 claims + completes a second against 4,206–4,900 over
-/// 16 KiB pieces (`group_commit`, docs/benchmarks.md). A `pwrite` fares
-/// the same way: each small write into a large folio walks all of its
-/// blocks, as each fsync's writeback does (4.00 and 4.20 µs of CPU a
-/// record over 1 MiB zeros against 2.20 and 1.70 over 16 KiB, each write
-/// beside a thread that fdatasyncs the file over and over,
-/// `benches/zero_fill.rs`). Records that are not synced one by one fare
-/// the other way round (fewer, larger page faults): there the step is one
-/// write.
-pub(crate) const SYNCED_FILL: u64 = 4 << 10;
-const _: () = assert!(ALLOCATION_STEP.is_multiple_of(SYNCED_FILL));
-
-/// Records written but not yet durable, at least, for a `Sync` writer to
-/// copy its record into the map rather than write it with `pwrite` (see
-/// [`LogWrites`]).
-pub(crate) const MAP_WHEN_PENDING: u64 = 48;
-
-/// How a shard's records reach its active segment.
-///
-/// Through the segment's writable map, a copy under the shard's lock —
-/// except under `Sync` while fewer than [`MAP_WHEN_PENDING`] records wait
-/// for their fsync, where a record is written with `pwrite`. An fsync's
-/// writeback write-protects every mapped page it cleans (a TLB shootdown
-/// across the process's threads), so the next record copied into the page
-/// takes a page fault: a cost a page and an fsync, which lengthens the
-/// fsync, and which few records a batch share. A `pwrite` costs a system
-/// call a record, under the shard's lock, which is what the callers queue
-/// for once many wait. Measured with `group_commit` at one shard
-/// (docs/benchmarks.md): copying every record gave 128 tokio tasks
-/// 1.5 times the claims + completes a second of `pwrite`, but 32 callers
-/// 0.87–0.95 times and one caller down to 0.85; with four shards `pwrite`
-/// was 5–7 % ahead at 128 callers (32 a shard). Switching at 48 pending
-/// records kept the best of both in each of those rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LogWrites {
-    /// Every record is copied into the map, however few are pending.
-    always_mapped: bool,
-    /// Zeros written a `write` when the active segment grows: the whole
-    /// [`ALLOCATION_STEP`], or [`SYNCED_FILL`] under `Sync`.
-    fill: u64,
-}
-
-impl LogWrites {
-    /// The writes of a store under `durability`.
-    pub(crate) fn for_store(durability: Durability) -> LogWrites {
-        match durability {
-            Durability::Sync => LogWrites { always_mapped: false, fill: SYNCED_FILL },
-            _ => LogWrites { always_mapped: true, fill: ALLOCATION_STEP },
-        }
-    }
-}
+/// this was measured), and each later small write into a folio walks all
+/// of its blocks, as does each fsync's writeback. Zeros written 1 MiB at a
+/// time made every record's `pwrite` over them cost about twice the CPU of
+/// one over zeros written 16 KiB at a time (4.00 and 4.20 against 2.20
+/// and 1.70 µs, each write beside a thread that fdatasyncs the file over
+/// and over, `benches/zero_fill.rs`); 128 tasks of `group_commit` made
+/// 1.6–1.8 times as many durable claims + completes (docs/benchmarks.md).
+/// Records written through a map fare the other way round (fewer, larger
+/// page faults): there the step is one write. (Where a map cannot be
+/// made, those records fall back to `pwrite` over the 1 MiB zeros.)
+const PWRITE_FILL: u64 = 16 << 10;
+const _: () = assert!(ALLOCATION_STEP.is_multiple_of(PWRITE_FILL));
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -135,8 +95,9 @@ pub(crate) struct Writer {
     pub next_lsn: u64,
     /// The segments the shard must have, as stored in its catalog.
     pub catalog: Catalog,
-    /// How records reach the active segment.
-    writes: LogWrites,
+    /// Whether records go into the active segment through its map (see the
+    /// module docs) rather than with `pwrite`.
+    map_writes: bool,
 }
 
 impl Writer {
@@ -151,7 +112,7 @@ impl Writer {
         sealed: BTreeMap<u32, Arc<dyn StorageFile>>,
         next_lsn: u64,
         catalog: Catalog,
-        log_writes: LogWrites,
+        map_writes: bool,
     ) -> Result<Self> {
         let path = crate::engine::segment::segment_path(&dir, active.id);
         let allocated = active.file.len().map_err(|error| Error::io("stat", &path, error))?.max(active.end);
@@ -166,7 +127,7 @@ impl Writer {
             maps: BTreeMap::new(),
             next_lsn,
             catalog,
-            writes: log_writes,
+            map_writes,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
@@ -196,13 +157,14 @@ impl Writer {
     }
 
     /// Maps segment `segment` again at its file's current length, writable
-    /// if it is the active segment and its file may be written; without a
+    /// if it is the active segment, records are written through the map and
+    /// its file may be written; without a
     /// map (the storage maps nothing, or mapping failed) its records are
     /// read with `pread` and written with `pwrite`.
     fn remap(&mut self, segment: u32) {
         self.maps.remove(&segment);
         let Some(file) = self.file(segment) else { return };
-        let writable = segment == self.active.id;
+        let writable = segment == self.active.id && self.map_writes;
         let map = match file.map(writable) {
             Ok(map) => map,
             // A file opened for reading only maps for reading only.
@@ -265,8 +227,7 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        let copy = self.writes.always_mapped || commit.pending() >= MAP_WHEN_PENDING;
-        let mapped = copy && self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
+        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
         if !mapped {
             if let Err(error) = self.active.file.write_all_at(frame, offset) {
                 self.cut_back(offset, commit);
@@ -292,9 +253,10 @@ impl Writer {
     /// record that needed the space has been written.
     fn allocate(&mut self, need: u64, commit: &GroupCommit) -> Result<()> {
         let target = need.div_ceil(ALLOCATION_STEP).saturating_mul(ALLOCATION_STEP).min(self.segment_bytes).max(need);
+        let fill = if self.map_writes { ALLOCATION_STEP } else { PWRITE_FILL };
         let mut at = self.allocated;
         while at < target {
-            let piece = (target - at).min(self.writes.fill);
+            let piece = (target - at).min(fill);
             let piece_len = usize::try_from(piece).expect("a piece is at most an allocation step");
             if let Err(error) = self.active.file.write_all_at(&ZEROS[..piece_len], at) {
                 let previous = self.allocated;
