@@ -20,8 +20,9 @@
 //! ([`GroupCommit::stop_flusher`]).
 //!
 //! The durable mark (the segment header's record of how far the segment is
-//! known to be on stable storage) is written after an fsync, in a page of
-//! its own that the next fsync must flush beside the records' page: a
+//! known to be on stable storage) is written after an fsync, in the
+//! segment's first page, which (once the records have passed it) the next
+//! fsync must flush beside the page of the newest records: a
 //! caller's fsync writes it only when [`MARK_EVERY`] has passed since it
 //! was last written, and an explicit sync ([`GroupCommit::sync_marked`])
 //! always does. So the mark lags the durable end by one fsync and at most
