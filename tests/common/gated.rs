@@ -1,7 +1,9 @@
 //! A disk whose fsyncs wait at a gate while it is closed, and can be told
 //! to fail one: for tests that must hold an fsync while other calls run.
+//! It can also count the writes into segment files, and map files, for
+//! tests of how records reach a segment.
 
-use idemkv::io::{StdStorage, Storage, StorageFile};
+use idemkv::io::{Map, StdStorage, Storage, StorageFile};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,16 +62,52 @@ impl Gate {
     }
 }
 
-/// The real file system, every file's fsync passing `gate`.
+/// Bytes of a segment's header (its durable mark included): records come
+/// after it (docs/format.md).
+pub const SEGMENT_HEADER_BYTES: u64 = 64;
+
+/// Writes into segment files (`*.seg`): records (anything not all zeros
+/// past the header), and the largest zero-fill write.
+#[derive(Debug, Default)]
+pub struct SegmentWrites {
+    pub records: AtomicU64,
+    pub largest_fill: AtomicU64,
+}
+
+impl SegmentWrites {
+    fn note(&self, buf: &[u8], offset: u64) {
+        if buf.iter().all(|byte| *byte == 0) {
+            self.largest_fill.fetch_max(buf.len() as u64, Ordering::Relaxed);
+        } else if offset >= SEGMENT_HEADER_BYTES {
+            self.records.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The real file system, every file's fsync passing `gate`; with `maps`,
+/// files map as the real ones do (otherwise they map nothing, and records
+/// go by `pwrite`); with `writes`, the writes into segment files are
+/// counted there.
 #[derive(Debug)]
 pub struct GatedStorage {
     pub gate: Arc<Gate>,
+    pub maps: bool,
+    pub writes: Option<Arc<SegmentWrites>>,
+}
+
+impl GatedStorage {
+    /// Files that pass `gate` and map nothing, their writes not counted.
+    pub fn new(gate: &Arc<Gate>) -> Self {
+        GatedStorage { gate: Arc::clone(gate), maps: false, writes: None }
+    }
 }
 
 #[derive(Debug)]
 struct GatedFile {
     inner: Arc<dyn StorageFile>,
     gate: Arc<Gate>,
+    maps: bool,
+    writes: Option<Arc<SegmentWrites>>,
 }
 
 impl StorageFile for GatedFile {
@@ -77,6 +115,9 @@ impl StorageFile for GatedFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if let Some(writes) = &self.writes {
+            writes.note(buf, offset);
+        }
         self.inner.write_all_at(buf, offset)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -88,11 +129,24 @@ impl StorageFile for GatedFile {
     fn sync(&self) -> io::Result<()> {
         self.gate.sync(&*self.inner)
     }
+    fn map(&self, writable: bool) -> io::Result<Option<Map>> {
+        if self.maps {
+            self.inner.map(writable)
+        } else {
+            Ok(None)
+        }
+    }
 }
 
 impl Storage for GatedStorage {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
-        Ok(Arc::new(GatedFile { inner: StdStorage.open(path, create)?, gate: Arc::clone(&self.gate) }))
+        let segment = path.extension().is_some_and(|extension| extension == "seg");
+        Ok(Arc::new(GatedFile {
+            inner: StdStorage.open(path, create)?,
+            gate: Arc::clone(&self.gate),
+            maps: self.maps,
+            writes: self.writes.clone().filter(|_| segment),
+        }))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         StdStorage.create_dir_all(path)

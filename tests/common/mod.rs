@@ -56,7 +56,8 @@ pub mod http;
 /// The files of a directory as they stand.
 pub mod snapshot;
 
-/// A disk whose fsyncs can be held at a gate, and failed.
+/// A disk whose fsyncs can be held at a gate, and failed, and whose
+/// segment writes can be counted.
 pub mod gated;
 
 /// Real PostgreSQL servers.

@@ -17,7 +17,7 @@ use std::time::Duration;
 fn absent_answers_wait_for_the_tombstone_to_be_durable() {
     let dir = tempfile::tempdir().expect("tempdir");
     let gate = Arc::new(Gate::default());
-    let storage = GatedStorage { gate: Arc::clone(&gate) };
+    let storage = GatedStorage::new(&gate);
     let config =
         Config::new().shards(1).durability(Durability::Sync).compaction_interval(None).storage(Arc::new(storage));
     let store = Store::open(dir.path(), config).expect("open");

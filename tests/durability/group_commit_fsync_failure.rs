@@ -39,7 +39,7 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 fn a_failed_batch_fsync_fails_each_of_its_callers_and_latches_the_shard() {
     let dir = tempfile::tempdir().expect("tempdir");
     let gate = Arc::new(Gate::default());
-    let store = Store::open(dir.path(), config(Arc::new(GatedStorage { gate: Arc::clone(&gate) }))).expect("open");
+    let store = Store::open(dir.path(), config(Arc::new(GatedStorage::new(&gate)))).expect("open");
     let written_before = store.stats().records_written;
 
     // The first batch (one claim) holds its fsync at the gate; every other
@@ -92,7 +92,7 @@ fn a_failed_batch_fsync_fails_each_of_its_callers_and_latches_the_shard() {
 fn a_failed_flusher_fsync_fails_each_of_its_async_callers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let gate = Arc::new(Gate::default());
-    let store = Store::open(dir.path(), config(Arc::new(GatedStorage { gate: Arc::clone(&gate) }))).expect("open");
+    let store = Store::open(dir.path(), config(Arc::new(GatedStorage::new(&gate)))).expect("open");
     let written_before = store.stats().records_written;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let acquired = |claim: Claim| matches!(claim, Claim::Acquired(_));
