@@ -77,6 +77,22 @@ pub trait StorageFile: Send + Sync + Debug {
         let _ = writable;
         Ok(None)
     }
+
+    /// Whether a write over bytes the file already holds never needs new
+    /// space on its disk: its file system overwrites in place, so a full
+    /// disk fails only a write that extends the file. `false` (the
+    /// default) where that is not known. Where it is `true`, a store under
+    /// [`Durability::Sync`](crate::Durability::Sync) stages its records in
+    /// memory and writes them with one `pwrite` a batch, before the
+    /// batch's fsync, rather than one `pwrite` a record: a failure of that
+    /// write then fails the batch and poisons the shard, as a failed fsync
+    /// does. [`StdStorage`] says `true` on ext4 (Linux), where the space
+    /// the store zero-fills ahead of its records is theirs; not on
+    /// copy-on-write file systems (btrfs, XFS with shared extents), where a
+    /// full disk can refuse an overwrite.
+    fn overwrites_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// The directory operations the store needs.
@@ -165,6 +181,13 @@ impl StorageFile for StdFile {
     fn map(&self, writable: bool) -> io::Result<Option<Map>> {
         let len = self.0.metadata()?.len();
         if writable { Map::writable(&self.0, len) } else { Map::new(&self.0, len) }.map(Some)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn overwrites_in_place(&self) -> bool {
+        /// `f_type` of ext2, ext3 and ext4 (`EXT4_SUPER_MAGIC`).
+        const EXT4: i128 = 0xEF53;
+        rustix::fs::fstatfs(&self.0).is_ok_and(|stat| i128::from(stat.f_type) == EXT4)
     }
 }
 

@@ -1,12 +1,13 @@
 //! A disk whose fsyncs wait at a gate while it is closed, and can be told
 //! to fail one: for tests that must hold an fsync while other calls run.
-//! It can also count the writes into segment files, and map files, for
+//! It can also count the writes into segment files (and fail those of
+//! records), map files, and say that its files overwrite in place, for
 //! tests of how records reach a segment.
 
 use idemkv::io::{Map, StdStorage, Storage, StorageFile};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -67,38 +68,49 @@ impl Gate {
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
 
 /// Writes into segment files (`*.seg`): records (anything not all zeros
-/// past the header), and the largest zero-fill write.
+/// past the header), and the largest zero-fill write. While `fail` is set,
+/// a write of records fails with `EIO` (writing nothing), uncounted.
 #[derive(Debug, Default)]
 pub struct SegmentWrites {
     pub records: AtomicU64,
     pub largest_fill: AtomicU64,
+    pub fail: AtomicBool,
 }
 
 impl SegmentWrites {
-    fn note(&self, buf: &[u8], offset: u64) {
+    /// Counts a write; whether it is to fail.
+    fn note(&self, buf: &[u8], offset: u64) -> bool {
         if buf.iter().all(|byte| *byte == 0) {
             self.largest_fill.fetch_max(buf.len() as u64, Ordering::Relaxed);
         } else if offset >= SEGMENT_HEADER_BYTES {
+            if self.fail.load(Ordering::SeqCst) {
+                return true;
+            }
             self.records.fetch_add(1, Ordering::Relaxed);
         }
+        false
     }
 }
 
 /// The real file system, every file's fsync passing `gate`; with `maps`,
 /// files map as the real ones do (otherwise they map nothing, and records
 /// go by `pwrite`); with `writes`, the writes into segment files are
-/// counted there.
+/// counted there; `in_place` is what its files say of overwriting in place
+/// (`StorageFile::overwrites_in_place`: where they do, a store under
+/// `Sync` stages its records for one write a batch).
 #[derive(Debug)]
 pub struct GatedStorage {
     pub gate: Arc<Gate>,
     pub maps: bool,
     pub writes: Option<Arc<SegmentWrites>>,
+    pub in_place: bool,
 }
 
 impl GatedStorage {
-    /// Files that pass `gate` and map nothing, their writes not counted.
+    /// Files that pass `gate`, map nothing and do not say that they
+    /// overwrite in place, their writes not counted.
     pub fn new(gate: &Arc<Gate>) -> Self {
-        GatedStorage { gate: Arc::clone(gate), maps: false, writes: None }
+        GatedStorage { gate: Arc::clone(gate), maps: false, writes: None, in_place: false }
     }
 }
 
@@ -108,6 +120,7 @@ struct GatedFile {
     gate: Arc<Gate>,
     maps: bool,
     writes: Option<Arc<SegmentWrites>>,
+    in_place: bool,
 }
 
 impl StorageFile for GatedFile {
@@ -115,8 +128,8 @@ impl StorageFile for GatedFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if let Some(writes) = &self.writes {
-            writes.note(buf, offset);
+        if self.writes.as_ref().is_some_and(|writes| writes.note(buf, offset)) {
+            return Err(io::Error::from_raw_os_error(5));
         }
         self.inner.write_all_at(buf, offset)
     }
@@ -136,6 +149,9 @@ impl StorageFile for GatedFile {
             Ok(None)
         }
     }
+    fn overwrites_in_place(&self) -> bool {
+        self.in_place
+    }
 }
 
 impl Storage for GatedStorage {
@@ -146,6 +162,7 @@ impl Storage for GatedStorage {
             gate: Arc::clone(&self.gate),
             maps: self.maps,
             writes: self.writes.clone().filter(|_| segment),
+            in_place: self.in_place,
         }))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {

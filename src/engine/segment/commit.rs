@@ -12,6 +12,13 @@
 //! an ended batch wakes its own waiters with one broadcast, never those of
 //! the next batch, of whom it wakes one alone to run it.
 //!
+//! Under `Sync`, where the file system overwrites in place, the writer
+//! stages each record here rather than writing it
+//! ([`GroupCommit::stage`]): a batch begins by writing every staged record
+//! with one `pwrite`, so the shard's lock is never held over a system call
+//! for a record, and a batch of many records costs one write. Reads of a
+//! record not yet written copy it from the stage ([`GroupCommit::staged`]).
+//!
 //! An async waiter (feature `tokio`) runs no batch: the shard's flusher, a
 //! thread started by the first async waiter that needs it, runs the next
 //! batch as soon as the last one ends for as long as async waiters wait,
@@ -28,8 +35,8 @@
 //! always does. So the mark lags the durable end by one fsync and at most
 //! [`MARK_EVERY`] of writes, and most fsyncs flush one page.
 //!
-//! A failed fsync (or a failed write of the durable mark after it) poisons
-//! the shard: an fsync that failed cannot be retried into success. Every
+//! A failed fsync (or a failed write of the staged records before it, or
+//! of the durable mark after it) poisons the shard: an fsync that failed cannot be retried into success. Every
 //! waiter of the failed batch gets its I/O error, every later one
 //! [`Error::Poisoned`]; nothing is acknowledged that an fsync did not
 //! cover.
@@ -63,6 +70,21 @@ pub(crate) struct Tail {
     /// End of the last whole record in `file`.
     pub end: u64,
 }
+
+/// The tail and, under `Sync`, the records staged behind it: appended
+/// under the shard's lock but not yet written to the file. They are the
+/// last `staged.len()` bytes before `tail.end`, and the next batch writes
+/// them with one `pwrite` before its fsync.
+#[derive(Debug)]
+struct Tailed {
+    tail: Tail,
+    staged: Vec<u8>,
+}
+
+/// Staged records past this many bytes are written at once, by the append
+/// that passes it, rather than kept for the next batch (records that no
+/// caller waits for, a sweep's, would otherwise pile up).
+const STAGED_MAX: usize = 1 << 20;
 
 /// A batch whose fsync failed: what its waiters are told.
 #[derive(Debug)]
@@ -170,7 +192,10 @@ fn parity(number: u64) -> usize {
 pub(crate) struct GroupCommit {
     shard: u32,
     counters: Arc<Counters>,
-    tail: parking_lot::Mutex<Tail>,
+    tail: parking_lot::Mutex<Tailed>,
+    /// How far the active segment's file holds its records: `tail.end`
+    /// less what is staged.
+    on_file: AtomicU64,
     batches: Mutex<Batches>,
     /// The blocking waiters of batch `n` wait on `done[parity(n)]`.
     done: [Condvar; 2],
@@ -202,12 +227,14 @@ impl GroupCommit {
     /// synced it); the next durable mark is of round `next_round`.
     pub(crate) fn new(shard: u32, tail: Tail, next_round: u32, counters: Arc<Counters>) -> Self {
         let recovered_lsn = tail.written_lsn;
+        let on_file = AtomicU64::new(tail.end);
         let flusher = FlusherState::default();
         let batches = Batches { number: 0, running: false, covering: 0, next_waiting: 0, failed: None, flusher };
         GroupCommit {
             shard,
             counters,
-            tail: parking_lot::Mutex::new(tail),
+            tail: parking_lot::Mutex::new(Tailed { tail, staged: Vec::new() }),
+            on_file,
             batches: Mutex::new(batches),
             done: [Condvar::new(), Condvar::new()],
             #[cfg(feature = "tokio")]
@@ -278,19 +305,95 @@ impl GroupCommit {
     /// Records that the record `lsn` has been written (to the OS) into the
     /// active segment, whose last record now ends at `end`.
     pub(crate) fn written(&self, lsn: u64, end: u64) {
-        let mut tail = self.tail.lock();
-        tail.written_lsn = lsn;
-        tail.end = end;
+        let mut tailed = self.tail.lock();
+        debug_assert!(tailed.staged.is_empty(), "a record written past staged ones");
+        tailed.tail.written_lsn = lsn;
+        tailed.tail.end = end;
+        self.on_file.store(end, Ordering::Release);
         self.written_lsn.store(lsn, Ordering::Release);
     }
 
+    /// Stages the record `lsn`, `frame`, which ends at `end` of the active
+    /// segment: the next batch writes it to the file before its fsync (see
+    /// [`GroupCommit::staged`] for reads meanwhile). Past [`STAGED_MAX`]
+    /// staged bytes, everything staged is written now.
+    ///
+    /// # Errors
+    /// That write's error; the shard is then poisoned (the records staged
+    /// before this one are written by no one).
+    pub(crate) fn stage(&self, frame: &[u8], lsn: u64, end: u64) -> Result<()> {
+        let mut tailed = self.tail.lock();
+        debug_assert_eq!(tailed.tail.end + frame.len() as u64, end, "a staged record follows the last");
+        tailed.staged.extend_from_slice(frame);
+        tailed.tail.written_lsn = lsn;
+        tailed.tail.end = end;
+        self.written_lsn.store(lsn, Ordering::Release);
+        if tailed.staged.len() < STAGED_MAX {
+            return Ok(());
+        }
+        self.write_staged_or_poison(tailed)
+    }
+
+    /// Writes the staged records to the active segment (before it is
+    /// sealed, trimmed or its hint written).
+    ///
+    /// # Errors
+    /// The write's error; the shard is then poisoned.
+    pub(crate) fn write_staged(&self) -> Result<()> {
+        self.write_staged_or_poison(self.tail.lock())
+    }
+
+    /// [`GroupCommit::write_staged_in`], the shard poisoned on failure
+    /// (once the tail's lock is released: poisoning takes the batches'
+    /// lock, which is taken before the tail's).
+    fn write_staged_or_poison(&self, mut tailed: parking_lot::MutexGuard<'_, Tailed>) -> Result<()> {
+        let Err(error) = self.write_staged_in(&mut tailed) else {
+            return Ok(());
+        };
+        let path = tailed.tail.path.clone();
+        drop(tailed);
+        self.poison();
+        Err(Error::io("write", &path, error))
+    }
+
+    /// The staged records, written with one `pwrite` where they go.
+    fn write_staged_in(&self, tailed: &mut Tailed) -> std::io::Result<()> {
+        if tailed.staged.is_empty() {
+            return Ok(());
+        }
+        let at = tailed.tail.end - tailed.staged.len() as u64;
+        tailed.tail.file.write_all_at(&tailed.staged, at)?;
+        tailed.staged.clear();
+        if tailed.staged.capacity() > STAGED_MAX {
+            tailed.staged.shrink_to(STAGED_MAX);
+        }
+        self.on_file.store(tailed.tail.end, Ordering::Release);
+        Ok(())
+    }
+
+    /// A copy of the `len` bytes at `offset` of the active segment if they
+    /// are staged, not yet in its file; `None` if the file has them.
+    pub(crate) fn staged(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let end = offset.saturating_add(len as u64);
+        if end <= self.on_file.load(Ordering::Acquire) {
+            return None;
+        }
+        let tailed = self.tail.lock();
+        let start = tailed.tail.end - tailed.staged.len() as u64;
+        let from = usize::try_from(offset.checked_sub(start)?).ok()?;
+        tailed.staged.get(from..from.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
     /// Records that the writer rolled to a new active segment, `file` at
-    /// `path`, whose records begin at `end`.
+    /// `path`, whose records begin at `end` (nothing staged: the roll wrote
+    /// it).
     pub(crate) fn rolled(&self, file: Arc<dyn StorageFile>, path: PathBuf, end: u64) {
-        let mut tail = self.tail.lock();
-        tail.file = file;
-        tail.path = path;
-        tail.end = end;
+        let mut tailed = self.tail.lock();
+        debug_assert!(tailed.staged.is_empty(), "a segment sealed with records staged");
+        tailed.tail.file = file;
+        tailed.tail.path = path;
+        tailed.tail.end = end;
+        self.on_file.store(end, Ordering::Release);
     }
 
     /// LSN of the newest record written.
@@ -424,14 +527,24 @@ impl GroupCommit {
     /// under the lock again and wakes its waiters (after releasing the lock,
     /// so that they do not wake into it). Returns the lock, taken again.
     fn run_batch<'a>(&'a self, mut batches: MutexGuard<'a, Batches>) -> MutexGuard<'a, Batches> {
-        let tail = self.tail.lock().clone();
+        let (tail, staged) = {
+            let mut tailed = self.tail.lock();
+            let staged = self.write_staged_in(&mut tailed);
+            (tailed.tail.clone(), staged)
+        };
         batches.number += 1;
         batches.running = true;
         batches.covering = tail.written_lsn;
         batches.next_waiting = 0;
         let batch = Batch { number: batches.number, tail };
         drop(batches);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_batch(&batch.tail)));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            staged.map_err(|error| {
+                self.latch();
+                Failed::new(batch.tail.written_lsn, "write", &batch.tail.path, &error)
+            })?;
+            self.sync_batch(&batch.tail)
+        }));
         let mut batches = self.lock();
         batches.running = false;
         let panic = match outcome {
@@ -592,7 +705,7 @@ impl GroupCommit {
 
 #[cfg(test)]
 mod tests {
-    use super::{GroupCommit, Tail, MARK_EVERY};
+    use super::{GroupCommit, Tail, MARK_EVERY, STAGED_MAX};
     use crate::engine::telemetry::Counters;
     use crate::io::StorageFile;
     use parking_lot::Mutex;
@@ -744,6 +857,32 @@ mod tests {
 
     /// One caller's fsyncs write the mark once a [`MARK_EVERY`], an explicit
     /// sync at once, and alone when there is nothing to fsync.
+    #[test]
+    fn staged_records_are_read_from_memory_until_the_cap_or_a_batch_writes_them() {
+        let shard = Shard::new(0);
+        let (commit, log) = (&shard.commit, &shard.log);
+        let frame: Vec<u8> = (0..1000_u32).map(|n| n.to_le_bytes()[0]).collect();
+        let (mut lsn, mut end) = (1, 1000);
+        commit.stage(&frame, lsn, end).expect("staged");
+        assert_eq!(commit.staged(0, 1000), Some(frame.clone()));
+        assert_eq!(commit.staged(10, 20).as_deref(), Some(&frame[10..30]));
+        assert!(commit.is_dirty());
+        assert_eq!(log.marks.load(Ordering::SeqCst), 0, "nothing written yet");
+        while end < STAGED_MAX as u64 {
+            (lsn, end) = (lsn + 1, end + 1000);
+            commit.stage(&frame, lsn, end).expect("staged");
+        }
+        assert_eq!(log.marks.load(Ordering::SeqCst), 1, "the cap wrote everything staged at once");
+        assert_eq!(commit.staged(0, 1000), None, "read from the file");
+        commit.stage(&frame, lsn + 1, end + 1000).expect("staged");
+        assert_eq!(commit.staged(end, 1000), Some(frame));
+        log.written.store(lsn + 1, Ordering::SeqCst);
+        commit.sync_to(lsn + 1).expect("synced");
+        assert_eq!(commit.staged(end, 1000), None, "the batch wrote it before its fsync");
+        assert!(log.marks.load(Ordering::SeqCst) >= 2);
+        assert!(!commit.is_dirty());
+    }
+
     #[test]
     fn a_callers_fsync_writes_the_mark_once_a_mark_every_and_an_explicit_sync_at_once() {
         let shard = Shard::new(0);

@@ -12,11 +12,22 @@
 //! as it is written ([`crate::Durability::Sync`]), records are then copied
 //! into the segment's writable map (`pwrite` where the storage maps
 //! nothing), which puts them in the page cache as `pwrite` would, without a
-//! system call. Under `Sync` they are written with `pwrite` and the map
-//! serves reads only: a page written through a map and then synced is
-//! write-protected again, so the next record into it takes a page fault
-//! that waits on the page's writeback (a one-off comparison favoured
-//! `pwrite`; no bench in the repository keeps both paths side by side).
+//! system call. Under `Sync` the map serves reads only (a page written
+//! through a map and then synced is write-protected again, so the next
+//! record into it takes a page fault that waits on the page's writeback;
+//! and on a copy-on-write file system a full disk there would end the
+//! process with `SIGBUS`, docs/benchmarks.md). There, where the file
+//! system overwrites in place
+//! ([`StorageFile::overwrites_in_place`](crate::io::StorageFile::overwrites_in_place)),
+//! a record is staged in the group commit, under the shard's lock but
+//! without a system call, and the batch that makes it durable writes every
+//! record staged with one `pwrite` before its fsync; reads of a staged
+//! record copy it from there. Elsewhere each record is written with a
+//! `pwrite` of its own under the shard's lock, which a full disk can
+//! refuse (the record is then cut back and the call fails, the store goes
+//! on). A staged write can meet no full disk (its space is zero-filled and
+//! the file system keeps it); any other failure of it fails its batch and
+//! poisons the shard, as a failed fsync does.
 //! Sealing trims the zeros off and maps the sealed segment read-only; open
 //! takes a zero tail for space never written, not for damage.
 //!
@@ -98,6 +109,9 @@ pub(crate) struct Writer {
     /// Whether records go into the active segment through its map (see the
     /// module docs) rather than with `pwrite`.
     map_writes: bool,
+    /// Under `Sync`, the group commit that stages records for its batches
+    /// to write (see the module docs); set by [`Writer::stage_into`].
+    staging: Option<Arc<GroupCommit>>,
 }
 
 impl Writer {
@@ -128,12 +142,19 @@ impl Writer {
             next_lsn,
             catalog,
             map_writes,
+            staging: None,
         };
         let ids: Vec<u32> = writer.sealed.keys().copied().chain([writer.active.id]).collect();
         for id in ids {
             writer.remap(id);
         }
         Ok(writer)
+    }
+
+    /// Records are staged in `commit` from now on, for its batches to
+    /// write, rather than written one by one (under `Sync`).
+    pub(crate) fn stage_into(&mut self, commit: Arc<GroupCommit>) {
+        self.staging = Some(commit);
     }
 
     /// The active segment's file length: its records, then the zeros
@@ -196,6 +217,11 @@ impl Writer {
     /// [`Error::Corruption`] for a segment the shard does not have; the
     /// read's I/O error (a record past the end of its file).
     pub(crate) fn read(&self, segment: u32, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        if let Some(commit) = self.staging.as_ref().filter(|_| segment == self.active.id) {
+            if let Some(bytes) = commit.staged(offset, len) {
+                return Ok(Cow::Owned(bytes));
+            }
+        }
         if let Some(bytes) = self.maps.get(&segment).and_then(|map| map.get(offset, len)) {
             return Ok(Cow::Borrowed(bytes));
         }
@@ -227,8 +253,9 @@ impl Writer {
         if offset + frame_len > self.allocated {
             self.allocate(offset + frame_len, commit)?;
         }
-        let mapped = self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
-        if !mapped {
+        let staged = self.staging.is_some();
+        let mapped = !staged && self.maps.get_mut(&self.active.id).is_some_and(|map| map.write(offset, frame));
+        if !mapped && !staged {
             if let Err(error) = self.active.file.write_all_at(frame, offset) {
                 self.cut_back(offset, commit);
                 return Err(Error::io("write", self.path(self.active.id), error));
@@ -239,7 +266,11 @@ impl Writer {
             commit.poison();
             Error::corruption(self.path(self.active.id), offset, "LSNs exhausted")
         })?;
-        commit.written(lsn, self.active.end);
+        if staged {
+            commit.stage(frame, lsn, self.active.end)?;
+        } else {
+            commit.written(lsn, self.active.end);
+        }
         bump(&counters.records_written);
         counters.bytes_written.add(frame_len);
         let offset = u32::try_from(offset).expect("segment_bytes is at most 4 GiB");
@@ -293,6 +324,7 @@ impl Writer {
     /// Seals the active segment (zeros cut off, fsync) and starts the next
     /// one.
     fn roll(&mut self, commit: &GroupCommit) -> Result<()> {
+        commit.write_staged()?;
         let trimmed = if self.allocated > self.active.end { self.active.file.set_len(self.active.end) } else { Ok(()) };
         if let Err(error) = trimmed.and_then(|()| self.active.file.sync()) {
             commit.poison();

@@ -126,7 +126,7 @@ impl Shard {
         // Under Sync every record is synced as it is written: `pwrite` is
         // faster there than writing through the map (see `segment::writer`).
         let map_writes = !matches!(config.durability, Durability::Sync);
-        let log = Writer::new(
+        let mut log = Writer::new(
             dir.clone(),
             id,
             Arc::clone(&storage),
@@ -149,6 +149,11 @@ impl Shard {
             end: log.active.end,
         };
         let commit = Arc::new(GroupCommit::new(id, tail, next_round, Arc::clone(&counters)));
+        // Under Sync, where an overwrite cannot meet a full disk, records
+        // are staged for their batch's one write (see `segment::writer`).
+        if !map_writes && log.active.file.overwrites_in_place() {
+            log.stage_into(Arc::clone(&commit));
+        }
         let state = ShardState::new(frames, log, now, &lengths, &counters)?;
         Ok(Shard {
             id,
@@ -208,6 +213,12 @@ impl Shard {
     /// fsync: the records are durable), since open takes a hint only as far
     /// as the mark.
     pub(crate) fn write_active_hint(&self) {
+        if !self.commit.is_poisoned() {
+            // Records staged for a batch that nobody waited for reach the
+            // file (not its disk), as they would have been written at once
+            // where nothing is staged; a failure poisons the shard.
+            let _poisoned = self.commit.write_staged();
+        }
         if !self.commit.is_dirty() && self.commit.is_unmarked() {
             // A failure poisons the shard, and the hint is then not written.
             let _poisoned = self.commit.sync_marked(self.commit.written_lsn());
