@@ -36,10 +36,10 @@
 //! [`MARK_EVERY`] of writes, and most fsyncs flush one page.
 //!
 //! A failed fsync (or a failed write of the staged records before it, or
-//! of the durable mark after it) poisons the shard: an fsync that failed cannot be retried into success. Every
-//! waiter of the failed batch gets its I/O error, every later one
-//! [`Error::Poisoned`]; nothing is acknowledged that an fsync did not
-//! cover.
+//! of the durable mark after it) poisons the shard: an fsync that failed
+//! cannot be retried into success. Every waiter of the failed batch gets
+//! its I/O error, every later one [`Error::Poisoned`]; nothing is
+//! acknowledged that an fsync did not cover.
 
 use crate::engine::segment::header::Mark;
 use crate::engine::telemetry::{bump, Counters};

@@ -123,8 +123,9 @@ impl Shard {
         let (hints_loaded, hints_ignored) = (recovered.hints_loaded, recovered.hints_ignored);
         let Recovered { dir, frames, active, sealed, next_lsn, torn_tail_bytes, lengths, catalog, next_round, .. } =
             recovered;
-        // Under Sync every record is synced as it is written: `pwrite` is
-        // faster there than writing through the map (see `segment::writer`).
+        // Under Sync every record is synced as it is written: records are
+        // staged or written with `pwrite` there, never through the map
+        // (see `segment::writer`).
         let map_writes = !matches!(config.durability, Durability::Sync);
         let mut log = Writer::new(
             dir.clone(),
