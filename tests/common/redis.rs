@@ -3,7 +3,8 @@
 //! chosen free, in a temporary directory, with AOF (`appendfsync always`),
 //! and killed when their handle drops.
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +20,10 @@ pub struct RedisServer {
     pub dir: PathBuf,
     child: Option<Child>,
     extra: Vec<String>,
+    /// A Cluster node's bus port (`--cluster-port`), chosen free as its
+    /// port is, rather than Redis's port + 10000, which may be out of range
+    /// or held by another process's connection.
+    bus_port: Option<u16>,
 }
 
 fn redis_server() -> &'static str {
@@ -33,45 +38,122 @@ impl RedisServer {
         RedisServer::start_with(dir, free_port(), &[])
     }
 
-    /// A server on `port` with `extra` arguments (`--cluster-enabled yes`).
+    /// A server on `port` with `extra` arguments. A free port can be taken
+    /// by another process between its choice and the server's start: a
+    /// server that exits before it answers is started again on other free
+    /// ports, at most four times more.
     pub fn start_with(dir: &Path, port: u16, extra: &[&str]) -> RedisServer {
+        RedisServer::start_on(dir, port, None, extra)
+    }
+
+    /// A Cluster node (`--cluster-enabled yes`) with a bus port of its own.
+    fn start_node(dir: &Path) -> RedisServer {
+        let extra = ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"];
+        RedisServer::start_on(dir, free_port(), Some(free_port()), &extra)
+    }
+
+    fn start_on(dir: &Path, port: u16, bus_port: Option<u16>, extra: &[&str]) -> RedisServer {
         std::fs::create_dir_all(dir).expect("server dir");
         let mut server = RedisServer {
             port,
             dir: dir.to_path_buf(),
             child: None,
             extra: extra.iter().map(ToString::to_string).collect(),
+            bus_port,
         };
-        server.restart();
-        server
+        let mut attempts = 1;
+        loop {
+            server.spawn();
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(exited) if attempts < 5 => {
+                    eprintln!("redis-server on port {} {exited}; again on other ports", server.port);
+                    server.port = free_port();
+                    server.bus_port = server.bus_port.map(|_| free_port());
+                    attempts += 1;
+                }
+                Err(exited) => panic!("redis-server on port {} {exited}, five times", server.port),
+            }
+        }
     }
 
     /// Starts the server again (after [`kill`](RedisServer::kill)) on the
     /// same port and directory: it loads its AOF.
     pub fn restart(&mut self) {
-        let child = Command::new(redis_server())
+        self.spawn();
+        if let Err(exited) = self.wait_ready() {
+            panic!("redis-server on port {} {exited}", self.port);
+        }
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(redis_server());
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"])
             .args(["--dir", self.dir.to_str().expect("utf-8 dir"), "--daemonize", "no", "--logfile", "server.log"])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        self.child = Some(child);
-        self.wait_ready();
+            .args(&self.extra);
+        if let Some(bus_port) = self.bus_port {
+            command.args(["--cluster-port", &bus_port.to_string()]);
+        }
+        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+        self.child = Some(child.expect("start redis-server"));
     }
 
-    fn wait_ready(&self) {
+    /// Waits until the server answers `PING`; `Err` saying how it ended
+    /// (with its log's last lines) when it exited first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
-            if self.cli(&["ping"]).is_some_and(|reply| reply.trim() == "PONG") {
-                return;
+            if self.answers() {
+                return Ok(());
+            }
+            let child = self.child.as_mut().expect("spawned");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                let mut tail: Vec<&str> = log.lines().rev().take(3).collect();
+                tail.reverse();
+                return Err(format!("exited ({status}) before it answered: {tail:?}"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("redis-server on port {} did not answer within 20 s (see {}/server.log)", self.port, self.dir.display());
+    }
+
+    /// Whether this server answers `PING` with `PONG` (its data loaded) on
+    /// its port, asked over a connection with a short timeout, and is the
+    /// process that answers there: another process's listener on the port
+    /// answers otherwise, or never.
+    fn answers(&self) -> bool {
+        let Some(child) = &self.child else { return false };
+        let address = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) else { return false };
+        if stream.set_read_timeout(Some(Duration::from_millis(500))).is_err()
+            || stream.write_all(b"PING\r\nINFO server\r\n").is_err()
+        {
+            return false;
+        }
+        // `+PONG`, then `INFO`'s bulk string (`$length`, the text).
+        let mut reply = Vec::new();
+        let mut buffer = [0_u8; 4096];
+        let complete = |reply: &[u8]| {
+            let text = String::from_utf8_lossy(reply);
+            let info = text.strip_prefix("+PONG\r\n$")?;
+            let (length, body) = info.split_once("\r\n")?;
+            let length: usize = length.parse().ok()?;
+            (body.len() >= length).then(|| body.contains(&format!("\nprocess_id:{}\r", child.id())))
+        };
+        while reply.len() < 65_536 && (reply.is_empty() || reply.starts_with(b"+PONG")) {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => reply.extend_from_slice(&buffer[..read]),
+            }
+            if let Some(ours) = complete(&reply) {
+                return ours;
+            }
+        }
+        false
     }
 
     /// Runs `redis-cli` against this server; its output, `None` on failure.
@@ -175,15 +257,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(dir: &Path) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|n| {
-                RedisServer::start_with(
-                    &dir.join(format!("node-{n}")),
-                    free_port(),
-                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
-                )
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|n| RedisServer::start_node(&dir.join(format!("node-{n}")))).collect();
         let addresses: Vec<String> = nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)).collect();
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])

@@ -31,4 +31,5 @@ mod redis_tokens;
 mod redis_wakeups;
 mod run_once_writes_refused;
 mod runtimes;
+mod server_ports;
 mod tls;

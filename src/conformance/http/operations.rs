@@ -70,6 +70,22 @@ async fn finished<T: ServeTarget>(server: &Server<'_, T>, location: &str) -> Rep
     reply
 }
 
+/// The status resource once it is no longer 202, asked every fifth of
+/// `lease` for up to three leases more: a keeper that renewed the lease
+/// just before the run's death was handled (a loaded machine can delay
+/// that past a renewal) moves the lapse by up to a lease.
+async fn lapsed<T: ServeTarget>(server: &Server<'_, T>, location: &str, setting: &Setting, lease: Duration) -> Reply {
+    let mut reply = send(status(server, location, "acct-1")).await;
+    for _ in 0..15 {
+        if reply.status != 202 {
+            break;
+        }
+        setting.pass(lease / 5).await;
+        reply = send(status(server, location, "acct-1")).await;
+    }
+    reply
+}
+
 /// `Prefer: respond-async` is answered 202 with `Location` of a status
 /// resource while the handler runs on: the status resource is 202 with
 /// `Retry-After` while it runs and the kept answer once done, a retry the
@@ -231,7 +247,7 @@ pub async fn async_abandoned_on<T: ServeTarget>(target: &T, setting: &Setting) {
     // Its lease still runs: nobody may take it over yet.
     assert_eq!(send(status(&server, &location, "acct-1")).await.status, 202);
     setting.pass(lease + lease / 5).await;
-    let abandoned = send(status(&server, &location, "acct-1")).await;
+    let abandoned = lapsed(&server, &location, setting, lease).await;
     assert!(abandoned.is_problem(500, "operation-abandoned"), "{abandoned:?}");
     assert_eq!(send(status(&server, &location, "acct-1")).await.status, 500, "it stays so until the key runs");
 
