@@ -23,6 +23,7 @@ use crate::{
 use http::{Method, StatusCode};
 use parking_lot::Mutex;
 use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,15 +60,7 @@ fn status<T: ServeTarget>(server: &Server<'_, T>, location: &str, account: &str)
 
 /// The status resource once it is no longer 202, within a few seconds.
 async fn finished<T: ServeTarget>(server: &Server<'_, T>, location: &str) -> Reply {
-    let mut reply = send(status(server, location, "acct-1")).await;
-    for _ in 0..100 {
-        if reply.status != 202 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        reply = send(status(server, location, "acct-1")).await;
-    }
-    reply
+    not_running(server, location, 100, || tokio::time::sleep(Duration::from_millis(100))).await
 }
 
 /// The status resource once it is no longer 202, asked every fifth of
@@ -75,12 +68,23 @@ async fn finished<T: ServeTarget>(server: &Server<'_, T>, location: &str) -> Rep
 /// just before the run's death was handled (a loaded machine can delay
 /// that past a renewal) moves the lapse by up to a lease.
 async fn lapsed<T: ServeTarget>(server: &Server<'_, T>, location: &str, setting: &Setting, lease: Duration) -> Reply {
+    not_running(server, location, 15, || setting.pass(lease / 5)).await
+}
+
+/// The status resource, asked again after each `wait` while it is 202, at
+/// most `waits` times.
+async fn not_running<T, W, F>(server: &Server<'_, T>, location: &str, waits: usize, mut wait: W) -> Reply
+where
+    T: ServeTarget,
+    W: FnMut() -> F,
+    F: Future<Output = ()>,
+{
     let mut reply = send(status(server, location, "acct-1")).await;
-    for _ in 0..15 {
+    for _ in 0..waits {
         if reply.status != 202 {
             break;
         }
-        setting.pass(lease / 5).await;
+        wait().await;
         reply = send(status(server, location, "acct-1")).await;
     }
     reply
