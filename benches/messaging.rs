@@ -41,6 +41,8 @@
 #[path = "../tests/common/redis.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test fixture")]
 mod fixture;
+#[path = "../tests/common/server_start.rs"]
+mod server_start;
 
 mod support;
 

@@ -42,6 +42,8 @@
 #[path = "../tests/common/redis.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test fixture")]
 mod redis_fixture;
+#[path = "../tests/common/server_start.rs"]
+mod server_start;
 
 #[path = "../tests/common/postgres.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test fixture")]

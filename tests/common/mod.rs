@@ -81,6 +81,11 @@ pub mod crash_load;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+/// A server started on ports chosen free, again elsewhere when one was
+/// taken (Redis's and PostgreSQL's).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod server_start;
+
 /// The spans a test's requests and calls made, with their fields and lines.
 #[cfg(feature = "tracing")]
 pub mod spans;

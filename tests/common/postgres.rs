@@ -94,6 +94,14 @@ impl PostgresServer {
     /// A new cluster in `dir/data` (see [`server_home`] for where it is as
     /// root), started, with no store in it.
     pub fn start_empty(dir: &Path) -> PostgresServer {
+        PostgresServer::start_empty_on(dir, free_port())
+    }
+
+    /// [`start_empty`](PostgresServer::start_empty) on `port`. A free port
+    /// can be taken by another process between its choice and the
+    /// server's start: a server that exits before it is ready is started
+    /// again on other free ports, at most four times more.
+    pub fn start_empty_on(dir: &Path, port: u16) -> PostgresServer {
         let (dir, home) = server_home(dir);
         let data = dir.join("data");
         let initdb = as_server_user("initdb")
@@ -105,8 +113,12 @@ impl PostgresServer {
             .expect("initdb is not on the PATH: `bash .ci/servers` installs PostgreSQL and prints its bin folder");
         let need = if is_root() { " (run as nobody, who must be able to enter every directory above it)" } else { "" };
         assert!(initdb.success(), "initdb failed in {}{need}", data.display());
-        let mut server = PostgresServer { port: free_port(), dir, child: None, _home: home };
-        server.restart();
+        let mut server = PostgresServer { port, dir, child: None, _home: home };
+        let start = |server: &mut PostgresServer| {
+            server.spawn();
+            server.wait_ready()
+        };
+        super::server_start::on_free_ports(&mut server, start, |server| server.port = free_port());
         server
     }
 
@@ -143,6 +155,13 @@ impl PostgresServer {
     ///
     /// [`stop_immediate`]: PostgresServer::stop_immediate
     pub fn restart(&mut self) {
+        self.spawn();
+        if let Err(exited) = self.wait_ready() {
+            panic!("{exited}");
+        }
+    }
+
+    fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.join("server.log")).expect("log file");
         let child = as_server_user("postgres")
             .args(["-D", self.data().to_str().expect("utf-8 dir"), "-p", &self.port.to_string()])
@@ -154,7 +173,6 @@ impl PostgresServer {
             .spawn()
             .expect("start postgres");
         self.child = Some(child);
-        self.wait_ready();
     }
 
     fn data(&self) -> PathBuf {
@@ -162,14 +180,20 @@ impl PostgresServer {
     }
 
     /// Ready when `postmaster.pid` says so (what `pg_ctl -w` waits for)
-    /// and the port takes connections.
-    fn wait_ready(&self) {
+    /// and the port takes connections; `Err` saying how it ended (with its
+    /// log's last lines) when it exited first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap_or_default();
             let ready = pid_file.lines().nth(7).is_some_and(|status| status.trim() == "ready");
             if ready && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return Ok(());
+            }
+            let child = self.child.as_mut().expect("spawned");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return Err(super::server_start::exited("postgres", self.port, status, &self.dir.join("server.log")));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

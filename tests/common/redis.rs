@@ -61,20 +61,16 @@ impl RedisServer {
             extra: extra.iter().map(ToString::to_string).collect(),
             bus_port,
         };
-        let mut attempts = 1;
-        loop {
+        let start = |server: &mut RedisServer| {
             server.spawn();
-            match server.wait_ready() {
-                Ok(()) => return server,
-                Err(exited) if attempts < 5 => {
-                    eprintln!("redis-server on port {} {exited}; again on other ports", server.port);
-                    server.port = free_port();
-                    server.bus_port = server.bus_port.map(|_| free_port());
-                    attempts += 1;
-                }
-                Err(exited) => panic!("redis-server on port {} {exited}, five times", server.port),
-            }
-        }
+            server.wait_ready()
+        };
+        let elsewhere = |server: &mut RedisServer| {
+            server.port = free_port();
+            server.bus_port = server.bus_port.map(|_| free_port());
+        };
+        super::server_start::on_free_ports(&mut server, start, elsewhere);
+        server
     }
 
     /// Starts the server again (after [`kill`](RedisServer::kill)) on the
@@ -82,7 +78,7 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.spawn();
         if let Err(exited) = self.wait_ready() {
-            panic!("redis-server on port {} {exited}", self.port);
+            panic!("{exited}");
         }
     }
 
@@ -111,10 +107,12 @@ impl RedisServer {
             let child = self.child.as_mut().expect("spawned");
             if let Some(status) = child.try_wait().expect("try_wait") {
                 self.child = None;
-                let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-                let mut tail: Vec<&str> = log.lines().rev().take(3).collect();
-                tail.reverse();
-                return Err(format!("exited ({status}) before it answered: {tail:?}"));
+                return Err(super::server_start::exited(
+                    "redis-server",
+                    self.port,
+                    status,
+                    &self.dir.join("server.log"),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

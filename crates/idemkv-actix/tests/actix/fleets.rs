@@ -11,6 +11,8 @@ mod postgres_server;
 #[path = "../../../../tests/common/redis.rs"]
 #[allow(dead_code, reason = "the library's helpers; these tests use a few")]
 mod redis_server;
+#[path = "../../../../tests/common/server_start.rs"]
+mod server_start;
 
 use crate::target::Actix;
 use idemkv::backend::postgres::PostgresBackend;

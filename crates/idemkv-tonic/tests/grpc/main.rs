@@ -14,6 +14,8 @@ mod postgres_server;
 #[path = "../../../../tests/common/redis.rs"]
 mod redis_server;
 mod server;
+#[path = "../../../../tests/common/server_start.rs"]
+mod server_start;
 
 #[macro_use]
 mod backends;
