@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 
-/// The library's root, where its examples and sources are.
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The folder of this test binary's package: the library's root, or a
+/// test package of the same workspace (`tests/fleets`, `tests/http`), from
+/// whose manifest cargo builds the library's examples all the same.
+const PACKAGE: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Every feature of the library and whether this test binary has it: an
 /// example built here is built with the same ones (a feature missing from
@@ -107,7 +109,7 @@ impl Target {
         } else {
             command.args(["-p", "idemkv", "--no-default-features", "--features", &features.join(",")]);
         }
-        command.arg("--manifest-path").arg(Path::new(ROOT).join("Cargo.toml"));
+        command.arg("--manifest-path").arg(Path::new(PACKAGE).join("Cargo.toml"));
         if let Some(triple) = &self.triple {
             command.args(["--target", triple]);
         }
