@@ -15,13 +15,12 @@
 
 use crate::claim::{Claim, ClaimRequest};
 use crate::engine::shard::Tally;
-use crate::engine::telemetry;
+use crate::engine::telemetry::ClaimStart;
 use crate::engine::transition::Finish;
 use crate::error::Result;
 use crate::lease::{FinishError, Lease};
 use crate::record::RecordRef;
 use crate::store::Store;
-use std::time::Instant;
 
 impl Store {
     /// [`Store::claim`] as a future.
@@ -46,7 +45,7 @@ impl Store {
     /// # Errors
     /// As [`Store::claim`].
     pub async fn claim_async(&self, request: &ClaimRequest<'_>) -> Result<Claim> {
-        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let started = ClaimStart::now();
         let (claim, hash) = self.look_async(request, Tally::Answer).await?;
         self.claim_timed(&claim, hash, started);
         Ok(claim)
@@ -59,7 +58,7 @@ impl Store {
         request: &ClaimRequest<'_>,
         replay: impl FnOnce(RecordRef<'_>) -> R,
     ) -> Result<Claim<R>> {
-        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let started = ClaimStart::now();
         let (claim, hash, lsn) = self.claim_unsynced_with(request, Tally::Answer, replay)?;
         self.engine().wait_durable_async(hash, lsn).await?;
         self.claim_timed(&claim, hash, started);

@@ -42,7 +42,7 @@ use crate::engine::compactor;
 use crate::engine::open;
 use crate::engine::shard::{self, Tally};
 use crate::engine::sync::{self, sync_dirty};
-use crate::engine::telemetry;
+use crate::engine::telemetry::ClaimStart;
 use crate::engine::transition::Finish;
 use crate::engine::{Engine, TokenRef};
 #[cfg(doc)]
@@ -66,7 +66,7 @@ pub use crate::quota::{Quota, ScopeUsage};
 pub use crate::stats::{Census, CompactionReport, Stats};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An open idempotency store. Cheap to clone; all clones share the same
 /// shards. `Send + Sync`: use it from as many threads as you like.
@@ -197,7 +197,7 @@ impl Store {
         request: &ClaimRequest<'_>,
         replay: impl FnOnce(RecordRef<'_>) -> R,
     ) -> Result<Claim<R>> {
-        let started = telemetry::TIMES_CLAIMS.then(Instant::now);
+        let started = ClaimStart::now();
         let (claim, hash, lsn) = self.claim_unsynced_with(request, Tally::Answer, replay)?;
         self.engine.wait_durable(hash, lsn)?;
         self.claim_timed(&claim, hash, started);
@@ -215,15 +215,15 @@ impl Store {
     /// Counts the answer a waiting claim ends on, once: an in-progress one
     /// (its looks in progress were not counted), and its latency from the
     /// call, the wait included.
-    pub(crate) fn wait_answered(&self, claim: &Claim, hash: u128, started: Instant) {
+    pub(crate) fn wait_answered(&self, claim: &Claim, hash: u128, started: Option<ClaimStart>) {
         if matches!(claim, Claim::InProgress { .. }) {
             self.engine.shard_of_hash(hash).count_in_progress();
         }
-        self.claim_timed(claim, hash, telemetry::TIMES_CLAIMS.then_some(started));
+        self.claim_timed(claim, hash, started);
     }
 
     /// Records how long a claim took, by outcome, when claims are timed.
-    pub(crate) fn claim_timed<R>(&self, claim: &Claim<R>, hash: u128, started: Option<Instant>) {
+    pub(crate) fn claim_timed<R>(&self, claim: &Claim<R>, hash: u128, started: Option<ClaimStart>) {
         if let Some(started) = started {
             let outcome = match claim {
                 Claim::Acquired(lease) => usize::from(lease.recovered()),
@@ -231,7 +231,7 @@ impl Store {
                 Claim::InProgress { .. } => 3,
                 Claim::Mismatch => 4,
             };
-            self.engine.shard_of_hash(hash).counters.claim_times.record(outcome, started.elapsed());
+            self.engine.shard_of_hash(hash).counters.claim_times.record(outcome, started);
         }
     }
 

@@ -9,10 +9,11 @@
 use crate::claim::wait::{self, KeyWait, Poll};
 use crate::claim::{Claim, ClaimRequest};
 use crate::engine::shard::Tally;
+use crate::engine::telemetry::ClaimStart;
 use crate::engine::waiters::Waiter;
 use crate::error::Result;
 use crate::store::Store;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl Store {
     /// Like [`claim`](Store::claim), but while the key is in progress it
@@ -77,7 +78,7 @@ impl<'s, 'r, const ASYNC: bool> StoreWait<'s, 'r, ASYNC> {
     where
         Self: KeyWait<Answer = Claim>,
     {
-        let started = Instant::now();
+        let started = ClaimStart::now();
         let claim = wait::claim_wait(&mut self, timeout).await?;
         self.store.wait_answered(&claim, self.hash, started);
         Ok(claim)
