@@ -5,7 +5,10 @@
 //! other work, CPU time much less. Rounds alternate the engines, so both
 //! see the same machine; the table gives each row's median over the rounds.
 //! Small enough to run under `perf record`, which the criterion groups of
-//! `engines` (four engines, preloaded one after another) are not.
+//! `engines` (four engines, preloaded one after another) are not. Beside
+//! them the naive peer with its answers out of its map, in a file
+//! (`naive-compact`) and in a log in memory (`naive-compact-mem`, a floor
+//! for 32 B a key: see `support/engines/naive_compact.rs`).
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench one_thread                      # 1 M preloaded keys, 5 rounds of 2 s
@@ -109,11 +112,11 @@ fn main() {
     let keys: u64 = env("IDEMKV_BENCH_KEYS", if quick { 2_000 } else { 1_000_000 });
     let seconds = Duration::from_secs_f64(env("IDEMKV_BENCH_SECONDS", if quick { 0.01 } else { 2.0 }));
     let rounds: usize = env("IDEMKV_BENCH_ROUNDS", if quick { 1 } else { 5 });
-    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-compact".to_owned());
+    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-compact,naive-compact-mem".to_owned());
     let rows: String = env("IDEMKV_BENCH_ROWS", "fresh,replay,mixed".to_owned());
     let rows: Vec<usize> =
         (0..ROWS.len()).filter(|row| rows.split(',').any(|name| ROWS[*row].starts_with(name))).collect();
-    let mut subjects: Vec<Subject> = [Kind::Idemkv, Kind::Naive, Kind::NaiveCompact]
+    let mut subjects: Vec<Subject> = [Kind::Idemkv, Kind::Naive, Kind::NaiveCompact, Kind::NaiveCompactMemory]
         .into_iter()
         .filter(|kind| engines.split(',').any(|name| name == kind.name()))
         .map(|kind| Subject::new(kind, keys))
@@ -135,7 +138,7 @@ fn main() {
     }
     println!("{keys} preloaded keys, {rounds} rounds of {seconds:.1?} a row and engine; medians over the rounds");
     println!(
-        "{:<18} {:<13} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "{:<18} {:<17} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "row", "engine", "wall ns/op", "cpu ns/op", "ops/s", "× naive", "cpu × naive"
     );
     for &row in &rows {
@@ -145,7 +148,7 @@ fn main() {
             let (ratio, cpu_ratio) =
                 naive.map_or((f64::NAN, f64::NAN), |(naive_wall, naive_cpu)| (naive_wall / wall, naive_cpu / cpu));
             println!(
-                "{:<18} {:<13} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
+                "{:<18} {:<17} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
                 ROWS[row],
                 subject.kind.name(),
                 wall,

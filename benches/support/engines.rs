@@ -92,6 +92,9 @@ pub enum Kind {
     Sqlite,
     /// The naive peer with its answers on disk (`one_thread` only).
     NaiveCompact,
+    /// The naive peer with its answers in a log in memory, read in place:
+    /// a floor for 32 B a key (`one_thread` only).
+    NaiveCompactMemory,
 }
 
 impl Kind {
@@ -104,6 +107,7 @@ impl Kind {
             Kind::Redb => "redb",
             Kind::Sqlite => "sqlite",
             Kind::NaiveCompact => "naive-compact",
+            Kind::NaiveCompactMemory => "naive-compact-mem",
         }
     }
 
@@ -119,7 +123,8 @@ impl Kind {
             Kind::Naive => Box::new(Naive::open(dir, sync)),
             Kind::Redb => Box::new(Redb::open(dir, sync)),
             Kind::Sqlite => Box::new(Sqlite::open(dir, sync)),
-            Kind::NaiveCompact => Box::new(naive_compact::NaiveCompact::open(dir, sync)),
+            Kind::NaiveCompact => Box::new(naive_compact::NaiveCompact::open(dir, sync, true)),
+            Kind::NaiveCompactMemory => Box::new(naive_compact::NaiveCompact::open(dir, sync, false)),
         }
     }
 }

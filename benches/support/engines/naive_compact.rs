@@ -1,13 +1,20 @@
-//! The naive peer with its answers on disk (`naive-compact`): the same
-//! append-only file and record format as [`super::naive`], but the map
-//! keeps no record, only where each key's newest record is — a 64-bit
-//! hash of the key to the record's offset and length, 16 bytes an entry
-//! (17 B a bucket with its control byte; about 36 B a key at 1 M keys,
-//! where the table has just doubled) — and a replay reads its record back
-//! from the file (`pread`) and checks the key and fingerprint there; a
-//! completion reads its claim back too (for the fingerprint it keeps).
-//! What the naive peer's speed owes to keeping every answer in RAM (about
-//! 300 B a key).
+//! The naive peer with its answers out of its map (`naive-compact`): the
+//! same append-only record format as [`super::naive`], but the map keeps
+//! no record, only where each key's newest record is — a 64-bit hash of
+//! the key to the record's offset and length, 16 bytes an entry (17 B a
+//! bucket with its control byte; about 36 B a key at 1 M keys, where the
+//! table has just doubled) — and a replay reads its record back from the
+//! log and checks the key and fingerprint there; a completion reads its
+//! claim back too (for the fingerprint it keeps). Two places for the log:
+//!
+//! - a file, read back with `pread` (`naive-compact`): what the naive
+//!   peer's speed owes to keeping every answer in RAM (about 300 B a key);
+//! - process memory, read in place (`naive-compact-mem`): a floor for an
+//!   engine that keeps 32 B a key or less and reads its answers from a
+//!   mapped log, as idemkv does: the same memory reads (the map's bucket,
+//!   then the record), and nothing else — no checksum, no clock, no
+//!   counter, no TTL, one lock. The log is then anonymous memory where
+//!   idemkv's is the page cache, so its resident size is not 32 B a key.
 //!
 //! A bench engine, not a store: two keys whose hashes meet would share a
 //! slot (the second finds the first's record, whose key differs, and
@@ -36,14 +43,53 @@ fn slot(at: u64, len: usize, completed: bool) -> u64 {
     at | (len << LENGTH_SHIFT) | if completed { COMPLETED } else { 0 }
 }
 
+/// Where the records are.
+enum Log {
+    /// A file, and a record read back from it, reused.
+    File { file: File, read: Vec<u8> },
+    /// Process memory.
+    Memory(Vec<u8>),
+}
+
+impl Log {
+    fn append(&mut self, record: &[u8], sync: bool) {
+        match self {
+            Log::File { file, .. } => {
+                file.write_all(record).expect("write");
+                if sync {
+                    file.sync_data().expect("fdatasync");
+                }
+            }
+            Log::Memory(log) => log.extend_from_slice(record),
+        }
+    }
+
+    /// The record of `slot`, decoded: (key, fingerprint, token, response).
+    fn record(&mut self, slot: u64) -> (&[u8], [u8; 32], u64, &[u8]) {
+        let len = usize::try_from((slot & !COMPLETED) >> LENGTH_SHIFT).expect("small");
+        let at = slot & ((1 << LENGTH_SHIFT) - 1);
+        let bytes = match self {
+            Log::File { file, read } => {
+                read.resize(len, 0);
+                file.read_exact_at(read, at).expect("read back");
+                &read[..]
+            }
+            Log::Memory(log) => {
+                let at = usize::try_from(at).expect("in memory");
+                &log[at..at + len]
+            }
+        };
+        let (_, key, fingerprint, token, response, _) = decode(bytes, 0).expect("a whole record");
+        (key, fingerprint, token, response)
+    }
+}
+
 struct State {
     /// Hash of the key → [`slot`] of its newest record.
     slots: HashMap<u64, u64>,
-    file: File,
+    log: Log,
     end: u64,
     next_token: u64,
-    /// A record read back, reused.
-    read: Vec<u8>,
 }
 
 pub(super) struct NaiveCompact {
@@ -53,30 +99,26 @@ pub(super) struct NaiveCompact {
 }
 
 impl NaiveCompact {
-    pub(super) fn open(dir: &Path, sync: bool) -> Self {
-        let path = dir.join("naive-compact.log");
-        let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path).expect("open");
-        let state = State { slots: HashMap::new(), file, end: 0, next_token: 1, read: Vec::new() };
+    /// Its log in a file in `dir` when `in_file`, else in memory.
+    pub(super) fn open(dir: &Path, sync: bool, in_file: bool) -> Self {
+        let log = if in_file {
+            let path = dir.join("naive-compact.log");
+            let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path).expect("open");
+            Log::File { file, read: Vec::new() }
+        } else {
+            Log::Memory(Vec::new())
+        };
+        let state = State { slots: HashMap::new(), log, end: 0, next_token: 1 };
         NaiveCompact { state: Mutex::new(state), hasher: RandomState::new(), sync }
     }
 
     /// Appends `record` and gives its [`slot`].
     fn append(&self, state: &mut State, record: &[u8], completed: bool) -> u64 {
         let at = state.end;
-        state.file.write_all(record).expect("write");
-        if self.sync {
-            state.file.sync_data().expect("fdatasync");
-        }
+        state.log.append(record, self.sync);
         state.end += record.len() as u64;
         slot(at, record.len(), completed)
     }
-}
-
-/// Reads the record of `slot` back into `state.read`.
-fn read_back(state: &mut State, slot: u64) {
-    let len = usize::try_from((slot & !COMPLETED) >> LENGTH_SHIFT).expect("small");
-    state.read.resize(len, 0);
-    state.file.read_exact_at(&mut state.read, slot & ((1 << LENGTH_SHIFT) - 1)).expect("read back");
 }
 
 impl Engine for NaiveCompact {
@@ -85,8 +127,7 @@ impl Engine for NaiveCompact {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         if let Some(&slot) = state.slots.get(&hash) {
-            read_back(state, slot);
-            let (_, stored_key, stored_fingerprint, _, response, _) = decode(&state.read, 0).expect("a whole record");
+            let (stored_key, stored_fingerprint, _, response) = state.log.record(slot);
             if stored_key == key {
                 return match (stored_fingerprint == *fingerprint, slot & COMPLETED != 0) {
                     (false, _) => Answer::Mismatch,
@@ -111,8 +152,7 @@ impl Engine for NaiveCompact {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         let claimed = *state.slots.get(&hash).expect("claimed");
-        read_back(state, claimed);
-        let (_, _, fingerprint, stored_token, _, _) = decode(&state.read, 0).expect("a whole record");
+        let (_, fingerprint, stored_token, _) = state.log.record(claimed);
         assert_eq!(stored_token, token);
         let slot = self.append(state, &encode(NAIVE_COMPLETE, key, &fingerprint, token, response), true);
         state.slots.insert(hash, slot);
