@@ -141,9 +141,9 @@ impl fmt::Debug for Observe {
 /// When a claim was called, for its latency (`idempo_claim_seconds`):
 /// only with the `metrics` feature, and then read from the processor's
 /// time-stamp counter where it runs at a constant rate ([`quanta`], which
-/// falls back to the system's monotonic clock elsewhere): about 20 ns a
-/// reading where [`std::time::Instant`] takes 35–40 on the machine of
-/// docs/benchmarks.md, and a claim reads it twice.
+/// falls back to the system's monotonic clock elsewhere): 27–34 ns a
+/// reading where [`std::time::Instant`] takes 39–50 (the `clocks` bench
+/// in docs/benchmarks.md), and a claim reads it twice.
 #[derive(Clone, Copy)]
 pub(crate) struct ClaimStart(#[cfg(feature = "metrics")] quanta::Instant);
 
@@ -184,8 +184,8 @@ pub(crate) struct ClaimTimes([Observe; 5]);
 impl ClaimTimes {
     /// The histograms of one shard, at open. The first reading of the
     /// claims' clock in a process calibrates it against the system's
-    /// (about 0.65 ms here, at most 200 ms): it is taken now, so that no
-    /// claim waits for it.
+    /// (0.62–0.66 ms in the `clocks` bench, at most 200 ms): it is taken
+    /// now, so that no claim waits for it.
     pub(crate) fn new(shard: &Shard) -> Self {
         let _calibrated = ClaimStart::now();
         ClaimTimes(CLAIM_OUTCOMES.map(|outcome| Observe::for_outcome(names::CLAIM_SECONDS, shard, outcome)))
