@@ -8,7 +8,10 @@
 //! `engines` (four engines, preloaded one after another) are not. Beside
 //! them the naive peer with its answers out of its map, in a file
 //! (`naive-compact`) and in a log in memory (`naive-compact-mem`, a floor
-//! for 32 B a key: see `support/engines/naive_compact.rs`).
+//! for 32 B a key), and that floor with the checks idemkv's contract
+//! makes on every claim (`naive-compact-checked`: a CRC per record, the
+//! keyed 128-bit hash, the clocks, the counters): see
+//! `support/engines/naive_compact.rs`.
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench one_thread                      # 1 M preloaded keys, 5 rounds of 2 s
@@ -112,15 +115,17 @@ fn main() {
     let keys: u64 = env("IDEMKV_BENCH_KEYS", if quick { 2_000 } else { 1_000_000 });
     let seconds = Duration::from_secs_f64(env("IDEMKV_BENCH_SECONDS", if quick { 0.01 } else { 2.0 }));
     let rounds: usize = env("IDEMKV_BENCH_ROUNDS", if quick { 1 } else { 5 });
-    let engines: String = env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-compact,naive-compact-mem".to_owned());
+    let engines: String =
+        env("IDEMKV_BENCH_ENGINES", "idemkv,naive,naive-compact,naive-compact-mem,naive-compact-checked".to_owned());
     let rows: String = env("IDEMKV_BENCH_ROWS", "fresh,replay,mixed".to_owned());
     let rows: Vec<usize> =
         (0..ROWS.len()).filter(|row| rows.split(',').any(|name| ROWS[*row].starts_with(name))).collect();
-    let mut subjects: Vec<Subject> = [Kind::Idemkv, Kind::Naive, Kind::NaiveCompact, Kind::NaiveCompactMemory]
-        .into_iter()
-        .filter(|kind| engines.split(',').any(|name| name == kind.name()))
-        .map(|kind| Subject::new(kind, keys))
-        .collect();
+    let mut subjects: Vec<Subject> =
+        [Kind::Idemkv, Kind::Naive, Kind::NaiveCompact, Kind::NaiveCompactMemory, Kind::NaiveCompactChecked]
+            .into_iter()
+            .filter(|kind| engines.split(',').any(|name| name == kind.name()))
+            .map(|kind| Subject::new(kind, keys))
+            .collect();
     // figures[row][subject] = (wall, cpu) of each round.
     let mut figures = vec![vec![(Vec::new(), Vec::new()); subjects.len()]; ROWS.len()];
     for round in 0..rounds {
@@ -138,7 +143,7 @@ fn main() {
     }
     println!("{keys} preloaded keys, {rounds} rounds of {seconds:.1?} a row and engine; medians over the rounds");
     println!(
-        "{:<18} {:<17} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "{:<18} {:<21} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "row", "engine", "wall ns/op", "cpu ns/op", "ops/s", "× naive", "cpu × naive"
     );
     for &row in &rows {
@@ -148,7 +153,7 @@ fn main() {
             let (ratio, cpu_ratio) =
                 naive.map_or((f64::NAN, f64::NAN), |(naive_wall, naive_cpu)| (naive_wall / wall, naive_cpu / cpu));
             println!(
-                "{:<18} {:<17} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
+                "{:<18} {:<21} {:>12.0} {:>12.0} {:>12.0} {:>9.2}× {:>9.2}×",
                 ROWS[row],
                 subject.kind.name(),
                 wall,

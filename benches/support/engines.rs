@@ -17,6 +17,7 @@ mod sqlite_engine;
 
 use idemkv::{Claim, ClaimRequest, Config, Durability, Fingerprint, Store};
 use naive::Naive;
+use naive_compact::Variant;
 use redb_engine::Redb;
 use sqlite_engine::Sqlite;
 use std::path::Path;
@@ -95,6 +96,8 @@ pub enum Kind {
     /// The naive peer with its answers in a log in memory, read in place:
     /// a floor for 32 B a key (`one_thread` only).
     NaiveCompactMemory,
+    /// That floor with idemkv's per-claim checks (`one_thread` only).
+    NaiveCompactChecked,
 }
 
 impl Kind {
@@ -108,6 +111,7 @@ impl Kind {
             Kind::Sqlite => "sqlite",
             Kind::NaiveCompact => "naive-compact",
             Kind::NaiveCompactMemory => "naive-compact-mem",
+            Kind::NaiveCompactChecked => "naive-compact-checked",
         }
     }
 
@@ -123,8 +127,9 @@ impl Kind {
             Kind::Naive => Box::new(Naive::open(dir, sync)),
             Kind::Redb => Box::new(Redb::open(dir, sync)),
             Kind::Sqlite => Box::new(Sqlite::open(dir, sync)),
-            Kind::NaiveCompact => Box::new(naive_compact::NaiveCompact::open(dir, sync, true)),
-            Kind::NaiveCompactMemory => Box::new(naive_compact::NaiveCompact::open(dir, sync, false)),
+            Kind::NaiveCompact => Box::new(naive_compact::NaiveCompact::open(dir, sync, Variant::File)),
+            Kind::NaiveCompactMemory => Box::new(naive_compact::NaiveCompact::open(dir, sync, Variant::Memory)),
+            Kind::NaiveCompactChecked => Box::new(naive_compact::NaiveCompact::open(dir, sync, Variant::Checked)),
         }
     }
 }

@@ -16,20 +16,36 @@
 //!   counter, no TTL, one lock. The log is then anonymous memory where
 //!   idemkv's is the page cache, so its resident size is not 32 B a key.
 //!
+//! - process memory, with the checks idemkv's contract makes on every
+//!   claim (`naive-compact-checked`): the floor above plus a CRC32 on
+//!   each record, verified whenever it is read; the key's keyed 128-bit
+//!   SipHash-1-3 (what idemkv places keys by: a hostile client cannot
+//!   choose keys that meet) in place of the 64-bit one; the wall clock
+//!   read for the TTL; two readings of the claims' latency clock
+//!   (`quanta`, as with idemkv's `metrics` feature); and the two counters
+//!   a replay adds to (`Store::stats`). What a replay costs at least
+//!   with idemkv's layout *and* its checks: the line between what its
+//!   contract costs and what its code does. `IDEMKV_BENCH_CHECKS` names
+//!   the checks it makes (`crc,hash,clock,timing,counters`, every one
+//!   unless set), so that each one's share can be measured.
+//!
 //! A bench engine, not a store: two keys whose hashes meet would share a
 //! slot (the second finds the first's record, whose key differs, and
 //! reads as absent), and reopening starts empty.
 
 use super::naive::{decode, encode, NAIVE_CLAIM, NAIVE_COMPLETE};
 use super::{Answer, Engine};
+use idemkv::{Clock, SystemClock};
 use parking_lot::Mutex;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
+use std::hint::black_box;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The top bit of a slot: its record is a completion.
 const COMPLETED: u64 = 1 << 63;
@@ -64,8 +80,9 @@ impl Log {
         }
     }
 
-    /// The record of `slot`, decoded: (key, fingerprint, token, response).
-    fn record(&mut self, slot: u64) -> (&[u8], [u8; 32], u64, &[u8]) {
+    /// The record of `slot`, decoded: (key, fingerprint, token, response);
+    /// its trailing CRC checked first when `checked`.
+    fn record(&mut self, slot: u64, checked: bool) -> (&[u8], [u8; 32], u64, &[u8]) {
         let len = usize::try_from((slot & !COMPLETED) >> LENGTH_SHIFT).expect("small");
         let at = slot & ((1 << LENGTH_SHIFT) - 1);
         let bytes = match self {
@@ -78,6 +95,13 @@ impl Log {
                 let at = usize::try_from(at).expect("in memory");
                 &log[at..at + len]
             }
+        };
+        let bytes = if checked {
+            let (body, crc) = bytes.split_at(bytes.len() - 4);
+            assert_eq!(crc32fast::hash(body).to_le_bytes(), crc, "a damaged record");
+            body
+        } else {
+            bytes
         };
         let (_, key, fingerprint, token, response, _) = decode(bytes, 0).expect("a whole record");
         (key, fingerprint, token, response)
@@ -96,12 +120,53 @@ pub(super) struct NaiveCompact {
     state: Mutex<State>,
     hasher: RandomState,
     sync: bool,
+    /// With idemkv's per-claim checks (`naive-compact-checked`).
+    checks: Option<Checks>,
+}
+
+/// What idemkv's contract adds to each claim, each unless left out of
+/// `IDEMKV_BENCH_CHECKS`: a CRC per record (`crc`), the keyed 128-bit
+/// hash (`hash`, its key here), the wall clock for the TTL (`clock`), the
+/// claim's latency (`timing`), and the counters `Store::stats` reports
+/// (`counters`).
+struct Checks {
+    crc: bool,
+    key: Option<[u64; 2]>,
+    clock: bool,
+    timing: bool,
+    counters: bool,
+    claims: AtomicU64,
+    replays: AtomicU64,
+}
+
+impl Checks {
+    fn from_env() -> Checks {
+        let named = std::env::var("IDEMKV_BENCH_CHECKS").unwrap_or_else(|_| "crc,hash,clock,timing,counters".into());
+        let on = |check: &str| named.split(',').any(|name| name == check);
+        Checks {
+            crc: on("crc"),
+            key: on("hash").then(|| [fastrand::u64(..), fastrand::u64(..)]),
+            clock: on("clock"),
+            timing: on("timing"),
+            counters: on("counters"),
+            claims: AtomicU64::new(0),
+            replays: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Where [`NaiveCompact`] keeps its log, and what it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Variant {
+    File,
+    Memory,
+    Checked,
 }
 
 impl NaiveCompact {
-    /// Its log in a file in `dir` when `in_file`, else in memory.
-    pub(super) fn open(dir: &Path, sync: bool, in_file: bool) -> Self {
-        let log = if in_file {
+    /// Its log in a file in `dir` for [`Variant::File`], else in memory.
+    pub(super) fn open(dir: &Path, sync: bool, variant: Variant) -> Self {
+        let log = if variant == Variant::File {
             let path = dir.join("naive-compact.log");
             let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path).expect("open");
             Log::File { file, read: Vec::new() }
@@ -109,7 +174,40 @@ impl NaiveCompact {
             Log::Memory(Vec::new())
         };
         let state = State { slots: HashMap::new(), log, end: 0, next_token: 1 };
-        NaiveCompact { state: Mutex::new(state), hasher: RandomState::new(), sync }
+        let checks = (variant == Variant::Checked).then(Checks::from_env);
+        NaiveCompact { state: Mutex::new(state), hasher: RandomState::new(), sync, checks }
+    }
+
+    /// The key's map key: its 64-bit SipHash, or with the checks the low
+    /// half of its keyed 128-bit one.
+    fn hash(&self, key: &[u8]) -> u64 {
+        match self.checks.as_ref().and_then(|checks| checks.key) {
+            None => self.hasher.hash_one(key),
+            Some(sip_key) => {
+                use siphasher::sip128::{Hasher128, SipHasher13};
+                use std::hash::Hasher;
+                let mut hasher = SipHasher13::new_with_keys(sip_key[0], sip_key[1]);
+                hasher.write(&(key.len() as u64).to_le_bytes());
+                hasher.write(key);
+                #[expect(clippy::cast_possible_truncation, reason = "the low half")]
+                let low = hasher.finish128().as_u128() as u64;
+                low
+            }
+        }
+    }
+
+    /// A record as written: with the checks, its CRC after it.
+    fn framed(&self, mut record: Vec<u8>) -> Vec<u8> {
+        if self.checked() {
+            let crc = crc32fast::hash(&record);
+            record.extend_from_slice(&crc.to_le_bytes());
+        }
+        record
+    }
+
+    /// Whether records carry a CRC.
+    fn checked(&self) -> bool {
+        self.checks.as_ref().is_some_and(|checks| checks.crc)
     }
 
     /// Appends `record` and gives its [`slot`].
@@ -119,19 +217,31 @@ impl NaiveCompact {
         state.end += record.len() as u64;
         slot(at, record.len(), completed)
     }
-}
 
-impl Engine for NaiveCompact {
-    fn claim(&self, key: &[u8], fingerprint: &[u8; 32]) -> Answer {
-        let hash = self.hasher.hash_one(key);
+    /// The claim's answer, under the lock.
+    fn answer(&self, key: &[u8], fingerprint: &[u8; 32]) -> Answer {
+        let hash = self.hash(key);
+        let checked = self.checked();
         let mut guard = self.state.lock();
         let state = &mut *guard;
+        if let Some(checks) = self.checks.as_ref().filter(|checks| checks.counters) {
+            checks.claims.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(&slot) = state.slots.get(&hash) {
-            let (stored_key, stored_fingerprint, _, response) = state.log.record(slot);
+            let (stored_key, stored_fingerprint, _, response) = state.log.record(slot, checked);
             if stored_key == key {
                 return match (stored_fingerprint == *fingerprint, slot & COMPLETED != 0) {
                     (false, _) => Answer::Mismatch,
                     (true, true) => {
+                        if let Some(checks) = &self.checks {
+                            if checks.clock {
+                                // A finished record's TTL is read against the wall clock.
+                                black_box(SystemClock.now_ms());
+                            }
+                            if checks.counters {
+                                checks.replays.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
                         let response = response.to_vec();
                         assert!(!response.is_empty());
                         Answer::Replay
@@ -142,19 +252,33 @@ impl Engine for NaiveCompact {
         }
         let token = state.next_token;
         state.next_token += 1;
-        let slot = self.append(state, &encode(NAIVE_CLAIM, key, fingerprint, token, &[]), false);
+        let record = self.framed(encode(NAIVE_CLAIM, key, fingerprint, token, &[]));
+        let slot = self.append(state, &record, false);
         state.slots.insert(hash, slot);
         Answer::Acquired(token)
     }
+}
+
+impl Engine for NaiveCompact {
+    fn claim(&self, key: &[u8], fingerprint: &[u8; 32]) -> Answer {
+        let started = self.checks.as_ref().filter(|checks| checks.timing).map(|_| quanta::Instant::now());
+        let answer = self.answer(key, fingerprint);
+        if let Some(started) = started {
+            black_box(started.elapsed());
+        }
+        answer
+    }
 
     fn complete(&self, key: &[u8], token: u64, response: &[u8]) {
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hash(key);
+        let checked = self.checked();
         let mut guard = self.state.lock();
         let state = &mut *guard;
         let claimed = *state.slots.get(&hash).expect("claimed");
-        let (_, fingerprint, stored_token, _) = state.log.record(claimed);
+        let (_, fingerprint, stored_token, _) = state.log.record(claimed, checked);
         assert_eq!(stored_token, token);
-        let slot = self.append(state, &encode(NAIVE_COMPLETE, key, &fingerprint, token, response), true);
+        let record = self.framed(encode(NAIVE_COMPLETE, key, &fingerprint, token, response));
+        let slot = self.append(state, &record, true);
         state.slots.insert(hash, slot);
     }
 
