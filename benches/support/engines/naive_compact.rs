@@ -129,6 +129,7 @@ pub(super) struct NaiveCompact {
 /// hash (`hash`, its key here), the wall clock for the TTL (`clock`), the
 /// claim's latency (`timing`), and the counters `Store::stats` reports
 /// (`counters`).
+#[expect(clippy::struct_excessive_bools, reason = "a switch a check, each read where its check is")]
 struct Checks {
     crc: bool,
     key: Option<[u64; 2]>,
@@ -178,7 +179,7 @@ impl NaiveCompact {
         NaiveCompact { state: Mutex::new(state), hasher: RandomState::new(), sync, checks }
     }
 
-    /// The key's map key: its 64-bit SipHash, or with the checks the low
+    /// The key's map key: its 64-bit `SipHash`, or with the checks the low
     /// half of its keyed 128-bit one.
     fn hash(&self, key: &[u8]) -> u64 {
         match self.checks.as_ref().and_then(|checks| checks.key) {
