@@ -629,10 +629,10 @@ impl GroupCommit {
                 // The callers that run now (tasks on the runtime's worker
                 // threads, woken by the last batch) write their records
                 // first, so that this batch covers them too: with 128
-                // tasks on two cores, 13–14 records an fsync instead of
-                // 7–8, and half the CPU a call (docs/benchmarks.md, "A
-                // flusher that lets the callers run first"). Where nothing
-                // else waits for the core, this returns at once.
+                // tasks on two cores, 12–21 records an fsync instead of
+                // 5–11 (docs/benchmarks.md, "A flusher that lets the
+                // callers run first"). Where nothing else waits for the
+                // core, this returns at once.
                 drop(batches);
                 std::thread::yield_now();
                 yielded = true;
