@@ -616,29 +616,13 @@ impl GroupCommit {
     #[cfg(feature = "tokio")]
     fn flush_loop(&self) {
         let mut batches = self.lock();
-        // Whether the flusher has let the callers run once since it was
-        // last asked for a batch.
-        let mut yielded = false;
         while !self.is_poisoned() {
             let wanted = batches.flusher.wanted > self.durable_lsn();
             batches = if batches.running {
                 // A blocking caller's batch: the next one starts after it.
                 let number = batches.number;
                 self.done[parity(number)].wait(batches).unwrap_or_else(PoisonError::into_inner)
-            } else if wanted && !yielded {
-                // The callers that run now (tasks on the runtime's worker
-                // threads, woken by the last batch) write their records
-                // first, so that this batch covers them too: with 128
-                // tasks on two cores, 12–21 records an fsync instead of
-                // 5–11 (docs/benchmarks.md, "A flusher that lets the
-                // callers run first"). Where nothing else waits for the
-                // core, this returns at once.
-                drop(batches);
-                std::thread::yield_now();
-                yielded = true;
-                self.lock()
             } else if wanted {
-                yielded = false;
                 self.run_batch(batches)
             } else if batches.flusher.stopped {
                 break;
