@@ -1,7 +1,8 @@
 //! What a claim's clock readings cost: `SystemClock::now_ms` (the wall
 //! clock TTLs count in) beside `SystemTime::now` read as ms, and the
 //! claims' latency clock (`quanta::Instant`, feature `metrics`) beside
-//! `Instant::now`; how long `quanta`'s first reading in a process takes
+//! `Instant::now` and beside the time-stamp counter it scales (a raw
+//! `quanta::Clock` reading, turned into nanoseconds); how long `quanta`'s first reading in a process takes
 //! (its calibration, which a store does at open); and the steps
 //! `SystemClock`'s wall clock moves in (the kernel's tick on Linux).
 //!
@@ -54,7 +55,9 @@ fn main() {
         .and_then(|value| value.parse().ok())
         .unwrap_or(if quick { 100_000 } else { 20_000_000 });
     let instant_origin = Instant::now();
-    let rows: [(&str, f64); 4] = [
+    let counter = quanta::Clock::new();
+    let counter_origin = counter.raw();
+    let rows: [(&str, f64); 5] = [
         ("SystemClock::now_ms (TTLs)", per_reading(readings, || SystemClock.now_ms())),
         (
             "SystemTime::now as ms",
@@ -67,6 +70,10 @@ fn main() {
         (
             "quanta::Instant::now (claims)",
             per_reading(readings, || u64::from(quanta::Instant::now().duration_since(origin).subsec_nanos())),
+        ),
+        (
+            "quanta::Clock::raw (the counter)",
+            per_reading(readings, || counter.delta_as_nanos(counter_origin, counter.raw())),
         ),
         ("Instant::now", per_reading(readings, || u64::from(instant_origin.elapsed().subsec_nanos()))),
     ];
