@@ -2,9 +2,10 @@
 //! clock TTLs count in) beside `SystemTime::now` read as ms, and the
 //! claims' latency clock (`quanta::Instant`, feature `metrics`) beside
 //! `Instant::now` and beside the time-stamp counter it scales (a raw
-//! `quanta::Clock` reading, turned into nanoseconds); how long `quanta`'s first reading in a process takes
-//! (its calibration, which a store does at open); and the steps
-//! `SystemClock`'s wall clock moves in (the kernel's tick on Linux).
+//! `quanta::Clock` reading, turned into nanoseconds); how long
+//! `quanta`'s first reading in a process takes (its calibration, which a
+//! store does at open); and the steps `SystemClock`'s wall clock moves
+//! in (the kernel's tick on Linux).
 //!
 //! ```text
 //! cargo bench -p idemkv-bench --bench clocks                  # 20 M readings a row

@@ -5,7 +5,7 @@
 //! bucket with its control byte; about 36 B a key at 1 M keys, where the
 //! table has just doubled) — and a replay reads its record back from the
 //! log and checks the key and fingerprint there; a completion reads its
-//! claim back too (for the fingerprint it keeps). Two places for the log:
+//! claim back too (for the fingerprint it keeps). Three variants:
 //!
 //! - a file, read back with `pread` (`naive-compact`): what the naive
 //!   peer's speed owes to keeping every answer in RAM (about 300 B a key);
@@ -14,8 +14,7 @@
 //!   mapped log, as idemkv does: the same memory reads (the map's bucket,
 //!   then the record), and nothing else — no checksum, no clock, no
 //!   counter, no TTL, one lock. The log is then anonymous memory where
-//!   idemkv's is the page cache, so its resident size is not 32 B a key.
-//!
+//!   idemkv's is the page cache, so its resident size is not 32 B a key;
 //! - process memory, with the checks idemkv's contract makes on every
 //!   claim (`naive-compact-checked`): the floor above plus a CRC32 on
 //!   each record, verified whenever it is read; the key's keyed 128-bit
